@@ -1,0 +1,70 @@
+// Shape validation of layer descriptions and the backend registry.
+#include "nn/ops.h"
+
+#include "nn/onednn/onednn_backend.h"
+#include "nn/ref/ref_backend.h"
+
+namespace rt {
+
+void ConvDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && out_c > 0, "layer ", name, ": convolution needs a non-empty input ",
+                 in.str(), " and out_c > 0 (got ", out_c, ")");
+  RT_SHAPE_CHECK(kernel_h > 0 && kernel_w > 0 && stride_h > 0 && stride_w > 0 && pad_h >= 0 && pad_w >= 0,
+                 "layer ", name, ": bad convolution geometry kernel ", kernel_h, "x", kernel_w,
+                 " stride ", stride_h, "x", stride_w, " pad ", pad_h, "x", pad_w);
+  RT_SHAPE_CHECK(kernel_h <= in.h + 2 * pad_h && kernel_w <= in.w + 2 * pad_w, "layer ", name,
+                 ": kernel ", kernel_h, "x", kernel_w, " is larger than the padded input ",
+                 in.h + 2 * pad_h, "x", in.w + 2 * pad_w, " (input ", in.str(), ", pad ", pad_h, "x",
+                 pad_w, ")");
+}
+
+void BatchNormDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0, "layer ", name, ": batch norm of an empty input ", in.str());
+  RT_SHAPE_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "layer ", name,
+                 ": batch norm needs eps > 0 and momentum in [0, 1] (got eps ", eps, ", momentum ",
+                 momentum, ")");
+}
+
+void MaxPoolDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && kernel > 0 && stride > 0 && pad >= 0 && pad < kernel, "layer ",
+                 name, ": bad max pool kernel ", kernel, " stride ", stride, " pad ", pad,
+                 " for input ", in.str());
+  RT_SHAPE_CHECK(kernel <= in.h + 2 * pad && kernel <= in.w + 2 * pad, "layer ", name,
+                 ": max pool kernel ", kernel, " is larger than the padded input ", in.str(),
+                 " (pad ", pad, ")");
+}
+
+void LinearDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && out_features > 0, "layer ", name,
+                 ": fully connected layer needs a non-empty input ", in.str(),
+                 " and out_features > 0 (got ", out_features, ")");
+}
+
+void PadShortcutDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && stride > 0 && out_c >= in.c, "layer ", name,
+                 ": zero-padded shortcut from ", in.str(), " to ", out_c,
+                 " channels with stride ", stride, " is impossible");
+}
+
+void SoftmaxXentDesc::validate() const {
+  RT_SHAPE_CHECK(in.n > 0 && in.c > 0 && in.h == 1 && in.w == 1, "layer ", name,
+                 ": softmax cross-entropy needs logits (n, classes, 1, 1) with classes > 0, got ",
+                 in.str());
+  RT_SHAPE_CHECK(label_smoothing >= 0 && label_smoothing < 1, "layer ", name,
+                 ": label smoothing must be in [0, 1), got ", label_smoothing);
+}
+
+template <>
+std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
+  if (name == "reference") return make_reference_backend<float>();
+  if (name == "onednn" || name == "cpu") return make_onednn_backend();
+  throw Error("unknown backend '" + name + "' (known: reference, onednn or cpu, cuda)");
+}
+
+template <>
+std::unique_ptr<Backend<double>> make_backend<double>(const std::string& name) {
+  if (name == "reference") return make_reference_backend<double>();
+  throw Error("backend '" + name + "' has no double precision (only 'reference' does)");
+}
+
+}  // namespace rt

@@ -1,0 +1,220 @@
+// Layer descriptions and the backend interface: every layer is set up once for its shapes, then
+// its forward/backward only execute (no allocation in the step).
+//
+// Conventions shared by every backend:
+// - Activations and their gradients are in the backend's own layout for their logical Shape
+//   (Backend::act_size elements; Backend::act_import/act_export convert from/to plain NCHW).
+// - Parameters live in the model's flat arena in canonical (torchvision) layouts:
+//   convolution weights OIHW, linear weights [out][in] with `in` flattened C,H,W; bias, BN gamma,
+//   beta, running mean/var are [C]. A backend may keep private reordered copies.
+// - backward() overwrites its outputs (dx, dw, ...). Null dx means "not needed" (first layer).
+// - Inputs and outputs of one call never alias unless the op documents it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "nn/error.h"
+#include "nn/tensor.h"
+
+namespace rt {
+
+struct ConvDesc {
+  std::string name;
+  Shape in;
+  int64_t out_c = 0;
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  bool bias = false;
+  Shape out() const {
+    return {in.n, out_c, (in.h + 2 * pad_h - kernel_h) / stride_h + 1,
+            (in.w + 2 * pad_w - kernel_w) / stride_w + 1};
+  }
+  int64_t weight_count() const { return out_c * in.c * kernel_h * kernel_w; }
+  void validate() const;  // throws ShapeError naming the layer and shapes
+};
+
+// Batch normalisation over N,H,W per channel (PyTorch semantics: biased variance normalises,
+// unbiased variance enters running_var; running = (1 - momentum) * running + momentum * batch).
+// relu fuses a ReLU on the output.
+struct BatchNormDesc {
+  std::string name;
+  Shape in;
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool relu = false;
+  void validate() const;
+};
+
+struct ReluDesc {
+  std::string name;
+  Shape in;
+};
+
+struct MaxPoolDesc {
+  std::string name;
+  Shape in;
+  int64_t kernel = 3, stride = 2, pad = 1;
+  Shape out() const {
+    return {in.n, in.c, (in.h + 2 * pad - kernel) / stride + 1, (in.w + 2 * pad - kernel) / stride + 1};
+  }
+  void validate() const;
+};
+
+struct GlobalAvgPoolDesc {
+  std::string name;
+  Shape in;
+  Shape out() const { return {in.n, in.c, 1, 1}; }
+};
+
+// Fully connected: y[n][o] = sum_i x[n][i] w[o][i] + b[o], i over C*H*W of the input.
+struct LinearDesc {
+  std::string name;
+  Shape in;
+  int64_t out_features = 0;
+  bool bias = true;
+  Shape out() const { return {in.n, out_features, 1, 1}; }
+  void validate() const;
+};
+
+// y = a + b (then ReLU when relu): the join of a residual block.
+struct AddDesc {
+  std::string name;
+  Shape in;
+  bool relu = false;
+};
+
+// He et al. 2016 CIFAR shortcut "A": y = x subsampled by stride, channels zero-padded to out_c
+// with (out_c - in.c) / 2 zero channels before and the rest after (as the torchvision-style
+// reference script pads).
+struct PadShortcutDesc {
+  std::string name;
+  Shape in;
+  int64_t out_c = 0;
+  int64_t stride = 1;
+  Shape out() const { return {in.n, out_c, (in.h - 1) / stride + 1, (in.w - 1) / stride + 1}; }
+  void validate() const;
+};
+
+// Softmax cross-entropy with label smoothing eps, mean over the batch:
+// loss_n = -(1 - eps) log p[n][label_n] - eps / K * sum_k log p[n][k].
+struct SoftmaxXentDesc {
+  std::string name;
+  Shape in;  // (n, classes, 1, 1)
+  double label_smoothing = 0.0;
+  void validate() const;
+};
+
+template <class T>
+class ConvOp {
+ public:
+  virtual ~ConvOp() = default;
+  virtual void forward(const T* x, const T* w, const T* b, T* y) = 0;
+  // dw and db (when the layer has a bias) are overwritten; dx may be null.
+  virtual void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) = 0;
+};
+
+template <class T>
+class BatchNormOp {
+ public:
+  virtual ~BatchNormOp() = default;
+  // Normalises with batch statistics, remembers them for backward, updates running stats.
+  virtual void forward_train(const T* x, const T* gamma, const T* beta, T* y, T* running_mean,
+                             T* running_var) = 0;
+  virtual void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
+                            const T* running_var, T* y) = 0;
+  // After forward_train on the same x; y is that call's output (the ReLU mask when fused).
+  virtual void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
+                        T* dbeta) = 0;
+};
+
+template <class T>
+class ReluOp {
+ public:
+  virtual ~ReluOp() = default;
+  virtual void forward(const T* x, T* y) = 0;
+  virtual void backward(const T* y, const T* dy, T* dx) = 0;
+};
+
+template <class T>
+class MaxPoolOp {
+ public:
+  virtual ~MaxPoolOp() = default;
+  virtual void forward(const T* x, T* y, bool train) = 0;
+  // After forward(x, y, true). Ties go to the first maximum in window order.
+  virtual void backward(const T* x, const T* y, const T* dy, T* dx) = 0;
+};
+
+template <class T>
+class GlobalAvgPoolOp {
+ public:
+  virtual ~GlobalAvgPoolOp() = default;
+  virtual void forward(const T* x, T* y) = 0;
+  virtual void backward(const T* dy, T* dx) = 0;
+};
+
+template <class T>
+class LinearOp {
+ public:
+  virtual ~LinearOp() = default;
+  virtual void forward(const T* x, const T* w, const T* b, T* y) = 0;
+  virtual void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) = 0;
+};
+
+template <class T>
+class AddOp {
+ public:
+  virtual ~AddOp() = default;
+  virtual void forward(const T* a, const T* b, T* y) = 0;
+  // The gradient is the same for both inputs: written once to dx. dx may alias dy.
+  virtual void backward(const T* y, const T* dy, T* dx) = 0;
+};
+
+template <class T>
+class PadShortcutOp {
+ public:
+  virtual ~PadShortcutOp() = default;
+  virtual void forward(const T* x, T* y) = 0;
+  virtual void backward(const T* dy, T* dx) = 0;
+};
+
+template <class T>
+class SoftmaxXentOp {
+ public:
+  virtual ~SoftmaxXentOp() = default;
+  // Returns the mean loss; remembers the probabilities for backward.
+  virtual double forward(const T* logits, const int32_t* labels) = 0;
+  // Gradient of the mean loss (times scale, for loss scaling) w.r.t. the logits.
+  virtual void backward(const int32_t* labels, T* dlogits, double scale = 1.0) = 0;
+};
+
+// A compute backend: makes set-up layer ops and converts activations to and from NCHW.
+template <class T>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Elements needed to hold an activation of logical shape s in this backend's layout.
+  virtual size_t act_size(const Shape& s) const = 0;
+  virtual void act_import(const T* nchw, const Shape& s, T* dst) const = 0;
+  virtual void act_export(const T* src, const Shape& s, T* nchw) const = 0;
+  // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
+  virtual void accumulate(T* y, const T* x, size_t n) const = 0;
+
+  virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
+  virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;
+  virtual std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc&) = 0;
+  virtual std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc&) = 0;
+  virtual std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc&) = 0;
+  virtual std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc&) = 0;
+  virtual std::unique_ptr<AddOp<T>> make_add(const AddDesc&) = 0;
+  virtual std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc&) = 0;
+  virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
+};
+
+// "reference" (plain loops, NCHW; float or double) or "onednn" (float only; alias "cpu").
+// Throws rt::Error naming the backend when unknown or unavailable for T.
+template <class T>
+std::unique_ptr<Backend<T>> make_backend(const std::string& name);
+
+}  // namespace rt

@@ -1,0 +1,108 @@
+// Shapes, element types, aligned owning buffers and non-owning views.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace rt {
+
+// Logical 4-D NCHW shape. Vectors and matrices use trailing 1s: logits are (n, classes, 1, 1).
+// The physical layout of an activation (plain NCHW, blocked nChw8c, ...) belongs to the backend.
+struct Shape {
+  int64_t n = 1, c = 1, h = 1, w = 1;
+  int64_t numel() const { return n * c * h * w; }
+  int64_t chw() const { return c * h * w; }
+  bool operator==(const Shape&) const = default;
+  std::string str() const {
+    return "[" + std::to_string(n) + "," + std::to_string(c) + "," + std::to_string(h) + "," +
+           std::to_string(w) + "]";
+  }
+};
+
+// Storage element types. fp32 everywhere on the CPU; the 16-bit types are storage formats for
+// the GPU path's activations and weights (fp32 accumulation, fp32 master weights).
+enum class DType : uint8_t { f32, bf16, f16 };
+struct bf16_t { uint16_t bits; };
+struct f16_t { uint16_t bits; };
+constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+constexpr const char* dtype_name(DType t) {
+  return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16";
+}
+
+// Round-to-nearest-even fp32 -> bf16 (NaN kept quiet) and back; used by tests and checkpoints.
+inline bf16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {uint16_t((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {uint16_t(u >> 16)};
+}
+inline float from_bf16(bf16_t b) {
+  uint32_t u = uint32_t(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Owning, zero-initialised, 64-byte aligned array. Movable, not copyable: big buffers are
+// allocated once at set-up, never per step.
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n) { resize(n); }
+  Buffer(Buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+
+  // Reallocates (contents lost, zeroed) unless the size is unchanged.
+  void resize(size_t n) {
+    if (n == n_) return;
+    release();
+    if (n == 0) return;
+    size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (!p_) throw std::bad_alloc();
+    std::memset(static_cast<void*>(p_), 0, bytes);
+    n_ = n;
+  }
+  void zero() { if (n_) std::memset(static_cast<void*>(p_), 0, n_ * sizeof(T)); }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+
+ private:
+  void release() {
+    std::free(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Non-owning view of a tensor: data pointer and logical shape.
+template <class T>
+struct View {
+  T* data = nullptr;
+  Shape shape;
+};
+
+}  // namespace rt
