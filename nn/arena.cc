@@ -1,0 +1,55 @@
+// Flat parameter / gradient / state buffers.
+#include "nn/arena.h"
+
+#include <numeric>
+
+#include "nn/error.h"
+
+namespace rt {
+
+template <class T>
+int Arena<T>::add_param(std::string name, std::vector<int64_t> dims, ParamKind kind) {
+  if (finalized_) throw Error("arena: parameter " + name + " registered after finalize()");
+  ParamInfo p;
+  p.name = std::move(name);
+  p.count = std::accumulate(dims.begin(), dims.end(), size_t{1},
+                            [](size_t a, int64_t d) { return a * size_t(d); });
+  p.dims = std::move(dims);
+  p.kind = kind;
+  params_info_.push_back(std::move(p));
+  return int(params_info_.size()) - 1;
+}
+
+template <class T>
+int Arena<T>::add_state(std::string name, size_t count, T init) {
+  if (finalized_) throw Error("arena: state " + name + " registered after finalize()");
+  size_t off = state_info_.empty() ? 0 : state_info_.back().offset + state_info_.back().count;
+  state_info_.push_back({std::move(name), off, count});
+  state_init_.insert(state_init_.end(), count, init);
+  return int(state_info_.size()) - 1;
+}
+
+template <class T>
+void Arena<T>::finalize() {
+  if (finalized_) return;
+  constexpr size_t align = 64 / sizeof(T);  // each parameter starts on a cache line
+  size_t off = 0;
+  count_ = 0;
+  for (size_t i = params_info_.size(); i-- > 0;) {
+    params_info_[i].offset = off;
+    off += (params_info_[i].count + align - 1) / align * align;
+    count_ += params_info_[i].count;
+  }
+  size_ = off;
+  layout_.assign(params_info_.rbegin(), params_info_.rend());
+  params_.resize(size_);
+  grads_.resize(size_);
+  state_.resize(state_init_.size());
+  for (size_t i = 0; i < state_init_.size(); ++i) state_[i] = state_init_[i];
+  finalized_ = true;
+}
+
+template class Arena<float>;
+template class Arena<double>;
+
+}  // namespace rt
