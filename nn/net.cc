@@ -1,0 +1,470 @@
+// Graph execution: node types wrapping backend ops, gradient buffer reuse, FLOP accounting.
+#include "nn/net.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rt {
+namespace {
+
+template <class T>
+class ConvNode : public Node<T> {
+ public:
+  std::unique_ptr<ConvOp<T>> op;
+  ConvDesc desc;
+  void forward(Net<T>& net, bool) override {
+    auto& a = net.arena();
+    op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
+                desc.bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    int x = this->inputs[0];
+    T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
+    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
+                 a.grad(this->params[0]), desc.bias ? a.grad(this->params[1]) : nullptr);
+    if (dx) net.grad_done(x);
+  }
+};
+
+template <class T>
+class BatchNormNode : public Node<T> {
+ public:
+  std::unique_ptr<BatchNormOp<T>> op;
+  int running_mean = -1, running_var = -1;
+  void forward(Net<T>& net, bool train) override {
+    auto& a = net.arena();
+    const T* x = net.act(this->inputs[0]);
+    T* y = net.act(this->output);
+    if (train) {
+      op->forward_train(x, a.param(this->params[0]), a.param(this->params[1]), y,
+                        a.state_ptr(running_mean), a.state_ptr(running_var));
+    } else {
+      op->forward_eval(x, a.param(this->params[0]), a.param(this->params[1]),
+                       a.state_ptr(running_mean), a.state_ptr(running_var), y);
+    }
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    int x = this->inputs[0];
+    op->backward(net.act(x), a.param(this->params[0]), net.act(this->output),
+                 net.grad_of(this->output), net.grad_target(x), a.grad(this->params[0]),
+                 a.grad(this->params[1]));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class ReluNode : public Node<T> {
+ public:
+  std::unique_ptr<ReluOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.act(this->output), net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class MaxPoolNode : public Node<T> {
+ public:
+  std::unique_ptr<MaxPoolOp<T>> op;
+  void forward(Net<T>& net, bool train) override {
+    op->forward(net.act(this->inputs[0]), net.act(this->output), train);
+  }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.act(x), net.act(this->output), net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class GlobalAvgPoolNode : public Node<T> {
+ public:
+  std::unique_ptr<GlobalAvgPoolOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class LinearNode : public Node<T> {
+ public:
+  std::unique_ptr<LinearOp<T>> op;
+  LinearDesc desc;
+  void forward(Net<T>& net, bool) override {
+    auto& a = net.arena();
+    op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
+                desc.bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    int x = this->inputs[0];
+    T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
+    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
+                 a.grad(this->params[0]), desc.bias ? a.grad(this->params[1]) : nullptr);
+    if (dx) net.grad_done(x);
+  }
+};
+
+template <class T>
+class AddNode : public Node<T> {
+ public:
+  std::unique_ptr<AddOp<T>> op;
+  void forward(Net<T>& net, bool) override {
+    op->forward(net.act(this->inputs[0]), net.act(this->inputs[1]), net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    // In place: the ReLU-masked gradient overwrites the output's gradient, which both inputs share.
+    T* g = net.grad_of(this->output);
+    op->backward(net.act(this->output), g, g);
+    for (int x : this->inputs) net.grad_alias(x, this->output);
+  }
+};
+
+template <class T>
+class PadShortcutNode : public Node<T> {
+ public:
+  std::unique_ptr<PadShortcutOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class LossNode : public Node<T> {
+ public:
+  std::unique_ptr<SoftmaxXentOp<T>> op;
+  void forward(Net<T>& net, bool) override {
+    net.set_loss(net.labels() ? op->forward(net.act(this->inputs[0]), net.labels()) : 0.0);
+  }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.labels(), net.grad_target(x), net.loss_scale());
+    net.grad_done(x);
+  }
+};
+
+}  // namespace
+
+template <class T>
+Net<T>::Net(std::unique_ptr<Backend<T>> backend, Shape input) : backend_(std::move(backend)) {
+  RT_SHAPE_CHECK(input.numel() > 0, "network input shape ", input.str(), " is empty");
+  shapes_.push_back(input);
+}
+
+template <class T>
+Net<T>::~Net() = default;
+
+template <class T>
+void Net<T>::check_building(const std::string& what) const {
+  if (finalized_) throw Error("cannot add layer " + what + " after the network is finalized");
+}
+
+template <class T>
+int Net<T>::push(std::unique_ptr<Node<T>> node, const Shape& out) {
+  for (int x : node->inputs)
+    RT_SHAPE_CHECK(x >= 0 && x < int(shapes_.size()), "layer ", node->name, ": unknown input tensor ", x);
+  shapes_.push_back(out);
+  node->output = int(shapes_.size()) - 1;
+  nodes_.push_back(std::move(node));
+  return int(shapes_.size()) - 1;
+}
+
+template <class T>
+int Net<T>::conv(int x, const std::string& name, int64_t out_c, int64_t kernel, int64_t stride,
+                 int64_t pad, bool bias) {
+  ConvDesc d;
+  d.name = name;
+  d.out_c = out_c;
+  d.kernel_h = d.kernel_w = kernel;
+  d.stride_h = d.stride_w = stride;
+  d.pad_h = d.pad_w = pad;
+  d.bias = bias;
+  return conv(x, d);
+}
+
+template <class T>
+int Net<T>::conv(int x, ConvDesc d) {
+  check_building(d.name);
+  d.in = shapes_.at(x);
+  auto n = std::make_unique<ConvNode<T>>();
+  n->op = backend_->make_conv(d);
+  n->desc = d;
+  n->name = d.name;
+  n->inputs = {x};
+  n->params.push_back(add_param_(d.name + ".weight", {d.out_c, d.in.c, d.kernel_h, d.kernel_w},
+                                 ParamKind::conv_weight));
+  if (d.bias) n->params.push_back(add_param_(d.name + ".bias", {d.out_c}, ParamKind::bias));
+  Shape o = d.out();
+  n->flops = 2.0 * double(o.numel()) * double(d.in.c * d.kernel_h * d.kernel_w);
+  return push(std::move(n), o);
+}
+
+template <class T>
+int Net<T>::batchnorm(int x, const std::string& name, bool relu, double momentum, double eps) {
+  check_building(name);
+  BatchNormDesc d{name, shapes_.at(x), eps, momentum, relu};
+  auto n = std::make_unique<BatchNormNode<T>>();
+  n->op = backend_->make_batchnorm(d);
+  n->name = name;
+  n->inputs = {x};
+  n->params.push_back(add_param_(name + ".weight", {d.in.c}, ParamKind::bn_gamma));
+  n->params.push_back(add_param_(name + ".bias", {d.in.c}, ParamKind::bn_beta));
+  n->running_mean = add_state_(name + ".running_mean", size_t(d.in.c), T(0));
+  n->running_var = add_state_(name + ".running_var", size_t(d.in.c), T(1));
+  return push(std::move(n), d.in);
+}
+
+template <class T>
+int Net<T>::relu(int x, const std::string& name) {
+  check_building(name);
+  auto n = std::make_unique<ReluNode<T>>();
+  n->op = backend_->make_relu({name, shapes_.at(x)});
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), shapes_[x]);
+}
+
+template <class T>
+int Net<T>::maxpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad) {
+  check_building(name);
+  MaxPoolDesc d{name, shapes_.at(x), kernel, stride, pad};
+  auto n = std::make_unique<MaxPoolNode<T>>();
+  n->op = backend_->make_maxpool(d);
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), d.out());
+}
+
+template <class T>
+int Net<T>::global_avgpool(int x, const std::string& name) {
+  check_building(name);
+  GlobalAvgPoolDesc d{name, shapes_.at(x)};
+  auto n = std::make_unique<GlobalAvgPoolNode<T>>();
+  n->op = backend_->make_global_avgpool(d);
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), d.out());
+}
+
+template <class T>
+int Net<T>::linear(int x, const std::string& name, int64_t out_features, bool bias) {
+  check_building(name);
+  LinearDesc d{name, shapes_.at(x), out_features, bias};
+  auto n = std::make_unique<LinearNode<T>>();
+  n->op = backend_->make_linear(d);
+  n->desc = d;
+  n->name = name;
+  n->inputs = {x};
+  n->params.push_back(add_param_(name + ".weight", {out_features, d.in.chw()}, ParamKind::linear_weight));
+  if (bias) n->params.push_back(add_param_(name + ".bias", {out_features}, ParamKind::bias));
+  n->flops = 2.0 * double(d.in.n) * double(out_features) * double(d.in.chw());
+  return push(std::move(n), d.out());
+}
+
+template <class T>
+int Net<T>::add(int a, int b, const std::string& name, bool relu) {
+  check_building(name);
+  RT_SHAPE_CHECK(shapes_.at(a) == shapes_.at(b), "layer ", name, ": residual add of different shapes ",
+                 shapes_[a].str(), " and ", shapes_[b].str());
+  auto n = std::make_unique<AddNode<T>>();
+  n->op = backend_->make_add({name, shapes_[a], relu});
+  n->name = name;
+  n->inputs = {a, b};
+  return push(std::move(n), shapes_[a]);
+}
+
+template <class T>
+int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride) {
+  check_building(name);
+  PadShortcutDesc d{name, shapes_.at(x), out_c, stride};
+  auto n = std::make_unique<PadShortcutNode<T>>();
+  n->op = backend_->make_pad_shortcut(d);
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), d.out());
+}
+
+template <class T>
+void Net<T>::loss(int logits, double label_smoothing) {
+  check_building("loss");
+  SoftmaxXentDesc d{"loss", shapes_.at(logits), label_smoothing};
+  auto n = std::make_unique<LossNode<T>>();
+  n->op = backend_->make_softmax_xent(d);
+  n->name = "loss";
+  n->inputs = {logits};
+  logits_ = logits;
+  nodes_.push_back(std::move(n));  // produces no tensor
+}
+
+template <class T>
+void Net<T>::finalize() {
+  if (finalized_) return;
+  if (logits_ < 0) throw Error("network has no loss: call loss(logits, smoothing) before finalize()");
+  arena_.finalize();
+  acts_.resize(shapes_.size());
+  for (size_t i = 0; i < shapes_.size(); ++i) acts_[i].resize(backend_->act_size(shapes_[i]));
+  // Nodes run backward in reverse; their parameters were registered in forward order and laid
+  // out reversed, so after node i the finished gradients end where node i's first parameter ends.
+  ready_after_.assign(nodes_.size(), 0);
+  size_t ready = 0;
+  constexpr size_t align = 64 / sizeof(T);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    for (int p : nodes_[i]->params) {
+      const ParamInfo& pi = arena_.info(p);
+      ready = std::max(ready, pi.offset + (pi.count + align - 1) / align * align);
+    }
+    ready_after_[i] = ready;
+  }
+  grad_slot_.assign(shapes_.size(), -1);
+  scratch_slot_.assign(shapes_.size(), -1);
+  finalized_ = true;
+}
+
+template <class T>
+double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
+  if (!finalized_) throw Error("network used before finalize()");
+  backend_->act_import(input_nchw, shapes_[0], acts_[0].data());
+  labels_ = labels;
+  loss_ = 0.0;
+  for (auto& n : nodes_) n->forward(*this, train);
+  return loss_;
+}
+
+template <class T>
+void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_scale) {
+  if (!labels_) throw Error("backward() needs a forward() with labels first");
+  loss_scale_ = loss_scale;
+  std::fill(grad_slot_.begin(), grad_slot_.end(), -1);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    Node<T>& n = *nodes_[i];
+    n.backward(*this);
+    if (n.output >= 0 && grad_slot_[n.output] >= 0) {
+      slot_release(grad_slot_[n.output]);
+      grad_slot_[n.output] = -1;
+    }
+    if (on_ready && !n.params.empty()) on_ready(ready_after_[i]);
+  }
+  for (int& s : grad_slot_) {  // the input's gradient is never requested; nothing else remains
+    if (s >= 0) slot_release(s);
+    s = -1;
+  }
+  if (on_ready) on_ready(arena_.size());
+}
+
+template <class T>
+int Net<T>::slot_alloc(size_t elems) {
+  // Best fit among free slots; a new slot only while the first step discovers the sizes.
+  int best = -1;
+  for (size_t k = 0; k < free_slots_.size(); ++k) {
+    int s = free_slots_[k];
+    if (slots_[s].buf.size() >= elems && (best < 0 || slots_[s].buf.size() < slots_[free_slots_[best]].buf.size()))
+      best = int(k);
+  }
+  int s;
+  if (best >= 0) {
+    s = free_slots_[best];
+    free_slots_.erase(free_slots_.begin() + best);
+  } else {
+    slots_.emplace_back();
+    s = int(slots_.size()) - 1;
+    slots_[s].buf.resize(elems);
+  }
+  slots_[s].refs = 1;
+  return s;
+}
+
+template <class T>
+void Net<T>::slot_release(int s) {
+  if (--slots_[s].refs == 0) free_slots_.push_back(s);
+}
+
+template <class T>
+int Net<T>::slot_unshare(int id) {
+  int s = grad_slot_[id];
+  if (slots_[s].refs > 1) {  // still another tensor's gradient: copy before accumulating into it
+    size_t n = backend_->act_size(shapes_[id]);
+    int c = slot_alloc(n);
+    std::memcpy(slots_[c].buf.data(), slots_[s].buf.data(), n * sizeof(T));
+    slot_release(s);
+    grad_slot_[id] = s = c;
+  }
+  return s;
+}
+
+template <class T>
+T* Net<T>::grad_target(int id) {
+  size_t n = backend_->act_size(shapes_[id]);
+  if (grad_slot_[id] < 0) {
+    grad_slot_[id] = slot_alloc(n);
+    return slots_[grad_slot_[id]].buf.data();
+  }
+  scratch_slot_[id] = slot_alloc(n);
+  return slots_[scratch_slot_[id]].buf.data();
+}
+
+template <class T>
+void Net<T>::grad_done(int id) {
+  int sc = scratch_slot_[id];
+  if (sc < 0) return;
+  int s = slot_unshare(id);
+  backend_->accumulate(slots_[s].buf.data(), slots_[sc].buf.data(), backend_->act_size(shapes_[id]));
+  slot_release(sc);
+  scratch_slot_[id] = -1;
+}
+
+template <class T>
+void Net<T>::grad_alias(int id, int from) {
+  if (!needs_grad(id)) return;
+  int src = grad_slot_[from];
+  if (grad_slot_[id] < 0) {
+    grad_slot_[id] = src;
+    ++slots_[src].refs;
+    return;
+  }
+  int s = slot_unshare(id);
+  backend_->accumulate(slots_[s].buf.data(), slots_[src].buf.data(), backend_->act_size(shapes_[id]));
+}
+
+template <class T>
+void Net<T>::export_tensor(int id, T* nchw) const {
+  backend_->act_export(acts_[id].data(), shapes_[id], nchw);
+}
+
+template <class T>
+double Net<T>::forward_flops() const {
+  double f = 0;
+  for (auto& n : nodes_) f += n->flops;
+  return f;
+}
+
+template <class T>
+double Net<T>::train_flops() const {
+  // Backward costs the forward's FLOPs twice (data and weights), except where no input gradient
+  // is needed (the stem convolution).
+  double f = 0;
+  for (auto& n : nodes_) f += n->flops * (needs_grad(n->inputs[0]) ? 3.0 : 2.0);
+  return f;
+}
+
+template <class T>
+size_t Net<T>::activation_bytes() const {
+  size_t b = 0;
+  for (auto& a : acts_) b += a.size() * sizeof(T);
+  for (auto& s : slots_) b += s.buf.size() * sizeof(T);
+  return b;
+}
+
+template class Net<float>;
+template class Net<double>;
+
+}  // namespace rt

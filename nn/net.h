@@ -1,0 +1,130 @@
+// A network as a list of set-up layer nodes over numbered tensors, run forward and backward on
+// one backend, with parameters in one flat arena and gradients reported ready in backward order.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/arena.h"
+#include "nn/ops.h"
+
+namespace rt {
+
+template <class T>
+class Net;
+
+// One layer in the graph. Implementations live in net.cc.
+template <class T>
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual void forward(Net<T>& net, bool train) = 0;
+  virtual void backward(Net<T>& net) = 0;
+  std::string name;
+  std::vector<int> inputs;  // tensor ids
+  int output = -1;
+  std::vector<int> params;  // arena ids, in registration order
+  double flops = 0;         // forward multiply-adds x 2
+  bool has_weight_grad_flops = false;
+};
+
+template <class T>
+class Net {
+ public:
+  // input: the logical NCHW shape of one batch.
+  Net(std::unique_ptr<Backend<T>> backend, Shape input);
+  ~Net();
+
+  // --- building (returns the output tensor id) ---
+  int input() const { return 0; }
+  int conv(int x, const std::string& name, int64_t out_c, int64_t kernel, int64_t stride,
+           int64_t pad, bool bias = false);
+  int conv(int x, ConvDesc desc);  // any geometry; desc.in is filled from x
+  int batchnorm(int x, const std::string& name, bool relu, double momentum = 0.1, double eps = 1e-5);
+  int relu(int x, const std::string& name);
+  int maxpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad);
+  int global_avgpool(int x, const std::string& name);
+  int linear(int x, const std::string& name, int64_t out_features, bool bias = true);
+  int add(int a, int b, const std::string& name, bool relu);
+  int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
+  // Marks `logits` as the output and adds the softmax cross-entropy loss.
+  void loss(int logits, double label_smoothing);
+  // Lays out the arena and plans memory; no building after this.
+  void finalize();
+
+  // --- running ---
+  // Imports the NCHW batch, runs all layers; returns the mean loss (0 without labels).
+  double forward(const T* input_nchw, const int32_t* labels, bool train);
+  // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
+  // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()).
+  void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0);
+  // Copies a tensor (default: the logits) out in NCHW.
+  void export_tensor(int id, T* nchw) const;
+  int logits() const { return logits_; }
+
+  // --- access ---
+  Arena<T>& arena() { return arena_; }
+  const Arena<T>& arena() const { return arena_; }
+  Backend<T>& backend() { return *backend_; }
+  const Shape& shape(int id) const { return shapes_[id]; }
+  T* act(int id) { return acts_[id].data(); }
+  const int32_t* labels() const { return labels_; }
+  size_t num_nodes() const { return nodes_.size(); }
+  const Node<T>& node(size_t i) const { return *nodes_[i]; }
+  // FLOPs of one training step (forward, backward-data, backward-weights of conv and linear).
+  double train_flops() const;
+  double forward_flops() const;
+  // Bytes held for activations and gradient buffers after finalize().
+  size_t activation_bytes() const;
+
+  // Used by nodes during backward. grad_target(id): where to write tensor id's gradient (a
+  // second consumer's contribution goes to scratch and is summed in grad_done). grad_alias: the
+  // node's gradient for input id equals the one held for tensor `from` (no copy when possible).
+  T* grad_target(int id);
+  void grad_done(int id);
+  void grad_alias(int id, int from);
+  // The final gradient of tensor id, for its producer.
+  T* grad_of(int id) { return slots_[grad_slot_[id]].buf.data(); }
+  bool needs_grad(int id) const { return id != 0; }
+  int add_param_(const std::string& name, std::vector<int64_t> dims, ParamKind kind) {
+    return arena_.add_param(name, std::move(dims), kind);
+  }
+  int add_state_(const std::string& name, size_t n, T init) { return arena_.add_state(name, n, init); }
+  double loss_scale() const { return loss_scale_; }
+  double last_loss() const { return loss_; }
+  void set_loss(double l) { loss_ = l; }
+
+ private:
+  int push(std::unique_ptr<Node<T>> node, const Shape& out);
+  int slot_alloc(size_t elems);
+  void slot_release(int slot);
+  int slot_unshare(int id);
+  void check_building(const std::string& what) const;
+
+  std::unique_ptr<Backend<T>> backend_;
+  Arena<T> arena_;
+  std::vector<Shape> shapes_;
+  std::vector<Buffer<T>> acts_;
+  std::vector<std::unique_ptr<Node<T>>> nodes_;
+  std::vector<size_t> ready_after_;  // grads()[0, ready_after_[i]) final after node i's backward
+  int logits_ = -1;
+  bool finalized_ = false;
+  const int32_t* labels_ = nullptr;
+  double loss_scale_ = 1.0, loss_ = 0.0;
+
+  // Gradient buffers are slots reused across tensors whose gradients are not alive at the same
+  // time. Backward runs the same sequence every step, so after the first step the slots exist
+  // and are handed out identically: no allocation in the step.
+  struct Slot {
+    Buffer<T> buf;
+    int refs = 0;
+  };
+  std::vector<Slot> slots_;
+  std::vector<int> free_slots_;
+  std::vector<int> grad_slot_;     // tensor -> slot holding its gradient (-1: none yet)
+  std::vector<int> scratch_slot_;  // tensor -> slot holding a second contribution (-1: none)
+};
+
+}  // namespace rt

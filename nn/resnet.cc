@@ -1,0 +1,174 @@
+// ResNet builders and torchvision-compatible initialisation.
+#include "nn/resnet.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+namespace rt {
+namespace {
+
+struct Arch {
+  bool cifar;
+  bool bottleneck;
+  std::vector<int> blocks;
+};
+
+const std::map<std::string, Arch>& archs() {
+  static const std::map<std::string, Arch> m = {
+      {"resnet18", {false, false, {2, 2, 2, 2}}},   {"resnet34", {false, false, {3, 4, 6, 3}}},
+      {"resnet50", {false, true, {3, 4, 6, 3}}},    {"resnet101", {false, true, {3, 4, 23, 3}}},
+      {"resnet152", {false, true, {3, 8, 36, 3}}},  {"resnet20", {true, false, {3, 3, 3}}},
+      {"resnet32", {true, false, {5, 5, 5}}},       {"resnet44", {true, false, {7, 7, 7}}},
+      {"resnet56", {true, false, {9, 9, 9}}},       {"resnet110", {true, false, {18, 18, 18}}},
+  };
+  return m;
+}
+
+int64_t scaled(int64_t c, double width) {
+  return std::max<int64_t>(1, int64_t(std::lround(double(c) * width)));
+}
+
+// The last BN of each residual branch has this suffix in its name (zero-init-residual).
+template <class T>
+int shortcut_projection(Net<T>& net, int x, const std::string& p, int64_t out_c, int64_t stride) {
+  int s = net.conv(x, p + ".downsample.0", out_c, 1, stride, 0);
+  return net.batchnorm(s, p + ".downsample.1", false);
+}
+
+template <class T>
+int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a) {
+  int64_t in_c = net.shape(x).c;
+  int y = net.conv(x, p + ".conv1", planes, 3, stride, 1);
+  y = net.batchnorm(y, p + ".bn1", true);
+  y = net.conv(y, p + ".conv2", planes, 3, 1, 1);
+  y = net.batchnorm(y, p + ".bn2", false);
+  int sc = x;
+  if (stride != 1 || in_c != planes)
+    sc = pad_a ? net.pad_shortcut(x, p + ".shortcut", planes, stride)
+               : shortcut_projection(net, x, p, planes, stride);
+  return net.add(y, sc, p + ".add", true);
+}
+
+template <class T>
+int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride) {
+  int64_t in_c = net.shape(x).c, out_c = planes * 4;
+  int y = net.conv(x, p + ".conv1", planes, 1, 1, 0);
+  y = net.batchnorm(y, p + ".bn1", true);
+  y = net.conv(y, p + ".conv2", planes, 3, stride, 1);  // v1.5: stride on the 3x3
+  y = net.batchnorm(y, p + ".bn2", true);
+  y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
+  y = net.batchnorm(y, p + ".bn3", false);
+  int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride) : x;
+  return net.add(y, sc, p + ".add", true);
+}
+
+}  // namespace
+
+bool is_resnet_name(const std::string& name) { return archs().count(name) > 0; }
+
+template <class T>
+std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Backend<T>> backend) {
+  auto it = archs().find(cfg.name);
+  if (it == archs().end()) {
+    std::string known;
+    for (auto& [k, v] : archs()) known += (known.empty() ? "" : ", ") + k;
+    throw Error("unknown model '" + cfg.name + "' (known: " + known + ")");
+  }
+  if (cfg.num_classes <= 0)
+    throw ShapeError(str_cat("model ", cfg.name, ": class count must be positive, got ", cfg.num_classes));
+  if (cfg.batch <= 0 || cfg.image_size <= 0 || !(cfg.width > 0))
+    throw ShapeError(str_cat("model ", cfg.name, ": batch (", cfg.batch, "), image size (", cfg.image_size,
+                             ") and width (", cfg.width, ") must be positive"));
+  if (cfg.cifar_shortcut != "A" && cfg.cifar_shortcut != "B")
+    throw Error("model " + cfg.name + ": cifar_shortcut must be A or B, got '" + cfg.cifar_shortcut + "'");
+  const Arch& a = it->second;
+  auto net = std::make_unique<Net<T>>(std::move(backend), Shape{cfg.batch, 3, cfg.image_size, cfg.image_size});
+  int x = net->input();
+  if (a.cifar) {
+    x = net->conv(x, "conv1", scaled(16, cfg.width), 3, 1, 1);
+    x = net->batchnorm(x, "bn1", true);
+    const int64_t planes[3] = {16, 32, 64};
+    for (int s = 0; s < 3; ++s)
+      for (int b = 0; b < a.blocks[s]; ++b)
+        x = basic_block(*net, x, "layer" + std::to_string(s + 1) + "." + std::to_string(b),
+                        scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A");
+  } else {
+    x = net->conv(x, "conv1", scaled(64, cfg.width), 7, 2, 3);
+    x = net->batchnorm(x, "bn1", true);
+    x = net->maxpool(x, "maxpool", 3, 2, 1);
+    const int64_t planes[4] = {64, 128, 256, 512};
+    for (int s = 0; s < 4; ++s)
+      for (int b = 0; b < a.blocks[s]; ++b) {
+        std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+        int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride)
+                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false);
+      }
+  }
+  x = net->global_avgpool(x, "avgpool");
+  x = net->linear(x, "fc", cfg.num_classes, true);
+  net->loss(x, cfg.label_smoothing);
+  net->finalize();
+  init_resnet(*net, cfg.seed, cfg.zero_init_residual);
+  return net;
+}
+
+template <class T>
+void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
+  Arena<T>& a = net.arena();
+  std::mt19937_64 rng(seed);
+  // The last BN of a residual branch is the BN feeding an add node's first input.
+  std::vector<std::string> last_bn;
+  for (size_t i = 0; i < net.num_nodes(); ++i) {
+    const Node<T>& n = net.node(i);
+    if (n.inputs.size() == 2)
+      for (size_t j = 0; j < net.num_nodes(); ++j)
+        if (net.node(j).output == n.inputs[0]) last_bn.push_back(net.node(j).name + ".weight");
+  }
+  // Registration order (forward order) so that the values do not depend on the arena layout.
+  for (int id = 0; id < int(a.layout().size()); ++id) {
+    const ParamInfo& p = a.info(id);
+    T* w = a.param(id);
+    switch (p.kind) {
+      case ParamKind::conv_weight: {
+        double fan_out = double(p.dims[0] * p.dims[2] * p.dims[3]);
+        std::normal_distribution<double> d(0.0, std::sqrt(2.0 / fan_out));
+        for (size_t i = 0; i < p.count; ++i) w[i] = T(d(rng));
+        break;
+      }
+      case ParamKind::linear_weight:
+      case ParamKind::bias: {
+        // nn.Linear: kaiming_uniform(a=sqrt(5)) gives bound 1/sqrt(fan_in) for weight and bias.
+        // A bias follows its weight in registration order and shares its fan-in.
+        const ParamInfo& wi = p.kind == ParamKind::bias ? a.info(id - 1) : p;
+        int64_t fan_in = 1;
+        for (size_t k = 1; k < wi.dims.size(); ++k) fan_in *= wi.dims[k];
+        std::uniform_real_distribution<double> d(-1.0 / std::sqrt(double(fan_in)), 1.0 / std::sqrt(double(fan_in)));
+        for (size_t i = 0; i < p.count; ++i) w[i] = T(d(rng));
+        break;
+      }
+      case ParamKind::bn_gamma: {
+        bool zero = zero_init_residual && std::find(last_bn.begin(), last_bn.end(), p.name) != last_bn.end();
+        for (size_t i = 0; i < p.count; ++i) w[i] = zero ? T(0) : T(1);
+        break;
+      }
+      case ParamKind::bn_beta:
+        for (size_t i = 0; i < p.count; ++i) w[i] = T(0);
+        break;
+    }
+  }
+  auto st = a.state();
+  for (const StateInfo& s : a.state_layout()) {
+    bool var = s.name.size() > 4 && s.name.compare(s.name.size() - 4, 4, "_var") == 0;
+    for (size_t i = 0; i < s.count; ++i) st[s.offset + i] = var ? T(1) : T(0);
+  }
+}
+
+template std::unique_ptr<Net<float>> build_resnet(const ResNetConfig&, std::unique_ptr<Backend<float>>);
+template std::unique_ptr<Net<double>> build_resnet(const ResNetConfig&, std::unique_ptr<Backend<double>>);
+template void init_resnet(Net<float>&, uint64_t, bool);
+template void init_resnet(Net<double>&, uint64_t, bool);
+
+}  // namespace rt

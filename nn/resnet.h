@@ -1,0 +1,37 @@
+// ResNet builders: torchvision's ImageNet ResNets (v1.5: stride on the 3x3) and He et al.'s CIFAR
+// ResNets, with torchvision's parameter names and initialisation.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/net.h"
+
+namespace rt {
+
+struct ResNetConfig {
+  std::string name = "resnet50";   // resnet18/34/50/101/152, resnet20/32/44/56/110 (CIFAR)
+  int64_t num_classes = 1000;
+  int64_t image_size = 224;        // square input side
+  int64_t batch = 32;              // per-rank batch the network is set up for
+  double width = 1.0;              // multiplies every channel count (64.. or 16..)
+  bool zero_init_residual = false; // gamma = 0 on the last BN of each residual branch
+  std::string cifar_shortcut = "A";// CIFAR only: A = zero-padded identity, B = 1x1 projection
+  double label_smoothing = 0.0;
+  uint64_t seed = 0;               // initialisation seed
+};
+
+// Throws rt::Error for an unknown name or a bad class count / size / width.
+template <class T>
+std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Backend<T>> backend);
+
+// torchvision's initialisation: Kaiming-normal (fan_out, ReLU gain) convolutions, BN gamma 1 /
+// beta 0 (gamma 0 on the last BN of each branch with zero_init_residual), nn.Linear's default
+// uniform(+-1/sqrt(fan_in)) for the classifier; running mean 0, running variance 1.
+template <class T>
+void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual);
+
+// True for the names build_resnet knows.
+bool is_resnet_name(const std::string& name);
+
+}  // namespace rt

@@ -1,0 +1,119 @@
+// ResNet builders: parameter counts equal torchvision's, names, initialisation, bad input.
+#include "nn/resnet.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace rt {
+namespace {
+
+std::unique_ptr<Net<float>> build(const std::string& name, int64_t classes = 1000, int64_t size = 64,
+                                  bool zero_init = false, std::string shortcut = "A") {
+  ResNetConfig c;
+  c.name = name;
+  c.num_classes = classes;
+  c.image_size = size;
+  c.batch = 1;
+  c.zero_init_residual = zero_init;
+  c.cifar_shortcut = shortcut;
+  return build_resnet<float>(c, make_backend<float>("reference"));
+}
+
+TEST(ResNet, ParameterCountsEqualTorchvision) {
+  // torchvision.models.resnetXX(num_classes=1000): sum(p.numel() for p in model.parameters()).
+  EXPECT_EQ(build("resnet18")->arena().param_count(), 11689512u);
+  EXPECT_EQ(build("resnet34")->arena().param_count(), 21797672u);
+  EXPECT_EQ(build("resnet50")->arena().param_count(), 25557032u);
+  EXPECT_EQ(build("resnet101")->arena().param_count(), 44549160u);
+  EXPECT_EQ(build("resnet152")->arena().param_count(), 60192808u);
+}
+
+TEST(ResNet, CifarParameterCounts) {
+  // He et al. 2016: ResNet-20 0.27M, ResNet-110 1.7M (counts from the PyTorch definition).
+  EXPECT_EQ(build("resnet20", 10, 32)->arena().param_count(), 269722u);
+  EXPECT_EQ(build("resnet20", 10, 32, false, "B")->arena().param_count(), 272474u);
+  EXPECT_EQ(build("resnet110", 10, 32)->arena().param_count(), 1727962u);
+}
+
+TEST(ResNet, TorchvisionNamesAndBackwardOrder) {
+  auto net = build("resnet50");
+  const auto& layout = net->arena().layout();
+  EXPECT_EQ(layout.front().name, "fc.bias");  // produced first by backward
+  EXPECT_EQ(layout[1].name, "fc.weight");
+  EXPECT_EQ(layout.back().name, "conv1.weight");
+  bool found = false;
+  for (auto& p : layout) found |= p.name == "layer1.0.downsample.0.weight";
+  EXPECT_TRUE(found);
+  EXPECT_EQ(net->arena().state_layout().front().name, "bn1.running_mean");
+  EXPECT_EQ(net->shape(net->logits()), (Shape{1, 1000, 1, 1}));
+}
+
+TEST(ResNet, AnyClassCountSizeAndWidth) {
+  ResNetConfig c;
+  c.name = "resnet18";
+  c.num_classes = 7;
+  c.image_size = 96;
+  c.batch = 2;
+  c.width = 0.5;
+  auto net = build_resnet<float>(c, make_backend<float>("reference"));
+  EXPECT_EQ(net->shape(net->logits()), (Shape{2, 7, 1, 1}));
+  EXPECT_EQ(net->arena().layout()[1].dims, (std::vector<int64_t>{7, 256}));
+}
+
+TEST(ResNet, TorchvisionInitialisation) {
+  auto net = build("resnet50", 1000, 64, /*zero_init=*/true);
+  auto& a = net->arena();
+  for (int id = 0; id < int(a.layout().size()); ++id) {
+    const ParamInfo& p = a.info(id);
+    const float* w = a.param(id);
+    if (p.name == "layer3.0.conv2.weight") {  // 256 x 256 x 3 x 3: std sqrt(2 / (256 * 9))
+      double s2 = 0;
+      for (size_t i = 0; i < p.count; ++i) s2 += double(w[i]) * w[i];
+      EXPECT_NEAR(std::sqrt(s2 / p.count), std::sqrt(2.0 / (256 * 9)), 0.002);
+    }
+    if (p.name == "fc.weight") {
+      float mx = 0;
+      for (size_t i = 0; i < p.count; ++i) mx = std::max(mx, std::fabs(w[i]));
+      EXPECT_LE(mx, 1.0f / std::sqrt(2048.0f));
+      EXPECT_GT(mx, 0.9f / std::sqrt(2048.0f));
+    }
+    if (p.kind == ParamKind::bn_gamma) {
+      bool last = p.name.find(".bn3.") != std::string::npos;
+      EXPECT_EQ(w[0], last ? 0.0f : 1.0f) << p.name;
+    }
+    if (p.kind == ParamKind::bn_beta) {
+      EXPECT_EQ(w[0], 0.0f) << p.name;
+    }
+  }
+  // Same seed, same values: every rank can initialise identically.
+  auto again = build("resnet50", 1000, 64, true);
+  EXPECT_TRUE(std::equal(a.params().begin(), a.params().end(), again->arena().params().begin()));
+}
+
+TEST(ResNet, BadInputNamesTheProblem) {
+  try {
+    build("resnet51");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet51"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("resnet50"), std::string::npos);  // lists the known ones
+  }
+  try {
+    build("resnet18", 0);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("class count"), std::string::npos);
+  }
+  // 8x8 images shrink to nothing before the last stage's 3x3 convolution.
+  try {
+    build("resnet18", 10, 8);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(make_backend<float>("tpu"), Error);
+}
+
+}  // namespace
+}  // namespace rt
