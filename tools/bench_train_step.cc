@@ -1,0 +1,178 @@
+// Training-step benchmark: images/s of forward + backward + SGD update on a synthetic batch,
+// median and spread over clean repeats, peak resident memory, and achieved GFLOP/s against the
+// machine's measured fp32 peak (a large oneDNN sgemm).
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "nn/optimizer.h"
+#include "nn/resnet.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// CPU-seconds used by all processes (user + nice + system) and by this process.
+double machine_busy_s() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  long long user = 0, nice = 0, sys = 0;
+  f >> cpu >> user >> nice >> sys;
+  return double(user + nice + sys) / double(sysconf(_SC_CLK_TCK));
+}
+double process_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+struct Args {
+  std::string model = "resnet50", backend = "onednn";
+  int64_t batch = 32, size = 224, classes = 0;
+  int threads = 0, warmup = 2, iters = 6;
+  double time_cap = 150;
+  bool peak = false;
+};
+
+[[noreturn]] void usage(int rc) {
+  std::printf(
+      "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
+      "                        [--threads N] [--backend onednn|reference] [--warmup 2] [--iters 6]\n"
+      "                        [--time-cap 150] [--peak]\n"
+      "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
+      "during which other processes used the CPU is reported with '*' and left out when at least\n"
+      "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm.\n");
+  std::exit(rc);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_train_step: %s needs a value\n", k.c_str());
+        usage(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--model") a.model = val();
+    else if (k == "--backend") a.backend = val();
+    else if (k == "--batch") a.batch = std::stoll(val());
+    else if (k == "--size") a.size = std::stoll(val());
+    else if (k == "--classes") a.classes = std::stoll(val());
+    else if (k == "--threads") a.threads = std::stoi(val());
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--time-cap") a.time_cap = std::stod(val());
+    else if (k == "--peak") a.peak = true;
+    else if (k == "--help" || k == "-h") usage(0);
+    else {
+      std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
+      usage(2);
+    }
+  }
+  return a;
+}
+
+// Best of 5 large sgemms: the practical fp32 ceiling of this machine with these threads.
+double sgemm_peak_gflops() {
+  const int n = 3072;
+  std::vector<float> A(size_t(n) * n, 0.5f), B(size_t(n) * n, 0.25f), C(size_t(n) * n, 0.f);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    double t0 = now_s();
+    dnnl_sgemm('N', 'N', n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+    best = std::max(best, 2.0 * n * n * double(n) / (now_s() - t0) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Args a = parse(argc, argv);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  int threads = omp_get_max_threads();
+
+  rt::ResNetConfig cfg;
+  cfg.name = a.model;
+  cfg.batch = a.batch;
+  cfg.image_size = a.size;
+  // CIFAR models default to 10 classes, ImageNet ones to 1000 (as the PyTorch peer script).
+  bool cifar = a.model == "resnet20" || a.model == "resnet32" || a.model == "resnet44" ||
+               a.model == "resnet56" || a.model == "resnet110";
+  cfg.num_classes = a.classes > 0 ? a.classes : cifar ? 10 : 1000;
+  auto net = rt::build_resnet<float>(cfg, rt::make_backend<float>(a.backend));
+  rt::Sgd<float> opt(net->arena().layout(), rt::SgdConfig{});
+
+  std::mt19937_64 rng(0);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(net->shape(0).numel()));
+  for (auto& v : x) v = nd(rng);
+  std::vector<int32_t> y(size_t(a.batch));
+  for (auto& v : y) v = int32_t(rng() % uint64_t(cfg.num_classes));
+
+  double loss = 0;
+  auto step = [&] {
+    loss = net->forward(x.data(), y.data(), true);
+    net->backward();
+    opt.step(net->arena().params().data(), net->arena().grads().data(), 0.01);
+  };
+  for (int i = 0; i < a.warmup; ++i) step();
+
+  std::vector<double> all, clean;
+  std::string log;
+  double t_start = now_s();
+  while (int(clean.size()) < a.iters && int(all.size()) < 3 * a.iters && now_s() - t_start < a.time_cap) {
+    double b0 = machine_busy_s(), c0 = process_cpu_s(), t0 = now_s();
+    step();
+    double dt = now_s() - t0, foreign = (machine_busy_s() - b0) - (process_cpu_s() - c0);
+    bool ok = foreign < std::max(0.05 * dt, 0.03);
+    all.push_back(dt);
+    if (ok) clean.push_back(dt);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %.3f%s", dt, ok ? "" : "*");
+    log += buf;
+  }
+  if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
+  std::vector<double> use = clean.size() >= 3 ? clean : all;
+  std::sort(use.begin(), use.end());
+  double med = use.size() % 2 ? use[use.size() / 2] : 0.5 * (use[use.size() / 2 - 1] + use[use.size() / 2]);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  double gflop = net->train_flops() / 1e9;
+  std::printf(
+      "RESULT,ringtrain,%s,train,batch=%lld,size=%lld,threads=%d,backend=%s,params=%zu,clean_iters=%zu,"
+      "total_iters=%zu,median_s=%.4f,min_s=%.4f,max_s=%.4f,img_per_s=%.2f,img_per_s_best=%.2f,"
+      "img_per_s_worst=%.2f,gflop_per_step=%.1f,gflops=%.1f,peak_rss_mb=%.0f,status=%s\n",
+      a.model.c_str(), (long long)a.batch, (long long)a.size, threads, a.backend.c_str(),
+      net->arena().param_count(), clean.size(), all.size(), med, use.front(), use.back(), a.batch / med,
+      a.batch / use.front(), a.batch / use.back(), gflop, gflop / med, double(ru.ru_maxrss) / 1024.0,
+      clean.size() >= 3 ? "clean" : "CONTENDED");
+  std::printf("# per-iter wall s (* = disturbed by other processes, excluded):%s\n", log.c_str());
+  if (a.peak) {
+    double peak = sgemm_peak_gflops();
+    std::printf("PEAK,threads=%d,sgemm_gflops=%.1f,step_gflops=%.1f,fraction=%.3f\n", threads, peak,
+                gflop / med, gflop / med / peak);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+  return 1;
+}

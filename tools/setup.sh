@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package ringtrain needs to build and test (idempotent; run as root).
+#   tools/setup.sh            build + test dependencies
+#   tools/setup.sh --peers    also what the peer measurements need (PyTorch, jemalloc)
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config
+  libdnnl-dev                        # oneDNN: the CPU backend
+  openmpi-bin libopenmpi-dev         # MPI point-to-point transport for the ring allreduce
+  libopencv-dev                      # image decode and augmentation
+  libyaml-cpp-dev                    # configuration files
+  libgtest-dev libgmock-dev          # tests
+)
+if [[ "${1:-}" == "--peers" ]]; then
+  pkgs+=(python3-torch python3-torchvision libjemalloc2)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#pkgs[@]} packages already installed"
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup: missing packages: ${missing[*]} (run as root, or: sudo $0 $*)" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
