@@ -1,0 +1,217 @@
+// Reference convolution (im2col + loop GEMM) and fully connected layer, NCHW, float or double.
+#include <algorithm>
+#include <vector>
+
+#include "nn/ref/ref_ops.h"
+#include "nn/tensor.h"
+
+namespace rt::ref {
+namespace {
+
+// Parallel loops write disjoint outputs and keep a fixed summation order inside each, so results
+// do not depend on the thread count.
+template <class T>
+class RefConv final : public ConvOp<T> {
+ public:
+  explicit RefConv(const ConvDesc& d)
+      : d_(d),
+        out_(d.out()),
+        k_(d.in.c * d.kernel_h * d.kernel_w),
+        p_(out_.h * out_.w),
+        col_(size_t(k_ * p_)),
+        dcol_(size_t(k_ * p_)),
+        dw_acc_(size_t(d.weight_count())),
+        db_acc_(size_t(d.out_c)) {}
+
+  void forward(const T* x, const T* w, const T* b, T* y) override {
+    for (int64_t n = 0; n < d_.in.n; ++n) {
+      im2col(x + n * d_.in.chw());
+      T* yn = y + n * out_.chw();
+      const T* col = col_.data();
+      const int64_t K = k_, P = p_;
+#pragma omp parallel for schedule(static) if (d_.out_c * K * P > kParallelWork)
+      for (int64_t o = 0; o < d_.out_c; ++o) {
+        T* yo = yn + o * P;
+        const T bias = (d_.bias && b) ? b[o] : T(0);
+        for (int64_t p = 0; p < P; ++p) yo[p] = bias;
+        const T* wo = w + o * K;
+        for (int64_t k = 0; k < K; ++k) {
+          const T wk = wo[k];
+          const T* ck = col + k * P;
+          for (int64_t p = 0; p < P; ++p) yo[p] += wk * ck[p];
+        }
+      }
+    }
+  }
+
+  void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) override {
+    std::fill(dw_acc_.begin(), dw_acc_.end(), 0.0);
+    std::fill(db_acc_.begin(), db_acc_.end(), 0.0);
+    const int64_t K = k_, P = p_;
+    for (int64_t n = 0; n < d_.in.n; ++n) {
+      im2col(x + n * d_.in.chw());
+      const T* dyn = dy + n * out_.chw();
+      const T* col = col_.data();
+      double* dw_acc = dw_acc_.data();
+      double* db_acc = db_acc_.data();
+#pragma omp parallel for schedule(static) if (d_.out_c * K * P > kParallelWork)
+      for (int64_t o = 0; o < d_.out_c; ++o) {
+        const T* dyo = dyn + o * P;
+        double s = 0;
+        for (int64_t p = 0; p < P; ++p) s += dyo[p];
+        db_acc[o] += s;
+        for (int64_t k = 0; k < K; ++k) {
+          const T* ck = col + k * P;
+          double acc = 0;
+          for (int64_t p = 0; p < P; ++p) acc += double(dyo[p]) * double(ck[p]);
+          dw_acc[o * K + k] += acc;
+        }
+      }
+      if (dx) {
+        T* dcol = dcol_.data();
+#pragma omp parallel for schedule(static) if (d_.out_c * K * P > kParallelWork)
+        for (int64_t k = 0; k < K; ++k) {
+          T* dk = dcol + k * P;
+          for (int64_t p = 0; p < P; ++p) dk[p] = T(0);
+          for (int64_t o = 0; o < d_.out_c; ++o) {
+            const T wk = w[o * K + k];
+            const T* dyo = dyn + o * P;
+            for (int64_t p = 0; p < P; ++p) dk[p] += wk * dyo[p];
+          }
+        }
+        col2im(dx + n * d_.in.chw());
+      }
+    }
+    for (int64_t i = 0; i < d_.weight_count(); ++i) dw[i] = T(dw_acc_[size_t(i)]);
+    if (d_.bias && db)
+      for (int64_t o = 0; o < d_.out_c; ++o) db[o] = T(db_acc_[size_t(o)]);
+  }
+
+ private:
+  // col_[k][p] = x[c][oh*sh - ph + i][ow*sw - pw + j] (0 outside), k = (c*kh + i)*kw + j.
+  void im2col(const T* x) {
+    T* col = col_.data();
+    const auto& d = d_;
+    const int64_t OH = out_.h, OW = out_.w, P = p_;
+#pragma omp parallel for schedule(static) if (k_ * P > kParallelWork)
+    for (int64_t c = 0; c < d.in.c; ++c) {
+      const T* xc = x + c * d.in.h * d.in.w;
+      for (int64_t i = 0; i < d.kernel_h; ++i)
+        for (int64_t j = 0; j < d.kernel_w; ++j) {
+          T* ck = col + ((c * d.kernel_h + i) * d.kernel_w + j) * P;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const int64_t ih = oh * d.stride_h - d.pad_h + i;
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              const int64_t iw = ow * d.stride_w - d.pad_w + j;
+              const bool inside = ih >= 0 && ih < d.in.h && iw >= 0 && iw < d.in.w;
+              ck[oh * OW + ow] = inside ? xc[ih * d.in.w + iw] : T(0);
+            }
+          }
+        }
+    }
+  }
+
+  // The adjoint of im2col: dx[c][ih][iw] = sum of dcol_ entries that read it. One channel per
+  // thread, so no two threads touch the same element.
+  void col2im(T* dx) {
+    const T* dcol = dcol_.data();
+    const auto& d = d_;
+    const int64_t OH = out_.h, OW = out_.w, P = p_;
+#pragma omp parallel for schedule(static) if (k_ * P > kParallelWork)
+    for (int64_t c = 0; c < d.in.c; ++c) {
+      T* dxc = dx + c * d.in.h * d.in.w;
+      for (int64_t e = 0; e < d.in.h * d.in.w; ++e) dxc[e] = T(0);
+      for (int64_t i = 0; i < d.kernel_h; ++i)
+        for (int64_t j = 0; j < d.kernel_w; ++j) {
+          const T* dk = dcol + ((c * d.kernel_h + i) * d.kernel_w + j) * P;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const int64_t ih = oh * d.stride_h - d.pad_h + i;
+            if (ih < 0 || ih >= d.in.h) continue;
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              const int64_t iw = ow * d.stride_w - d.pad_w + j;
+              if (iw >= 0 && iw < d.in.w) dxc[ih * d.in.w + iw] += dk[oh * OW + ow];
+            }
+          }
+        }
+    }
+  }
+
+  ConvDesc d_;
+  Shape out_;
+  int64_t k_, p_;  // GEMM sizes: reduction C*KH*KW, output pixels OH*OW
+  Buffer<T> col_, dcol_;
+  std::vector<double> dw_acc_, db_acc_;  // weight gradients summed over the batch in double
+};
+
+template <class T>
+class RefLinear final : public LinearOp<T> {
+ public:
+  explicit RefLinear(const LinearDesc& d) : d_(d), in_(d.in.chw()), out_(d.out_features) {}
+
+  void forward(const T* x, const T* w, const T* b, T* y) override {
+    const int64_t I = in_, O = out_;
+    for (int64_t n = 0; n < d_.in.n; ++n) {
+      const T* xn = x + n * I;
+#pragma omp parallel for schedule(static) if (O * I > kParallelWork)
+      for (int64_t o = 0; o < O; ++o) {
+        const T* wo = w + o * I;
+        double acc = (d_.bias && b) ? double(b[o]) : 0.0;
+        for (int64_t i = 0; i < I; ++i) acc += double(xn[i]) * double(wo[i]);
+        y[n * O + o] = T(acc);
+      }
+    }
+  }
+
+  void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) override {
+    const int64_t I = in_, O = out_, N = d_.in.n;
+    if (dx) {
+      for (int64_t n = 0; n < N; ++n) {
+        const T* dyn = dy + n * O;
+#pragma omp parallel for schedule(static) if (O * I > kParallelWork)
+        for (int64_t i = 0; i < I; ++i) {
+          double acc = 0;
+          for (int64_t o = 0; o < O; ++o) acc += double(dyn[o]) * double(w[o * I + i]);
+          dx[n * I + i] = T(acc);
+        }
+      }
+    }
+#pragma omp parallel for schedule(static) if (N * O * I > kParallelWork)
+    for (int64_t o = 0; o < O; ++o) {
+      for (int64_t i = 0; i < I; ++i) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) acc += double(dy[n * O + o]) * double(x[n * I + i]);
+        dw[o * I + i] = T(acc);
+      }
+      if (d_.bias && db) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) acc += dy[n * O + o];
+        db[o] = T(acc);
+      }
+    }
+  }
+
+ private:
+  LinearDesc d_;
+  int64_t in_, out_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc& d) {
+  d.validate();
+  return std::make_unique<RefConv<T>>(d);
+}
+
+template <class T>
+std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc& d) {
+  d.validate();
+  return std::make_unique<RefLinear<T>>(d);
+}
+
+template std::unique_ptr<ConvOp<float>> make_conv<float>(const ConvDesc&);
+template std::unique_ptr<ConvOp<double>> make_conv<double>(const ConvDesc&);
+template std::unique_ptr<LinearOp<float>> make_linear<float>(const LinearDesc&);
+template std::unique_ptr<LinearOp<double>> make_linear<double>(const LinearDesc&);
+
+}  // namespace rt::ref

@@ -1,0 +1,171 @@
+// Reference element-wise layers (ReLU, residual add, zero-padded shortcut) and softmax
+// cross-entropy with label smoothing.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "nn/ref/ref_ops.h"
+
+namespace rt::ref {
+namespace {
+
+template <class T>
+class RefRelu final : public ReluOp<T> {
+ public:
+  explicit RefRelu(const ReluDesc& d) : n_(d.in.numel()) {}
+  void forward(const T* x, T* y) override {
+    for (int64_t i = 0; i < n_; ++i) y[i] = T(relu_value(x[i]));
+  }
+  // The mask comes from the output, as torch's threshold_backward does.
+  void backward(const T* y, const T* dy, T* dx) override {
+    for (int64_t i = 0; i < n_; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  }
+
+ private:
+  int64_t n_;
+};
+
+template <class T>
+class RefAdd final : public AddOp<T> {
+ public:
+  explicit RefAdd(const AddDesc& d) : n_(d.in.numel()), relu_(d.relu) {}
+  void forward(const T* a, const T* b, T* y) override {
+    for (int64_t i = 0; i < n_; ++i) {
+      const T s = a[i] + b[i];
+      y[i] = relu_ ? T(relu_value(s)) : s;
+    }
+  }
+  // Element-wise with each dy[i] read before dx[i] is written, so dx may alias dy.
+  void backward(const T* y, const T* dy, T* dx) override {
+    for (int64_t i = 0; i < n_; ++i) dx[i] = (!relu_ || y[i] > T(0)) ? dy[i] : T(0);
+  }
+
+ private:
+  int64_t n_;
+  bool relu_;
+};
+
+template <class T>
+class RefPadShortcut final : public PadShortcutOp<T> {
+ public:
+  explicit RefPadShortcut(const PadShortcutDesc& d)
+      : d_(d), out_(d.out()), before_((d.out_c - d.in.c) / 2) {}
+
+  void forward(const T* x, T* y) override {
+    const Shape& in = d_.in;
+    for (int64_t n = 0; n < in.n; ++n)
+      for (int64_t c = 0; c < out_.c; ++c) {
+        T* yp = y + (n * out_.c + c) * out_.h * out_.w;
+        const int64_t ic = c - before_;
+        const bool zero = ic < 0 || ic >= in.c;
+        const T* xp = x + (n * in.c + ic) * in.h * in.w;
+        for (int64_t oh = 0; oh < out_.h; ++oh)
+          for (int64_t ow = 0; ow < out_.w; ++ow)
+            yp[oh * out_.w + ow] = zero ? T(0) : xp[oh * d_.stride * in.w + ow * d_.stride];
+      }
+  }
+
+  void backward(const T* dy, T* dx) override {
+    const Shape& in = d_.in;
+    for (int64_t i = 0; i < in.numel(); ++i) dx[i] = T(0);
+    for (int64_t n = 0; n < in.n; ++n)
+      for (int64_t ic = 0; ic < in.c; ++ic) {
+        const T* dyp = dy + (n * out_.c + ic + before_) * out_.h * out_.w;
+        T* dxp = dx + (n * in.c + ic) * in.h * in.w;
+        for (int64_t oh = 0; oh < out_.h; ++oh)
+          for (int64_t ow = 0; ow < out_.w; ++ow)
+            dxp[oh * d_.stride * in.w + ow * d_.stride] = dyp[oh * out_.w + ow];
+      }
+  }
+
+ private:
+  PadShortcutDesc d_;
+  Shape out_;
+  int64_t before_;  // zero channels ahead of the copied ones
+};
+
+template <class T>
+class RefSoftmaxXent final : public SoftmaxXentOp<T> {
+ public:
+  explicit RefSoftmaxXent(const SoftmaxXentDesc& d)
+      : d_(d), n_(d.in.n), k_(d.in.c), prob_(size_t(n_ * k_)) {}
+
+  double forward(const T* logits, const int32_t* labels) override {
+    check_labels(labels);
+    const double eps = d_.label_smoothing;
+    double total = 0;
+    for (int64_t n = 0; n < n_; ++n) {
+      const T* z = logits + n * k_;
+      // log p_k = z_k - (m + log sum exp(z - m)) with m the max: no overflow for large logits.
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t k = 0; k < k_; ++k) m = std::max(m, double(z[k]));
+      double se = 0;
+      for (int64_t k = 0; k < k_; ++k) se += std::exp(double(z[k]) - m);
+      const double lse = m + std::log(se);
+      double sum_logp = 0;
+      for (int64_t k = 0; k < k_; ++k) {
+        const double logp = double(z[k]) - lse;
+        sum_logp += logp;
+        prob_[size_t(n * k_ + k)] = std::exp(logp);
+      }
+      const double logp_label = double(z[labels[n]]) - lse;
+      total += -(1 - eps) * logp_label - eps / double(k_) * sum_logp;
+    }
+    return total / double(n_);
+  }
+
+  // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K.
+  void backward(const int32_t* labels, T* dlogits, double scale) override {
+    check_labels(labels);
+    const double eps = d_.label_smoothing, f = scale / double(n_);
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t k = 0; k < k_; ++k) {
+        const double target = (k == labels[n] ? 1 - eps : 0.0) + eps / double(k_);
+        dlogits[n * k_ + k] = T((prob_[size_t(n * k_ + k)] - target) * f);
+      }
+  }
+
+ private:
+  void check_labels(const int32_t* labels) const {
+    for (int64_t n = 0; n < n_; ++n)
+      if (labels[n] < 0 || labels[n] >= k_)
+        throw Error(str_cat("layer ", d_.name, ": label ", labels[n], " at batch index ", n,
+                            " is outside [0, ", k_, ") for logits ", d_.in.str()));
+  }
+
+  SoftmaxXentDesc d_;
+  int64_t n_, k_;
+  std::vector<double> prob_;  // softmax of the last forward, for backward
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc& d) {
+  return std::make_unique<RefRelu<T>>(d);
+}
+template <class T>
+std::unique_ptr<AddOp<T>> make_add(const AddDesc& d) {
+  return std::make_unique<RefAdd<T>>(d);
+}
+template <class T>
+std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc& d) {
+  d.validate();
+  return std::make_unique<RefPadShortcut<T>>(d);
+}
+template <class T>
+std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d) {
+  d.validate();
+  return std::make_unique<RefSoftmaxXent<T>>(d);
+}
+
+template std::unique_ptr<ReluOp<float>> make_relu<float>(const ReluDesc&);
+template std::unique_ptr<ReluOp<double>> make_relu<double>(const ReluDesc&);
+template std::unique_ptr<AddOp<float>> make_add<float>(const AddDesc&);
+template std::unique_ptr<AddOp<double>> make_add<double>(const AddDesc&);
+template std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut<float>(const PadShortcutDesc&);
+template std::unique_ptr<PadShortcutOp<double>> make_pad_shortcut<double>(const PadShortcutDesc&);
+template std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent<float>(const SoftmaxXentDesc&);
+template std::unique_ptr<SoftmaxXentOp<double>> make_softmax_xent<double>(const SoftmaxXentDesc&);
+
+}  // namespace rt::ref

@@ -1,0 +1,111 @@
+// Reference batch normalisation (PyTorch semantics) with an optional fused ReLU.
+#include <cmath>
+#include <vector>
+
+#include "nn/ref/ref_ops.h"
+
+namespace rt::ref {
+namespace {
+
+template <class T>
+class RefBatchNorm final : public BatchNormOp<T> {
+ public:
+  explicit RefBatchNorm(const BatchNormDesc& d)
+      : d_(d), hw_(d.in.h * d.in.w), m_(d.in.n * d.in.h * d.in.w),
+        mean_(size_t(d.in.c)), invstd_(size_t(d.in.c)) {}
+
+  void forward_train(const T* x, const T* gamma, const T* beta, T* y, T* running_mean,
+                     T* running_var) override {
+    // PyTorch refuses this too: the unbiased variance of one value is undefined.
+    RT_SHAPE_CHECK(m_ > 1, "layer ", d_.name, ": batch norm training needs more than one value per ",
+                   "channel, got input ", d_.in.str());
+    const int64_t C = d_.in.c;
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = 0;
+      for_channel(c, [&](int64_t i) { sum += x[i]; });
+      const double mean = sum / double(m_);
+      double sq = 0;  // two passes: no cancellation for large means
+      for_channel(c, [&](int64_t i) { sq += (x[i] - mean) * (x[i] - mean); });
+      const double var = sq / double(m_);
+      mean_[size_t(c)] = mean;
+      invstd_[size_t(c)] = 1.0 / std::sqrt(var + d_.eps);
+      normalise(c, x, gamma, beta, mean, invstd_[size_t(c)], y);
+      const double mom = d_.momentum;
+      running_mean[c] = T((1 - mom) * double(running_mean[c]) + mom * mean);
+      running_var[c] = T((1 - mom) * double(running_var[c]) + mom * sq / double(m_ - 1));
+    }
+  }
+
+  void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
+                    const T* running_var, T* y) override {
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < d_.in.c; ++c)
+      normalise(c, x, gamma, beta, double(running_mean[c]),
+                1.0 / std::sqrt(double(running_var[c]) + d_.eps), y);
+  }
+
+  // With g = dy (masked by y > 0 under the fused ReLU) and xhat the normalised input:
+  // dbeta = sum g, dgamma = sum g xhat, dx = gamma invstd / M (M g - dbeta - xhat dgamma).
+  void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
+                T* dbeta) override {
+    const bool relu = d_.relu;
+    auto grad = [&](int64_t i) { return (relu && !(y[i] > T(0))) ? 0.0 : double(dy[i]); };
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < d_.in.c; ++c) {
+      const double mean = mean_[size_t(c)], invstd = invstd_[size_t(c)];
+      double sg = 0, sgx = 0;
+      for_channel(c, [&](int64_t i) {
+        const double g = grad(i);
+        sg += g;
+        sgx += g * (x[i] - mean) * invstd;
+      });
+      dbeta[c] = T(sg);
+      dgamma[c] = T(sgx);
+      if (!dx) continue;
+      const double scale = double(gamma[c]) * invstd / double(m_);
+      const double M = double(m_);
+      for_channel(c, [&](int64_t i) {
+        const double xhat = (x[i] - mean) * invstd;
+        dx[i] = T(scale * (M * grad(i) - sg - xhat * sgx));
+      });
+    }
+  }
+
+ private:
+  // Calls f(flat index) for every element of channel c in N, H, W order.
+  template <class F>
+  void for_channel(int64_t c, F&& f) const {
+    for (int64_t n = 0; n < d_.in.n; ++n) {
+      const int64_t base = (n * d_.in.c + c) * hw_;
+      for (int64_t e = 0; e < hw_; ++e) f(base + e);
+    }
+  }
+
+  void normalise(int64_t c, const T* x, const T* gamma, const T* beta, double mean, double invstd,
+                 T* y) const {
+    const double g = double(gamma[c]) * invstd, b = beta[c];
+    const bool relu = d_.relu;
+    for_channel(c, [&](int64_t i) {
+      const double v = g * (double(x[i]) - mean) + b;
+      y[i] = T(relu ? relu_value(v) : v);
+    });
+  }
+
+  BatchNormDesc d_;
+  int64_t hw_, m_;  // m_: values per channel, N*H*W
+  std::vector<double> mean_, invstd_;  // batch statistics saved by forward_train for backward
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc& d) {
+  d.validate();
+  return std::make_unique<RefBatchNorm<T>>(d);
+}
+
+template std::unique_ptr<BatchNormOp<float>> make_batchnorm<float>(const BatchNormDesc&);
+template std::unique_ptr<BatchNormOp<double>> make_batchnorm<double>(const BatchNormDesc&);
+
+}  // namespace rt::ref
