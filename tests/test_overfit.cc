@@ -1,0 +1,54 @@
+// A small ResNet overfits one fixed batch: the loss falls toward zero in a few dozen SGD steps,
+// on the reference backend and on oneDNN.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "nn/optimizer.h"
+#include "nn/resnet.h"
+
+namespace rt {
+namespace {
+
+void expect_overfits(const std::string& backend) {
+  ResNetConfig c;
+  c.name = "resnet20";
+  c.width = 0.5;  // 8/16/32 channels: quick on the reference backend too
+  c.num_classes = 5;
+  c.image_size = 16;
+  c.batch = 10;
+  c.seed = 1;
+  auto net = build_resnet<float>(c, make_backend<float>(backend));
+  SgdConfig sc;
+  sc.weight_decay = 0;
+  Sgd<float> opt(net->arena().layout(), sc);
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(net->shape(0).numel());
+  for (auto& v : x) v = nd(rng);
+  std::vector<int32_t> y(c.batch);
+  for (int i = 0; i < c.batch; ++i) y[i] = i % 5;
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    last = net->forward(x.data(), y.data(), true);
+    if (step == 0) first = last;
+    net->backward();
+    opt.step(net->arena().params().data(), net->arena().grads().data(), 0.05);
+  }
+  EXPECT_NEAR(first, std::log(5.0), 0.5) << backend;  // starts near chance
+  EXPECT_LT(last, 0.05) << backend << ": loss " << first << " -> " << last;
+  // Evaluation mode (running statistics) classifies the memorised batch too.
+  net->forward(x.data(), y.data(), false);
+  std::vector<float> logits(c.batch * 5);
+  net->export_tensor(net->logits(), logits.data());
+  int correct = 0;
+  for (int i = 0; i < c.batch; ++i)
+    correct += std::max_element(&logits[i * 5], &logits[i * 5 + 5]) - &logits[i * 5] == y[i];
+  EXPECT_GE(correct, 8) << backend;
+}
+
+TEST(Overfit, ReferenceBackend) { expect_overfits("reference"); }
+TEST(Overfit, OnednnBackend) { expect_overfits("onednn"); }
+
+}  // namespace
+}  // namespace rt
