@@ -1,0 +1,93 @@
+// SGD with momentum, Nesterov, weight decay and LARS, applied in one pass over the flat arena.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "nn/arena.h"
+#include "nn/tensor.h"
+
+namespace rt {
+
+struct SgdConfig {
+  double momentum = 0.9;                 // μ; 0 turns the update into plain SGD
+  bool nesterov = false;                 // Nesterov momentum in PyTorch's form; needs μ > 0
+  double weight_decay = 1e-4;            // L2 coefficient wd, added to the gradient as wd·p
+  bool decay_bn_and_bias = true;         // false: BN γ/β and biases get no weight decay
+  bool lars = false;                     // layer-wise adaptive rate scaling (You et al. 2017)
+  double lars_trust = 0.001;             // trust coefficient η
+  double lars_eps = 1e-9;                // keeps the trust ratio finite for tiny norms
+  bool lars_exclude_bn_and_bias = true;  // BN γ/β and biases use the plain global lr
+};
+
+// Throws rt::Error naming the field when a value is out of range (negative coefficients,
+// Nesterov without momentum).
+void sgd_validate(const SgdConfig& cfg);
+
+// Stochastic gradient descent over one flat parameter buffer and its gradient buffer, with
+// exactly torch.optim.SGD's semantics (dampening 0). Per tensor, with wd = weight_decay unless
+// the tensor is excluded from decay (then 0) and s = 1 unless LARS applies to it:
+//
+//   g   = (grad + wd·p) · s
+//   buf = g                  on the first step,   buf = μ·buf + g   afterwards
+//   g   = g + μ·buf          if nesterov,         g   = buf         otherwise
+//   p  -= lr · g
+//
+// LARS (You, Gitman, Ginsburg 2017, as in NVIDIA's MLPerf ResNet):
+//   s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps),   or 1 when ‖p‖ or ‖grad‖ is 0.
+// Norms are accumulated in double over fixed-size chunks combined in order, so results are
+// bitwise identical for any number of OpenMP threads.
+//
+// Only the elements [offset, offset + count) of each tensor are read or written: alignment
+// padding in the parameter buffer (and in the momentum buffer) stays as it is, i.e. zero.
+template <class T>
+class Sgd {
+ public:
+  // layout: the arena's layout() (sorted by offset, non-overlapping; throws rt::Error otherwise).
+  // The momentum buffer is allocated here, zeroed, with the same size as the arena's buffers.
+  Sgd(std::vector<ParamInfo> layout, SgdConfig cfg);
+
+  // One update of params (in place) from grads; both point at buffers laid out as `layout`.
+  // lr is the global learning rate for this step (finite, >= 0; throws rt::Error otherwise).
+  void step(T* params, const T* grads, double lr);
+
+  // Momentum buffer, laid out like the parameters (for checkpoints).
+  std::span<T> momentum() { return {momentum_.data(), momentum_.size()}; }
+  std::span<const T> momentum() const { return {momentum_.data(), momentum_.size()}; }
+  // Number of step() calls so far; 0 means the next step initialises the momentum buffer.
+  int64_t steps() const { return steps_; }
+  // Restores state saved from momentum() and steps(); throws rt::Error on a size mismatch or a
+  // negative step count.
+  void restore(std::span<const T> momentum, int64_t steps);
+
+  // LARS trust ratio s of each tensor (in layout order) in the last step; 1 where LARS did not
+  // apply. For logging.
+  std::span<const double> trust_ratios() const { return {trust_.data(), trust_.size()}; }
+
+  const SgdConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& layout() const { return layout_; }
+  size_t size() const { return momentum_.size(); }
+
+ private:
+  // A contiguous piece of one tensor: the unit of parallel work and of norm accumulation.
+  struct Chunk {
+    size_t tensor, begin, end;
+  };
+  void compute_trust_ratios(const T* params, const T* grads);
+
+  std::vector<ParamInfo> layout_;
+  SgdConfig cfg_;
+  Buffer<T> momentum_;
+  std::vector<T> decay_;         // per tensor: wd, or 0 when excluded from decay
+  std::vector<char> lars_;       // per tensor: whether LARS scales it
+  std::vector<double> trust_;    // per tensor: s of the last step
+  std::vector<Chunk> chunks_;
+  std::vector<double> partial_;  // per chunk: Σp², Σgrad² (LARS only)
+  int64_t steps_ = 0;
+};
+
+extern template class Sgd<float>;
+extern template class Sgd<double>;
+
+}  // namespace rt
