@@ -8,8 +8,8 @@
 namespace rt::ref {
 namespace {
 
-// Dot product in double with eight interleaved partial sums: a fixed order (deterministic) that
-// the compiler can vectorise, unlike one serial double accumulator.
+// Dot product in double with eight interleaved partial sums: a fixed order (deterministic) whose
+// independent additions overlap, unlike one serial double accumulator.
 template <class T>
 double dot(const T* a, const T* b, int64_t n) {
   double part[8] = {};
