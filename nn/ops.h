@@ -36,7 +36,8 @@ struct ConvDesc {
 
 // Batch normalisation over N,H,W per channel (PyTorch semantics: biased variance normalises,
 // unbiased variance enters running_var; running = (1 - momentum) * running + momentum * batch).
-// relu fuses a ReLU on the output.
+// relu fuses a ReLU on the output. Training needs more than one value per channel (N*H*W > 1):
+// forward_train throws ShapeError otherwise, as PyTorch does.
 struct BatchNormDesc {
   std::string name;
   Shape in;
@@ -141,7 +142,7 @@ class MaxPoolOp {
  public:
   virtual ~MaxPoolOp() = default;
   virtual void forward(const T* x, T* y, bool train) = 0;
-  // After forward(x, y, true). Ties go to the first maximum in window order.
+  // After forward(x, y, true) on the same x. Ties go to the first maximum in window order.
   virtual void backward(const T* x, const T* y, const T* dy, T* dx) = 0;
 };
 
@@ -182,6 +183,7 @@ template <class T>
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
+  // labels holds in.n class indices; one outside [0, classes) throws rt::Error naming it.
   // Returns the mean loss; remembers the probabilities for backward.
   virtual double forward(const T* logits, const int32_t* labels) = 0;
   // Gradient of the mean loss (times scale, for loss scaling) w.r.t. the logits.

@@ -105,12 +105,16 @@ TEST(ResNet, BadInputNamesTheProblem) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("class count"), std::string::npos);
   }
-  // 8x8 images shrink to nothing before the last stage's 3x3 convolution.
+  EXPECT_THROW(build("resnet18", 10, 0), ShapeError);
+  // A kernel larger than its padded input names the layer and the shapes.
+  Net<float> net(make_backend<float>("reference"), Shape{2, 3, 3, 3});
   try {
-    build("resnet18", 10, 8);
+    net.conv(net.input(), "stem", 8, 5, 1, 0);
     FAIL() << "no error";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("layer"), std::string::npos) << e.what();
+    std::string m = e.what();
+    EXPECT_NE(m.find("stem"), std::string::npos) << m;
+    EXPECT_NE(m.find("[2,3,3,3]"), std::string::npos) << m;
   }
   EXPECT_THROW(make_backend<float>("tpu"), Error);
 }
