@@ -1,5 +1,167 @@
-// Placeholder until the oneDNN backend lands.
+// The oneDNN backend object: layout conversion, gradient accumulation, op factories, and the
+// shared execution plumbing (checked execution, scratchpad, reorders, element-wise loops).
 #include "nn/onednn/onednn_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "nn/onednn/onednn_common.h"
+
 namespace rt {
-std::unique_ptr<Backend<float>> make_onednn_backend() { throw Error("onednn backend not built yet"); }
+namespace dnn {
+
+void dnnl_check(dnnl_status_t st, const std::string& layer, const char* what) {
+  if (st == dnnl_success) return;
+  throw Error(str_cat("layer ", layer, ": oneDNN ", what, " failed: ", dnnl_status2str(st)));
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+Prim::Prim(dnnl::primitive p, const dnnl::primitive_desc_base& pd, Context& ctx) : p_(std::move(p)) {
+  memory::desc sd = pd.scratchpad_desc();
+  if (sd.get_size() == 0) return;
+  ctx.reserve_scratch(sd.get_size());
+  scratch_ = Mem(sd, ctx.eng);
+  args_.push_back({DNNL_ARG_SCRATCHPAD, scratch_.get()});
+}
+
+void Prim::run(Context& ctx, const std::string& layer) {
+  if (scratch_) scratch_.bind(ctx.scratch.data());
+  dnnl_check(dnnl_primitive_execute(p_.get(), ctx.strm.get(), int(args_.size()), args_.data()), layer,
+             "execute");
+  dnnl_check(dnnl_stream_wait(ctx.strm.get()), layer, "stream wait");
+}
+
+Reorder::Reorder(const memory::desc& from, const memory::desc& to, Context& ctx, void* dst_buf) {
+  dnnl::reorder::primitive_desc pd(ctx.eng, from, ctx.eng, to, user_scratchpad_attr());
+  src = Mem(from, ctx.eng);
+  dst = dst_buf ? Mem(to, ctx.eng, dst_buf) : Mem(to, ctx.eng);
+  prim = Prim(dnnl::reorder(pd), pd, ctx);
+  prim.arg(DNNL_ARG_FROM, src).arg(DNNL_ARG_TO, dst);
+}
+
+void Reorder::run(Context& ctx, const std::string& layer, const void* from, void* to) {
+  src.bind(from);
+  if (to) dst.bind(to);
+  prim.run(ctx, layer);
+}
+
+// Small tensors are not worth waking the thread team for.
+constexpr size_t kParallelMin = 1 << 14;
+
+void relu_forward(const float* x, float* y, size_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, size_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+}
+
+void add_forward(const float* a, const float* b, float* y, size_t n, bool relu) {
+  if (relu) {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      float s = a[i] + b[i];
+      y[i] = s > 0.f ? s : 0.f;
+    }
+  } else {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  }
+}
+
+namespace {
+
+class OnednnBackend final : public Backend<float> {
+ public:
+  OnednnBackend() : ctx_(std::make_shared<Context>()) {}
+  std::string name() const override { return "onednn"; }
+
+  size_t act_size(const Shape& s) const override { return size_t(s.numel()); }
+
+  void act_import(const float* nchw, const Shape& s, float* dst) const override {
+    if (!act_blocked(s)) {
+      std::memcpy(dst, nchw, sizeof(float) * size_t(s.numel()));
+      return;
+    }
+    // nChw8c: dst[n][cb][hw][8] = src[n][cb*8 + k][hw].
+    const int64_t cb_n = s.c / 8, hw = s.h * s.w;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t cb = 0; cb < cb_n; ++cb) {
+        const float* src = nchw + (n * s.c + cb * 8) * hw;
+        float* out = dst + (n * cb_n + cb) * hw * 8;
+        for (int64_t p = 0; p < hw; ++p)
+          for (int64_t k = 0; k < 8; ++k) out[p * 8 + k] = src[k * hw + p];
+      }
+  }
+
+  void act_export(const float* src, const Shape& s, float* nchw) const override {
+    if (!act_blocked(s)) {
+      std::memcpy(nchw, src, sizeof(float) * size_t(s.numel()));
+      return;
+    }
+    const int64_t cb_n = s.c / 8, hw = s.h * s.w;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t cb = 0; cb < cb_n; ++cb) {
+        const float* in = src + (n * cb_n + cb) * hw * 8;
+        float* out = nchw + (n * s.c + cb * 8) * hw;
+        for (int64_t k = 0; k < 8; ++k)
+          for (int64_t p = 0; p < hw; ++p) out[k * hw + p] = in[p * 8 + k];
+      }
+  }
+
+  void accumulate(float* y, const float* x, size_t n) const override {
+#pragma omp parallel for simd if (n >= kParallelMin) schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+
+  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
+    d.validate();
+    return make_conv_op(ctx_, d);
+  }
+  std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
+    d.validate();
+    return make_batchnorm_op(ctx_, d);
+  }
+  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override { return make_relu_op(ctx_, d); }
+  std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
+    d.validate();
+    return make_maxpool_op(ctx_, d);
+  }
+  std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
+    return make_global_avgpool_op(ctx_, d);
+  }
+  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override {
+    d.validate();
+    return make_linear_op(ctx_, d);
+  }
+  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override { return make_add_op(ctx_, d); }
+  std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut(const PadShortcutDesc& d) override {
+    d.validate();
+    return make_pad_shortcut_op(ctx_, d);
+  }
+  std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
+    d.validate();
+    return make_softmax_xent_op(ctx_, d);
+  }
+
+ private:
+  ContextPtr ctx_;
+};
+
+}  // namespace
+}  // namespace dnn
+
+std::unique_ptr<Backend<float>> make_onednn_backend() { return std::make_unique<dnn::OnednnBackend>(); }
+
 }  // namespace rt

@@ -1,0 +1,131 @@
+// Shared pieces of the oneDNN backend: the activation layout rule, the engine/stream context,
+// memory objects rebound without reallocation, and allocation-free primitive execution.
+#pragma once
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/ops.h"
+
+namespace rt::dnn {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Dims = memory::dims;
+
+// Activation layout, a function of the logical shape only so that producer and consumer agree
+// without negotiation. Channel-blocked nChw8c (AVX2's native conv layout) when C is a multiple
+// of 8 and there is spatial extent; plain NCHW otherwise (network input with C=3, odd channel
+// counts, and (n, c, 1, 1) vectors such as pooled features and logits). No layout ever has
+// padded channels, so no op has to keep padding zero.
+inline bool act_blocked(const Shape& s) { return s.c % 8 == 0 && s.h * s.w > 1; }
+inline Tag act_tag(const Shape& s) { return act_blocked(s) ? Tag::nChw8c : Tag::nchw; }
+inline memory::desc act_md(const Shape& s) {
+  return memory::desc({s.n, s.c, s.h, s.w}, memory::data_type::f32, act_tag(s));
+}
+inline memory::desc vec_md(int64_t n) { return memory::desc({n}, memory::data_type::f32, Tag::x); }
+
+// Element offset of logical (n, c, h, w) in the layout of s.
+struct ActIndex {
+  explicit ActIndex(const Shape& s) : s_(s), blocked_(act_blocked(s)) {}
+  int64_t operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    if (!blocked_) return ((n * s_.c + c) * s_.h + h) * s_.w + w;
+    return (((n * (s_.c / 8) + c / 8) * s_.h + h) * s_.w + w) * 8 + c % 8;
+  }
+  Shape s_;
+  bool blocked_;
+};
+
+// Engine, stream and the scratchpad shared by all ops of one backend (ops of one backend never
+// run concurrently, so one buffer sized for the hungriest primitive serves all of them).
+struct Context {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  Buffer<float> scratch;
+  void reserve_scratch(size_t bytes) {
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (n > scratch.size()) scratch.resize(n);
+  }
+};
+using ContextPtr = std::shared_ptr<Context>;
+
+// Throws rt::Error naming the layer when a oneDNN call fails.
+void dnnl_check(dnnl_status_t st, const std::string& layer, const char* what);
+
+// A memory object whose data pointer is rebound only when the caller's pointer changes
+// (activation buffers are usually fixed, so steady-state steps rebind nothing).
+class Mem {
+ public:
+  Mem() = default;
+  Mem(const memory::desc& md, const dnnl::engine& eng) : m_(md, eng, DNNL_MEMORY_NONE) {}
+  Mem(const memory::desc& md, const dnnl::engine& eng, void* p) : m_(md, eng, p), cur_(p) {}
+  void bind(const void* p) {
+    if (p != cur_) {
+      m_.set_data_handle(const_cast<void*>(p));
+      cur_ = p;
+    }
+  }
+  dnnl_memory_t get() const { return m_.get(); }
+  memory::desc desc() const { return m_.get_desc(); }
+  explicit operator bool() const { return bool(m_); }
+
+ private:
+  memory m_;
+  const void* cur_ = nullptr;
+};
+
+// A primitive with its argument list built once; run() goes through the C API so that no
+// std::unordered_map is built per call. The scratchpad (Context::scratch, which may move while
+// later layers are set up) is rebound on each run.
+class Prim {
+ public:
+  Prim() = default;
+  Prim(dnnl::primitive p, const dnnl::primitive_desc_base& pd, Context& ctx);
+  Prim& arg(int kind, const Mem& m) {
+    args_.push_back({kind, m.get()});
+    return *this;
+  }
+  void run(Context& ctx, const std::string& layer);
+  explicit operator bool() const { return bool(p_); }
+
+ private:
+  dnnl::primitive p_;
+  Mem scratch_;
+  std::vector<dnnl_exec_arg_t> args_;
+};
+
+// Primitive attributes used everywhere: the scratchpad is ours (Context::scratch).
+dnnl::primitive_attr user_scratchpad_attr();
+
+// Reorder between two descs, set up once (src and dst memories rebound per call).
+struct Reorder {
+  Mem src, dst;
+  Prim prim;
+  Reorder() = default;
+  Reorder(const memory::desc& from, const memory::desc& to, Context& ctx, void* dst_buf = nullptr);
+  void run(Context& ctx, const std::string& layer, const void* from, void* to);
+};
+
+// Element-wise helpers over n contiguous floats (OpenMP, vectorised).
+void relu_forward(const float* x, float* y, size_t n);
+void relu_backward(const float* y, const float* dy, float* dx, size_t n);
+void add_forward(const float* a, const float* b, float* y, size_t n, bool relu);
+
+// Op factories, one per file.
+std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d);
+std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d);
+std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr& ctx, const BatchNormDesc& d);
+std::unique_ptr<MaxPoolOp<float>> make_maxpool_op(const ContextPtr& ctx, const MaxPoolDesc& d);
+std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool_op(const ContextPtr& ctx,
+                                                               const GlobalAvgPoolDesc& d);
+std::unique_ptr<ReluOp<float>> make_relu_op(const ContextPtr& ctx, const ReluDesc& d);
+std::unique_ptr<AddOp<float>> make_add_op(const ContextPtr& ctx, const AddDesc& d);
+std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut_op(const ContextPtr& ctx,
+                                                           const PadShortcutDesc& d);
+std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent_op(const ContextPtr& ctx,
+                                                           const SoftmaxXentDesc& d);
+
+}  // namespace rt::dnn

@@ -1,0 +1,308 @@
+// The cheap layers of the oneDNN backend: max pooling (oneDNN, with workspace), and plain
+// OpenMP loops over the backend layouts for ReLU, residual add, global average pooling, the
+// zero-padded shortcut and softmax cross-entropy.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "nn/onednn/onednn_common.h"
+
+namespace rt::dnn {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+
+class DnnMaxPool final : public MaxPoolOp<float> {
+ public:
+  DnnMaxPool(const ContextPtr& ctx, const MaxPoolDesc& d) : ctx_(ctx), name_(d.name) {
+    Context& c = *ctx_;
+    memory::desc src_md = act_md(d.in), dst_md = act_md(d.out());
+    Dims k{d.kernel, d.kernel}, s{d.stride, d.stride}, p{d.pad, d.pad};
+    auto attr = user_scratchpad_attr();
+    try {
+      using Fwd = dnnl::pooling_forward;
+      using Bwd = dnnl::pooling_backward;
+      Fwd::primitive_desc train_pd(
+          Fwd::desc(prop_kind::forward_training, algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr,
+          c.eng);
+      Fwd::primitive_desc eval_pd(
+          Fwd::desc(prop_kind::forward_inference, algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr,
+          c.eng);
+      Bwd::primitive_desc bwd_pd(Bwd::desc(algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr, c.eng,
+                                 train_pd);
+      x_ = Mem(src_md, c.eng);
+      y_ = Mem(dst_md, c.eng);
+      dx_ = Mem(src_md, c.eng);
+      dy_ = Mem(dst_md, c.eng);
+      memory::desc ws_md = train_pd.workspace_desc();
+      ws_buf_.resize((ws_md.get_size() + sizeof(float) - 1) / sizeof(float));
+      ws_ = Mem(ws_md, c.eng, ws_buf_.data());
+      train_ = Prim(Fwd(train_pd), train_pd, c);
+      train_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DST, y_).arg(DNNL_ARG_WORKSPACE, ws_);
+      eval_ = Prim(Fwd(eval_pd), eval_pd, c);
+      eval_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DST, y_);
+      bwd_ = Prim(Bwd(bwd_pd), bwd_pd, c);
+      bwd_.arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_WORKSPACE, ws_).arg(DNNL_ARG_DIFF_SRC, dx_);
+    } catch (const dnnl::error& e) {
+      throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up max pooling on ", d.in.str(), ": ",
+                          e.what()));
+    }
+  }
+
+  void forward(const float* x, float* y, bool train) override {
+    x_.bind(x);
+    y_.bind(y);
+    (train ? train_ : eval_).run(*ctx_, name_);
+  }
+
+  // The workspace records which window element won (the first maximum), so x and y are unused.
+  void backward(const float* x, const float* y, const float* dy, float* dx) override {
+    dy_.bind(dy);
+    dx_.bind(dx);
+    bwd_.run(*ctx_, name_);
+  }
+
+ private:
+  ContextPtr ctx_;
+  std::string name_;
+  Buffer<float> ws_buf_;
+  Mem x_, y_, dx_, dy_, ws_;
+  Prim train_, eval_, bwd_;
+};
+
+class LoopRelu final : public ReluOp<float> {
+ public:
+  explicit LoopRelu(const ReluDesc& d) : n_(size_t(d.in.numel())) {}
+  void forward(const float* x, float* y) override { relu_forward(x, y, n_); }
+  void backward(const float* y, const float* dy, float* dx) override { relu_backward(y, dy, dx, n_); }
+
+ private:
+  size_t n_;
+};
+
+class LoopAdd final : public AddOp<float> {
+ public:
+  explicit LoopAdd(const AddDesc& d) : n_(size_t(d.in.numel())), relu_(d.relu) {}
+  void forward(const float* a, const float* b, float* y) override { add_forward(a, b, y, n_, relu_); }
+  void backward(const float* y, const float* dy, float* dx) override {
+    if (relu_)
+      relu_backward(y, dy, dx, n_);
+    else if (dx != dy)
+      std::memcpy(dx, dy, n_ * sizeof(float));
+  }
+
+ private:
+  size_t n_;
+  bool relu_;
+};
+
+// Input in its layout (blocked or plain), output (n, c, 1, 1) plain.
+class LoopGlobalAvgPool final : public GlobalAvgPoolOp<float> {
+ public:
+  explicit LoopGlobalAvgPool(const GlobalAvgPoolDesc& d) : in_(d.in) {}
+
+  void forward(const float* x, float* y) override {
+    const int64_t n_n = in_.n, c_n = in_.c, hw = in_.h * in_.w;
+    const float inv = 1.f / float(hw);
+    if (act_blocked(in_)) {
+      const int64_t cb_n = c_n / 8;
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < n_n; ++n)
+        for (int64_t cb = 0; cb < cb_n; ++cb) {
+          const float* src = x + (n * cb_n + cb) * hw * 8;
+          float acc[8] = {};
+          for (int64_t p = 0; p < hw; ++p)
+#pragma omp simd
+            for (int k = 0; k < 8; ++k) acc[k] += src[p * 8 + k];
+          for (int k = 0; k < 8; ++k) y[n * c_n + cb * 8 + k] = acc[k] * inv;
+        }
+    } else {
+#pragma omp parallel for schedule(static) if (n_n * c_n * hw > 16384)
+      for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
+        const float* src = x + nc * hw;
+        float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t p = 0; p < hw; ++p) acc += src[p];
+        y[nc] = acc * inv;
+      }
+    }
+  }
+
+  void backward(const float* dy, float* dx) override {
+    const int64_t n_n = in_.n, c_n = in_.c, hw = in_.h * in_.w;
+    const float inv = 1.f / float(hw);
+    if (act_blocked(in_)) {
+      const int64_t cb_n = c_n / 8;
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < n_n; ++n)
+        for (int64_t cb = 0; cb < cb_n; ++cb) {
+          float g[8];
+          for (int k = 0; k < 8; ++k) g[k] = dy[n * c_n + cb * 8 + k] * inv;
+          float* dst = dx + (n * cb_n + cb) * hw * 8;
+          for (int64_t p = 0; p < hw; ++p)
+#pragma omp simd
+            for (int k = 0; k < 8; ++k) dst[p * 8 + k] = g[k];
+        }
+    } else {
+#pragma omp parallel for schedule(static) if (n_n * c_n * hw > 16384)
+      for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
+        const float g = dy[nc] * inv;
+        for (int64_t p = 0; p < hw; ++p) dx[nc * hw + p] = g;
+      }
+    }
+  }
+
+ private:
+  Shape in_;
+};
+
+class LoopPadShortcut final : public PadShortcutOp<float> {
+ public:
+  explicit LoopPadShortcut(const PadShortcutDesc& d)
+      : in_(d.in), out_(d.out()), stride_(d.stride), lo_((d.out_c - d.in.c) / 2) {}
+
+  void forward(const float* x, float* y) override {
+    const ActIndex xi(in_), yi(out_);
+    if (fast_path()) {
+      const int64_t cb_n = out_.c / 8, lo_b = lo_ / 8, in_cb = in_.c / 8;
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < out_.n; ++n)
+        for (int64_t cb = 0; cb < cb_n; ++cb)
+          for (int64_t h = 0; h < out_.h; ++h)
+            for (int64_t w = 0; w < out_.w; ++w) {
+              float* dst = y + yi(n, cb * 8, h, w);
+              const int64_t icb = cb - lo_b;
+              if (icb < 0 || icb >= in_cb) {
+                for (int k = 0; k < 8; ++k) dst[k] = 0.f;
+              } else {
+                const float* src = x + xi(n, icb * 8, h * stride_, w * stride_);
+                for (int k = 0; k < 8; ++k) dst[k] = src[k];
+              }
+            }
+      return;
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < out_.n; ++n)
+      for (int64_t c = 0; c < out_.c; ++c) {
+        const int64_t ic = c - lo_;
+        const bool pad = ic < 0 || ic >= in_.c;
+        for (int64_t h = 0; h < out_.h; ++h)
+          for (int64_t w = 0; w < out_.w; ++w)
+            y[yi(n, c, h, w)] = pad ? 0.f : x[xi(n, ic, h * stride_, w * stride_)];
+      }
+  }
+
+  void backward(const float* dy, float* dx) override {
+    const ActIndex xi(in_), yi(out_);
+    if (fast_path()) {
+      const int64_t in_cb = in_.c / 8, lo_b = lo_ / 8;
+#pragma omp parallel for collapse(2) schedule(static)
+      for (int64_t n = 0; n < in_.n; ++n)
+        for (int64_t cb = 0; cb < in_cb; ++cb)
+          for (int64_t h = 0; h < in_.h; ++h)
+            for (int64_t w = 0; w < in_.w; ++w) {
+              float* dst = dx + xi(n, cb * 8, h, w);
+              if (h % stride_ || w % stride_) {
+                for (int k = 0; k < 8; ++k) dst[k] = 0.f;
+              } else {
+                const float* src = dy + yi(n, (cb + lo_b) * 8, h / stride_, w / stride_);
+                for (int k = 0; k < 8; ++k) dst[k] = src[k];
+              }
+            }
+      return;
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < in_.n; ++n)
+      for (int64_t c = 0; c < in_.c; ++c)
+        for (int64_t h = 0; h < in_.h; ++h)
+          for (int64_t w = 0; w < in_.w; ++w)
+            dx[xi(n, c, h, w)] =
+                (h % stride_ || w % stride_) ? 0.f : dy[yi(n, c + lo_, h / stride_, w / stride_)];
+  }
+
+ private:
+  // Both sides blocked and the padding a whole number of blocks: copy 8 channels at a time.
+  bool fast_path() const { return act_blocked(in_) && act_blocked(out_) && lo_ % 8 == 0; }
+  Shape in_, out_;
+  int64_t stride_, lo_;
+};
+
+// Logits (n, classes, 1, 1) are always plain, so this is a row-wise loop.
+class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
+ public:
+  explicit LoopSoftmaxXent(const SoftmaxXentDesc& d)
+      : name_(d.name), n_(d.in.n), k_(d.in.c), eps_(d.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
+
+  double forward(const float* logits, const int32_t* labels) override {
+    check_labels(labels);
+    double total = 0;
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* z = logits + n * k_;
+      float* p = prob_.data() + n * k_;
+      const float mx = *std::max_element(z, z + k_);
+      double sum = 0, sum_z = 0;
+      for (int64_t k = 0; k < k_; ++k) {
+        p[k] = std::exp(z[k] - mx);
+        sum += p[k];
+        sum_z += z[k];
+      }
+      const double lse = mx + std::log(sum);
+      const float inv = float(1.0 / sum);
+      for (int64_t k = 0; k < k_; ++k) p[k] *= inv;
+      // sum_k log p_k = sum_k z_k - K * lse.
+      const double logp_label = z[labels[n]] - lse;
+      const double mean_logp = sum_z / double(k_) - lse;
+      total += -(1.0 - eps_) * logp_label - eps_ * mean_logp;
+    }
+    return total / double(n_);
+  }
+
+  void backward(const int32_t* labels, float* dlogits, double scale) override {
+    check_labels(labels);
+    const float g = float(scale / double(n_));
+    const float off = float(eps_ / double(k_));
+    const float on = float(1.0 - eps_);
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* p = prob_.data() + n * k_;
+      float* d = dlogits + n * k_;
+      for (int64_t k = 0; k < k_; ++k) d[k] = g * (p[k] - off);
+      d[labels[n]] -= g * on;
+    }
+  }
+
+ private:
+  void check_labels(const int32_t* labels) const {
+    for (int64_t n = 0; n < n_; ++n)
+      if (labels[n] < 0 || labels[n] >= k_)
+        throw Error(str_cat("layer ", name_, ": label ", labels[n], " of sample ", n, " is outside [0, ",
+                            k_, ")"));
+  }
+  std::string name_;
+  int64_t n_, k_;
+  double eps_;
+  Buffer<float> prob_;
+};
+
+}  // namespace
+
+std::unique_ptr<MaxPoolOp<float>> make_maxpool_op(const ContextPtr& ctx, const MaxPoolDesc& d) {
+  return std::make_unique<DnnMaxPool>(ctx, d);
+}
+std::unique_ptr<ReluOp<float>> make_relu_op(const ContextPtr&, const ReluDesc& d) {
+  return std::make_unique<LoopRelu>(d);
+}
+std::unique_ptr<AddOp<float>> make_add_op(const ContextPtr&, const AddDesc& d) {
+  return std::make_unique<LoopAdd>(d);
+}
+std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool_op(const ContextPtr&, const GlobalAvgPoolDesc& d) {
+  return std::make_unique<LoopGlobalAvgPool>(d);
+}
+std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut_op(const ContextPtr&, const PadShortcutDesc& d) {
+  return std::make_unique<LoopPadShortcut>(d);
+}
+std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent_op(const ContextPtr&, const SoftmaxXentDesc& d) {
+  return std::make_unique<LoopSoftmaxXent>(d);
+}
+
+}  // namespace rt::dnn

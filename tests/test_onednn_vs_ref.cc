@@ -1,0 +1,394 @@
+// The oneDNN backend against the reference backend: every op, forward and backward, every output
+// and gradient (and batch-norm running statistics), through act_import/act_export so that the
+// blocked layouts are exercised. |fast - ref| <= atol + rtol |ref|, atol scaled to the tensor.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/ops.h"
+
+namespace rt {
+namespace {
+
+using Vec = std::vector<float>;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Elements differing by more than atol + rtol |want|, where atol is a fraction of the largest
+// |want| (float sums of many terms err in proportion to the magnitude of the sum, not of the
+// element). A NaN in got (an element never written) always fails.
+void expect_close(const Vec& got, const Vec& want, const std::string& what, double rtol = 1e-3,
+                  double atol_frac = 1e-4) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double max_abs = 0;
+  for (float v : want) max_abs = std::max(max_abs, double(std::fabs(v)));
+  const double atol = atol_frac * std::max(max_abs, 1e-3);
+  int bad = 0;
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - double(want[i]));
+    const bool ok = err <= atol + rtol * std::fabs(double(want[i]));
+    if (!ok) {
+      ++bad;
+      if (!(err <= worst)) worst = err, worst_i = i;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ; worst at "
+                    << worst_i << ": got " << got[worst_i] << ", want " << want[worst_i]
+                    << " (atol " << atol << ")";
+}
+
+class OnednnVsRef : public ::testing::Test {
+ protected:
+  Vec rand(size_t n, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    Vec v(n);
+    for (auto& x : v) x = u(rng_);
+    return v;
+  }
+  // NCHW -> the fast backend's layout, and back.
+  Vec to_fast(const Vec& nchw, const Shape& s) const {
+    Vec v(fast_->act_size(s), kNaN);
+    fast_->act_import(nchw.data(), s, v.data());
+    return v;
+  }
+  Vec from_fast(const Vec& v, const Shape& s) const {
+    Vec out(size_t(s.numel()), kNaN);
+    fast_->act_export(v.data(), s, out.data());
+    return out;
+  }
+  Vec fast_buf(const Shape& s) const { return Vec(fast_->act_size(s), kNaN); }
+
+  std::unique_ptr<Backend<float>> fast_ = make_backend<float>("onednn");
+  std::unique_ptr<Backend<float>> ref_ = make_backend<float>("reference");
+  std::mt19937 rng_{20240611};
+};
+
+TEST_F(OnednnVsRef, LayoutRoundTripAndAccumulate) {
+  EXPECT_EQ(fast_->name(), "onednn");
+  for (Shape s : {Shape{2, 16, 5, 3}, Shape{2, 3, 4, 4}, Shape{3, 5, 2, 7}, Shape{4, 24, 1, 1}}) {
+    Vec x = rand(size_t(s.numel()));
+    EXPECT_EQ(from_fast(to_fast(x, s), s), x) << s.str();
+  }
+  Vec a = rand(100000), b = rand(100000), want(a.size());
+  for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];
+  fast_->accumulate(a.data(), b.data(), a.size());
+  EXPECT_EQ(a, want);
+}
+
+// ---------------------------------------------------------------- convolution
+
+struct ConvCase {
+  Shape in;
+  int64_t out_c, kh, kw, sh, sw, ph, pw;
+  bool bias;
+};
+
+class ConvVsRef : public OnednnVsRef, public ::testing::WithParamInterface<ConvCase> {};
+
+TEST_P(ConvVsRef, ForwardBackward) {
+  const ConvCase& p = GetParam();
+  ConvDesc d{.name = "conv", .in = p.in, .out_c = p.out_c, .kernel_h = p.kh, .kernel_w = p.kw,
+             .stride_h = p.sh, .stride_w = p.sw, .pad_h = p.ph, .pad_w = p.pw, .bias = p.bias};
+  const Shape out = d.out();
+  auto fast = fast_->make_conv(d);
+  auto ref = ref_->make_conv(d);
+  const float wscale = 1.f / std::sqrt(float(p.in.c * p.kh * p.kw));
+  // Two steps with the weights changed in place in between, as the optimizer does.
+  Vec w = rand(size_t(d.weight_count()), -wscale, wscale);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    if (step == 1)
+      for (auto& v : w) v = 0.5f * v + 0.01f;
+    Vec x = rand(size_t(p.in.numel())), b = rand(size_t(p.out_c)), dy = rand(size_t(out.numel()));
+    const float* bp = p.bias ? b.data() : nullptr;
+
+    Vec y_ref(size_t(out.numel()));
+    ref->forward(x.data(), w.data(), bp, y_ref.data());
+    Vec xf = to_fast(x, p.in), yf = fast_buf(out);
+    fast->forward(xf.data(), w.data(), bp, yf.data());
+    expect_close(from_fast(yf, out), y_ref, "y");
+
+    Vec dx_ref(x.size()), dw_ref(w.size()), db_ref(b.size());
+    ref->backward(x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(),
+                  p.bias ? db_ref.data() : nullptr);
+    Vec dyf = to_fast(dy, out), dxf = fast_buf(p.in), dw(w.size(), kNaN), db(b.size(), kNaN);
+    fast->backward(xf.data(), w.data(), dyf.data(), dxf.data(), dw.data(), p.bias ? db.data() : nullptr);
+    expect_close(from_fast(dxf, p.in), dx_ref, "dx");
+    expect_close(dw, dw_ref, "dw");
+    if (p.bias) expect_close(db, db_ref, "db");
+
+    // Without dx (a first layer) the weight gradients are unchanged.
+    Vec dw2(w.size(), kNaN), db2(b.size(), kNaN);
+    fast->backward(xf.data(), w.data(), dyf.data(), nullptr, dw2.data(), p.bias ? db2.data() : nullptr);
+    expect_close(dw2, dw_ref, "dw without dx");
+    if (p.bias) expect_close(db2, db_ref, "db without dx");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvVsRef,
+    ::testing::Values(
+        ConvCase{{2, 3, 9, 9}, 8, 3, 3, 1, 1, 1, 1, true},          // plain input, blocked output
+        ConvCase{{3, 3, 13, 13}, 16, 7, 7, 2, 2, 3, 3, false},      // stem-like 7x7 stride 2
+        ConvCase{{2, 16, 8, 8}, 24, 3, 3, 2, 2, 1, 1, false},       // stride 2, even input
+        ConvCase{{2, 16, 9, 9}, 16, 3, 3, 2, 2, 1, 1, true},        // stride 2, odd input
+        ConvCase{{1, 24, 7, 7}, 16, 1, 1, 1, 1, 0, 0, false},       // batch 1, 1x1
+        ConvCase{{2, 16, 10, 10}, 32, 1, 1, 2, 2, 0, 0, false},     // 1x1 stride-2 downsample
+        ConvCase{{2, 5, 11, 11}, 16, 7, 7, 2, 2, 3, 3, true},       // C=5 input
+        ConvCase{{2, 16, 7, 9}, 5, 3, 3, 1, 1, 1, 1, true},         // non-square, C=5 output
+        ConvCase{{2, 64, 6, 6}, 64, 3, 3, 1, 1, 1, 1, false},       // 64 channels
+        ConvCase{{2, 8, 9, 7}, 8, 3, 1, 2, 1, 1, 0, true},          // non-square kernel, stride
+        ConvCase{{2, 16, 3, 3}, 8, 3, 3, 1, 1, 0, 0, true},         // 1x1 output (plain)
+        ConvCase{{2, 5, 6, 6}, 3, 3, 3, 1, 1, 1, 1, false}));       // plain to plain
+
+// ---------------------------------------------------------------- batch norm
+
+struct BnCase {
+  Shape in;
+  bool relu;
+};
+
+class BatchNormVsRef : public OnednnVsRef, public ::testing::WithParamInterface<BnCase> {};
+
+TEST_P(BatchNormVsRef, TrainEvalBackward) {
+  const BnCase& p = GetParam();
+  BatchNormDesc d{.name = "bn", .in = p.in, .relu = p.relu};
+  auto fast = fast_->make_batchnorm(d);
+  auto ref = ref_->make_batchnorm(d);
+  const size_t C = size_t(p.in.c), n = size_t(p.in.numel());
+  Vec gamma = rand(C, 0.5f, 1.5f), beta = rand(C, -0.5f, 0.5f);
+  Vec rm_ref = rand(C), rv_ref = rand(C, 0.5f, 2.f), rm = rm_ref, rv = rv_ref;
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Vec x = rand(n, -2.f + float(step), 3.f), dy = rand(n);
+    Vec y_ref(n);
+    ref->forward_train(x.data(), gamma.data(), beta.data(), y_ref.data(), rm_ref.data(), rv_ref.data());
+    Vec xf = to_fast(x, p.in), yf = fast_buf(p.in);
+    fast->forward_train(xf.data(), gamma.data(), beta.data(), yf.data(), rm.data(), rv.data());
+    expect_close(from_fast(yf, p.in), y_ref, "y");
+    expect_close(rm, rm_ref, "running_mean");
+    expect_close(rv, rv_ref, "running_var");
+
+    Vec dx_ref(n), dg_ref(C), db_ref(C);
+    ref->backward(x.data(), gamma.data(), y_ref.data(), dy.data(), dx_ref.data(), dg_ref.data(),
+                  db_ref.data());
+    Vec dyf = to_fast(dy, p.in), dxf = fast_buf(p.in), dg(C, kNaN), db(C, kNaN);
+    fast->backward(xf.data(), gamma.data(), yf.data(), dyf.data(), dxf.data(), dg.data(), db.data());
+    expect_close(from_fast(dxf, p.in), dx_ref, "dx");
+    expect_close(dg, dg_ref, "dgamma");
+    expect_close(db, db_ref, "dbeta");
+
+    Vec ye_ref(n), yef = fast_buf(p.in);
+    ref->forward_eval(x.data(), gamma.data(), beta.data(), rm_ref.data(), rv_ref.data(), ye_ref.data());
+    fast->forward_eval(xf.data(), gamma.data(), beta.data(), rm.data(), rv.data(), yef.data());
+    expect_close(from_fast(yef, p.in), ye_ref, "eval y");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormVsRef,
+                         ::testing::Values(BnCase{{2, 16, 5, 5}, false}, BnCase{{2, 16, 5, 5}, true},
+                                           BnCase{{4, 5, 3, 3}, true}, BnCase{{1, 8, 7, 7}, true},
+                                           BnCase{{3, 24, 1, 2}, false}, BnCase{{8, 16, 1, 1}, true},
+                                           BnCase{{2, 64, 9, 7}, true}, BnCase{{5, 3, 4, 4}, false}));
+
+TEST_F(OnednnVsRef, BatchNormRefusesOneValuePerChannel) {
+  auto fast = fast_->make_batchnorm({.name = "bn1", .in = {1, 8, 1, 1}});
+  Vec x(8, 1.f), g(8, 1.f), b(8), y(8), rm(8), rv(8, 1.f);
+  EXPECT_THROW(fast->forward_train(x.data(), g.data(), b.data(), y.data(), rm.data(), rv.data()),
+               ShapeError);
+}
+
+// ---------------------------------------------------------------- pooling
+
+struct PoolCase {
+  Shape in;
+  int64_t kernel, stride, pad;
+  bool ties;  // values from a small set so that windows hold equal maxima
+};
+
+class MaxPoolVsRef : public OnednnVsRef, public ::testing::WithParamInterface<PoolCase> {};
+
+TEST_P(MaxPoolVsRef, ForwardBackward) {
+  const PoolCase& p = GetParam();
+  MaxPoolDesc d{.name = "pool", .in = p.in, .kernel = p.kernel, .stride = p.stride, .pad = p.pad};
+  const Shape out = d.out();
+  auto fast = fast_->make_maxpool(d);
+  auto ref = ref_->make_maxpool(d);
+  Vec x = rand(size_t(p.in.numel()), -1.f, 1.f), dy = rand(size_t(out.numel()));
+  if (p.ties)
+    for (auto& v : x) v = std::round(v * 1.5f);
+  Vec y_ref(size_t(out.numel())), dx_ref(x.size());
+  ref->forward(x.data(), y_ref.data(), true);
+  ref->backward(x.data(), y_ref.data(), dy.data(), dx_ref.data());
+  Vec xf = to_fast(x, p.in), yf = fast_buf(out), dyf = to_fast(dy, out), dxf = fast_buf(p.in);
+  fast->forward(xf.data(), yf.data(), true);
+  expect_close(from_fast(yf, out), y_ref, "y");
+  fast->backward(xf.data(), yf.data(), dyf.data(), dxf.data());
+  expect_close(from_fast(dxf, p.in), dx_ref, "dx");
+  Vec ye = fast_buf(out);
+  fast->forward(xf.data(), ye.data(), false);
+  expect_close(from_fast(ye, out), y_ref, "eval y");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolVsRef,
+                         ::testing::Values(PoolCase{{2, 16, 9, 9}, 3, 2, 1, false},
+                                           PoolCase{{2, 16, 8, 8}, 3, 2, 1, true},
+                                           PoolCase{{2, 5, 8, 7}, 3, 2, 1, true},
+                                           PoolCase{{2, 8, 10, 10}, 2, 2, 0, true},
+                                           PoolCase{{1, 64, 12, 12}, 3, 2, 1, false},
+                                           PoolCase{{2, 16, 2, 2}, 3, 2, 1, false}));
+
+TEST_F(OnednnVsRef, GlobalAvgPool) {
+  for (Shape s : {Shape{2, 16, 7, 7}, Shape{3, 5, 3, 4}, Shape{2, 8, 1, 1}, Shape{1, 64, 2, 2}}) {
+    SCOPED_TRACE(s.str());
+    GlobalAvgPoolDesc d{.name = "gap", .in = s};
+    const Shape out = d.out();
+    auto fast = fast_->make_global_avgpool(d);
+    auto ref = ref_->make_global_avgpool(d);
+    Vec x = rand(size_t(s.numel())), dy = rand(size_t(out.numel()));
+    Vec y_ref(dy.size()), dx_ref(x.size());
+    ref->forward(x.data(), y_ref.data());
+    ref->backward(dy.data(), dx_ref.data());
+    Vec xf = to_fast(x, s), yf = fast_buf(out), dyf = to_fast(dy, out), dxf = fast_buf(s);
+    fast->forward(xf.data(), yf.data());
+    fast->backward(dyf.data(), dxf.data());
+    expect_close(from_fast(yf, out), y_ref, "y");
+    expect_close(from_fast(dxf, s), dx_ref, "dx");
+  }
+}
+
+// ---------------------------------------------------------------- linear
+
+TEST_F(OnednnVsRef, Linear) {
+  struct Case {
+    Shape in;
+    int64_t out;
+    bool bias;
+  };
+  for (const Case& p : {Case{{4, 32, 1, 1}, 10, true}, Case{{2, 16, 3, 3}, 7, true},
+                        Case{{3, 5, 2, 2}, 4, false}, Case{{1, 64, 1, 1}, 1000, true}}) {
+    SCOPED_TRACE(p.in.str());
+    LinearDesc d{.name = "fc", .in = p.in, .out_features = p.out, .bias = p.bias};
+    const Shape out = d.out();
+    auto fast = fast_->make_linear(d);
+    auto ref = ref_->make_linear(d);
+    const float ws = 1.f / std::sqrt(float(p.in.chw()));
+    Vec x = rand(size_t(p.in.numel())), w = rand(size_t(p.out * p.in.chw()), -ws, ws);
+    Vec b = rand(size_t(p.out)), dy = rand(size_t(out.numel()));
+    const float* bp = p.bias ? b.data() : nullptr;
+    Vec y_ref(dy.size()), dx_ref(x.size()), dw_ref(w.size()), db_ref(b.size());
+    ref->forward(x.data(), w.data(), bp, y_ref.data());
+    ref->backward(x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(),
+                  p.bias ? db_ref.data() : nullptr);
+    Vec xf = to_fast(x, p.in), yf = fast_buf(out), dyf = to_fast(dy, out), dxf = fast_buf(p.in);
+    Vec dw(w.size(), kNaN), db(b.size(), kNaN);
+    fast->forward(xf.data(), w.data(), bp, yf.data());
+    fast->backward(xf.data(), w.data(), dyf.data(), dxf.data(), dw.data(), p.bias ? db.data() : nullptr);
+    expect_close(from_fast(yf, out), y_ref, "y");
+    expect_close(from_fast(dxf, p.in), dx_ref, "dx");
+    expect_close(dw, dw_ref, "dw");
+    if (p.bias) expect_close(db, db_ref, "db");
+  }
+}
+
+// ---------------------------------------------------------------- element-wise and shortcut
+
+TEST_F(OnednnVsRef, ReluAndAdd) {
+  for (Shape s : {Shape{2, 16, 5, 5}, Shape{2, 3, 5, 5}, Shape{4, 8, 1, 1}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    Vec a = rand(n), b = rand(n), dy = rand(n);
+    Vec af = to_fast(a, s), bf = to_fast(b, s), dyf = to_fast(dy, s);
+    {
+      auto fast = fast_->make_relu({.name = "relu", .in = s});
+      auto ref = ref_->make_relu({.name = "relu", .in = s});
+      Vec y_ref(n), dx_ref(n), yf = fast_buf(s), dxf = fast_buf(s);
+      ref->forward(a.data(), y_ref.data());
+      ref->backward(y_ref.data(), dy.data(), dx_ref.data());
+      fast->forward(af.data(), yf.data());
+      fast->backward(yf.data(), dyf.data(), dxf.data());
+      expect_close(from_fast(yf, s), y_ref, "relu y", 0, 0);
+      expect_close(from_fast(dxf, s), dx_ref, "relu dx", 0, 0);
+    }
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(relu ? "add relu" : "add");
+      auto fast = fast_->make_add({.name = "add", .in = s, .relu = relu});
+      auto ref = ref_->make_add({.name = "add", .in = s, .relu = relu});
+      Vec y_ref(n), dx_ref(n), yf = fast_buf(s), dxf = fast_buf(s);
+      ref->forward(a.data(), b.data(), y_ref.data());
+      ref->backward(y_ref.data(), dy.data(), dx_ref.data());
+      fast->forward(af.data(), bf.data(), yf.data());
+      fast->backward(yf.data(), dyf.data(), dxf.data());
+      expect_close(from_fast(yf, s), y_ref, "y", 0, 0);
+      expect_close(from_fast(dxf, s), dx_ref, "dx", 0, 0);
+      Vec inplace = dyf;  // dx may alias dy
+      fast->backward(yf.data(), inplace.data(), inplace.data());
+      expect_close(from_fast(inplace, s), dx_ref, "dx in place", 0, 0);
+    }
+  }
+}
+
+TEST_F(OnednnVsRef, PadShortcut) {
+  struct Case {
+    Shape in;
+    int64_t out_c, stride;
+  };
+  for (const Case& p : {Case{{2, 16, 8, 8}, 32, 2}, Case{{2, 16, 7, 7}, 32, 2}, Case{{2, 5, 6, 6}, 8, 2},
+                        Case{{2, 8, 5, 5}, 16, 1}, Case{{2, 16, 4, 4}, 24, 1}, Case{{1, 16, 3, 2}, 48, 2},
+                        Case{{2, 16, 2, 2}, 32, 2}}) {
+    SCOPED_TRACE(p.in.str() + " -> " + std::to_string(p.out_c));
+    PadShortcutDesc d{.name = "short", .in = p.in, .out_c = p.out_c, .stride = p.stride};
+    const Shape out = d.out();
+    auto fast = fast_->make_pad_shortcut(d);
+    auto ref = ref_->make_pad_shortcut(d);
+    Vec x = rand(size_t(p.in.numel())), dy = rand(size_t(out.numel()));
+    Vec y_ref(dy.size()), dx_ref(x.size());
+    ref->forward(x.data(), y_ref.data());
+    ref->backward(dy.data(), dx_ref.data());
+    Vec xf = to_fast(x, p.in), yf = fast_buf(out), dyf = to_fast(dy, out), dxf = fast_buf(p.in);
+    fast->forward(xf.data(), yf.data());
+    fast->backward(dyf.data(), dxf.data());
+    expect_close(from_fast(yf, out), y_ref, "y", 0, 0);
+    expect_close(from_fast(dxf, p.in), dx_ref, "dx", 0, 0);
+  }
+}
+
+// ---------------------------------------------------------------- loss
+
+TEST_F(OnednnVsRef, SoftmaxXent) {
+  struct Case {
+    Shape in;
+    double eps;
+  };
+  for (const Case& p : {Case{{8, 10, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1}, Case{{3, 1000, 1, 1}, 0.1},
+                        Case{{1, 1, 1, 1}, 0.0}}) {
+    SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps));
+    SoftmaxXentDesc d{.name = "xent", .in = p.in, .label_smoothing = p.eps};
+    auto fast = fast_->make_softmax_xent(d);
+    auto ref = ref_->make_softmax_xent(d);
+    Vec z = rand(size_t(p.in.numel()), -4.f, 4.f);
+    std::vector<int32_t> labels(size_t(p.in.n));
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((i * 7 + 3) % size_t(p.in.c));
+    const double loss_ref = ref->forward(z.data(), labels.data());
+    Vec zf = to_fast(z, p.in);
+    const double loss = fast->forward(zf.data(), labels.data());
+    EXPECT_NEAR(loss, loss_ref, 1e-5 * std::max(1.0, std::fabs(loss_ref)));
+    Vec g_ref(z.size()), gf = fast_buf(p.in);
+    ref->backward(labels.data(), g_ref.data(), 2.0);
+    fast->backward(labels.data(), gf.data(), 2.0);
+    expect_close(from_fast(gf, p.in), g_ref, "dlogits", 1e-4, 1e-5);
+  }
+  auto fast = fast_->make_softmax_xent({.name = "xent", .in = {2, 3, 1, 1}});
+  Vec z(6, 0.f);
+  std::vector<int32_t> bad = {1, 3};
+  EXPECT_THROW(fast->forward(z.data(), bad.data()), Error);
+}
+
+}  // namespace
+}  // namespace rt
