@@ -1,0 +1,155 @@
+// The Allreducer base (segment pipelines, call checks) and the mpi, reducer and nccl algorithms.
+#include "comm/allreduce.h"
+
+#include <algorithm>
+
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+
+std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
+                                                 const CommConfig& cfg);
+
+const std::vector<std::string>& allreduce_algorithms() {
+  static const std::vector<std::string> names = {"ring", "mpi", "reducer", "nccl"};
+  return names;
+}
+
+Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg)
+    : comm_(comm), kernels_(kernels), cfg_(cfg) {
+  if (cfg_.segment_bytes == 0) throw CommError("comm: segment_bytes must be positive");
+}
+
+size_t Allreducer::segment_for(DType t) const {
+  return segment_elems(cfg_.segment_bytes, dtype_size(t), comm_.max_elems_per_call());
+}
+
+void Allreducer::allreduce(void* buf, size_t count, DType t, ReduceOp op) {
+  if (!kernels_.supports(t))
+    throw CommError(str_cat("allreduce '", name(), "': element type ", dtype_name(t),
+                            " not supported by the reduce kernels"));
+  if (cfg_.check_counts) check_same_call(count, t, op);
+  run(buf, count, t, op);
+}
+
+// Every rank learns every rank's arguments, so all of them throw the same message.
+void Allreducer::check_same_call(size_t count, DType t, ReduceOp op) {
+  const uint64_t mine[3] = {count, static_cast<uint64_t>(t), static_cast<uint64_t>(op)};
+  std::vector<uint64_t> all(3 * static_cast<size_t>(comm_.size()));
+  comm_.allgather_bytes(mine, sizeof mine, all.data());
+  std::string bad;
+  for (int r = 1; r < comm_.size(); ++r)
+    if (!std::equal(all.begin() + 3 * r, all.begin() + 3 * r + 3, all.begin()))
+      bad += str_cat(bad.empty() ? "" : ", ", "rank ", r, " count ", all[3 * r]);
+  if (!bad.empty())
+    throw CommError(str_cat("allreduce '", name(), "': ranks disagree on the call (rank 0 count ",
+                            all[0], "; differing: ", bad, ")"));
+}
+
+void Allreducer::send_segments(const char* buf, Range r, size_t seg, DType t, int peer, int tag,
+                               std::vector<MPI_Request>& reqs) {
+  const size_t esz = dtype_size(t);
+  for (size_t k = 0, nk = segment_count(r, seg); k < nk; ++k) {
+    const Range sg = segment_at(r, seg, k);
+    reqs.push_back(comm_.isend(buf + sg.offset * esz, sg.len, t, peer, tag));
+  }
+}
+
+void Allreducer::recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+  const size_t esz = dtype_size(t), nk = segment_count(r, seg);
+  std::vector<MPI_Request> reqs(nk);
+  for (size_t k = 0; k < nk; ++k) {
+    const Range sg = segment_at(r, seg, k);
+    reqs[k] = comm_.irecv(buf + sg.offset * esz, sg.len, t, peer, tag);
+  }
+  for (size_t k = 0; k < nk; ++k) comm_.wait_recv(reqs[k], segment_at(r, seg, k).len, t, peer);
+}
+
+void Allreducer::recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+  const size_t esz = dtype_size(t), nk = segment_count(r, seg);
+  if (nk == 0) return;
+  const size_t need = std::min(seg, r.len) * esz;
+  for (Buffer<char>& s : scratch_)
+    if (s.size() < need) s.resize(need);
+  MPI_Request req[2];
+  for (size_t k = 0; k < std::min<size_t>(2, nk); ++k)
+    req[k] = comm_.irecv(scratch_[k].data(), segment_at(r, seg, k).len, t, peer, tag);
+  for (size_t k = 0; k < nk; ++k) {
+    const Range sg = segment_at(r, seg, k);
+    comm_.wait_recv(req[k % 2], sg.len, t, peer);
+    kernels_.reduce_add(t, buf + sg.offset * esz, scratch_[k % 2].data(), sg.len);
+    if (k + 2 < nk)
+      req[k % 2] = comm_.irecv(scratch_[k % 2].data(), segment_at(r, seg, k + 2).len, t, peer, tag);
+  }
+}
+
+namespace {
+
+constexpr int kReducerTag = 0x5245;
+
+// MPI_Allreduce in place, split into calls of at most the per-call limit. MPI has no bf16.
+class MpiAllreducer final : public Allreducer {
+ public:
+  MpiAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
+      : Allreducer(comm, k, cfg) {}
+  const char* name() const override { return "mpi"; }
+
+ protected:
+  void run(void* buf, size_t count, DType t, ReduceOp op) override {
+    if (t != DType::f32)
+      throw CommError(str_cat("allreduce 'mpi': MPI has no ", dtype_name(t), " sum; use ring"));
+    auto* p = static_cast<float*>(buf);
+    const size_t lim = comm_.max_elems_per_call();
+    for (size_t off = 0; off < count; off += lim) {
+      const int len = static_cast<int>(std::min(lim, count - off));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off, len, MPI_FLOAT, MPI_SUM, comm_.mpi()));
+    }
+    if (op == ReduceOp::average && comm_.size() > 1)
+      kernels_.scale(t, buf, count, 1.0f / static_cast<float>(comm_.size()));
+  }
+};
+
+// The single reducer: rank 0 receives every other rank's whole buffer in turn and adds it, then
+// sends the result to every rank. Rank 0's link carries 2(N-1)·S bytes, which is the point.
+class ReducerAllreducer final : public Allreducer {
+ public:
+  ReducerAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
+      : Allreducer(comm, k, cfg) {}
+  const char* name() const override { return "reducer"; }
+
+ protected:
+  void run(void* buf, size_t count, DType t, ReduceOp op) override {
+    const int n = comm_.size();
+    if (n == 1 || count == 0) return;
+    char* base = static_cast<char*>(buf);
+    const size_t seg = segment_for(t);
+    const Range all{0, count};
+    if (comm_.rank() == 0) {
+      for (int src = 1; src < n; ++src) recv_reduce(base, all, seg, t, src, kReducerTag);
+      if (op == ReduceOp::average) kernels_.scale(t, buf, count, 1.0f / static_cast<float>(n));
+      for (int dst = 1; dst < n; ++dst) send_segments(base, all, seg, t, dst, kReducerTag, sends_);
+      comm_.wait_all(sends_);
+    } else {
+      send_segments(base, all, seg, t, 0, kReducerTag, sends_);
+      comm_.wait_all(sends_);
+      recv_segments(base, all, seg, t, 0, kReducerTag);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
+                                            const ReduceKernels& kernels) {
+  if (cfg.algorithm == "ring") return make_ring_allreducer(comm, kernels, cfg);
+  if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg);
+  if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg);
+  if (cfg.algorithm == "nccl")
+    throw CommError(
+        "allreduce algorithm 'nccl' is GPU only and not built here (CPU build without CUDA/NCCL); "
+        "use ring, mpi or reducer");
+  throw CommError(str_cat("unknown allreduce algorithm '", cfg.algorithm,
+                          "' (known: ring, mpi, reducer, nccl)"));
+}
+
+}  // namespace rt::comm

@@ -1,0 +1,76 @@
+// Interchangeable allreduce algorithms behind one interface, chosen by name from the config:
+// "ring" (ours, the default), "mpi" (MPI_Allreduce), "reducer" (one rank sums, then sends the
+// result back: the baseline the ring replaced) and "nccl" (GPU builds only).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/reduce.h"
+#include "comm/ring_schedule.h"
+#include "nn/tensor.h"
+
+namespace rt::comm {
+
+enum class ReduceOp : uint8_t { sum, average };
+
+// Communication settings. Every rank must use the same values (checked at start-up).
+struct CommConfig {
+  std::string algorithm = "ring";     // ring | mpi | reducer | nccl (GPU builds only)
+  size_t bucket_bytes = 25u << 20;    // gradient bucket (PyTorch DDP's default 25 MiB)
+  bool overlap = true;                // allreduce buckets while backward is still running
+  size_t segment_bytes = 1u << 20;    // ring/reducer pipeline segment: receive one, reduce another
+  bool check_counts = false;          // verify each call's count on all ranks (one small allgather)
+};
+
+// The algorithm names make_allreducer knows (in the order a benchmark sweeps them).
+const std::vector<std::string>& allreduce_algorithms();
+
+class Allreducer {
+ public:
+  virtual ~Allreducer() = default;
+  virtual const char* name() const = 0;
+
+  // In place over buf[0, count) of element type t: every rank ends with the sum (or the sum
+  // scaled once by 1/ranks) of all ranks' buffers. Collective: every rank of the communicator
+  // calls it with the same count, type and op, in the same order. ring and reducer leave every
+  // rank bitwise identical by construction (one rank computes each final value, the others copy
+  // it). Any count, including 0 and counts above INT_MAX.
+  void allreduce(void* buf, size_t count, DType t, ReduceOp op);
+  void allreduce(std::span<float> buf, ReduceOp op) {
+    allreduce(buf.data(), buf.size(), DType::f32, op);
+  }
+
+ protected:
+  Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg);
+  virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
+
+  // Receives range r from `peer` in segments of `seg` elements, double-buffered in scratch_ (the
+  // next segment is posted before the current one is added), and adds each into buf.
+  void recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  // Posts one send per segment of range r of buf to `peer`, appending the requests to reqs.
+  void send_segments(const char* buf, Range r, size_t seg, DType t, int peer, int tag,
+                     std::vector<MPI_Request>& reqs);
+  // Receives range r from `peer` straight into buf (no arithmetic), segment by segment.
+  void recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  size_t segment_for(DType t) const;
+
+  Communicator& comm_;
+  const ReduceKernels& kernels_;
+  CommConfig cfg_;
+  Buffer<char> scratch_[2];              // persists across calls: no allocation per step
+  std::vector<MPI_Request> sends_;
+
+ private:
+  void check_same_call(size_t count, DType t, ReduceOp op);
+};
+
+// Throws rt::CommError for an unknown name, for "nccl" in a CPU build, or for an element type the
+// kernels do not support. Collective only in that it must be called on every rank (no messages).
+std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
+                                            const ReduceKernels& kernels = cpu_reduce_kernels());
+
+}  // namespace rt::comm

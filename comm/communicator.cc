@@ -1,0 +1,116 @@
+// The MPI transport: communicator duplication, checked point-to-point calls, split collectives.
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+
+MPI_Datatype mpi_datatype(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+  }
+  throw CommError("mpi_datatype: unknown element type");
+}
+
+Communicator::Communicator(MPI_Comm comm, size_t max_elems_per_call)
+    : max_elems_(max_elems_per_call) {
+  if (max_elems_ < 1 || max_elems_ > kMpiMaxCount)
+    throw CommError(str_cat("Communicator: max_elems_per_call must be in [1, ", kMpiMaxCount,
+                            "], got ", max_elems_per_call));
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) throw CommError("Communicator: MPI is not initialised (the program owns MPI_Init)");
+  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+MPI_Request Communicator::isend(const void* buf, size_t n, DType t, int peer, int tag) {
+  if (n > max_elems_) throw CommError(str_cat("isend: ", n, " elements exceed the per-call limit"));
+  MPI_Request req;
+  MPI_CHECK(MPI_Isend(buf, static_cast<int>(n), mpi_datatype(t), peer, tag, comm_, &req));
+  return req;
+}
+
+MPI_Request Communicator::irecv(void* buf, size_t n, DType t, int peer, int tag) {
+  if (n > max_elems_) throw CommError(str_cat("irecv: ", n, " elements exceed the per-call limit"));
+  MPI_Request req;
+  MPI_CHECK(MPI_Irecv(buf, static_cast<int>(n), mpi_datatype(t), peer, tag, comm_, &req));
+  return req;
+}
+
+void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer) {
+  MPI_Status st;
+  const int rc = MPI_Wait(&req, &st);
+  if (rc != MPI_SUCCESS)
+    throw CommError(str_cat("rank ", rank_, ": receive of ", n, " elements from rank ", peer,
+                            " failed: ", mpi_error_string(rc),
+                            " (do all ranks pass the same count to the collective?)"));
+  int got = 0;
+  MPI_CHECK(MPI_Get_count(&st, mpi_datatype(t), &got));
+  if (got == MPI_UNDEFINED || static_cast<size_t>(got) != n)
+    throw CommError(str_cat("rank ", rank_, ": expected ", n, " elements from rank ", peer,
+                            ", received ", got, ": the ranks disagree on the buffer size"));
+}
+
+void Communicator::wait_all(std::vector<MPI_Request>& reqs) {
+  if (reqs.empty()) return;
+  std::vector<MPI_Status> st(reqs.size());
+  const int rc = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), st.data());
+  if (rc == MPI_ERR_IN_STATUS) {
+    for (const MPI_Status& s : st)
+      if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
+        throw CommError(str_cat("rank ", rank_, ": transfer with rank ", s.MPI_SOURCE,
+                                " failed: ", mpi_error_string(s.MPI_ERROR)));
+  }
+  MPI_CHECK(rc);
+  reqs.clear();
+}
+
+void Communicator::broadcast(void* buf, size_t n, DType t, int root) {
+  auto* p = static_cast<char*>(buf);
+  const size_t esz = dtype_size(t);
+  for (size_t off = 0; off < n; off += max_elems_) {
+    const size_t len = std::min(max_elems_, n - off);
+    MPI_CHECK(MPI_Bcast(p + off * esz, static_cast<int>(len), mpi_datatype(t), root, comm_));
+  }
+}
+
+void Communicator::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+
+void Communicator::allgather_bytes(const void* mine, size_t bytes, void* all) {
+  if (bytes > kMpiMaxCount) throw CommError("allgather_bytes: record too large");
+  MPI_CHECK(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes),
+                          MPI_BYTE, comm_));
+}
+
+void comm_abort(const char* what, int exit_code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  int rank = -1, size = 0;
+  if (inited && !finalized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  std::fprintf(stderr, "ringtrain: rank %d of %d: %s\n", rank, size, what);
+  std::fflush(stderr);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace rt::comm

@@ -1,0 +1,71 @@
+// The MPI transport: a private duplicate of the caller's communicator, point-to-point calls with
+// 64-bit counts checked against MPI's int limit, split collectives, and the abort-all error path.
+#pragma once
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <exception>
+#include <vector>
+
+#include "nn/tensor.h"
+
+namespace rt::comm {
+
+// The most elements one MPI call may carry (MPI counts are int).
+constexpr size_t kMpiMaxCount = static_cast<size_t>(INT_MAX);
+
+// MPI datatype carrying one element of t (16-bit types travel as raw uint16: MPI never reduces them).
+MPI_Datatype mpi_datatype(DType t);
+
+class Communicator {
+ public:
+  // Duplicates `comm` (collective over it) so collectives here never match the caller's messages,
+  // and makes its MPI errors return to MPI_CHECK. max_elems_per_call (1 .. kMpiMaxCount) bounds
+  // every MPI call's count; larger transfers are split. The caller owns MPI_Init.
+  explicit Communicator(MPI_Comm comm = MPI_COMM_WORLD, size_t max_elems_per_call = kMpiMaxCount);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm mpi() const { return comm_; }
+  size_t max_elems_per_call() const { return max_elems_; }
+
+  // One nonblocking message of n <= max_elems_per_call() elements.
+  MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag);
+  MPI_Request irecv(void* buf, size_t n, DType t, int peer, int tag);
+  // Waits for a receive posted for n elements and checks that exactly n arrived: a shorter
+  // message means the ranks disagree on the buffer size, which must not be summed silently.
+  void wait_recv(MPI_Request& req, size_t n, DType t, int peer);
+  void wait_all(std::vector<MPI_Request>& reqs);
+
+  // Collectives over the whole communicator; counts are 64-bit and split into calls of at most
+  // max_elems_per_call() elements.
+  void broadcast(void* buf, size_t n, DType t, int root);
+  void barrier();
+  // all[r * bytes .. (r+1) * bytes) = rank r's `mine` (bytes must be the same on every rank).
+  void allgather_bytes(const void* mine, size_t bytes, void* all);
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  size_t max_elems_;
+};
+
+// The error path of every ringtrain program: prints "ringtrain: rank R of N: <what>" to stderr
+// and takes the whole job down with MPI_Abort, so that no peer waits forever in a receive.
+[[noreturn]] void comm_abort(const char* what, int exit_code = 1);
+
+// Runs fn() and aborts all ranks (comm_abort) if it throws. Returns fn()'s int result.
+template <class F>
+int comm_run_or_abort(F&& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    comm_abort(e.what());
+  }
+}
+
+}  // namespace rt::comm

@@ -1,0 +1,150 @@
+// Allreduce under mpirun: every algorithm, counts 0 .. primes .. large, sum and average, tiny
+// segments and a tiny MPI per-call limit (the int-count splitting), exact sums, bitwise-identical
+// ranks, bf16, broadcast, the per-call count check, and clear errors for unusable algorithms.
+#include <mpi.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "comm/allreduce.h"
+#include "comm/communicator.h"
+#include "comm/mpi_check.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace rt::comm {
+namespace {
+
+using test::MpiTest;
+
+std::vector<size_t> test_counts(int n) {
+  return {0, 1, 2, size_t(n > 1 ? n - 1 : 1), size_t(n), size_t(n + 1), 7, 13, 97, 1009, 10007,
+          65537, (1u << 20) + 3};
+}
+
+void check_exact(MpiTest& t, Allreducer& ar, size_t count, ReduceOp op, const std::string& what) {
+  std::vector<float> buf(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = test::init_value(t.rank(), i);
+  ar.allreduce(buf, op);
+  const float inv = 1.0f / static_cast<float>(t.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    float want = test::expected_sum(t.size(), i);
+    if (op == ReduceOp::average && t.size() > 1) want *= inv;
+    if (buf[i] != want && bad++ == 0) first = i;
+  }
+  MPI_EXPECT(t, bad == 0, what, ": ", bad, " wrong elements, first at ", first, " = ",
+             count ? buf[first] : 0.0f);
+  const bool same = test::same_on_all_ranks(test::hash_bytes(buf.data(), count * 4));
+  MPI_EXPECT(t, same, what, ": ranks differ");
+}
+
+// Random non-integer data: the sum depends on the order of additions, yet the ranks must agree
+// bitwise (by construction for ring and reducer).
+void check_identical(MpiTest& t, Allreducer& ar, size_t count, const std::string& what) {
+  std::mt19937 gen(1234 + t.rank());
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> buf(count);
+  for (float& v : buf) v = dist(gen);
+  for (int rep = 0; rep < 2; ++rep) {  // a second call reuses the scratch buffers
+    ar.allreduce(buf, ReduceOp::average);
+    MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(buf.data(), count * 4)), what,
+               ": ranks not bitwise identical (call ", rep, ")");
+  }
+}
+
+void check_bf16(MpiTest& t, Allreducer& ar, size_t count, const std::string& what) {
+  std::vector<bf16_t> buf(count);  // small integers: exact in bf16 for up to 8 ranks
+  for (size_t i = 0; i < count; ++i) buf[i] = to_bf16(float((t.rank() + 1) * (1 + i % 7)));
+  ar.allreduce(buf.data(), count, DType::bf16, ReduceOp::sum);
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i)
+    bad += from_bf16(buf[i]) != float(t.size() * (t.size() + 1) / 2 * (1 + i % 7));
+  MPI_EXPECT(t, bad == 0, what, ": bf16 ", bad, " wrong");
+  MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(buf.data(), count * 2)), what, ": bf16 differ");
+}
+
+void check_broadcast(MpiTest& t, Communicator& comm) {
+  const size_t count = 12345;
+  std::vector<float> buf(count, -1.0f);
+  if (t.rank() == 0)
+    for (size_t i = 0; i < count; ++i) buf[i] = float(i);
+  comm.broadcast(buf.data(), count, DType::f32, 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i) bad += buf[i] != float(i);
+  MPI_EXPECT(t, bad == 0, "broadcast: ", bad, " wrong");
+}
+
+// check_counts: one rank passes a different count; every rank must throw naming that rank.
+void check_count_mismatch(MpiTest& t, Communicator& comm) {
+  if (t.size() < 2) return;
+  CommConfig cfg;
+  cfg.check_counts = true;
+  auto ar = make_allreducer(cfg, comm);
+  const int odd = t.size() - 1;
+  std::vector<float> buf(t.rank() == odd ? 99 : 100, 1.0f);
+  try {
+    ar->allreduce(buf, ReduceOp::sum);
+    t.fail("count mismatch not detected");
+  } catch (const CommError& e) {
+    const std::string msg = e.what();
+    MPI_EXPECT(t, msg.find(str_cat("rank ", odd, " count 99")) != std::string::npos, msg);
+  }
+}
+
+void check_bad_algorithms(MpiTest& t, Communicator& comm) {
+  for (const char* name : {"nccl", "tree"}) {
+    CommConfig cfg;
+    cfg.algorithm = name;
+    try {
+      make_allreducer(cfg, comm);
+      t.fail(str_cat("algorithm ", name, " accepted"));
+    } catch (const CommError& e) {
+      const std::string msg = e.what();
+      MPI_EXPECT(t, msg.find(name == std::string("nccl") ? "GPU only" : "unknown") != std::string::npos,
+                 msg);
+    }
+  }
+}
+
+int run() {
+  MpiTest t;
+  // Per-call limit: MPI's int limit, and a tiny one that forces many splits of every transfer.
+  for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
+    Communicator comm(MPI_COMM_WORLD, limit);
+    for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
+      for (const std::string algo : {"ring", "reducer", "mpi"}) {
+        CommConfig cfg;
+        cfg.algorithm = algo;
+        cfg.segment_bytes = seg_bytes;
+        auto ar = make_allreducer(cfg, comm);
+        for (size_t count : test_counts(t.size())) {
+          if (seg_bytes == 64 && count > 70000) continue;  // thousands of tiny messages: slow, no news
+          for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
+            check_exact(t, *ar, count, op,
+                        str_cat(algo, " count ", count, op == ReduceOp::sum ? " sum" : " avg",
+                                " seg ", seg_bytes, " limit ", limit));
+        }
+        if (algo != "mpi") {
+          check_identical(t, *ar, 100003, str_cat(algo, " random seg ", seg_bytes));
+          check_bf16(t, *ar, 4099, str_cat(algo, " seg ", seg_bytes));
+        }
+      }
+    }
+    check_broadcast(t, comm);
+  }
+  Communicator comm;
+  check_count_mismatch(t, comm);
+  check_bad_algorithms(t, comm);
+  return t.finish("test_mpi_allreduce");
+}
+
+}  // namespace
+}  // namespace rt::comm
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const int rc = rt::comm::comm_run_or_abort([] { return rt::comm::run(); });
+  MPI_Finalize();
+  return rc;
+}
