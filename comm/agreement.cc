@@ -1,0 +1,127 @@
+// Start-up agreement: model fingerprints and settings compared across ranks; model broadcast.
+#include "comm/agreement.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+
+namespace {
+
+class Fnv {
+ public:
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 1099511628211ull;
+  }
+  void add_u64(uint64_t v) { add(&v, sizeof v); }
+  void add_str(const std::string& s) {
+    add_u64(s.size());
+    add(s.data(), s.size());
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ull;
+};
+
+// The record every rank contributes; fixed size so one MPI_Allgather carries it.
+enum Field : int {
+  kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
+  kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kNumFields
+};
+constexpr const char* kFieldNames[kNumFields] = {
+    "parameter count", "gradient buffer length", "model layout hash", "state length",
+    "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
+    "segment_bytes", "check_counts", "MPI elements per call"};
+
+struct Record {
+  uint64_t field[kNumFields];
+  char algorithm[24];  // for the message; the hash in field[kAlgorithm] decides
+};
+
+std::string field_value(const Record& r, int f) {
+  if (f == kAlgorithm) return str_cat("'", r.algorithm, "'");
+  if (f == kDType) return dtype_name(static_cast<DType>(r.field[f]));
+  if (f == kOverlap || f == kCheckCounts) return r.field[f] ? "true" : "false";
+  if (f == kLayoutHash || f == kStateHash) return str_cat("0x", std::hex, r.field[f]);
+  return std::to_string(r.field[f]);
+}
+
+}  // namespace
+
+ModelFingerprint model_fingerprint(const Arena<float>& arena) {
+  if (!arena.finalized()) throw CommError("model_fingerprint: the arena is not finalized");
+  ModelFingerprint fp;
+  fp.param_count = arena.param_count();
+  fp.grad_elems = arena.size();
+  Fnv layout;
+  for (const ParamInfo& p : arena.layout()) {
+    layout.add_str(p.name);
+    layout.add_u64(p.dims.size());
+    for (int64_t d : p.dims) layout.add_u64(static_cast<uint64_t>(d));
+    layout.add_u64(static_cast<uint64_t>(p.kind));
+    layout.add_u64(p.offset);
+    layout.add_u64(p.count);
+  }
+  fp.layout_hash = layout.value();
+  Fnv state;
+  for (const StateInfo& s : arena.state_layout()) {
+    state.add_str(s.name);
+    state.add_u64(s.offset);
+    state.add_u64(s.count);
+    fp.state_elems += s.count;
+  }
+  fp.state_hash = state.value();
+  fp.dtype = DType::f32;
+  return fp;
+}
+
+ModelFingerprint buffer_fingerprint(size_t count, DType t) {
+  ModelFingerprint fp;
+  fp.param_count = fp.grad_elems = count;
+  fp.dtype = t;
+  return fp;
+}
+
+void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, const CommConfig& cfg) {
+  Record mine{};
+  Fnv algo;
+  algo.add_str(cfg.algorithm);
+  mine.field[kParamCount] = model.param_count;
+  mine.field[kGradElems] = model.grad_elems;
+  mine.field[kLayoutHash] = model.layout_hash;
+  mine.field[kStateElems] = model.state_elems;
+  mine.field[kStateHash] = model.state_hash;
+  mine.field[kDType] = static_cast<uint64_t>(model.dtype);
+  mine.field[kAlgorithm] = algo.value();
+  mine.field[kBucketBytes] = cfg.bucket_bytes;
+  mine.field[kOverlap] = cfg.overlap;
+  mine.field[kSegmentBytes] = cfg.segment_bytes;
+  mine.field[kCheckCounts] = cfg.check_counts;
+  mine.field[kMaxElemsPerCall] = comm.max_elems_per_call();
+  std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
+
+  std::vector<Record> all(static_cast<size_t>(comm.size()));
+  comm.allgather_bytes(&mine, sizeof mine, all.data());
+  std::string diffs;
+  int ndiff = 0;
+  for (int r = 1; r < comm.size(); ++r)
+    for (int f = 0; f < kNumFields; ++f)
+      if (all[r].field[f] != all[0].field[f] && ++ndiff <= 16)
+        diffs += str_cat(diffs.empty() ? "" : "; ", "rank ", r, " has ", kFieldNames[f], " ",
+                         field_value(all[r], f), " (rank 0: ", field_value(all[0], f), ")");
+  if (ndiff > 16) diffs += str_cat("; and ", ndiff - 16, " more differences");
+  if (!diffs.empty())
+    throw CommError(str_cat("ranks disagree at start-up (", comm.size(), " ranks): ", diffs));
+}
+
+void broadcast_model(Communicator& comm, Arena<float>& arena, int root) {
+  comm.broadcast(arena.params().data(), arena.params().size(), DType::f32, root);
+  comm.broadcast(arena.state().data(), arena.state().size(), DType::f32, root);
+}
+
+}  // namespace rt::comm

@@ -1,0 +1,141 @@
+// Gradient buckets and the communication thread that allreduces them during backward.
+#include "comm/gradient_reducer.h"
+
+#include <algorithm>
+
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+}  // namespace
+
+GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg, void* grads,
+                                 size_t count, DType t, const ModelFingerprint& model,
+                                 const ReduceKernels& k)
+    : comm_(comm), cfg_(cfg), grads_(static_cast<char*>(grads)), count_(count), dtype_(t) {
+  if (model.grad_elems != count || model.dtype != t)
+    throw CommError(str_cat("GradientReducer: the buffer (", count, " ", dtype_name(t),
+                            ") is not the model's gradient buffer (", model.grad_elems, " ",
+                            dtype_name(model.dtype), ")"));
+  if (cfg_.bucket_bytes == 0) throw CommError("comm: bucket_bytes must be positive");
+  comm_check_agreement(comm_, model, cfg_);
+  allreducer_ = make_allreducer(cfg_, comm_, k);
+  if (!k.supports(t))
+    throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
+
+  // Buckets hold whole 64-byte lines, so every bucket but the last starts aligned.
+  const size_t esz = dtype_size(t), line = 64 / esz;
+  const size_t per = std::max(line, cfg_.bucket_bytes / esz / line * line);
+  for (size_t off = 0; off < count; off += per) buckets_.push_back({off, std::min(per, count - off)});
+
+  if (cfg_.overlap) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CHECK(MPI_Query_thread(&provided));
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw CommError(str_cat(
+          "comm overlap: the communication thread calls MPI while backward runs, which needs "
+          "MPI_Init_thread with MPI_THREAD_SERIALIZED or higher (this process has ",
+          thread_level_name(provided), "); initialise MPI so, or set overlap: false"));
+    thread_ = std::thread([this] { comm_loop(); });
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GradientReducer::start_step_locked() {
+  active_ = true;
+  ready_ = 0;
+  next_ = 0;
+  comm_s_ = 0;
+  step_start_ = Clock::now();
+}
+
+void GradientReducer::begin_step() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (active_) throw CommError("GradientReducer: begin_step() before the previous step's wait()");
+  start_step_locked();
+}
+
+void GradientReducer::on_ready(size_t n) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!active_) start_step_locked();
+    ready_ = std::max(ready_, std::min(n, count_));
+  }
+  if (cfg_.overlap) work_cv_.notify_one();
+}
+
+void GradientReducer::reduce_bucket(size_t b) {
+  const Range r = buckets_[b];
+  const auto t0 = Clock::now();
+  allreducer_->allreduce(grads_ + r.offset * dtype_size(dtype_), r.len, dtype_, ReduceOp::average);
+  comm_s_ += seconds(Clock::now() - t0);  // only the thread doing the reduce touches comm_s_ now
+}
+
+void GradientReducer::comm_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    work_cv_.wait(lk, [&] {
+      return stop_ || (active_ && !error_ && next_ < buckets_.size() &&
+                       ready_ >= buckets_[next_].offset + buckets_[next_].len);
+    });
+    if (stop_) return;
+    const size_t b = next_;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      reduce_bucket(b);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lk.lock();
+    if (err) error_ = err;
+    else ++next_;
+    if (err || next_ == buckets_.size()) done_cv_.notify_all();
+  }
+}
+
+void GradientReducer::wait() {
+  const auto t_wait = Clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!active_) start_step_locked();
+  last_ = StepTimes{};
+  last_.compute_s = seconds(t_wait - step_start_);
+  last_.buckets = buckets_.size();
+  last_.buckets_done_before_wait = next_;
+  ready_ = count_;
+  if (cfg_.overlap) {
+    work_cv_.notify_one();
+    done_cv_.wait(lk, [&] { return error_ || next_ == buckets_.size(); });
+  } else {
+    lk.unlock();  // no other thread: the buckets are reduced here, one after another
+    for (size_t b = 0; b < buckets_.size(); ++b) reduce_bucket(b);
+    lk.lock();
+    next_ = buckets_.size();
+  }
+  active_ = false;
+  last_.total_comm_s = comm_s_;
+  last_.exposed_comm_s = seconds(Clock::now() - t_wait);
+  if (error_) std::rethrow_exception(error_);  // stays set: the collective sequence is broken
+}
+
+}  // namespace rt::comm

@@ -1,0 +1,96 @@
+// Gradient buckets overlapped with backward: the flat gradient buffer (backward order) is cut
+// into buckets, and a communication thread allreduces (averages) each bucket as soon as backward
+// reports it complete, while backward goes on with the earlier layers.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "comm/agreement.h"
+#include "comm/allreduce.h"
+#include "comm/communicator.h"
+#include "comm/ring_schedule.h"
+
+namespace rt::comm {
+
+// One step's timing, in seconds.
+struct StepTimes {
+  double compute_s = 0;       // begin_step() to wait(): backward (and whatever the caller did)
+  double exposed_comm_s = 0;  // time wait() blocked: communication not hidden behind compute
+  double total_comm_s = 0;    // time spent inside bucket allreduces, hidden or not
+  size_t buckets = 0;
+  size_t buckets_done_before_wait = 0;  // how many finished while backward was still running
+};
+
+// Thread use. With overlap, a communication thread makes every MPI call of a step (between
+// begin_step() and wait() returning), concurrently with the main thread's compute: the program
+// must initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED or higher, ...) and must
+// not call MPI from another thread during a step (between steps, e.g. for a loss average, it
+// may). MPI_THREAD_MULTIPLE is not needed. Without overlap, wait() makes the calls on the
+// caller's thread and plain MPI_Init (or FUNNELED) suffices.
+class GradientReducer {
+ public:
+  // Collective: runs comm_check_agreement(comm, model, cfg), so a rank with another model or other
+  // settings makes every rank throw here. grads: the flat gradient buffer (count elements of type
+  // t), which must stay valid for the reducer's lifetime.
+  GradientReducer(Communicator& comm, const CommConfig& cfg, void* grads, size_t count, DType t,
+                  const ModelFingerprint& model, const ReduceKernels& k = cpu_reduce_kernels());
+  GradientReducer(Communicator& comm, const CommConfig& cfg, std::span<float> grads,
+                  const ModelFingerprint& model, const ReduceKernels& k = cpu_reduce_kernels())
+      : GradientReducer(comm, cfg, grads.data(), grads.size(), DType::f32, model, k) {}
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Starts a step (the compute clock). Optional: the first on_ready() of a step starts one too.
+  void begin_step();
+  // grads[0, n) is final (n grows within a step). Wakes the communication thread when a bucket
+  // is complete. Cheap; called from Net::backward's on_ready.
+  void on_ready(size_t n);
+  // The callback to pass to Net::backward.
+  std::function<void(size_t)> ready_callback() {
+    return [this](size_t n) { on_ready(n); };
+  }
+  // Ends the step: marks the whole buffer ready, blocks until every bucket is averaged over all
+  // ranks, and records the step's times. Rethrows a communication error of this step.
+  void wait();
+
+  const StepTimes& last_step() const { return last_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  Range bucket(size_t i) const { return buckets_[i]; }
+  const char* algorithm() const { return allreducer_->name(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void comm_loop();
+  void reduce_bucket(size_t b);
+  void start_step_locked();
+
+  Communicator& comm_;
+  CommConfig cfg_;
+  char* grads_;
+  size_t count_;
+  DType dtype_;
+  std::unique_ptr<Allreducer> allreducer_;
+  std::vector<Range> buckets_;  // contiguous slices in buffer (= backward) order
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  bool active_ = false, stop_ = false;
+  size_t ready_ = 0;      // grads_[0, ready_) final in this step
+  size_t next_ = 0;       // buckets [0, next_) reduced in this step
+  double comm_s_ = 0;     // this step's time inside allreduces
+  std::exception_ptr error_;
+  Clock::time_point step_start_;
+  StepTimes last_;
+  std::thread thread_;    // last member: started once everything above exists
+};
+
+}  // namespace rt::comm

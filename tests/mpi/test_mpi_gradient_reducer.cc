@@ -1,0 +1,165 @@
+// Gradient buckets under mpirun: a fake backward that reports growing prefixes and a real small
+// ResNet on the reference backend; bucketed (overlapped or not) allreduce must equal one
+// allreduce of the whole buffer, and every rank must end bitwise identical.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "comm/agreement.h"
+#include "comm/allreduce.h"
+#include "comm/gradient_reducer.h"
+#include "nn/resnet.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace rt::comm {
+namespace {
+
+using test::MpiTest;
+
+// "Backward" writes the buffer front to back in rank-dependent pieces (ranks progress
+// differently, as real ones do) and reports each finished prefix.
+void fake_backward(MpiTest& t, GradientReducer& gr, std::vector<float>& g, int step) {
+  std::mt19937 gen(77 + t.rank() * 13 + step);
+  std::uniform_int_distribution<size_t> piece(1, g.size() / 7 + 1);
+  gr.begin_step();
+  size_t done = 0;
+  while (done < g.size()) {
+    const size_t end = std::min(g.size(), done + piece(gen));
+    for (size_t i = done; i < end; ++i) g[i] = test::init_value(t.rank(), i + step);
+    done = end;
+    gr.on_ready(done);
+    if (gen() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  gr.wait();
+}
+
+void check_fake_backward(MpiTest& t, Communicator& comm) {
+  const size_t count = 300007;
+  const float inv = 1.0f / static_cast<float>(t.size());
+  for (const std::string algo : {"ring", "reducer", "mpi"}) {
+    for (size_t bucket_bytes : {size_t(4096), size_t(100000), size_t(25) << 20}) {
+      for (bool overlap : {true, false}) {
+        CommConfig cfg;
+        cfg.algorithm = algo;
+        cfg.bucket_bytes = bucket_bytes;
+        cfg.overlap = overlap;
+        std::vector<float> g(count);
+        GradientReducer gr(comm, cfg, g, buffer_fingerprint(count, DType::f32));
+        for (int step = 0; step < 2; ++step) {
+          fake_backward(t, gr, g, step);
+          size_t bad = 0;
+          for (size_t i = 0; i < count; ++i) bad += g[i] != test::expected_sum(t.size(), i + step) * inv;
+          const std::string what = str_cat(algo, " bucket ", bucket_bytes, " overlap ", overlap,
+                                           " step ", step);
+          MPI_EXPECT(t, bad == 0, what, ": ", bad, " wrong");
+          MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(g.data(), count * 4)), what,
+                     ": ranks differ");
+          const StepTimes& st = gr.last_step();
+          MPI_EXPECT(t, st.buckets == gr.num_buckets() && st.total_comm_s >= 0 &&
+                            st.exposed_comm_s >= 0 && st.compute_s >= 0, what, ": bad times");
+        }
+        if (algo == "ring" && bucket_bytes == 4096 && t.rank() == 0)
+          std::printf("fake backward, %zu buckets, overlap %d: compute %.4f s, exposed %.4f s, "
+                      "comm %.4f s, %zu buckets done before wait\n", gr.num_buckets(), overlap,
+                      gr.last_step().compute_s, gr.last_step().exposed_comm_s,
+                      gr.last_step().total_comm_s, gr.last_step().buckets_done_before_wait);
+      }
+    }
+  }
+}
+
+// A real network: gradients of rank-dependent batches averaged by buckets during backward.
+void check_real_net(MpiTest& t, Communicator& comm) {
+  ResNetConfig rc;
+  rc.name = "resnet20";
+  rc.num_classes = 10;
+  rc.image_size = 16;
+  rc.batch = 2;
+  rc.width = 0.5;
+  rc.seed = 5;
+  auto net = build_resnet<float>(rc, make_backend<float>("reference"));
+  Arena<float>& arena = net->arena();
+  // Different initial weights per rank, then rank 0's everywhere.
+  std::mt19937 gen(1000 + t.rank());
+  std::normal_distribution<float> nd(0.0f, 0.01f);
+  for (float& p : arena.params()) p += nd(gen);
+  broadcast_model(comm, arena);
+  MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(arena.params().data(), arena.params().size() * 4)),
+             "parameters differ after broadcast_model");
+
+  std::vector<float> x(2 * 3 * 16 * 16);
+  for (float& v : x) v = nd(gen) * 100.0f;  // rank-dependent batch
+  const int32_t labels[2] = {t.rank() % 10, (3 * t.rank() + 1) % 10};
+  net->forward(x.data(), labels, true);
+
+  const ModelFingerprint fp = model_fingerprint(arena);
+  std::span<float> g = arena.grads();
+  // Reference: plain backward, then one ring allreduce of the whole buffer.
+  std::fill(g.begin(), g.end(), 0.0f);
+  net->backward();
+  std::vector<float> local(g.begin(), g.end());
+  CommConfig whole_cfg;
+  auto whole = make_allreducer(whole_cfg, comm);
+  std::vector<float> ref = local;
+  whole->allreduce(ref, ReduceOp::average);
+  double gmax = 0;
+  for (float v : ref) gmax = std::max(gmax, double(std::fabs(v)));
+
+  std::vector<float> first;
+  for (bool overlap : {true, false}) {
+    CommConfig cfg;
+    cfg.bucket_bytes = 16 << 10;  // ~ a dozen buckets for this small model
+    cfg.overlap = overlap;
+    GradientReducer gr(comm, cfg, g, fp);
+    std::fill(g.begin(), g.end(), 0.0f);
+    gr.begin_step();
+    net->backward(gr.ready_callback());
+    gr.wait();
+    const std::string what = str_cat("resnet20 overlap ", overlap, " (", gr.num_buckets(), " buckets)");
+    MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(g.data(), g.size() * 4)), what,
+               ": ranks not bitwise identical");
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, double(std::fabs(g[i] - ref[i])));
+    // Two ranks: one addition per element, so any order gives the same bits. More ranks: the
+    // bucket boundaries change the summation order, so compare to float rounding.
+    if (t.size() <= 2)
+      MPI_EXPECT(t, worst == 0, what, ": differs from one whole allreduce by ", worst);
+    else
+      MPI_EXPECT(t, worst <= 1e-5 * gmax, what, ": differs from one whole allreduce by ", worst,
+                 " (max |g| ", gmax, ")");
+    if (overlap)
+      first.assign(g.begin(), g.end());
+    else
+      MPI_EXPECT(t, std::equal(first.begin(), first.end(), g.begin()), what,
+                 ": overlapped and sequential buckets differ");
+    if (t.rank() == 0)
+      std::printf("%s: compute %.4f s, exposed comm %.4f s, total comm %.4f s, %zu of %zu buckets "
+                  "done before wait\n", what.c_str(), gr.last_step().compute_s,
+                  gr.last_step().exposed_comm_s, gr.last_step().total_comm_s,
+                  gr.last_step().buckets_done_before_wait, gr.num_buckets());
+  }
+}
+
+int run() {
+  MpiTest t;
+  Communicator comm;
+  check_fake_backward(t, comm);
+  check_real_net(t, comm);
+  return t.finish("test_mpi_gradient_reducer");
+}
+
+}  // namespace
+}  // namespace rt::comm
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  const int rc = rt::comm::comm_run_or_abort([] { return rt::comm::run(); });
+  MPI_Finalize();
+  return rc;
+}
