@@ -1,0 +1,196 @@
+// Allreduce benchmark in the style of nccl-tests: for each algorithm and size, check the result,
+// then time it (median over iterations after warm-up, slowest rank per iteration) and print time,
+// algbw = bytes/time and busbw = algbw·2(N-1)/N, as CSV RESULT lines in the format of
+// /work/shared/peers/mpi_allreduce.c so both tables can be read side by side.
+//
+// Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
+//          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
+//          [--segment-bytes 1048576] [--sizes B1,B2,...]
+#include <mpi.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/allreduce.h"
+#include "comm/communicator.h"
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+namespace {
+
+struct Options {
+  std::vector<std::string> algos = {"ring", "mpi", "reducer"};
+  std::vector<size_t> sizes;
+  size_t min_bytes = 4096, max_bytes = size_t(256) << 20, factor = 4;
+  double budget = 2.0;  // seconds of timed iterations per size (at least min_reps)
+  int min_reps = 5, max_reps = 1000;
+  size_t segment_bytes = CommConfig{}.segment_bytes;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+size_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end;
+  if (unit == "K" || unit == "k") v *= 1024;
+  else if (unit == "M" || unit == "m") v *= 1024 * 1024;
+  else if (unit == "G" || unit == "g") v *= 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) throw Error("bad byte size '" + s + "' (use e.g. 4096, 64K, 16M)");
+  return static_cast<size_t>(v);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) throw Error("option " + a + " needs a value");
+    const std::string v = argv[++i];
+    if (a == "--algos") o.algos = split(v);
+    else if (a == "--sizes") for (const std::string& s : split(v)) o.sizes.push_back(parse_bytes(s));
+    else if (a == "--min-bytes") o.min_bytes = parse_bytes(v);
+    else if (a == "--max-bytes") o.max_bytes = parse_bytes(v);
+    else if (a == "--factor") o.factor = std::stoul(v);
+    else if (a == "--budget") o.budget = std::stod(v);
+    else if (a == "--min-reps") o.min_reps = std::stoi(v);
+    else if (a == "--max-reps") o.max_reps = std::stoi(v);
+    else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v);
+    else throw Error("unknown option " + a);
+  }
+  if (o.sizes.empty())
+    for (size_t b = o.min_bytes; b <= o.max_bytes; b *= std::max<size_t>(2, o.factor)) o.sizes.push_back(b);
+  if (o.min_reps < 1 || o.max_reps < o.min_reps) throw Error("need 1 <= min-reps <= max-reps");
+  return o;
+}
+
+// CPU-seconds used by the whole machine and by this process (to flag disturbed measurements the
+// way the peer benchmarks do: foreign = machine busy time minus all ranks' own time).
+double machine_busy() {
+  unsigned long long u = 0, n = 0, s = 0;
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return 0;
+  const int got = std::fscanf(f, "cpu %llu %llu %llu", &u, &n, &s);
+  std::fclose(f);
+  return got == 3 ? double(u + n + s) / double(sysconf(_SC_CLK_TCK)) : 0;
+}
+double own_cpu() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+// Rank r contributes (r+1)(1 + i%3): the sum n(n+1)/2 (1 + i%3) is exact in fp32.
+void fill(std::vector<float>& v, int rank) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(rank + 1) * float(1 + i % 3);
+}
+long count_wrong(const std::vector<float>& v, int n) {
+  const float base = float(n * (n + 1) / 2);
+  long bad = 0;
+  for (size_t i = 0; i < v.size(); ++i) bad += v[i] != base * float(1 + i % 3);
+  return bad;
+}
+
+void bench_one(Communicator& comm, Allreducer& ar, const Options& o, size_t bytes) {
+  const int rank = comm.rank(), n = comm.size();
+  const size_t count = bytes / 4;
+  std::vector<float> src(count), buf(count);
+  fill(src, rank);
+  const int warm = bytes <= (size_t(1) << 20) ? 10 : 1;
+  for (int w = 0; w < warm; ++w) {
+    std::copy(src.begin(), src.end(), buf.begin());
+    ar.allreduce(buf, ReduceOp::sum);
+  }
+  long bad = count_wrong(buf, n);
+
+  std::vector<double> times;
+  int attempt = 0, ok = 0;
+  double foreign_cores = 0;
+  for (attempt = 0; attempt < 3 && !ok; ++attempt) {
+    times.clear();
+    comm.barrier();
+    const double b0 = rank == 0 ? machine_busy() : 0, c0 = own_cpu(), start = MPI_Wtime();
+    for (;;) {
+      int go = int(times.size()) < o.min_reps ||
+               (int(times.size()) < o.max_reps && MPI_Wtime() - start < o.budget);
+      MPI_CHECK(MPI_Bcast(&go, 1, MPI_INT, 0, comm.mpi()));  // rank 0 decides for all
+      if (!go) break;
+      std::copy(src.begin(), src.end(), buf.begin());  // in place: restore outside the timing
+      comm.barrier();
+      const double t0 = MPI_Wtime();
+      ar.allreduce(buf, ReduceOp::sum);
+      times.push_back(MPI_Wtime() - t0);
+    }
+    comm.barrier();
+    double mine = own_cpu() - c0, all = 0;
+    MPI_CHECK(MPI_Reduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, 0, comm.mpi()));
+    if (rank == 0) {
+      const double wall = MPI_Wtime() - start, foreign = std::max(0.0, machine_busy() - b0 - all);
+      foreign_cores = foreign / wall;
+      ok = foreign_cores < 0.05 || foreign < 0.03;
+    }
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, comm.mpi()));
+  }
+  bad += count_wrong(buf, n);
+  long bad_all = 0;
+  MPI_CHECK(MPI_Reduce(&bad, &bad_all, 1, MPI_LONG, MPI_SUM, 0, comm.mpi()));
+  std::vector<double> tmax(times.size());
+  MPI_CHECK(MPI_Reduce(times.data(), tmax.data(), int(times.size()), MPI_DOUBLE, MPI_MAX, 0, comm.mpi()));
+  if (rank != 0) return;
+  std::sort(tmax.begin(), tmax.end());
+  const size_t r = tmax.size();
+  const double med = r % 2 ? tmax[r / 2] : 0.5 * (tmax[r / 2 - 1] + tmax[r / 2]);
+  const double algbw = double(count * 4) / med / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+  std::printf("RESULT,%s,%d,%zu,%zu,%zu,%.1f,%.1f,%.1f,%.3f,%.3f,%s,%d,%.3f%s\n", ar.name(), n,
+              count * 4, count, r, med * 1e6, tmax[0] * 1e6, tmax[r - 1] * 1e6, algbw, busbw,
+              bad_all ? "FAIL" : "OK", attempt, foreign_cores, ok ? "" : ",CONTENDED");
+  std::fflush(stdout);
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  Communicator comm;
+  if (comm.rank() == 0) {
+    std::printf("# allreduce_bench np=%d algos=", comm.size());
+    for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
+    std::printf("segment_bytes=%zu budget=%.1fs min_reps=%d\n", o.segment_bytes, o.budget, o.min_reps);
+    std::printf("RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps,"
+                "check,attempts,foreign_cores\n");
+    std::fflush(stdout);
+  }
+  std::vector<std::unique_ptr<Allreducer>> ars;
+  for (const std::string& algo : o.algos) {
+    CommConfig cfg;
+    cfg.algorithm = algo;
+    cfg.segment_bytes = o.segment_bytes;
+    ars.push_back(make_allreducer(cfg, comm));
+  }
+  // Algorithms interleaved per size: a drifting machine load affects them alike.
+  for (size_t bytes : o.sizes)
+    for (auto& ar : ars) bench_one(comm, *ar, o, bytes);
+  return 0;
+}
+
+}  // namespace
+}  // namespace rt::comm
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const int rc = rt::comm::comm_run_or_abort([&] { return rt::comm::run(argc, argv); });
+  MPI_Finalize();
+  return rc;
+}
