@@ -124,8 +124,13 @@ TEST(Net, SecondStepReusesBuffersAndRepeatsExactly) {
   EXPECT_TRUE(std::equal(g1.begin(), g1.end(), net->arena().grads().begin()));
 }
 
-// A full ResNet training step on oneDNN equals the reference: loss, logits and every gradient.
-void expect_backends_agree(const std::string& model, int64_t batch, int64_t size, int64_t classes) {
+// A full ResNet training step on oneDNN against the reference in double (the truth): every
+// gradient is at least as accurate as the float reference's own, or within rtol relative. In a
+// deep net with few values per BN channel, fp32 rounding flips a few ReLU masks near zero, which
+// moves some gradients by percents in either float backend (which one is luck): there the
+// tolerance catches wrong layouts or missing terms (errors of order 1), not rounding.
+void expect_backends_agree(const std::string& model, int64_t batch, int64_t size, int64_t classes,
+                           double rtol) {
   ResNetConfig c;
   c.name = model;
   c.batch = batch;
@@ -135,32 +140,43 @@ void expect_backends_agree(const std::string& model, int64_t batch, int64_t size
   c.seed = 5;
   auto ref = build_resnet<float>(c, make_backend<float>("reference"));
   auto dnn = build_resnet<float>(c, make_backend<float>("onednn"));
+  auto dbl = build_resnet<double>(c, make_backend<double>("reference"));
+  std::copy(ref->arena().params().begin(), ref->arena().params().end(), dbl->arena().params().begin());
   auto input = random_vec<float>(ref->shape(0).numel(), 9);
+  std::vector<double> input_d(input.begin(), input.end());
   std::vector<int32_t> labels(batch);
   for (int64_t i = 0; i < batch; ++i) labels[i] = int32_t((i * 7) % classes);
+  double lt = dbl->forward(input_d.data(), labels.data(), true);
   double lr = ref->forward(input.data(), labels.data(), true);
   double ld = dnn->forward(input.data(), labels.data(), true);
-  EXPECT_NEAR(lr, ld, 1e-4 * std::max(1.0, std::fabs(lr)));
+  EXPECT_NEAR(ld, lt, std::max(1e-5, 3 * std::fabs(lr - lt))) << model;
+  dbl->backward();
   ref->backward();
   dnn->backward();
+  auto gt = dbl->arena().grads();
   auto gr = ref->arena().grads(), gd = dnn->arena().grads();
   for (const ParamInfo& p : ref->arena().layout()) {
-    double num = 0, den = 0;  // normalised squared error per tensor
+    double er = 0, ed = 0, den = 0;  // squared errors against double, per tensor
     for (size_t i = p.offset; i < p.offset + p.count; ++i) {
-      num += double(gr[i] - gd[i]) * (gr[i] - gd[i]);
-      den += double(gr[i]) * gr[i];
+      er += (gr[i] - gt[i]) * (gr[i] - gt[i]);
+      ed += (gd[i] - gt[i]) * (gd[i] - gt[i]);
+      den += gt[i] * gt[i];
     }
-    EXPECT_LE(num, 1e-6 * den + 1e-12) << model << " " << p.name;
+    EXPECT_LE(std::sqrt(ed), std::max(3 * std::sqrt(er), rtol * std::sqrt(den)) + 1e-7)
+        << model << " " << p.name << ": onednn error " << std::sqrt(ed / den) << ", float reference error "
+        << std::sqrt(er / den);
   }
-  auto sr = ref->arena().state(), sd = dnn->arena().state();
-  for (size_t i = 0; i < sr.size(); ++i)
-    ASSERT_NEAR(sr[i], sd[i], 1e-4 + 1e-3 * std::fabs(sr[i])) << model << " state " << i;
+  auto st = dbl->arena().state();
+  auto sd = dnn->arena().state();
+  for (size_t i = 0; i < st.size(); ++i)
+    ASSERT_NEAR(sd[i], st[i], 1e-4 + 1e-3 * std::fabs(st[i])) << model << " state " << i;
 }
 
 TEST(Net, OnednnResNetStepMatchesReference) {
-  expect_backends_agree("resnet20", 4, 16, 10);
-  expect_backends_agree("resnet18", 2, 64, 10);
-  expect_backends_agree("resnet50", 2, 64, 10);
+  expect_backends_agree("resnet20", 4, 16, 10, 1e-3);
+  expect_backends_agree("resnet18", 2, 64, 10, 1e-3);
+  // 8 values per BN channel in layer4: both float backends are 2-4% off double here.
+  expect_backends_agree("resnet50", 2, 64, 10, 0.1);
 }
 
 }  // namespace
