@@ -62,7 +62,7 @@ void Allreducer::recv_segments(char* buf, Range r, size_t seg, DType t, int peer
     const Range sg = segment_at(r, seg, k);
     reqs[k] = comm_.irecv(buf + sg.offset * esz, sg.len, t, peer, tag);
   }
-  for (size_t k = 0; k < nk; ++k) comm_.wait_recv(reqs[k], segment_at(r, seg, k).len, t, peer);
+  for (size_t k = 0; k < nk; ++k) comm_.wait_recv(reqs[k], segment_at(r, seg, k).len, t, peer, cfg_.idle_sleep_us);
 }
 
 void Allreducer::recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
@@ -76,7 +76,7 @@ void Allreducer::recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, 
     req[k] = comm_.irecv(scratch_[k].data(), segment_at(r, seg, k).len, t, peer, tag);
   for (size_t k = 0; k < nk; ++k) {
     const Range sg = segment_at(r, seg, k);
-    comm_.wait_recv(req[k % 2], sg.len, t, peer);
+    comm_.wait_recv(req[k % 2], sg.len, t, peer, cfg_.idle_sleep_us);
     kernels_.reduce_add(t, buf + sg.offset * esz, scratch_[k % 2].data(), sg.len);
     if (k + 2 < nk)
       req[k % 2] = comm_.irecv(scratch_[k % 2].data(), segment_at(r, seg, k + 2).len, t, peer, tag);
@@ -128,10 +128,10 @@ class ReducerAllreducer final : public Allreducer {
       for (int src = 1; src < n; ++src) recv_reduce(base, all, seg, t, src, kReducerTag);
       if (op == ReduceOp::average) kernels_.scale(t, buf, count, 1.0f / static_cast<float>(n));
       for (int dst = 1; dst < n; ++dst) send_segments(base, all, seg, t, dst, kReducerTag, sends_);
-      comm_.wait_all(sends_);
+      comm_.wait_all(sends_, cfg_.idle_sleep_us);
     } else {
       send_segments(base, all, seg, t, 0, kReducerTag, sends_);
-      comm_.wait_all(sends_);
+      comm_.wait_all(sends_, cfg_.idle_sleep_us);
       recv_segments(base, all, seg, t, 0, kReducerTag);
     }
   }

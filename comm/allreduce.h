@@ -24,6 +24,8 @@ struct CommConfig {
   bool overlap = true;                // allreduce buckets while backward is still running
   size_t segment_bytes = 1u << 20;    // ring/reducer pipeline segment: receive one, reduce another
   bool check_counts = false;          // verify each call's count on all ranks (one small allgather)
+  int idle_sleep_us = 0;              // >0: a blocked wait polls, then sleeps this long between
+                                      // polls instead of spinning in MPI_Wait (frees the core)
 };
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).

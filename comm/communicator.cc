@@ -2,6 +2,8 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -53,9 +55,27 @@ MPI_Request Communicator::irecv(void* buf, size_t n, DType t, int peer, int tag)
   return req;
 }
 
-void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer) {
+namespace {
+
+// MPI_Waitall, or MPI_Testall polls that back off to sleeping after idle_sleep_us.
+int wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us) {
+  if (idle_sleep_us <= 0) return MPI_Waitall(count, reqs, st);
+  const auto start = std::chrono::steady_clock::now();
+  const auto pause = std::chrono::microseconds(idle_sleep_us);
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Testall(count, reqs, &done, st);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (std::chrono::steady_clock::now() - start > pause) std::this_thread::sleep_for(pause);
+  }
+}
+
+}  // namespace
+
+void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us) {
   MPI_Status st;
-  const int rc = MPI_Wait(&req, &st);
+  int rc = wait_requests(1, &req, &st, idle_sleep_us);
+  if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
     throw CommError(str_cat("rank ", rank_, ": receive of ", n, " elements from rank ", peer,
                             " failed: ", mpi_error_string(rc),
@@ -67,10 +87,11 @@ void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer) {
                             ", received ", got, ": the ranks disagree on the buffer size"));
 }
 
-void Communicator::wait_all(std::vector<MPI_Request>& reqs) {
+void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
   if (reqs.empty()) return;
-  std::vector<MPI_Status> st(reqs.size());
-  const int rc = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), st.data());
+  statuses_.resize(reqs.size());
+  std::vector<MPI_Status>& st = statuses_;
+  const int rc = wait_requests(static_cast<int>(reqs.size()), reqs.data(), st.data(), idle_sleep_us);
   if (rc == MPI_ERR_IN_STATUS) {
     for (const MPI_Status& s : st)
       if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)

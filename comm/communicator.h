@@ -38,8 +38,11 @@ class Communicator {
   MPI_Request irecv(void* buf, size_t n, DType t, int peer, int tag);
   // Waits for a receive posted for n elements and checks that exactly n arrived: a shorter
   // message means the ranks disagree on the buffer size, which must not be summed silently.
-  void wait_recv(MPI_Request& req, size_t n, DType t, int peer);
-  void wait_all(std::vector<MPI_Request>& reqs);
+  // idle_sleep_us: 0 waits in MPI_Wait (MPI's own busy polling); s > 0 polls with MPI_Test and,
+  // once s µs have passed without completion, sleeps s µs between polls, so that a waiting thread
+  // leaves its core to compute (backward) or to other ranks sharing the core.
+  void wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us = 0);
+  void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0);
 
   // Collectives over the whole communicator; counts are 64-bit and split into calls of at most
   // max_elems_per_call() elements.
@@ -52,6 +55,7 @@ class Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   size_t max_elems_;
+  std::vector<MPI_Status> statuses_;  // reused by wait_all
 };
 
 // The error path of every ringtrain program: prints "ringtrain: rank R of N: <what>" to stderr

@@ -93,7 +93,7 @@ class RingAllreducer final : public Allreducer {
         recv_segments(base, st.recv, seg, t, prev, kRingTag);
       // The next step may overwrite what this one sent (N = 2: the allgather receives into the
       // chunk the reduce-scatter sent), so the sends must be complete first.
-      comm_.wait_all(sends_);
+      comm_.wait_all(sends_, cfg_.idle_sleep_us);
     }
   }
 };

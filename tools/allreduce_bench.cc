@@ -5,7 +5,7 @@
 //
 // Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
-//          [--segment-bytes 1048576] [--sizes B1,B2,...]
+//          [--segment-bytes 1048576] [--idle-sleep-us 0] [--sizes B1,B2,...]
 #include <mpi.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -31,6 +31,7 @@ struct Options {
   double budget = 2.0;  // seconds of timed iterations per size (at least min_reps)
   int min_reps = 5, max_reps = 1000;
   size_t segment_bytes = CommConfig{}.segment_bytes;
+  int idle_sleep_us = CommConfig{}.idle_sleep_us;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -70,6 +71,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--min-reps") o.min_reps = std::stoi(v);
     else if (a == "--max-reps") o.max_reps = std::stoi(v);
     else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v);
+    else if (a == "--idle-sleep-us") o.idle_sleep_us = std::stoi(v);
     else throw Error("unknown option " + a);
   }
   if (o.sizes.empty())
@@ -167,7 +169,8 @@ int run(int argc, char** argv) {
   if (comm.rank() == 0) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
-    std::printf("segment_bytes=%zu budget=%.1fs min_reps=%d\n", o.segment_bytes, o.budget, o.min_reps);
+    std::printf("segment_bytes=%zu idle_sleep_us=%d budget=%.1fs min_reps=%d\n", o.segment_bytes,
+                o.idle_sleep_us, o.budget, o.min_reps);
     std::printf("RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps,"
                 "check,attempts,foreign_cores\n");
     std::fflush(stdout);
@@ -177,6 +180,7 @@ int run(int argc, char** argv) {
     CommConfig cfg;
     cfg.algorithm = algo;
     cfg.segment_bytes = o.segment_bytes;
+    cfg.idle_sleep_us = o.idle_sleep_us;
     ars.push_back(make_allreducer(cfg, comm));
   }
   // Algorithms interleaved per size: a drifting machine load affects them alike.

@@ -48,6 +48,7 @@ void check_fake_backward(MpiTest& t, Communicator& comm) {
         cfg.algorithm = algo;
         cfg.bucket_bytes = bucket_bytes;
         cfg.overlap = overlap;
+        cfg.idle_sleep_us = overlap ? 20 : 0;
         std::vector<float> g(count);
         GradientReducer gr(comm, cfg, g, buffer_fingerprint(count, DType::f32));
         for (int step = 0; step < 2; ++step) {
