@@ -5,6 +5,8 @@
 //   throw           the last rank throws mid-training while the others wait in an allreduce
 //   kill            the last rank is killed (SIGKILL) while the others wait in an allreduce
 //   single-thread   MPI initialised without thread support, yet overlap requested
+//   count-mismatch  the last rank passes one element more to a plain allreduce (no count check):
+//                   a receive of the wrong size is an error, not a wrong sum
 #include <mpi.h>
 
 #include <csignal>
@@ -105,6 +107,11 @@ int run_fault(const std::string& mode) {
     return 0;  // not reached
   }
   auto ar = make_allreducer(CommConfig{}, comm);
+  if (mode == "count-mismatch") {
+    std::vector<float> h(culprit ? 1001 : 1000, 1.0f);
+    ar->allreduce(h, ReduceOp::sum);
+    return 0;
+  }
   for (int it = 0; it < 1000000; ++it) {
     if (culprit && it == 3) {
       if (mode == "kill") std::raise(SIGKILL);
