@@ -1,0 +1,180 @@
+// Per-op benchmark of a backend on ResNet layer shapes: median milliseconds of forward and
+// backward per op over repeats (the PyTorch peer, tools/bench_onednn_ops.py, times the same rows).
+//   bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock cpu]
+// --clock cpu times process CPU seconds instead of wall time (meaningful with --threads 1 on a
+// machine shared with other work).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nn/ops.h"
+
+namespace {
+
+using rt::Shape;
+using Vec = std::vector<float>;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU seconds of this process: on a machine shared with other work, a single-threaded run's CPU
+// time does not include the time it spent descheduled.
+double cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+bool g_cpu_clock = false;
+
+double median_ms(const std::function<void()>& f, int reps) {
+  f();  // warm-up: first-touch of buffers, JIT
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = g_cpu_clock ? cpu_s() : now_s();
+    f();
+    t.push_back(1e3 * ((g_cpu_clock ? cpu_s() : now_s()) - t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Vec rand_vec(size_t n, float lo = -1.f, float hi = 1.f) {
+  static std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(lo, hi);
+  Vec v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+struct Row {
+  std::string name;
+  std::function<void(rt::Backend<float>&, int)> run;
+};
+
+void report(const std::string& name, double fwd, double bwd) {
+  std::printf("%-44s fwd %8.2f ms  bwd %8.2f ms  total %8.2f ms\n", name.c_str(), fwd, bwd, fwd + bwd);
+  std::fflush(stdout);
+}
+
+Row conv_row(Shape in, int64_t oc, int64_t k, int64_t s, int64_t p) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "conv %lldx%lld/%lld %lld->%lld @%lldx%lld n%lld", (long long)k, (long long)k,
+                (long long)s, (long long)in.c, (long long)oc, (long long)in.h, (long long)in.w, (long long)in.n);
+  return {buf, [=](rt::Backend<float>& be, int reps) {
+            rt::ConvDesc d{.name = "conv", .in = in, .out_c = oc, .kernel_h = k, .kernel_w = k,
+                           .stride_h = s, .stride_w = s, .pad_h = p, .pad_w = p};
+            auto op = be.make_conv(d);
+            Vec x = rand_vec(be.act_size(in)), w = rand_vec(size_t(d.weight_count())),
+                y(be.act_size(d.out())), dy = rand_vec(be.act_size(d.out())), dx(x.size()), dw(w.size());
+            double f = median_ms([&] { op->forward(x.data(), w.data(), nullptr, y.data()); }, reps);
+            float* dxp = in.c == 3 ? nullptr : dx.data();
+            double b = median_ms(
+                [&] { op->backward(x.data(), w.data(), dy.data(), dxp, dw.data(), nullptr); }, reps);
+            report(buf, f, b);
+          }};
+}
+
+Row bn_row(Shape in, bool relu) {
+  std::string name = "bn" + std::string(relu ? "+relu " : " ") + std::to_string(in.c) + " @" +
+                     std::to_string(in.h) + " n" + std::to_string(in.n);
+  return {name, [=](rt::Backend<float>& be, int reps) {
+            auto op = be.make_batchnorm({.name = "bn", .in = in, .relu = relu});
+            const size_t n = be.act_size(in), c = size_t(in.c);
+            Vec x = rand_vec(n), y(n), dy = rand_vec(n), dx(n), g = rand_vec(c, 0.5f, 1.5f),
+                b = rand_vec(c), rm(c), rv(c, 1.f), dg(c), db(c);
+            double f = median_ms(
+                [&] { op->forward_train(x.data(), g.data(), b.data(), y.data(), rm.data(), rv.data()); }, reps);
+            double bw = median_ms(
+                [&] { op->backward(x.data(), g.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data()); },
+                reps);
+            report(name, f, bw);
+          }};
+}
+
+Row add_row(Shape in) {
+  std::string name = "add+relu " + std::to_string(in.c) + " @" + std::to_string(in.h) + " n" + std::to_string(in.n);
+  return {name, [=](rt::Backend<float>& be, int reps) {
+            auto op = be.make_add({.name = "add", .in = in, .relu = true});
+            const size_t n = be.act_size(in);
+            Vec a = rand_vec(n), b = rand_vec(n), y(n), dy = rand_vec(n), dx(n);
+            double f = median_ms([&] { op->forward(a.data(), b.data(), y.data()); }, reps);
+            double bw = median_ms([&] { op->backward(y.data(), dy.data(), dx.data()); }, reps);
+            report(name, f, bw);
+          }};
+}
+
+Row pool_row(Shape in) {
+  std::string name = "maxpool 3x3/2 " + std::to_string(in.c) + " @" + std::to_string(in.h);
+  return {name, [=](rt::Backend<float>& be, int reps) {
+            rt::MaxPoolDesc d{.name = "pool", .in = in};
+            auto op = be.make_maxpool(d);
+            Vec x = rand_vec(be.act_size(in)), y(be.act_size(d.out())), dy = rand_vec(y.size()), dx(x.size());
+            double f = median_ms([&] { op->forward(x.data(), y.data(), true); }, reps);
+            double bw = median_ms([&] { op->backward(x.data(), y.data(), dy.data(), dx.data()); }, reps);
+            report(name, f, bw);
+          }};
+}
+
+Row accumulate_row(Shape in) {
+  std::string name = "accumulate " + std::to_string(in.c) + " @" + std::to_string(in.h);
+  return {name, [=](rt::Backend<float>& be, int reps) {
+            const size_t n = be.act_size(in);
+            Vec a = rand_vec(n), b = rand_vec(n);
+            double f = median_ms([&] { be.accumulate(a.data(), b.data(), n); }, reps);
+            report(name, f, 0);
+          }};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string backend = "onednn", filter;
+  int reps = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--backend") backend = v;
+    else if (k == "--threads") omp_set_num_threads(std::stoi(v));
+    else if (k == "--reps") reps = std::stoi(v);
+    else if (k == "--filter") filter = v;
+    else if (k == "--clock") g_cpu_clock = v == "cpu";
+    else {
+      std::fprintf(stderr, "usage: bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter S] [--clock wall|cpu]\n");
+      return 2;
+    }
+  }
+  const int64_t n = 32;
+  std::vector<Row> rows = {
+      conv_row({n, 3, 224, 224}, 64, 7, 2, 3),
+      conv_row({n, 64, 56, 56}, 64, 3, 1, 1),
+      conv_row({n, 64, 56, 56}, 256, 1, 1, 0),
+      conv_row({n, 256, 56, 56}, 64, 1, 1, 0),
+      conv_row({n, 256, 56, 56}, 512, 1, 2, 0),
+      conv_row({n, 256, 14, 14}, 256, 3, 1, 1),
+      conv_row({128, 16, 32, 32}, 16, 3, 1, 1),
+      bn_row({n, 64, 112, 112}, true),
+      bn_row({n, 64, 56, 56}, true),
+      bn_row({n, 256, 56, 56}, false),
+      bn_row({n, 128, 28, 28}, true),
+      bn_row({n, 512, 28, 28}, false),
+      bn_row({n, 1024, 14, 14}, false),
+      bn_row({128, 16, 32, 32}, true),
+      add_row({n, 256, 56, 56}),
+      add_row({128, 16, 32, 32}),
+      pool_row({n, 64, 112, 112}),
+      accumulate_row({n, 256, 56, 56}),
+  };
+  auto be = rt::make_backend<float>(backend);
+  std::printf("# backend %s, %d threads, median of %d, %s clock\n", backend.c_str(), omp_get_max_threads(),
+              reps, g_cpu_clock ? "cpu" : "wall");
+  for (auto& r : rows)
+    if (filter.empty() || r.name.find(filter) != std::string::npos) r.run(*be, reps);
+  return 0;
+}
