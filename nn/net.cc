@@ -2,10 +2,15 @@
 #include "nn/net.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace rt {
 namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 template <class T>
 class ConvNode : public Node<T> {
@@ -336,7 +341,17 @@ double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
   backend_->act_import(input_nchw, shapes_[0], acts_[0].data());
   labels_ = labels;
   loss_ = 0.0;
-  for (auto& n : nodes_) n->forward(*this, train);
+  if (!profiling_) {
+    for (auto& n : nodes_) n->forward(*this, train);
+    return loss_;
+  }
+  node_times_.resize(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    double t0 = now_s();
+    nodes_[i]->forward(*this, train);
+    node_times_[i].forward_s += now_s() - t0;
+    ++node_times_[i].calls;
+  }
   return loss_;
 }
 
@@ -347,7 +362,9 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
   std::fill(grad_slot_.begin(), grad_slot_.end(), -1);
   for (size_t i = nodes_.size(); i-- > 0;) {
     Node<T>& n = *nodes_[i];
+    double t0 = profiling_ ? now_s() : 0.0;
     n.backward(*this);
+    if (profiling_) node_times_[i].backward_s += now_s() - t0;
     if (n.output >= 0 && grad_slot_[n.output] >= 0) {
       slot_release(grad_slot_[n.output]);
       grad_slot_[n.output] = -1;

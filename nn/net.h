@@ -76,6 +76,13 @@ class Net {
   // FLOPs of one training step (forward, backward-data, backward-weights of conv and linear).
   double train_flops() const;
   double forward_flops() const;
+  // Per-node wall time, accumulated over forward and backward calls while profiling is on.
+  void set_profiling(bool on) { profiling_ = on; }
+  struct NodeTime {
+    double forward_s = 0, backward_s = 0;
+    int64_t calls = 0;
+  };
+  const std::vector<NodeTime>& node_times() const { return node_times_; }
   // Bytes held for activations and gradient buffers after finalize().
   size_t activation_bytes() const;
 
@@ -113,6 +120,8 @@ class Net {
   bool finalized_ = false;
   const int32_t* labels_ = nullptr;
   double loss_scale_ = 1.0, loss_ = 0.0;
+  bool profiling_ = false;
+  std::vector<NodeTime> node_times_;
 
   // Gradient buffers are slots reused across tensors whose gradients are not alive at the same
   // time. Backward runs the same sequence every step, so after the first step the slots exist

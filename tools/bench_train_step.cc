@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,17 +48,18 @@ struct Args {
   int64_t batch = 32, size = 224, classes = 0;
   int threads = 0, warmup = 2, iters = 6;
   double time_cap = 150;
-  bool peak = false;
+  bool peak = false, profile = false;
 };
 
 [[noreturn]] void usage(int rc) {
   std::printf(
       "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
       "                        [--threads N] [--backend onednn|reference] [--warmup 2] [--iters 6]\n"
-      "                        [--time-cap 150] [--peak]\n"
+      "                        [--time-cap 150] [--peak] [--profile]\n"
       "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
       "during which other processes used the CPU is reported with '*' and left out when at least\n"
-      "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm.\n");
+      "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm;\n"
+      "--profile prints each layer's forward and backward time per step, summed by layer kind.\n");
   std::exit(rc);
 }
 
@@ -81,6 +84,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--time-cap") a.time_cap = std::stod(val());
     else if (k == "--peak") a.peak = true;
+    else if (k == "--profile") a.profile = true;
     else if (k == "--help" || k == "-h") usage(0);
     else {
       std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
@@ -101,6 +105,28 @@ double sgemm_peak_gflops() {
     best = std::max(best, 2.0 * n * n * double(n) / (now_s() - t0) / 1e9);
   }
   return best;
+}
+
+// Per-layer times, and totals by the layer's kind (the last part of its name without digits).
+void print_profile(const rt::Net<float>& net) {
+  const auto& t = net.node_times();
+  std::map<std::string, std::pair<double, double>> kinds;
+  double total = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const auto& n = net.node(i);
+    double f = t[i].forward_s / double(t[i].calls), b = t[i].backward_s / double(t[i].calls);
+    std::string kind = n.name.substr(n.name.rfind('.') + 1);
+    while (!kind.empty() && std::isdigit(static_cast<unsigned char>(kind.back()))) kind.pop_back();
+    if (kind == "downsample") kind = n.params.size() == 1 ? "conv" : "bn";
+    kinds[kind].first += f;
+    kinds[kind].second += b;
+    total += f + b;
+    std::printf("PROFILE,%s,fwd_ms=%.3f,bwd_ms=%.3f,gflops=%.1f\n", n.name.c_str(), f * 1e3, b * 1e3,
+                n.flops > 0 ? n.flops * 3 / (f + b) / 1e9 : 0.0);
+  }
+  for (auto& [k, v] : kinds)
+    std::printf("PROFILE_KIND,%s,fwd_ms=%.1f,bwd_ms=%.1f,share=%.1f%%\n", k.c_str(), v.first * 1e3,
+                v.second * 1e3, 100 * (v.first + v.second) / total);
 }
 
 }  // namespace
@@ -135,6 +161,7 @@ int main(int argc, char** argv) try {
     opt.step(net->arena().params().data(), net->arena().grads().data(), 0.01);
   };
   for (int i = 0; i < a.warmup; ++i) step();
+  net->set_profiling(a.profile);
 
   std::vector<double> all, clean;
   std::string log;
@@ -150,6 +177,7 @@ int main(int argc, char** argv) try {
     std::snprintf(buf, sizeof buf, " %.3f%s", dt, ok ? "" : "*");
     log += buf;
   }
+  if (a.profile) print_profile(*net);
   if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
   std::vector<double> use = clean.size() >= 3 ? clean : all;
   std::sort(use.begin(), use.end());
