@@ -11,6 +11,10 @@
 
 #include "nn/onednn/onednn_common.h"
 
+// The vector helpers below are always inlined, so GCC's warning that returning a 32-byte vector
+// differs with and without AVX concerns no real call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace rt::dnn {
 namespace {
 
@@ -98,9 +102,9 @@ inline __attribute__((always_inline)) V8 load8(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline __attribute__((always_inline)) void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof v); }
+inline __attribute__((always_inline)) void store8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
 // m ? v : 0 for a comparison mask m.
-inline __attribute__((always_inline)) V8 keep(I8 m, V8 v) { return (V8)(m & (I8)v); }
+inline __attribute__((always_inline)) V8 keep(const I8& m, const V8& v) { return (V8)(m & (I8)v); }
 
 RT_CLONES void stats_row8(const float* x, int64_t hw, const float* shift, float* s1, float* s2) {
   const V8 sh = load8(shift);
