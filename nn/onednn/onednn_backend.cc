@@ -40,17 +40,17 @@ void Prim::run(Context& ctx, const std::string& layer) {
   dnnl_check(dnnl_stream_wait(ctx.strm.get()), layer, "stream wait");
 }
 
-Reorder::Reorder(const memory::desc& from, const memory::desc& to, Context& ctx, void* dst_buf) {
+Reorder::Reorder(const memory::desc& from, const memory::desc& to, Context& ctx) {
   dnnl::reorder::primitive_desc pd(ctx.eng, from, ctx.eng, to, user_scratchpad_attr());
   src = Mem(from, ctx.eng);
-  dst = dst_buf ? Mem(to, ctx.eng, dst_buf) : Mem(to, ctx.eng);
+  dst = Mem(to, ctx.eng);
   prim = Prim(dnnl::reorder(pd), pd, ctx);
   prim.arg(DNNL_ARG_FROM, src).arg(DNNL_ARG_TO, dst);
 }
 
 void Reorder::run(Context& ctx, const std::string& layer, const void* from, void* to) {
   src.bind(from);
-  if (to) dst.bind(to);
+  dst.bind(to);
   prim.run(ctx, layer);
 }
 

@@ -39,15 +39,20 @@ struct ActIndex {
   bool blocked_;
 };
 
-// Engine, stream and the scratchpad shared by all ops of one backend (ops of one backend never
-// run concurrently, so one buffer sized for the hungriest primitive serves all of them).
+// Engine, stream, and the buffers shared by all ops of one backend (ops of one backend never run
+// concurrently, so one buffer sized for the hungriest user serves all of them): the primitives'
+// scratchpad, and the staging area for weights in a primitive's layout.
 struct Context {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  Buffer<float> scratch;
-  void reserve_scratch(size_t bytes) {
+  Buffer<float> scratch, weights;
+  void reserve_scratch(size_t bytes) { grow(scratch, bytes); }
+  void reserve_weights(size_t bytes) { grow(weights, bytes); }
+
+ private:
+  static void grow(Buffer<float>& b, size_t bytes) {
     size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
-    if (n > scratch.size()) scratch.resize(n);
+    if (n > b.size()) b.resize(n);
   }
 };
 using ContextPtr = std::shared_ptr<Context>;
@@ -105,7 +110,7 @@ struct Reorder {
   Mem src, dst;
   Prim prim;
   Reorder() = default;
-  Reorder(const memory::desc& from, const memory::desc& to, Context& ctx, void* dst_buf = nullptr);
+  Reorder(const memory::desc& from, const memory::desc& to, Context& ctx);
   void run(Context& ctx, const std::string& layer, const void* from, void* to);
 };
 

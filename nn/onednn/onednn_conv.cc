@@ -1,6 +1,6 @@
 // Convolution and fully connected layers on oneDNN: forward, backward-data and backward-weights
 // primitives set up once; weights reordered from the arena's canonical layout into the
-// primitives' preferred blocked layouts, weight gradients reordered back.
+// primitives' preferred blocked layouts before each use, weight gradients reordered back.
 #include "nn/onednn/onednn_common.h"
 
 namespace rt::dnn {
@@ -11,10 +11,9 @@ using dnnl::prop_kind;
 using dt = memory::data_type;
 
 // A weight tensor as one primitive wants it: bound straight to the arena when the preferred
-// layout is the canonical one, otherwise a private copy filled (or drained) by a reorder.
+// layout is the canonical one, otherwise staged in Context::weights by a reorder. Each staged
+// copy is needed only while its one primitive runs, so all layers share that buffer.
 struct WeightView {
-  memory::desc want;
-  Buffer<float> copy;
   Mem mem;
   Reorder reorder;
   bool direct = false;
@@ -22,30 +21,26 @@ struct WeightView {
   // to_prim: the reorder goes arena -> primitive layout (weights); otherwise the reverse
   // (weight gradients).
   void set_up(const memory::desc& canonical, const memory::desc& preferred, Context& ctx, bool to_prim) {
-    want = preferred;
     direct = preferred == canonical;
-    if (direct) {
-      mem = Mem(preferred, ctx.eng);
-      return;
-    }
-    copy.resize(preferred.get_size() / sizeof(float));
-    mem = Mem(preferred, ctx.eng, copy.data());
-    reorder = to_prim ? Reorder(canonical, preferred, ctx, copy.data()) : Reorder(preferred, canonical, ctx);
+    mem = Mem(preferred, ctx.eng);
+    if (direct) return;
+    ctx.reserve_weights(preferred.get_size());
+    reorder = to_prim ? Reorder(canonical, preferred, ctx) : Reorder(preferred, canonical, ctx);
   }
   // Makes the primitive's memory hold the arena weights w.
   void load(Context& ctx, const std::string& layer, const float* w) {
-    if (direct)
+    if (direct) {
       mem.bind(w);
-    else
-      reorder.run(ctx, layer, w, nullptr);
+      return;
+    }
+    mem.bind(ctx.weights.data());
+    reorder.run(ctx, layer, w, ctx.weights.data());
   }
   // Before the primitive writes the gradient: where to write it.
-  void prepare_store(float* dw) {
-    if (direct) mem.bind(dw);
-  }
+  void prepare_store(Context& ctx, float* dw) { mem.bind(direct ? dw : ctx.weights.data()); }
   // After it: moves the gradient into the arena.
   void store(Context& ctx, const std::string& layer, float* dw) {
-    if (!direct) reorder.run(ctx, layer, copy.data(), dw);
+    if (!direct) reorder.run(ctx, layer, ctx.weights.data(), dw);
   }
 };
 
@@ -86,15 +81,12 @@ class DnnConv final : public ConvOp<float> {
       wf_.set_up(w_plain, fpd.weights_desc(), c, true);
       wd_.set_up(w_plain, bdpd.weights_desc(), c, true);
       dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
-      share_fwd_weights_ = !wf_.direct && wf_.want == wd_.want;
 
       fwd_ = Prim(dnnl::convolution_forward(fpd), fpd, c);
       fwd_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, y_);
       if (d.bias) fwd_.arg(DNNL_ARG_BIAS, b_);
       bwd_data_ = Prim(dnnl::convolution_backward_data(bdpd), bdpd, c);
-      bwd_data_.arg(DNNL_ARG_DIFF_DST, dy_)
-          .arg(DNNL_ARG_WEIGHTS, share_fwd_weights_ ? wf_.mem : wd_.mem)
-          .arg(DNNL_ARG_DIFF_SRC, dx_);
+      bwd_data_.arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dx_);
       bwd_w_ = Prim(dnnl::convolution_backward_weights(bwpd), bwpd, c);
       bwd_w_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
       if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
@@ -107,7 +99,6 @@ class DnnConv final : public ConvOp<float> {
   void forward(const float* x, const float* w, const float* b, float* y) override {
     Context& c = *ctx_;
     wf_.load(c, name_, w);
-    loaded_from_ = w;
     x_.bind(x);
     y_.bind(y);
     if (b_) b_.bind(b);
@@ -119,16 +110,12 @@ class DnnConv final : public ConvOp<float> {
     Context& c = *ctx_;
     dy_.bind(dy);
     if (dx) {
-      // The forward copy serves when the layouts agree and it came from these weights.
-      if (!share_fwd_weights_)
-        wd_.load(c, name_, w);
-      else if (loaded_from_ != w)
-        wf_.load(c, name_, w), loaded_from_ = w;
+      wd_.load(c, name_, w);
       dx_.bind(dx);
       bwd_data_.run(c, name_);
     }
     x_.bind(x);
-    dw_.prepare_store(dw);
+    dw_.prepare_store(c, dw);
     if (db_) db_.bind(db);
     bwd_w_.run(c, name_);
     dw_.store(c, name_, dw);
@@ -139,8 +126,6 @@ class DnnConv final : public ConvOp<float> {
   std::string name_;
   Mem x_, y_, dx_, dy_, b_, db_;
   WeightView wf_, wd_, dw_;
-  bool share_fwd_weights_ = false;
-  const float* loaded_from_ = nullptr;
   Prim fwd_, bwd_data_, bwd_w_;
 };
 
@@ -212,7 +197,7 @@ class DnnLinear final : public LinearOp<float> {
       bwd_data_.run(c, name_);
     }
     x_.bind(x);
-    dw_.prepare_store(dw);
+    dw_.prepare_store(c, dw);
     if (db_) db_.bind(db);
     bwd_w_.run(c, name_);
     dw_.store(c, name_, dw);
