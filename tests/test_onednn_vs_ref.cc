@@ -204,6 +204,31 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormVsRef,
                                            BnCase{{3, 24, 1, 2}, false}, BnCase{{8, 16, 1, 1}, true},
                                            BnCase{{2, 64, 9, 7}, true}, BnCase{{5, 3, 4, 4}, false}));
 
+// Channels whose mean dwarfs their spread: the variance must not come from a cancelling
+// difference of large sums.
+TEST_F(OnednnVsRef, BatchNormLargeMean) {
+  for (Shape s : {Shape{4, 16, 9, 9}, Shape{3, 5, 6, 6}}) {
+    SCOPED_TRACE(s.str());
+    BatchNormDesc d{.name = "bn", .in = s, .relu = true};
+    auto fast = fast_->make_batchnorm(d);
+    auto ref = ref_->make_batchnorm(d);
+    const size_t C = size_t(s.c), n = size_t(s.numel());
+    Vec x = rand(n, 999.f, 1001.f), dy = rand(n), g = rand(C, 0.5f, 1.5f), b = rand(C, -0.5f, 0.5f);
+    Vec rm(C), rv(C, 1.f), rm_ref = rm, rv_ref = rv, y_ref(n), dx_ref(n), dg_ref(C), db_ref(C);
+    ref->forward_train(x.data(), g.data(), b.data(), y_ref.data(), rm_ref.data(), rv_ref.data());
+    ref->backward(x.data(), g.data(), y_ref.data(), dy.data(), dx_ref.data(), dg_ref.data(), db_ref.data());
+    Vec xf = to_fast(x, s), yf = fast_buf(s), dyf = to_fast(dy, s), dxf = fast_buf(s), dg(C), db(C);
+    fast->forward_train(xf.data(), g.data(), b.data(), yf.data(), rm.data(), rv.data());
+    fast->backward(xf.data(), g.data(), yf.data(), dyf.data(), dxf.data(), dg.data(), db.data());
+    expect_close(from_fast(yf, s), y_ref, "y");
+    expect_close(rm, rm_ref, "running_mean");
+    expect_close(rv, rv_ref, "running_var");
+    expect_close(from_fast(dxf, s), dx_ref, "dx");
+    expect_close(dg, dg_ref, "dgamma");
+    expect_close(db, db_ref, "dbeta");
+  }
+}
+
 TEST_F(OnednnVsRef, BatchNormRefusesOneValuePerChannel) {
   auto fast = fast_->make_batchnorm({.name = "bn1", .in = {1, 8, 1, 1}});
   Vec x(8, 1.f), g(8, 1.f), b(8), y(8), rm(8), rv(8, 1.f);

@@ -1,6 +1,6 @@
 // Batch normalisation over the backend layouts with the ReLU fused, in one OpenMP region per
-// call: a single pass for the statistics (sums shifted by one sample per channel, so no
-// cancellation), one pass to normalise; backward recomputes the ReLU mask from x rather than
+// call: one pass over memory for the statistics (two-pass accuracy: each row is revisited in
+// cache), one pass to normalise; backward recomputes the ReLU mask from x rather than
 // reading y. Fewer passes over memory and far fewer barriers than oneDNN 2.6's AVX2 kernel,
 // which on two cores shared with other work lost whole scheduler slices at each barrier.
 #include <omp.h>
@@ -23,73 +23,68 @@ namespace {
 
 #define RT_CLONES __attribute__((target_clones("avx2", "default")))
 
+// Mean and sum of squared deviations of one row, per lane: two passes over the row, the second
+// from cache (a row is at most a few hundred KB), so the variance has two-pass accuracy for
+// one pass of memory traffic. m2 is corrected for the rounding of the mean.
 template <int L>
-inline __attribute__((always_inline)) void stats_row(const float* x, int64_t hw, const float* shift,
-                                                     float* s1, float* s2) {
-  float a1[L] = {}, a2[L] = {}, b1[L] = {}, b2[L] = {};
-  int64_t p = 0;
-  for (; p + 1 < hw; p += 2)
+inline __attribute__((always_inline)) void stats_row(const float* x, int64_t hw, float* mean, float* m2) {
+  float s[L] = {};
+  for (int64_t p = 0; p < hw; ++p)
+    for (int k = 0; k < L; ++k) s[k] += x[p * L + k];
+  for (int k = 0; k < L; ++k) mean[k] = s[k] / float(hw);
+  float d1[L] = {}, d2[L] = {};
+  for (int64_t p = 0; p < hw; ++p)
     for (int k = 0; k < L; ++k) {
-      const float d = x[p * L + k] - shift[k], e = x[(p + 1) * L + k] - shift[k];
-      a1[k] += d;
-      a2[k] += d * d;
-      b1[k] += e;
-      b2[k] += e * e;
+      const float d = x[p * L + k] - mean[k];
+      d1[k] += d;
+      d2[k] += d * d;
     }
-  for (; p < hw; ++p)
-    for (int k = 0; k < L; ++k) {
-      const float d = x[p * L + k] - shift[k];
-      a1[k] += d;
-      a2[k] += d * d;
-    }
-  for (int k = 0; k < L; ++k) s1[k] = a1[k] + b1[k], s2[k] = a2[k] + b2[k];
+  for (int k = 0; k < L; ++k) m2[k] = d2[k] - d1[k] * d1[k] / float(hw);
 }
 
-// y = x * a + b, then ReLU. The backward pass recomputes x * a + b with the same expression to
-// find the ReLU mask.
+// Every pass evaluates the normalised value as v = (x - m) * a + b per channel (training:
+// m the batch mean, a = gamma invstd, b = beta; evaluation: the running statistics). Subtracting
+// the mean first keeps the rounding relative to v, and backward recomputes the ReLU mask v > 0
+// with the very same expression.
 template <int L>
 inline __attribute__((always_inline)) void normalise_row(const float* x, float* y, int64_t hw,
-                                                         const float* a, const float* b, bool relu) {
-  if (relu) {
-    for (int64_t p = 0; p < hw; ++p)
-      for (int k = 0; k < L; ++k) {
-        const float v = x[p * L + k] * a[k] + b[k];
-        y[p * L + k] = v > 0.f ? v : 0.f;
-      }
-  } else {
-    for (int64_t p = 0; p < hw; ++p)
-      for (int k = 0; k < L; ++k) y[p * L + k] = x[p * L + k] * a[k] + b[k];
-  }
+                                                         const float* m, const float* a,
+                                                         const float* b, bool relu) {
+  for (int64_t p = 0; p < hw; ++p)
+    for (int k = 0; k < L; ++k) {
+      const float v = (x[p * L + k] - m[k]) * a[k] + b[k];
+      y[p * L + k] = (!relu || v > 0.f) ? v : 0.f;
+    }
 }
 
-// s1 = sum g, s2 = sum g (x - mean), g = dy masked by the ReLU.
+// s1 = sum g, s2 = sum g (x - m), g = dy masked by the ReLU.
 template <int L>
 inline __attribute__((always_inline)) void grad_sums_row(const float* x, const float* dy, int64_t hw,
-                                                         const float* a, const float* b,
-                                                         const float* mean, bool relu, float* s1,
+                                                         const float* m, const float* a,
+                                                         const float* b, bool relu, float* s1,
                                                          float* s2) {
   float a1[L] = {}, a2[L] = {};
   for (int64_t p = 0; p < hw; ++p)
     for (int k = 0; k < L; ++k) {
-      const float xv = x[p * L + k], d = dy[p * L + k];
-      const float g = (!relu || xv * a[k] + b[k] > 0.f) ? d : 0.f;
+      const float xm = x[p * L + k] - m[k], d = dy[p * L + k];
+      const float g = (!relu || xm * a[k] + b[k] > 0.f) ? d : 0.f;
       a1[k] += g;
-      a2[k] += g * (xv - mean[k]);
+      a2[k] += g * xm;
     }
   for (int k = 0; k < L; ++k) s1[k] = a1[k], s2[k] = a2[k];
 }
 
-// dx = A g + B (x - mean) + C.
+// dx = A g + B (x - m) + C.
 template <int L>
 inline __attribute__((always_inline)) void grad_apply_row(const float* x, const float* dy, float* dx,
-                                                          int64_t hw, const float* a, const float* b,
-                                                          const float* mean, const float* ca,
+                                                          int64_t hw, const float* m, const float* a,
+                                                          const float* b, const float* ca,
                                                           const float* cb, const float* cc, bool relu) {
   for (int64_t p = 0; p < hw; ++p)
     for (int k = 0; k < L; ++k) {
-      const float xv = x[p * L + k], d = dy[p * L + k];
-      const float g = (!relu || xv * a[k] + b[k] > 0.f) ? d : 0.f;
-      dx[p * L + k] = ca[k] * g + cb[k] * (xv - mean[k]) + cc[k];
+      const float xm = x[p * L + k] - m[k], d = dy[p * L + k];
+      const float g = (!relu || xm * a[k] + b[k] > 0.f) ? d : 0.f;
+      dx[p * L + k] = ca[k] * g + cb[k] * xm + cc[k];
     }
 }
 
@@ -106,71 +101,71 @@ inline __attribute__((always_inline)) void store8(float* p, const V8& v) { std::
 // m ? v : 0 for a comparison mask m.
 inline __attribute__((always_inline)) V8 keep(const I8& m, const V8& v) { return (V8)(m & (I8)v); }
 
-RT_CLONES void stats_row8(const float* x, int64_t hw, const float* shift, float* s1, float* s2) {
-  const V8 sh = load8(shift);
-  V8 a1 = {}, a2 = {}, b1 = {}, b2 = {};
+RT_CLONES void stats_row8(const float* x, int64_t hw, float* mean, float* m2) {
+  V8 s0 = {}, s1 = {};
   int64_t p = 0;
   for (; p + 1 < hw; p += 2) {
-    const V8 d = load8(x + p * 8) - sh, e = load8(x + p * 8 + 8) - sh;
-    a1 += d;
-    a2 += d * d;
-    b1 += e;
-    b2 += e * e;
+    s0 += load8(x + p * 8);
+    s1 += load8(x + p * 8 + 8);
   }
-  if (p < hw) {
-    const V8 d = load8(x + p * 8) - sh;
-    a1 += d;
-    a2 += d * d;
+  if (p < hw) s0 += load8(x + p * 8);
+  const V8 vm = (s0 + s1) / float(hw);
+  V8 d1 = {}, d2 = {};
+  for (p = 0; p < hw; ++p) {
+    const V8 d = load8(x + p * 8) - vm;
+    d1 += d;
+    d2 += d * d;
   }
-  store8(s1, a1 + b1);
-  store8(s2, a2 + b2);
+  store8(mean, vm);
+  store8(m2, d2 - d1 * d1 / float(hw));
 }
 
-RT_CLONES void normalise_row8(const float* x, float* y, int64_t hw, const float* a, const float* b, bool relu) {
-  const V8 va = load8(a), vb = load8(b), zero = {};
+RT_CLONES void normalise_row8(const float* x, float* y, int64_t hw, const float* m, const float* a,
+                              const float* b, bool relu) {
+  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
   if (relu)
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 v = load8(x + p * 8) * va + vb;
+      const V8 v = (load8(x + p * 8) - vm) * va + vb;
       store8(y + p * 8, keep(v > zero, v));
     }
   else
-    for (int64_t p = 0; p < hw; ++p) store8(y + p * 8, load8(x + p * 8) * va + vb);
+    for (int64_t p = 0; p < hw; ++p) store8(y + p * 8, (load8(x + p * 8) - vm) * va + vb);
 }
 
-RT_CLONES void grad_sums_row8(const float* x, const float* dy, int64_t hw, const float* a, const float* b,
-                              const float* mean, bool relu, float* s1, float* s2) {
-  const V8 va = load8(a), vb = load8(b), vm = load8(mean), zero = {};
+RT_CLONES void grad_sums_row8(const float* x, const float* dy, int64_t hw, const float* m, const float* a,
+                              const float* b, bool relu, float* s1, float* s2) {
+  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
   V8 a1 = {}, a2 = {};
   if (relu)
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 xv = load8(x + p * 8), g = keep(xv * va + vb > zero, load8(dy + p * 8));
+      const V8 xm = load8(x + p * 8) - vm, g = keep(xm * va + vb > zero, load8(dy + p * 8));
       a1 += g;
-      a2 += g * (xv - vm);
+      a2 += g * xm;
     }
   else
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 xv = load8(x + p * 8), g = load8(dy + p * 8);
+      const V8 xm = load8(x + p * 8) - vm, g = load8(dy + p * 8);
       a1 += g;
-      a2 += g * (xv - vm);
+      a2 += g * xm;
     }
   store8(s1, a1);
   store8(s2, a2);
 }
 
-RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64_t hw, const float* a,
-                               const float* b, const float* mean, const float* ca, const float* cb,
+RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64_t hw, const float* m,
+                               const float* a, const float* b, const float* ca, const float* cb,
                                const float* cc, bool relu) {
-  const V8 va = load8(a), vb = load8(b), vm = load8(mean), zero = {};
+  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
   const V8 A = load8(ca), B = load8(cb), C = load8(cc);
   if (relu)
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 xv = load8(x + p * 8), g = keep(xv * va + vb > zero, load8(dy + p * 8));
-      store8(dx + p * 8, A * g + B * (xv - vm) + C);
+      const V8 xm = load8(x + p * 8) - vm, g = keep(xm * va + vb > zero, load8(dy + p * 8));
+      store8(dx + p * 8, A * g + B * xm + C);
     }
   else
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 xv = load8(x + p * 8), g = load8(dy + p * 8);
-      store8(dx + p * 8, A * g + B * (xv - vm) + C);
+      const V8 xm = load8(x + p * 8) - vm, g = load8(dy + p * 8);
+      store8(dx + p * 8, A * g + B * xm + C);
     }
 }
 
@@ -181,9 +176,9 @@ class LoopBatchNorm final : public BatchNormOp<float> {
         lanes_(act_blocked(d.in) ? 8 : 1), c_(d.in.c), hw_(d.in.h * d.in.w),
         rows_(d.in.n * d.in.c / lanes_), count_(d.in.n * d.in.h * d.in.w),
         max_threads_(std::max(omp_get_max_threads(), omp_get_num_procs())) {
-    for (Buffer<float>* b : {&shift_, &mean_, &var_, &invstd_, &a_, &b_, &ca_, &cb_, &cc_})
+    for (Buffer<float>* b : {&mean_, &var_, &invstd_, &a_, &b_, &ca_, &cb_, &cc_, &em_, &ea_, &eb_})
       b->resize(size_t(c_));
-    partial_.resize(size_t(max_threads_) * 2 * size_t(c_));
+    partial_.resize(size_t(max_threads_) * 3 * size_t(c_));
   }
 
   void forward_train(const float* x, const float* gamma, const float* beta, float* y,
@@ -191,48 +186,55 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     // As PyTorch: the unbiased variance of a single value is undefined.
     RT_SHAPE_CHECK(count_ > 1, "layer ", name_, ": batch norm training needs more than one value per ",
                    "channel, got input ", in_.str());
-    // Shift each channel by its first sample: sums of (x - shift) stay small where the mean is
-    // large next to the spread, so the one-pass variance keeps its precision.
-    for (int64_t c = 0; c < c_; ++c) shift_[size_t(c)] = x[row_of(c) * hw_ * lanes_ + c % lanes_];
-    const double m = double(count_);
+    const double m = double(count_), rows_per_c = double(in_.n);
 #pragma omp parallel num_threads(threads())
     {
+      // Rows are combined as in Chan et al.: with row means mu_r and deviations M2_r (hw values
+      // each), M2 = sum M2_r + hw (sum mu_r^2 - (sum mu_r)^2 / rows), in double.
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      double* p1 = partial_.data() + size_t(t) * 2 * size_t(c_);
+      double* p1 = partial_.data() + size_t(t) * 3 * size_t(c_);
       double* p2 = p1 + c_;
-      std::fill(p1, p1 + 2 * c_, 0.0);
+      double* p3 = p2 + c_;
+      std::fill(p1, p1 + 3 * c_, 0.0);
       const auto [r0, r1] = split(t, nt);
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t c0 = chan0(r);
-        float s1[8] = {}, s2[8] = {};
+        float mu[8] = {}, m2[8] = {};
         if (lanes_ == 8)
-          stats_row8(x + r * hw_ * 8, hw_, shift_.data() + c0, s1, s2);
+          stats_row8(x + r * hw_ * 8, hw_, mu, m2);
         else
-          stats_row<1>(x + r * hw_, hw_, shift_.data() + c0, s1, s2);
-        for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
+          stats_row<1>(x + r * hw_, hw_, mu, m2);
+        for (int k = 0; k < lanes_; ++k) {
+          p1[c0 + k] += mu[k];
+          p2[c0 + k] += double(mu[k]) * double(mu[k]);
+          p3[c0 + k] += m2[k];
+        }
       }
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t c = 0; c < c_; ++c) {
-        double d1 = 0, d2 = 0;
+        double s1 = 0, s2 = 0, s3 = 0;
         for (int i = 0; i < nt; ++i) {
-          d1 += partial_[size_t(i) * 2 * size_t(c_) + size_t(c)];
-          d2 += partial_[(size_t(i) * 2 + 1) * size_t(c_) + size_t(c)];
+          const double* q = partial_.data() + size_t(i) * 3 * size_t(c_) + size_t(c);
+          s1 += q[0];
+          s2 += q[c_];
+          s3 += q[2 * c_];
         }
-        const double dm = d1 / m, var = std::max(d2 / m - dm * dm, 0.0);
-        const double mean = double(shift_[size_t(c)]) + dm, invstd = 1.0 / std::sqrt(var + eps_);
+        const double mean = s1 / rows_per_c;
+        const double var = std::max((s3 + double(hw_) * (s2 - s1 * mean)) / m, 0.0);
+        const double invstd = 1.0 / std::sqrt(var + eps_);
         mean_[size_t(c)] = float(mean);
         var_[size_t(c)] = float(var);
         invstd_[size_t(c)] = float(invstd);
         a_[size_t(c)] = float(double(gamma[c]) * invstd);
-        b_[size_t(c)] = float(double(beta[c]) - mean * double(gamma[c]) * invstd);
+        b_[size_t(c)] = beta[c];
       }
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
         if (lanes_ == 8)
-          normalise_row8(x + off, y + off, hw_, a_.data() + c0, b_.data() + c0, relu_);
+          normalise_row8(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
         else
-          normalise_row<1>(x + off, y + off, hw_, a_.data() + c0, b_.data() + c0, relu_);
+          normalise_row<1>(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
       }
     }
     const double mom = momentum_, unbias = m / (m - 1.0);
@@ -247,17 +249,17 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     // Own coefficient arrays: an evaluation between forward_train and backward must not disturb
     // the training ones.
     for (int64_t c = 0; c < c_; ++c) {
-      const double invstd = 1.0 / std::sqrt(double(running_var[c]) + eps_);
-      ca_[size_t(c)] = float(double(gamma[c]) * invstd);
-      cb_[size_t(c)] = float(double(beta[c]) - double(running_mean[c]) * double(gamma[c]) * invstd);
+      em_[size_t(c)] = running_mean[c];
+      ea_[size_t(c)] = float(double(gamma[c]) / std::sqrt(double(running_var[c]) + eps_));
+      eb_[size_t(c)] = beta[c];
     }
 #pragma omp parallel for schedule(static) num_threads(threads())
     for (int64_t r = 0; r < rows_; ++r) {
       const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
       if (lanes_ == 8)
-        normalise_row8(x + off, y + off, hw_, ca_.data() + c0, cb_.data() + c0, relu_);
+        normalise_row8(x + off, y + off, hw_, em_.data() + c0, ea_.data() + c0, eb_.data() + c0, relu_);
       else
-        normalise_row<1>(x + off, y + off, hw_, ca_.data() + c0, cb_.data() + c0, relu_);
+        normalise_row<1>(x + off, y + off, hw_, em_.data() + c0, ea_.data() + c0, eb_.data() + c0, relu_);
     }
   }
 
@@ -268,7 +270,7 @@ class LoopBatchNorm final : public BatchNormOp<float> {
 #pragma omp parallel num_threads(threads())
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      double* p1 = partial_.data() + size_t(t) * 2 * size_t(c_);
+      double* p1 = partial_.data() + size_t(t) * 3 * size_t(c_);
       double* p2 = p1 + c_;
       std::fill(p1, p1 + 2 * c_, 0.0);
       const auto [r0, r1] = split(t, nt);
@@ -276,10 +278,10 @@ class LoopBatchNorm final : public BatchNormOp<float> {
         const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
         float s1[8] = {}, s2[8] = {};
         if (lanes_ == 8)
-          grad_sums_row8(x + off, dy + off, hw_, a_.data() + c0, b_.data() + c0, mean_.data() + c0, relu_,
+          grad_sums_row8(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_,
                          s1, s2);
         else
-          grad_sums_row<1>(x + off, dy + off, hw_, a_.data() + c0, b_.data() + c0, mean_.data() + c0,
+          grad_sums_row<1>(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
                            relu_, s1, s2);
         for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
       }
@@ -288,8 +290,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
       for (int64_t c = 0; c < c_; ++c) {
         double sg = 0, sgx = 0;
         for (int i = 0; i < nt; ++i) {
-          sg += partial_[size_t(i) * 2 * size_t(c_) + size_t(c)];
-          sgx += partial_[(size_t(i) * 2 + 1) * size_t(c_) + size_t(c)];
+          sg += partial_[size_t(i) * 3 * size_t(c_) + size_t(c)];
+          sgx += partial_[(size_t(i) * 3 + 1) * size_t(c_) + size_t(c)];
         }
         // dx = gamma invstd / M (M g - sum g - xhat sum g xhat), xhat = (x - mean) invstd.
         const double invstd = invstd_[size_t(c)], A = double(gamma[c]) * invstd;
@@ -303,11 +305,11 @@ class LoopBatchNorm final : public BatchNormOp<float> {
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
           if (lanes_ == 8)
-            grad_apply_row8(x + off, dy + off, dx + off, hw_, a_.data() + c0, b_.data() + c0,
-                            mean_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
+            grad_apply_row8(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
+                            b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
           else
-            grad_apply_row<1>(x + off, dy + off, dx + off, hw_, a_.data() + c0, b_.data() + c0,
-                              mean_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
+            grad_apply_row<1>(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
+                              b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
         }
     }
   }
@@ -319,7 +321,6 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     return {rows_ * t / nt, rows_ * (t + 1) / nt};
   }
   int64_t chan0(int64_t r) const { return (r % (c_ / lanes_)) * lanes_; }
-  int64_t row_of(int64_t c) const { return c / lanes_; }  // the row of channel c in sample 0
 
   std::string name_;
   Shape in_;
@@ -327,10 +328,10 @@ class LoopBatchNorm final : public BatchNormOp<float> {
   double eps_, momentum_;
   int64_t lanes_, c_, hw_, rows_, count_;
   int max_threads_;
-  // Per channel: shift, batch statistics, forward coefficients (a, b), backward ones (ca, cb, cc;
-  // also the evaluation coefficients).
-  Buffer<float> shift_, mean_, var_, invstd_, a_, b_, ca_, cb_, cc_;
-  Buffer<double> partial_;  // per thread, two sums per channel
+  // Per channel: batch statistics, training coefficients (mean, a, b), backward ones
+  // (ca, cb, cc), evaluation ones (em, ea, eb).
+  Buffer<float> mean_, var_, invstd_, a_, b_, ca_, cb_, cc_, em_, ea_, eb_;
+  Buffer<double> partial_;  // per thread, three sums per channel
 };
 
 }  // namespace
