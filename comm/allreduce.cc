@@ -55,31 +55,41 @@ void Allreducer::send_segments(const char* buf, Range r, size_t seg, DType t, in
   }
 }
 
-void Allreducer::recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+size_t Allreducer::post_recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+  if (recvs_done_ == recvs_.size()) recvs_done_ = 0, recvs_.clear();
   const size_t esz = dtype_size(t), nk = segment_count(r, seg);
-  std::vector<MPI_Request> reqs(nk);
   for (size_t k = 0; k < nk; ++k) {
     const Range sg = segment_at(r, seg, k);
-    reqs[k] = comm_.irecv(buf + sg.offset * esz, sg.len, t, peer, tag);
+    recvs_.push_back({comm_.irecv(buf + sg.offset * esz, sg.len, t, peer, tag), sg.len, peer});
   }
-  for (size_t k = 0; k < nk; ++k) comm_.wait_recv(reqs[k], segment_at(r, seg, k).len, t, peer, cfg_.idle_sleep_us);
+  return nk;
 }
 
-void Allreducer::recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+void Allreducer::wait_recvs(size_t n, DType t) {
+  for (size_t end = recvs_done_ + n; recvs_done_ < end; ++recvs_done_) {
+    PendingRecv& p = recvs_[recvs_done_];
+    comm_.wait_recv(p.req, p.len, t, p.peer, cfg_.idle_sleep_us);
+  }
+}
+
+void Allreducer::recv_reduce_post(Range r, size_t seg, DType t, int peer, int tag) {
   const size_t esz = dtype_size(t), nk = segment_count(r, seg);
   if (nk == 0) return;
   const size_t need = std::min(seg, r.len) * esz;
   for (Buffer<char>& s : scratch_)
     if (s.size() < need) s.resize(need);
-  MPI_Request req[2];
   for (size_t k = 0; k < std::min<size_t>(2, nk); ++k)
-    req[k] = comm_.irecv(scratch_[k].data(), segment_at(r, seg, k).len, t, peer, tag);
+    reduce_req_[k] = comm_.irecv(scratch_[k].data(), segment_at(r, seg, k).len, t, peer, tag);
+}
+
+void Allreducer::recv_reduce_finish(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+  const size_t esz = dtype_size(t), nk = segment_count(r, seg);
   for (size_t k = 0; k < nk; ++k) {
     const Range sg = segment_at(r, seg, k);
-    comm_.wait_recv(req[k % 2], sg.len, t, peer, cfg_.idle_sleep_us);
+    MPI_Request& req = reduce_req_[k % 2];
+    comm_.wait_recv(req, sg.len, t, peer, cfg_.idle_sleep_us);
     kernels_.reduce_add(t, buf + sg.offset * esz, scratch_[k % 2].data(), sg.len);
-    if (k + 2 < nk)
-      req[k % 2] = comm_.irecv(scratch_[k % 2].data(), segment_at(r, seg, k + 2).len, t, peer, tag);
+    if (k + 2 < nk) req = comm_.irecv(scratch_[k % 2].data(), segment_at(r, seg, k + 2).len, t, peer, tag);
   }
 }
 
@@ -132,7 +142,7 @@ class ReducerAllreducer final : public Allreducer {
     } else {
       send_segments(base, all, seg, t, 0, kReducerTag, sends_);
       comm_.wait_all(sends_, cfg_.idle_sleep_us);
-      recv_segments(base, all, seg, t, 0, kReducerTag);
+      wait_recvs(post_recv_segments(base, all, seg, t, 0, kReducerTag), t);
     }
   }
 };

@@ -22,7 +22,7 @@ struct CommConfig {
   std::string algorithm = "ring";     // ring | mpi | reducer | nccl (GPU builds only)
   size_t bucket_bytes = 25u << 20;    // gradient bucket (PyTorch DDP's default 25 MiB)
   bool overlap = true;                // allreduce buckets while backward is still running
-  size_t segment_bytes = 1u << 20;    // ring/reducer pipeline segment: receive one, reduce another
+  size_t segment_bytes = 512u << 10;  // ring/reducer pipeline segment: receive one, reduce another
   bool check_counts = false;          // verify each call's count on all ranks (one small allgather)
   int idle_sleep_us = 0;              // >0: a blocked wait polls, then sleeps this long between
                                       // polls instead of spinning in MPI_Wait (frees the core)
@@ -51,13 +51,22 @@ class Allreducer {
   virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
 
   // Receives range r from `peer` in segments of `seg` elements, double-buffered in scratch_ (the
-  // next segment is posted before the current one is added), and adds each into buf.
-  void recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  // next segment is posted before the current one is added), and adds each into buf. _post posts
+  // the first two receives (so that a peer's message finds its receive already waiting), _finish
+  // completes them; recv_reduce does both.
+  void recv_reduce_post(Range r, size_t seg, DType t, int peer, int tag);
+  void recv_reduce_finish(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  void recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
+    recv_reduce_post(r, seg, t, peer, tag);
+    recv_reduce_finish(buf, r, seg, t, peer, tag);
+  }
   // Posts one send per segment of range r of buf to `peer`, appending the requests to reqs.
   void send_segments(const char* buf, Range r, size_t seg, DType t, int peer, int tag,
                      std::vector<MPI_Request>& reqs);
-  // Receives range r from `peer` straight into buf (no arithmetic), segment by segment.
-  void recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  // Posts receives of range r from `peer` straight into buf (no arithmetic), one per segment,
+  // behind those already pending; returns how many. wait_recvs(n) completes the n oldest.
+  size_t post_recv_segments(char* buf, Range r, size_t seg, DType t, int peer, int tag);
+  void wait_recvs(size_t n, DType t);
   size_t segment_for(DType t) const;
 
   Communicator& comm_;
@@ -65,6 +74,14 @@ class Allreducer {
   CommConfig cfg_;
   Buffer<char> scratch_[2];              // persists across calls: no allocation per step
   std::vector<MPI_Request> sends_;
+  struct PendingRecv {
+    MPI_Request req;
+    size_t len;
+    int peer;
+  };
+  std::vector<PendingRecv> recvs_;  // posted by post_recv_segments, completed in order
+  size_t recvs_done_ = 0;
+  MPI_Request reduce_req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
  private:
   void check_same_call(size_t count, DType t, ReduceOp op);

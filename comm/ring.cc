@@ -82,20 +82,36 @@ class RingAllreducer final : public Allreducer {
     const size_t esz = dtype_size(t), seg = segment_for(t);
     char* base = static_cast<char*>(buf);
     const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
-    for (int s = 0; s < ring_num_steps(n); ++s) {
+    // Reduce-scatter. Receives are posted before sends so that a neighbour's message finds its
+    // receive waiting. The next step may overwrite what this one sent (N = 2: the allgather
+    // receives into the chunk sent here), so each step's sends complete before the next.
+    for (int s = 0; s < n - 1; ++s) {
       const RingStep st = ring_step(r, n, count, s);
-      if (s == n - 1 && op == ReduceOp::average)  // st.send is the owned chunk, now complete
-        kernels_.scale(t, base + st.send.offset * esz, st.send.len, 1.0f / static_cast<float>(n));
+      recv_reduce_post(st.recv, seg, t, prev, kRingTag);
       send_segments(base, st.send, seg, t, next, kRingTag, sends_);
-      if (st.reduce)
-        recv_reduce(base, st.recv, seg, t, prev, kRingTag);
-      else
-        recv_segments(base, st.recv, seg, t, prev, kRingTag);
-      // The next step may overwrite what this one sent (N = 2: the allgather receives into the
-      // chunk the reduce-scatter sent), so the sends must be complete first.
+      recv_reduce_finish(base, st.recv, seg, t, prev, kRingTag);
       comm_.wait_all(sends_, cfg_.idle_sleep_us);
     }
+    const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
+    if (op == ReduceOp::average)  // once, by the owner, so every rank copies the same bits
+      kernels_.scale(t, base + owned.offset * esz, owned.len, 1.0f / static_cast<float>(n));
+
+    // Allgather. Every step receives a different chunk straight into the buffer, and nothing sent
+    // in this phase is overwritten later, so all receives are posted up front (MPI matches them
+    // in order) and the sends complete at the end. Step g forwards what step g-1 received.
+    posted_.resize(n - 1);
+    for (int g = 0; g < n - 1; ++g)
+      posted_[g] = post_recv_segments(base, ring_step(r, n, count, n - 1 + g).recv, seg, t, prev,
+                                      kRingTag);
+    for (int g = 0; g < n - 1; ++g) {
+      send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kRingTag, sends_);
+      wait_recvs(posted_[g], t);
+    }
+    comm_.wait_all(sends_, cfg_.idle_sleep_us);
   }
+
+ private:
+  std::vector<size_t> posted_;  // allgather receives per step
 };
 
 }  // namespace
