@@ -6,6 +6,11 @@
 
 namespace rt {
 
+// Activation layout: nChw8c (8-channel blocks) for tensors with C a multiple of 8 and more than
+// one pixel, plain NCHW otherwise (the 3-channel input, odd channel counts, (n, c, 1, 1)
+// vectors); act_size is always n*c*h*w. Ops of one backend share scratch buffers, so they must
+// not run concurrently (use one backend per thread). oneDNN sizes its thread partitioning when
+// an op is made: call omp_set_num_threads before building the model, not after.
 std::unique_ptr<Backend<float>> make_onednn_backend();
 
 }  // namespace rt
