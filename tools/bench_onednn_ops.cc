@@ -1,5 +1,5 @@
 // Per-op benchmark of a backend on ResNet layer shapes: median milliseconds of forward and
-// backward per op over repeats (the PyTorch peer, tools/bench_onednn_ops.py, times the same rows).
+// backward per op over repeats (conv, BN with and without ReLU, add+ReLU, max pool, accumulate).
 //   bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock cpu]
 // --clock cpu times process CPU seconds instead of wall time (meaningful with --threads 1 on a
 // machine shared with other work).
