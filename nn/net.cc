@@ -12,22 +12,24 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <class T>
-class ConvNode : public Node<T> {
+// A layer with a weight and an optional bias (convolution, fully connected): both op interfaces
+// take (x, w, b) forward and (x, w, dy) -> (dx, dw, db) backward.
+template <class T, class Op>
+class WeightedNode : public Node<T> {
  public:
-  std::unique_ptr<ConvOp<T>> op;
-  ConvDesc desc;
+  std::unique_ptr<Op> op;
+  bool bias = false;
   void forward(Net<T>& net, bool) override {
     auto& a = net.arena();
     op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
-                desc.bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
+                bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
   }
   void backward(Net<T>& net) override {
     auto& a = net.arena();
     int x = this->inputs[0];
     T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
     op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
-                 a.grad(this->params[0]), desc.bias ? a.grad(this->params[1]) : nullptr);
+                 a.grad(this->params[0]), bias ? a.grad(this->params[1]) : nullptr);
     if (dx) net.grad_done(x);
   }
 };
@@ -94,26 +96,6 @@ class GlobalAvgPoolNode : public Node<T> {
     int x = this->inputs[0];
     op->backward(net.grad_of(this->output), net.grad_target(x));
     net.grad_done(x);
-  }
-};
-
-template <class T>
-class LinearNode : public Node<T> {
- public:
-  std::unique_ptr<LinearOp<T>> op;
-  LinearDesc desc;
-  void forward(Net<T>& net, bool) override {
-    auto& a = net.arena();
-    op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
-                desc.bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
-  }
-  void backward(Net<T>& net) override {
-    auto& a = net.arena();
-    int x = this->inputs[0];
-    T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
-    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
-                 a.grad(this->params[0]), desc.bias ? a.grad(this->params[1]) : nullptr);
-    if (dx) net.grad_done(x);
   }
 };
 
@@ -201,9 +183,10 @@ template <class T>
 int Net<T>::conv(int x, ConvDesc d) {
   check_building(d.name);
   d.in = shapes_.at(x);
-  auto n = std::make_unique<ConvNode<T>>();
+  auto n = std::make_unique<WeightedNode<T, ConvOp<T>>>();
   n->op = backend_->make_conv(d);
-  n->desc = d;
+  n->bias = d.bias;
+  n->keeps_inputs = true;
   n->name = d.name;
   n->inputs = {x};
   n->params.push_back(add_param_(d.name + ".weight", {d.out_c, d.in.c, d.kernel_h, d.kernel_w},
@@ -221,6 +204,8 @@ int Net<T>::batchnorm(int x, const std::string& name, bool relu, double momentum
   auto n = std::make_unique<BatchNormNode<T>>();
   n->op = backend_->make_batchnorm(d);
   n->name = name;
+  n->keeps_inputs = true;
+  n->keeps_output = relu;  // the ReLU mask
   n->inputs = {x};
   n->params.push_back(add_param_(name + ".weight", {d.in.c}, ParamKind::bn_gamma));
   n->params.push_back(add_param_(name + ".bias", {d.in.c}, ParamKind::bn_beta));
@@ -235,6 +220,7 @@ int Net<T>::relu(int x, const std::string& name) {
   auto n = std::make_unique<ReluNode<T>>();
   n->op = backend_->make_relu({name, shapes_.at(x)});
   n->name = name;
+  n->keeps_output = true;
   n->inputs = {x};
   return push(std::move(n), shapes_[x]);
 }
@@ -246,6 +232,7 @@ int Net<T>::maxpool(int x, const std::string& name, int64_t kernel, int64_t stri
   auto n = std::make_unique<MaxPoolNode<T>>();
   n->op = backend_->make_maxpool(d);
   n->name = name;
+  n->keeps_inputs = n->keeps_output = true;
   n->inputs = {x};
   return push(std::move(n), d.out());
 }
@@ -265,9 +252,10 @@ template <class T>
 int Net<T>::linear(int x, const std::string& name, int64_t out_features, bool bias) {
   check_building(name);
   LinearDesc d{name, shapes_.at(x), out_features, bias};
-  auto n = std::make_unique<LinearNode<T>>();
+  auto n = std::make_unique<WeightedNode<T, LinearOp<T>>>();
   n->op = backend_->make_linear(d);
-  n->desc = d;
+  n->bias = bias;
+  n->keeps_inputs = true;
   n->name = name;
   n->inputs = {x};
   n->params.push_back(add_param_(name + ".weight", {out_features, d.in.chw()}, ParamKind::linear_weight));
@@ -284,6 +272,7 @@ int Net<T>::add(int a, int b, const std::string& name, bool relu) {
   auto n = std::make_unique<AddNode<T>>();
   n->op = backend_->make_add({name, shapes_[a], relu});
   n->name = name;
+  n->keeps_output = relu;
   n->inputs = {a, b};
   return push(std::move(n), shapes_[a]);
 }
@@ -316,8 +305,7 @@ void Net<T>::finalize() {
   if (finalized_) return;
   if (logits_ < 0) throw Error("network has no loss: call loss(logits, smoothing) before finalize()");
   arena_.finalize();
-  acts_.resize(shapes_.size());
-  for (size_t i = 0; i < shapes_.size(); ++i) acts_[i].resize(backend_->act_size(shapes_[i]));
+  plan_activations();
   // Nodes run backward in reverse; their parameters were registered in forward order and laid
   // out reversed, so after node i the finished gradients end where node i's first parameter ends.
   ready_after_.assign(nodes_.size(), 0);
@@ -336,9 +324,47 @@ void Net<T>::finalize() {
 }
 
 template <class T>
+void Net<T>::plan_activations() {
+  const size_t nt = shapes_.size();
+  std::vector<char> kept(nt, 0);
+  std::vector<int> last_use(nt, -1);
+  kept[0] = kept[size_t(logits_)] = 1;  // imported input; logits exported after forward
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node<T>& n = *nodes_[i];
+    for (int x : n.inputs) {
+      kept[x] |= n.keeps_inputs;
+      last_use[x] = int(i);
+    }
+    if (n.output >= 0) kept[n.output] |= n.keeps_output;
+  }
+  acts_.resize(nt);
+  act_ptr_.assign(nt, nullptr);
+  for (size_t t = 0; t < nt; ++t)
+    if (kept[t]) {
+      acts_[t].resize(backend_->act_size(shapes_[t]));
+      act_ptr_[t] = acts_[t].data();
+    }
+  // Forward-only tensors borrow gradient slots: slots hold gradients only during backward, and
+  // these tensors are dead by then. Walk forward once, taking a slot when a tensor is produced
+  // and returning it after its last reader.
+  std::vector<int> slot_of(nt, -1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node<T>& n = *nodes_[i];
+    int o = n.output;
+    if (o >= 0 && !kept[o]) {
+      slot_of[o] = slot_alloc(backend_->act_size(shapes_[o]));
+      act_ptr_[o] = slots_[slot_of[o]].buf.data();
+    }
+    for (int x : n.inputs)
+      if (!kept[x] && last_use[x] == int(i)) slot_release(slot_of[x]);
+    if (o >= 0 && !kept[o] && last_use[o] < 0) slot_release(slot_of[o]);
+  }
+}
+
+template <class T>
 double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
   if (!finalized_) throw Error("network used before finalize()");
-  backend_->act_import(input_nchw, shapes_[0], acts_[0].data());
+  backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
   labels_ = labels;
   loss_ = 0.0;
   if (!profiling_) {
@@ -454,7 +480,7 @@ void Net<T>::grad_alias(int id, int from) {
 
 template <class T>
 void Net<T>::export_tensor(int id, T* nchw) const {
-  backend_->act_export(acts_[id].data(), shapes_[id], nchw);
+  backend_->act_export(act_ptr_[id], shapes_[id], nchw);
 }
 
 template <class T>

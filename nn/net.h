@@ -27,7 +27,9 @@ class Node {
   int output = -1;
   std::vector<int> params;  // arena ids, in registration order
   double flops = 0;         // forward multiply-adds x 2
-  bool has_weight_grad_flops = false;
+  // What backward reads besides gradients: tensors nobody reads in backward live only in forward
+  // and share memory with others (PyTorch frees them the same way).
+  bool keeps_inputs = false, keeps_output = false;
 };
 
 template <class T>
@@ -60,7 +62,8 @@ class Net {
   // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
   // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()).
   void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0);
-  // Copies a tensor (default: the logits) out in NCHW.
+  // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
+  // output feeding only a residual add) share memory and are valid only until backward().
   void export_tensor(int id, T* nchw) const;
   int logits() const { return logits_; }
 
@@ -69,7 +72,7 @@ class Net {
   const Arena<T>& arena() const { return arena_; }
   Backend<T>& backend() { return *backend_; }
   const Shape& shape(int id) const { return shapes_[id]; }
-  T* act(int id) { return acts_[id].data(); }
+  T* act(int id) { return act_ptr_[id]; }
   const int32_t* labels() const { return labels_; }
   size_t num_nodes() const { return nodes_.size(); }
   const Node<T>& node(size_t i) const { return *nodes_[i]; }
@@ -106,6 +109,7 @@ class Net {
  private:
   int push(std::unique_ptr<Node<T>> node, const Shape& out);
   int slot_alloc(size_t elems);
+  void plan_activations();
   void slot_release(int slot);
   int slot_unshare(int id);
   void check_building(const std::string& what) const;
@@ -113,7 +117,8 @@ class Net {
   std::unique_ptr<Backend<T>> backend_;
   Arena<T> arena_;
   std::vector<Shape> shapes_;
-  std::vector<Buffer<T>> acts_;
+  std::vector<Buffer<T>> acts_;  // tensors backward reads (empty for forward-only tensors)
+  std::vector<T*> act_ptr_;      // every tensor: its own buffer, or a shared slot
   std::vector<std::unique_ptr<Node<T>>> nodes_;
   std::vector<size_t> ready_after_;  // grads()[0, ready_after_[i]) final after node i's backward
   int logits_ = -1;

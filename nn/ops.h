@@ -124,7 +124,8 @@ class BatchNormOp {
                              T* running_var) = 0;
   virtual void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
                             const T* running_var, T* y) = 0;
-  // After forward_train on the same x; y is that call's output (the ReLU mask when fused).
+  // After forward_train on the same x. y (that call's output) is read only with a fused ReLU,
+  // for its mask: without one, the network may reuse y's memory before backward.
   virtual void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
                         T* dbeta) = 0;
 };
@@ -167,7 +168,8 @@ class AddOp {
  public:
   virtual ~AddOp() = default;
   virtual void forward(const T* a, const T* b, T* y) = 0;
-  // The gradient is the same for both inputs: written once to dx. dx may alias dy.
+  // The gradient is the same for both inputs: written once to dx. dx may alias dy. y is read
+  // only with the fused ReLU.
   virtual void backward(const T* y, const T* dy, T* dx) = 0;
 };
 
