@@ -80,8 +80,8 @@ for line in open(raw):
     res[(tr, int(f[2]))][(impl, int(f[3]))] = (float(f[10]), flag)
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-out = ["busbw in GB/s (nccl-tests definition, median over iterations); * = disturbed by other "
-       "processes or fewer than the budgeted repetitions, FAIL = wrong result.", ""]
+out = ["busbw in GB/s (nccl-tests definition, median over iterations); * = still disturbed by "
+       "other processes after re-measuring, FAIL = wrong result.", ""]
 for (tr, np) in sorted(res):
     r = res[(tr, np)]
     present = [c for c in cols if any(k[0] == c for k in r)]
@@ -94,7 +94,7 @@ for (tr, np) in sorted(res):
         cells = []
         for c in present:
             v = r.get((c, b))
-            cells.append(f"{v[0]:.2f}{v[1]}" if v else "–")
+            cells.append((f"{v[0]:.2f}" if v[0] >= 0.1 else f"{v[0]:.3f}") + v[1] if v else "–")
         ring, ompi, red = r.get(("ring", b)), r.get(("openmpi_allreduce", b)), r.get(("reducer", b))
         ratio = lambda a, d: f"{a[0] / d[0]:.2f}×" if a and d and d[0] > 0 else "–"
         out.append(f"| {size(b)} | " + " | ".join(cells) + f" | {ratio(ring, ompi)} | {ratio(ring, red)} |")
@@ -105,7 +105,7 @@ PY
 
 if [ "$DOC" = 1 ]; then
   DOCF=$ROOT/docs/comm.md
-  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) $(nproc) cores, budget ${BUDGET}s/size" <<'PY'
+  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) ($(nproc) cores, budget ${BUDGET} s per size)" <<'PY'
 import sys
 doc, table, when = sys.argv[1], sys.argv[2], sys.argv[3]
 begin, end = "<!-- allreduce-bench:begin -->", "<!-- allreduce-bench:end -->"
