@@ -105,7 +105,7 @@ PY
 
 if [ "$DOC" = 1 ]; then
   DOCF=$ROOT/docs/comm.md
-  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) ($(nproc) cores, budget ${BUDGET} s per size)" <<'PY'
+  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) ($(nproc --all) cores, budget ${BUDGET} s per size)" <<'PY'
 import sys
 doc, table, when = sys.argv[1], sys.argv[2], sys.argv[3]
 begin, end = "<!-- allreduce-bench:begin -->", "<!-- allreduce-bench:end -->"
