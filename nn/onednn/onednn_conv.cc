@@ -44,9 +44,49 @@ struct WeightView {
   }
 };
 
-class DnnConv final : public ConvOp<float> {
+// Forward, backward-data and backward-weights primitives of a layer with weights and an
+// optional bias (convolution, inner product): the derived class sets them up, this runs them.
+template <class OpBase>
+class DnnWeighted : public OpBase {
  public:
-  DnnConv(const ContextPtr& ctx, const ConvDesc& d) : ctx_(ctx), name_(d.name) {
+  DnnWeighted(const ContextPtr& ctx, const std::string& name) : ctx_(ctx), name_(name) {}
+
+  void forward(const float* x, const float* w, const float* b, float* y) override {
+    Context& c = *ctx_;
+    wf_.load(c, name_, w);
+    x_.bind(x);
+    y_.bind(y);
+    if (b_) b_.bind(b);
+    fwd_.run(c, name_);
+  }
+
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db) override {
+    Context& c = *ctx_;
+    dy_.bind(dy);
+    if (dx) {
+      wd_.load(c, name_, w);
+      dx_.bind(dx);
+      bwd_data_.run(c, name_);
+    }
+    x_.bind(x);
+    dw_.prepare_store(c, dw);
+    if (db_) db_.bind(db);
+    bwd_w_.run(c, name_);
+    dw_.store(c, name_, dw);
+  }
+
+ protected:
+  ContextPtr ctx_;
+  std::string name_;
+  Mem x_, y_, dx_, dy_, b_, db_;
+  WeightView wf_, wd_, dw_;
+  Prim fwd_, bwd_data_, bwd_w_;
+};
+
+class DnnConv final : public DnnWeighted<ConvOp<float>> {
+ public:
+  DnnConv(const ContextPtr& ctx, const ConvDesc& d) : DnnWeighted(ctx, d.name) {
     Context& c = *ctx_;
     const Shape out = d.out();
     memory::desc src_md = act_md(d.in), dst_md = act_md(out);
@@ -95,45 +135,13 @@ class DnnConv final : public ConvOp<float> {
                           out.str(), ": ", e.what()));
     }
   }
-
-  void forward(const float* x, const float* w, const float* b, float* y) override {
-    Context& c = *ctx_;
-    wf_.load(c, name_, w);
-    x_.bind(x);
-    y_.bind(y);
-    if (b_) b_.bind(b);
-    fwd_.run(c, name_);
-  }
-
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db) override {
-    Context& c = *ctx_;
-    dy_.bind(dy);
-    if (dx) {
-      wd_.load(c, name_, w);
-      dx_.bind(dx);
-      bwd_data_.run(c, name_);
-    }
-    x_.bind(x);
-    dw_.prepare_store(c, dw);
-    if (db_) db_.bind(db);
-    bwd_w_.run(c, name_);
-    dw_.store(c, name_, dw);
-  }
-
- private:
-  ContextPtr ctx_;
-  std::string name_;
-  Mem x_, y_, dx_, dy_, b_, db_;
-  WeightView wf_, wd_, dw_;
-  Prim fwd_, bwd_data_, bwd_w_;
 };
 
 // Inner product: the input keeps its activation layout (nChw8c or plain); the weights follow
 // whatever layout oneDNN pairs with it.
-class DnnLinear final : public LinearOp<float> {
+class DnnLinear final : public DnnWeighted<LinearOp<float>> {
  public:
-  DnnLinear(const ContextPtr& ctx, const LinearDesc& d) : ctx_(ctx), name_(d.name) {
+  DnnLinear(const ContextPtr& ctx, const LinearDesc& d) : DnnWeighted(ctx, d.name) {
     Context& c = *ctx_;
     const Shape out = d.out();
     const bool flat = d.in.h * d.in.w == 1;
@@ -177,38 +185,6 @@ class DnnLinear final : public LinearOp<float> {
                           " -> ", out.str(), ": ", e.what()));
     }
   }
-
-  void forward(const float* x, const float* w, const float* b, float* y) override {
-    Context& c = *ctx_;
-    wf_.load(c, name_, w);
-    x_.bind(x);
-    y_.bind(y);
-    if (b_) b_.bind(b);
-    fwd_.run(c, name_);
-  }
-
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                float* db) override {
-    Context& c = *ctx_;
-    dy_.bind(dy);
-    if (dx) {
-      wd_.load(c, name_, w);
-      dx_.bind(dx);
-      bwd_data_.run(c, name_);
-    }
-    x_.bind(x);
-    dw_.prepare_store(c, dw);
-    if (db_) db_.bind(db);
-    bwd_w_.run(c, name_);
-    dw_.store(c, name_, dw);
-  }
-
- private:
-  ContextPtr ctx_;
-  std::string name_;
-  Mem x_, y_, dx_, dy_, b_, db_;
-  WeightView wf_, wd_, dw_;
-  Prim fwd_, bwd_data_, bwd_w_;
 };
 
 }  // namespace
