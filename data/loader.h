@@ -1,0 +1,76 @@
+// The per-rank input pipeline as the trainer sees it: a dataset (folder, list file, packed shards
+// or synthetic), this rank's share of each epoch's shared permutation, decode + augment threads
+// and a bounded queue of ready batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rt::data {
+
+enum class Split : uint8_t { train, val };
+
+// Plain settings; the trainer fills them from YAML. Defaults written once, here.
+struct DataConfig {
+  std::string root;             // ImageNet layout: root/train/<class>/*, root/val/<class>/*
+  std::string train_list;       // alternative: list file, one "path label" per line (paths relative
+  std::string val_list;         //   to the list file's folder unless absolute)
+  std::string train_shards;     // alternative: packed shards (a shard set's index file)
+  std::string val_shards;
+  bool synthetic = false;       // random tensors, no I/O (benchmarks)
+  int64_t synthetic_samples = 1281167;  // per split "epoch" in synthetic mode (ImageNet-1k train size)
+  int synthetic_classes = 1000;
+  int image_size = 224;         // output height = width
+  int threads = 0;              // decode threads per rank; 0 = cores available to this rank
+  int queue_depth = 4;          // ready batches buffered ahead of the model
+  float mean[3] = {0.485f, 0.456f, 0.406f};  // RGB, applied after scaling pixels to [0, 1]
+  float std[3] = {0.229f, 0.224f, 0.225f};
+  float min_scale = 0.08f;      // random-resized-crop area range
+  float max_scale = 1.0f;
+  bool flip = true;             // random horizontal flip (training only)
+  uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
+};
+
+// One batch in the layout the CPU backend takes: float NCHW, RGB, normalized.
+struct Batch {
+  std::vector<float> images;    // n * 3 * size * size
+  std::vector<int32_t> labels;  // n
+  int n = 0;                    // samples in this batch (the last evaluation batch may be short)
+};
+
+// Where a rank stands in an epoch, for checkpoints: restoring it yields the rest of the epoch
+// unchanged.
+struct Position {
+  int64_t epoch = 0;
+  int64_t step = 0;             // batches already consumed in this epoch
+};
+
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  // Samples in the whole split (all ranks) and classes.
+  virtual int64_t size() const = 0;
+  virtual int num_classes() const = 0;
+  // Batches this rank yields per epoch. Training: floor(size / (world * batch)), the same on every
+  // rank (the ragged tail dropped evenly). Evaluation: ceil of this rank's exact share / batch; the
+  // shares of all ranks cover every sample exactly once, so step counts may differ by one.
+  virtual int64_t steps_per_epoch() const = 0;
+  // Starts (or restarts) producing epoch pos.epoch from batch pos.step; decode threads begin at once.
+  virtual void start_epoch(Position pos) = 0;
+  // Blocks for the next batch of the epoch; false at its end. Rethrows a worker thread's error.
+  virtual bool next(Batch& out) = 0;
+  virtual Position position() const = 0;
+  // Seconds the last next() blocked waiting for a batch (0 when one was ready).
+  virtual double last_wait_s() const = 0;
+  // Images that failed to decode and were skipped so far (each warned about once, by path).
+  virtual int64_t skipped() const = 0;
+};
+
+// Builds the loader for one split, batch size and (rank, world). Errors (missing root, empty
+// class folder, bad list line, fewer samples than ranks) throw rt::Error naming the path or line.
+std::unique_ptr<Loader> make_loader(const DataConfig& cfg, Split split, int rank, int world,
+                                    int batch);
+
+}  // namespace rt::data
