@@ -31,12 +31,18 @@ struct DataConfig {
   float max_scale = 1.0f;
   bool flip = true;             // random horizontal flip (training only)
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
+  bool output_float = true;     // fill Batch::images (float NCHW, normalized)
+  bool output_u8 = false;       // also fill Batch::images_u8 (8-bit NHWC RGB, not normalized) for
+                                //   a device that normalizes itself
 };
 
 // One batch in the layout the CPU backend takes: float NCHW, RGB, normalized.
 struct Batch {
   std::vector<float> images;    // n * 3 * size * size
   std::vector<int32_t> labels;  // n
+  std::vector<uint8_t> images_u8;  // n * size * size * 3 when DataConfig::output_u8: same crop and
+                                   //   flip, RGB, pixel values before mean/std
+  std::vector<int64_t> indices; // n: global sample index of each image (a substitute's own index)
   int n = 0;                    // samples in this batch (the last evaluation batch may be short)
 };
 
@@ -65,7 +71,11 @@ class Loader {
   // Seconds the last next() blocked waiting for a batch (0 when one was ready).
   virtual double last_wait_s() const = 0;
   // Images that failed to decode and were skipped so far (each warned about once, by path).
+  // Training fills the place of a skipped image with the next decodable sample of the rank's
+  // share (with that sample's own label), so batches stay full; evaluation omits it (n shrinks).
   virtual int64_t skipped() const = 0;
+  // Class names in label order (folder and shard sets; "0", "1", ... for lists and synthetic).
+  virtual const std::vector<std::string>& class_names() const = 0;
 };
 
 // Builds the loader for one split, batch size and (rank, world). Errors (missing root, empty

@@ -1,0 +1,208 @@
+// Folder and list-file datasets: an index of (path, label) built once; bytes read per sample.
+#include "data/dataset.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "data/shard.h"
+#include "nn/error.h"
+
+namespace fs = std::filesystem;
+
+namespace rt::data {
+namespace {
+
+// Reads a whole file into buf with one open and (usually) one read; false on any failure.
+bool read_file(const std::string& path, std::vector<uint8_t>& buf) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (ok) {
+    buf.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < buf.size()) {
+      const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    ok = got == buf.size();
+  }
+  ::close(fd);
+  return ok;
+}
+
+// Samples as paths and labels (folder and list datasets).
+class PathDataset final : public Dataset {
+ public:
+  PathDataset(std::vector<std::string> paths, std::vector<int32_t> labels,
+              std::vector<std::string> classes)
+      : paths_(std::move(paths)), labels_(std::move(labels)), classes_(std::move(classes)) {}
+  int64_t size() const override { return static_cast<int64_t>(paths_.size()); }
+  const std::vector<std::string>& class_names() const override { return classes_; }
+  int32_t label(int64_t i) const override { return labels_[static_cast<size_t>(i)]; }
+  bool read(int64_t i, std::vector<uint8_t>& buf) const override {
+    return read_file(paths_[static_cast<size_t>(i)], buf);
+  }
+  std::string name(int64_t i) const override { return paths_[static_cast<size_t>(i)]; }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int32_t> labels_;
+  std::vector<std::string> classes_;
+};
+
+const char* split_name(Split s) { return s == Split::train ? "train" : "val"; }
+
+// Image files under dir, recursively, sorted as torchvision's ImageFolder walks them: by folder,
+// then by file name (byte order, which for UTF-8 is code point order, as Python sorts).
+std::vector<std::string> list_images(const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> found;  // (folder, name)
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const fs::path& p = it->path();
+    if (is_image_file(p.string())) found.emplace_back(p.parent_path().string(), p.filename().string());
+  }
+  if (ec) throw Error(str_cat("data: cannot list ", dir.string(), ": ", ec.message()));
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  out.reserve(found.size());
+  for (auto& [folder, name] : found) out.push_back(folder + "/" + name);
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return s.substr(a, b - a);
+}
+
+// Parses a list file into (path, label) entries; throws naming file:line on a bad line.
+void parse_list(const std::string& path, std::vector<std::string>* paths, std::vector<int32_t>* labels) {
+  std::ifstream in(path);
+  if (!in) throw Error(str_cat("data: cannot open list file ", path));
+  const fs::path base = fs::path(path).parent_path();
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    const size_t hash = line.find('#');
+    const std::string t = trim(hash == std::string::npos ? line : line.substr(0, hash));
+    if (t.empty()) continue;
+    const size_t sp = t.find_last_of(" \t");
+    if (sp == std::string::npos)
+      throw Error(str_cat(path, ":", no, ": expected \"path label\", got \"", t, "\""));
+    const std::string file = trim(t.substr(0, sp)), lab = t.substr(sp + 1);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(lab, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != lab.size() || v < 0 || v > INT32_MAX)
+      throw Error(str_cat(path, ":", no, ": label \"", lab, "\" is not an integer >= 0"));
+    const fs::path fp(file);
+    paths->push_back(fp.is_absolute() ? file : (base / fp).string());
+    labels->push_back(static_cast<int32_t>(v));
+  }
+  if (in.bad()) throw Error(str_cat("data: error reading list file ", path));
+}
+
+}  // namespace
+
+bool is_image_file(const std::string& path) {
+  const size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos) return false;
+  std::string ext = path.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+
+std::vector<std::string> folder_classes(const std::string& root) {
+  const fs::path train = fs::path(root) / "train";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throw Error(str_cat("data: dataset root ", root, " is not a folder"));
+  if (!fs::is_directory(train, ec))
+    throw Error(str_cat("data: ", train.string(), " is not a folder (classes come from the train split)"));
+  std::vector<std::string> classes;
+  for (const auto& e : fs::directory_iterator(train, ec))
+    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  if (ec) throw Error(str_cat("data: cannot list ", train.string(), ": ", ec.message()));
+  if (classes.empty()) throw Error(str_cat("data: no class folders in ", train.string()));
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+std::unique_ptr<Dataset> open_folder(const std::string& root, Split split) {
+  std::vector<std::string> classes = folder_classes(root);
+  const fs::path dir = fs::path(root) / split_name(split);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(str_cat("data: ", dir.string(), " is not a folder"));
+  std::map<std::string, int32_t> index;
+  for (size_t c = 0; c < classes.size(); ++c) index[classes[c]] = static_cast<int32_t>(c);
+  std::vector<std::string> present;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory()) present.push_back(e.path().filename().string());
+  std::sort(present.begin(), present.end());
+  std::vector<std::string> paths;
+  std::vector<int32_t> labels;
+  for (const std::string& cls : present) {
+    const auto it = index.find(cls);
+    if (it == index.end())
+      throw Error(str_cat("data: class folder ", (dir / cls).string(), " has no counterpart in ",
+                          (fs::path(root) / "train").string()));
+    const std::vector<std::string> files = list_images(dir / cls);
+    if (files.empty()) throw Error(str_cat("data: class folder ", (dir / cls).string(), " has no images"));
+    paths.insert(paths.end(), files.begin(), files.end());
+    labels.insert(labels.end(), files.size(), it->second);
+  }
+  if (paths.empty()) throw Error(str_cat("data: no images found in ", dir.string()));
+  return std::make_unique<PathDataset>(std::move(paths), std::move(labels), std::move(classes));
+}
+
+int32_t list_max_label(const std::string& path) {
+  std::vector<std::string> paths;
+  std::vector<int32_t> labels;
+  parse_list(path, &paths, &labels);
+  return labels.empty() ? -1 : *std::max_element(labels.begin(), labels.end());
+}
+
+std::unique_ptr<Dataset> open_list(const std::string& path, int num_classes) {
+  std::vector<std::string> paths;
+  std::vector<int32_t> labels;
+  parse_list(path, &paths, &labels);
+  if (paths.empty()) throw Error(str_cat("data: list file ", path, " names no images"));
+  const int32_t max_label = *std::max_element(labels.begin(), labels.end());
+  const int n = std::max(num_classes, max_label + 1);
+  std::vector<std::string> classes;
+  for (int c = 0; c < n; ++c) classes.push_back(std::to_string(c));
+  return std::make_unique<PathDataset>(std::move(paths), std::move(labels), std::move(classes));
+}
+
+std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split) {
+  const bool train = split == Split::train;
+  const std::string& shards = train ? cfg.train_shards : cfg.val_shards;
+  const std::string& list = train ? cfg.train_list : cfg.val_list;
+  if (!shards.empty()) return open_shards(shards);
+  if (!list.empty()) {
+    // Both splits agree on the class count: the largest label of either list, plus one.
+    int classes = 0;
+    for (const std::string* other : {&cfg.train_list, &cfg.val_list})
+      if (!other->empty() && *other != list) classes = std::max(classes, list_max_label(*other) + 1);
+    return open_list(list, classes);
+  }
+  if (!cfg.root.empty()) return open_folder(cfg.root, split);
+  throw Error(str_cat("data: no ", split_name(split), " data given: set root, ", split_name(split),
+                      "_list or ", split_name(split), "_shards (or synthetic)"));
+}
+
+}  // namespace rt::data

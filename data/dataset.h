@@ -1,0 +1,53 @@
+// Datasets of encoded images by global sample index: an ImageNet-layout folder, a list file or a
+// packed shard set (shard.h). Only the index (paths or offsets, labels) is kept in memory; bytes
+// are read on demand by the decode threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+
+namespace rt::data {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual const std::vector<std::string>& class_names() const = 0;
+  int num_classes() const { return static_cast<int>(class_names().size()); }
+  virtual int32_t label(int64_t i) const = 0;
+  // Reads sample i's encoded bytes into buf (resized); false when the file cannot be read.
+  // Thread-safe. Throws rt::Error for damage to a packed shard (bad checksum), which is not an
+  // image problem but a storage one.
+  virtual bool read(int64_t i, std::vector<uint8_t>& buf) const = 0;
+  // Where sample i comes from, for messages (a path; a shard file and record for shards).
+  virtual std::string name(int64_t i) const = 0;
+};
+
+// True for .jpg, .jpeg, .png in any letter case.
+bool is_image_file(const std::string& path);
+
+// root/<split>/<class>/**/*.{jpg,jpeg,png}: classes are the sorted folder names of root/train
+// (also for val, as torchvision's ImageFolder would see them); files sorted by path within a
+// class. Errors name the path: missing folder, empty class folder, no images, a val class that
+// train lacks.
+std::unique_ptr<Dataset> open_folder(const std::string& root, Split split);
+
+// The sorted class folder names of root/train (what labels index).
+std::vector<std::string> folder_classes(const std::string& root);
+
+// A list file: "path label" per line, '#' comments and blank lines ignored, paths relative to the
+// list file's folder unless absolute (the label is the last field, so paths may contain spaces).
+// num_classes >= max label + 1 (pass 0 to use max label + 1). Bad lines name file:line.
+std::unique_ptr<Dataset> open_list(const std::string& path, int num_classes = 0);
+
+// Largest label in a list file (-1 when empty); used to agree on a class count across splits.
+int32_t list_max_label(const std::string& path);
+
+// The dataset the config names for a split: shards, else list, else folder.
+std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split);
+
+}  // namespace rt::data

@@ -1,0 +1,220 @@
+// Decode + augment of one image: header dims, crop geometry, reduced-size JPEG decode, one resize
+// straight to the output size, then a fused flip + BGR->RGB + normalize + HWC->CHW pass.
+#include "data/image.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+namespace rt::data {
+
+namespace {
+uint32_t be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
+uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
+}  // namespace
+
+bool image_dims(const uint8_t* d, size_t len, int* width, int* height, bool* is_jpeg) {
+  *is_jpeg = false;
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (len >= 24 && std::equal(kPng, kPng + 8, d) && std::equal(d + 12, d + 16, "IHDR")) {
+    *width = static_cast<int>(be32(d + 16));
+    *height = static_cast<int>(be32(d + 20));
+    return *width > 0 && *height > 0;
+  }
+  if (len < 4 || d[0] != 0xff || d[1] != 0xd8) return false;
+  // Walk the marker segments up to the first start-of-frame (SOF0..SOF15 except DHT, JPG, DAC).
+  size_t p = 2;
+  while (p + 4 <= len) {
+    if (d[p] != 0xff) return false;
+    const uint8_t m = d[p + 1];
+    if (m == 0xff) { ++p; continue; }  // fill byte
+    if (m == 0xd8 || (m >= 0xd0 && m <= 0xd7) || m == 0x01) { p += 2; continue; }  // no length
+    const size_t seg = be16(d + p + 2);
+    if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+      if (p + 9 > len || seg < 7) return false;
+      *height = static_cast<int>(be16(d + p + 5));
+      *width = static_cast<int>(be16(d + p + 7));
+      *is_jpeg = true;
+      return *width > 0 && *height > 0;
+    }
+    if (m == 0xda || m == 0xd9 || seg < 2) return false;  // scan data before any frame header
+    p += 2 + seg;
+  }
+  return false;
+}
+
+bool jpeg_complete(const uint8_t* d, size_t len) {
+  // libjpeg pads a truncated scan with grey and only warns; a complete file has an EOI marker
+  // after its first scan header (inside entropy-coded data 0xff is always followed by 0x00 or a
+  // restart marker, so 0xff 0xd9 there is the real EOI; searching backwards finds it at once).
+  size_t p = 2;
+  while (p + 4 <= len) {
+    if (d[p] != 0xff) return false;
+    const uint8_t m = d[p + 1];
+    if (m == 0xff) { ++p; continue; }
+    if (m == 0xd8 || (m >= 0xd0 && m <= 0xd7) || m == 0x01) { p += 2; continue; }
+    if (m == 0xd9) return false;
+    const size_t seg = be16(d + p + 2);
+    if (seg < 2) return false;
+    p += 2 + seg;
+    if (m == 0xda) break;
+  }
+  for (size_t q = len; q >= p + 2; --q)
+    if (d[q - 2] == 0xff && d[q - 1] == 0xd9) return true;
+  return false;
+}
+
+Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng) {
+  const double area = double(width) * height;
+  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * rng.uniform(min_scale, max_scale);
+    const double ratio = std::exp(rng.uniform(log_lo, log_hi));
+    const int w = static_cast<int>(std::lround(std::sqrt(target * ratio)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target / ratio)));
+    if (w > 0 && h > 0 && w <= width && h <= height) {
+      const int y = static_cast<int>(rng.range(0, height - h + 1));
+      const int x = static_cast<int>(rng.range(0, width - w + 1));
+      return {x, y, w, h};
+    }
+  }
+  // Fallback: the whole image, clamped to the ratio range, centred.
+  const double in_ratio = double(width) / height;
+  int w = width, h = height;
+  if (in_ratio < 3.0 / 4.0) {
+    h = static_cast<int>(std::lround(w / (3.0 / 4.0)));
+  } else if (in_ratio > 4.0 / 3.0) {
+    w = static_cast<int>(std::lround(h * (4.0 / 3.0)));
+  }
+  w = std::clamp(w, 1, width);
+  h = std::clamp(h, 1, height);
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+Box center_crop_box(int width, int height, int size) {
+  // torchvision Resize(r): the short side becomes r, the long one int(r * long / short).
+  const int r = size * 256 / 224;
+  const bool wide = width >= height;
+  const int s_short = wide ? height : width, s_long = wide ? width : height;
+  const int r_long = static_cast<int>(int64_t{r} * s_long / s_short);
+  // CenterCrop(size) in the resized image starts at round((r_side - size) / 2); map back to source
+  // pixels by the per-axis scale (source / resized).
+  const int rw = wide ? r_long : r, rh = wide ? r : r_long;
+  auto map = [](int src, int res, int size) {
+    const double s = double(src) / res;
+    const int first = static_cast<int>(std::lround((res - size) / 2.0));
+    int a = static_cast<int>(std::lround(first * s));
+    int len = std::max(1, static_cast<int>(std::lround(size * s)));
+    len = std::min(len, src);
+    a = std::clamp(a, 0, src - len);
+    return std::pair<int, int>(a, len);
+  };
+  // When the image is smaller than the crop the resized side can be below size: CenterCrop pads
+  // there; we stretch the whole side instead.
+  auto [x, w] = rw >= size ? map(width, rw, size) : std::pair<int, int>(0, width);
+  auto [y, h] = rh >= size ? map(height, rh, size) : std::pair<int, int>(0, height);
+  return {x, y, w, h};
+}
+
+int reduction_for(const Box& box, int size) {
+  int f = 1;
+  while (f < 8 && std::min(box.w, box.h) / (2 * f) >= size) f *= 2;
+  return f;
+}
+
+AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,
+                              const float mean[3], const float std[3]) {
+  AugmentSpec a;
+  a.size = size;
+  a.train = train;
+  a.min_scale = min_scale;
+  a.max_scale = max_scale;
+  a.flip = flip && train;
+  for (int c = 0; c < 3; ++c) {
+    a.scale[c] = 1.0f / (255.0f * std[c]);
+    a.shift[c] = -mean[c] / std[c];
+  }
+  return a;
+}
+
+void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
+                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {
+  const int s = spec.size;
+  const cv::Mat roi = bgr(cv::Rect(box.x, box.y, box.w, box.h));
+  const cv::Mat* src = &roi;
+  if (box.w != s || box.h != s) {
+    // Shrinking by more than 2x with bilinear taps would alias; area averaging does not.
+    const bool big = box.w >= 2 * s && box.h >= 2 * s;
+    cv::resize(roi, scratch.resized, cv::Size(s, s), 0, 0, big ? cv::INTER_AREA : cv::INTER_LINEAR);
+    src = &scratch.resized;
+  }
+  const size_t plane = static_cast<size_t>(s) * s;
+  for (int y = 0; y < s; ++y) {
+    const uint8_t* row = src->ptr<uint8_t>(y);
+    float* r = out_chw ? out_chw + static_cast<size_t>(y) * s : nullptr;
+    uint8_t* o = out_hwc ? out_hwc + static_cast<size_t>(y) * s * 3 : nullptr;
+    for (int x = 0; x < s; ++x) {
+      const uint8_t* p = row + 3 * (flip ? s - 1 - x : x);  // BGR
+      if (r) {
+        r[x] = p[2] * spec.scale[0] + spec.shift[0];
+        r[plane + x] = p[1] * spec.scale[1] + spec.shift[1];
+        r[2 * plane + x] = p[0] * spec.scale[2] + spec.shift[2];
+      }
+      if (o) o[3 * x] = p[2], o[3 * x + 1] = p[1], o[3 * x + 2] = p[0];
+    }
+  }
+}
+
+bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
+                    DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {
+  if (len == 0) return false;
+  // IGNORE_ORIENTATION: torchvision (PIL) does not apply EXIF rotation, and the header dims must
+  // describe the decoded pixels for the crop to be drawn before decoding.
+  constexpr int kFlags = cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION;
+  const cv::Mat buf(1, static_cast<int>(len), CV_8U, const_cast<uint8_t*>(data));
+  int w = 0, h = 0;
+  bool jpeg = false;
+  const bool known = image_dims(data, len, &w, &h, &jpeg);
+  if (jpeg && !jpeg_complete(data, len)) return false;
+  if (!known) {  // unknown header: decode fully, then take dims from the pixels
+    try {
+      scratch.decoded = cv::imdecode(buf, kFlags);
+    } catch (const cv::Exception&) {
+      return false;
+    }
+    if (scratch.decoded.empty()) return false;
+    w = scratch.decoded.cols;
+    h = scratch.decoded.rows;
+  }
+  // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
+  const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
+                             : center_crop_box(w, h, spec.size);
+  const bool flip = spec.flip && (rng.next_u64() >> 63);
+  Box use = box;
+  if (known) {
+    const int f = jpeg ? reduction_for(box, spec.size) : 1;  // other formats would decode fully anyway
+    const int flag = f == 8 ? cv::IMREAD_REDUCED_COLOR_8 : f == 4 ? cv::IMREAD_REDUCED_COLOR_4
+                   : f == 2 ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_COLOR;
+    try {
+      scratch.decoded = cv::imdecode(buf, flag | cv::IMREAD_IGNORE_ORIENTATION);
+    } catch (const cv::Exception&) {
+      return false;
+    }
+    if (scratch.decoded.empty()) return false;
+    const cv::Mat& d = scratch.decoded;
+    if (d.cols != w || d.rows != h) {  // reduced (libjpeg rounds the size up): scale the box
+      const double sx = double(d.cols) / w, sy = double(d.rows) / h;
+      use.x = std::min(static_cast<int>(box.x * sx), d.cols - 1);
+      use.y = std::min(static_cast<int>(box.y * sy), d.rows - 1);
+      use.w = std::clamp(static_cast<int>(std::lround(box.w * sx)), 1, d.cols - use.x);
+      use.h = std::clamp(static_cast<int>(std::lround(box.h * sy)), 1, d.rows - use.y);
+    }
+  }
+  if (scratch.decoded.type() != CV_8UC3) return false;
+  crop_resize_write(scratch.decoded, use, flip, spec, scratch, out_chw, out_hwc);
+  return true;
+}
+
+}  // namespace rt::data

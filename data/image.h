@@ -1,0 +1,67 @@
+// Decode + augment of one encoded image into the batch layouts (OpenCV). Training: random resized
+// crop (torchvision's algorithm) and horizontal flip; evaluation: resize the short side to
+// size * 256 / 224 and take the centre crop. Large images are decoded at 1/2, 1/4 or 1/8 size
+// by the JPEG decoder when the region used is still at least `size` after reduction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <opencv2/core.hpp>
+
+#include "data/rng.h"
+
+namespace rt::data {
+
+// Width and height from a JPEG SOF or PNG IHDR header without decoding; false when unknown.
+bool image_dims(const uint8_t* data, size_t len, int* width, int* height, bool* is_jpeg);
+
+// False for a JPEG whose last scan has no end-of-image marker (a truncated file, which libjpeg
+// would decode with a grey bottom and only a warning).
+bool jpeg_complete(const uint8_t* data, size_t len);
+
+// A crop box in source pixels: x, y top-left, w, h size.
+struct Box {
+  int x = 0, y = 0, w = 0, h = 0;
+};
+
+// torchvision RandomResizedCrop.get_params: 10 attempts at an area in [min_scale, max_scale] of
+// the image and log-uniform aspect ratio in [3/4, 4/3], else the centre crop clamped to the ratio
+// range.
+Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng);
+
+// The source box whose resize to size x size equals torchvision's Resize(size * 256 / 224)
+// followed by CenterCrop(size), up to rounding to whole source pixels.
+Box center_crop_box(int width, int height, int size);
+
+// Largest of 1, 2, 4, 8 such that the box, reduced by it, still has both sides >= size.
+int reduction_for(const Box& box, int size);
+
+struct AugmentSpec {
+  int size = 224;
+  bool train = true;
+  float min_scale = 0.08f, max_scale = 1.0f;
+  bool flip = true;
+  float scale[3] = {1, 1, 1};  // out = pixel * scale[c] + shift[c]: (p / 255 - mean) / std fused
+  float shift[3] = {0, 0, 0};
+};
+AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,
+                              const float mean[3], const float std[3]);
+
+// Per-thread buffers reused across images (no per-image allocation once sizes settle).
+struct DecodeScratch {
+  cv::Mat decoded, resized;
+};
+
+// Decodes and augments one image. Writes 3 * size * size floats (CHW, RGB, normalized) to
+// out_chw and/or size * size * 3 bytes (HWC, RGB) to out_hwc (either may be null). Returns false
+// when the bytes cannot be decoded. The crop and flip come from rng alone.
+bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
+                    DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
+
+// Writes an already decoded BGR image's box, resized to size x size, into the outputs, mirrored
+// when flip (exposed for tests of the geometry).
+void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
+                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
+
+}  // namespace rt::data

@@ -1,0 +1,313 @@
+// The per-rank loader: decode threads fill a ring of `queue_depth` batch slots, sample by sample,
+// in step order; next() hands slots out in order. Work items are single samples (not whole
+// batches) so all threads help finish the oldest batch first and the first batch of an epoch is
+// ready after batch / threads decodes rather than batch.
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <opencv2/core.hpp>
+
+#include "data/dataset.h"
+#include "data/image.h"
+#include "data/loader.h"
+#include "data/rng.h"
+#include "data/sharding.h"
+#include "nn/error.h"
+
+namespace rt::data {
+namespace {
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+// Synthetic image: uniform values with variance 1 (like a normalized image), from 16 bits each.
+void synthetic_image(Rng& rng, size_t count, float* out_f, uint8_t* out_u8) {
+  constexpr float kScale = 3.4641016f / 65536.0f;  // uniform on [-sqrt(3), sqrt(3)): variance 1
+  for (size_t i = 0; i < count; i += 4) {
+    uint64_t r = rng.next_u64();
+    for (size_t k = i; k < std::min(count, i + 4); ++k, r >>= 16) {
+      const uint32_t v = static_cast<uint32_t>(r & 0xffff);
+      if (out_f) out_f[k] = static_cast<float>(v) * kScale - 1.7320508f;
+      if (out_u8) out_u8[k] = static_cast<uint8_t>(v >> 8);
+    }
+  }
+}
+
+class PipelineLoader final : public Loader {
+ public:
+  PipelineLoader(const DataConfig& cfg, Split split, int rank, int world, int batch)
+      : cfg_(cfg), split_(split), rank_(rank), batch_(batch) {
+    if (cfg.image_size < 1) throw Error(str_cat("data: image_size must be >= 1, got ", cfg.image_size));
+    if (cfg.queue_depth < 1) throw Error(str_cat("data: queue_depth must be >= 1, got ", cfg.queue_depth));
+    if (cfg.synthetic) {
+      if (cfg.synthetic_classes < 1) throw Error("data: synthetic_classes must be >= 1");
+      size_ = cfg.synthetic_samples;
+      for (int c = 0; c < cfg.synthetic_classes; ++c) classes_.push_back(std::to_string(c));
+    } else {
+      ds_ = open_dataset(cfg, split);
+      size_ = ds_->size();
+      classes_ = ds_->class_names();
+      bad_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(size_));
+    }
+    const bool train = split == Split::train;
+    spec_ = ShardSpec{size_, world, batch, train, cfg.seed};
+    shard_check(spec_, rank);
+    steps_ = data::steps_per_epoch(spec_, rank);
+    if (train && steps_ == 0)
+      throw Error(str_cat("data: train split has ", size_, " samples, fewer than world * batch = ",
+                          int64_t{world} * batch, ": no full batch for any rank"));
+    aug_ = make_augment_spec(cfg.image_size, train, cfg.min_scale, cfg.max_scale, cfg.flip, cfg.mean,
+                             cfg.std);
+    threads_ = cfg.threads > 0 ? cfg.threads : available_cores();
+    slots_.resize(static_cast<size_t>(cfg.queue_depth));
+  }
+
+  ~PipelineLoader() override { stop_workers(); }
+
+  int64_t size() const override { return size_; }
+  int num_classes() const override { return static_cast<int>(classes_.size()); }
+  const std::vector<std::string>& class_names() const override { return classes_; }
+  int64_t steps_per_epoch() const override { return steps_; }
+  Position position() const override { return {epoch_, next_step_}; }
+  double last_wait_s() const override { return last_wait_; }
+  int64_t skipped() const override { return skipped_.load(); }
+
+  void start_epoch(Position pos) override {
+    if (pos.epoch < 0 || pos.step < 0 || pos.step > steps_)
+      throw Error(str_cat("data: cannot start at epoch ", pos.epoch, " step ", pos.step, ": epochs have ",
+                          steps_, " steps"));
+    stop_workers();
+    if (!started_ || pos.epoch != epoch_) share_ = EpochShare(spec_, rank_, pos.epoch);
+    started_ = true;
+    epoch_ = pos.epoch;
+    next_step_ = task_step_ = pos.step;
+    task_j_ = 0;
+    stop_ = false;
+    error_ = nullptr;
+    for (Slot& s : slots_) s.step = -1, s.ready = false;
+    const int n = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(1, (steps_ - pos.step) * batch_)));
+    for (int t = 0; t < n; ++t) workers_.emplace_back([this] { worker(); });
+  }
+
+  bool next(Batch& out) override {
+    if (!started_) start_epoch({0, 0});
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    if (next_step_ >= steps_) {
+      last_wait_ = 0;
+      return false;
+    }
+    Slot& slot = slots_[static_cast<size_t>(next_step_ % cfg_.queue_depth)];
+    ready_cv_.wait(lock, [&] { return error_ || (slot.ready && slot.step == next_step_); });
+    if (error_) std::rethrow_exception(error_);
+    std::swap(out.images, slot.batch.images);
+    std::swap(out.images_u8, slot.batch.images_u8);
+    std::swap(out.labels, slot.batch.labels);
+    std::swap(out.indices, slot.batch.indices);
+    out.n = slot.batch.n;
+    slot.ready = false;
+    slot.step = -1;
+    ++next_step_;
+    lock.unlock();
+    work_cv_.notify_all();
+    last_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return true;
+  }
+
+ private:
+  struct Slot {
+    Batch batch;
+    int64_t step = -1;
+    int64_t first = 0;      // share position of the batch's first sample
+    int remaining = 0;      // samples not yet written
+    bool ready = false;
+    std::vector<uint8_t> ok;  // evaluation: which samples decoded
+  };
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  // Sizes a slot for `step` (under mu_); buffers keep their capacity, so after the first lap this
+  // allocates nothing.
+  void prepare_slot(Slot& s, int64_t step) {
+    int64_t first = 0, last = 0;
+    share_.batch_range(step, &first, &last);
+    const int n = static_cast<int>(last - first);
+    const size_t pixels = static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3;
+    s.step = step;
+    s.first = first;
+    s.remaining = n;
+    s.ready = false;
+    s.batch.n = n;
+    s.batch.images.resize(cfg_.output_float ? pixels * n : 0);
+    s.batch.images_u8.resize(cfg_.output_u8 ? pixels * n : 0);
+    s.batch.labels.resize(static_cast<size_t>(n));
+    s.batch.indices.resize(static_cast<size_t>(n));
+    s.ok.assign(static_cast<size_t>(n), 1);
+  }
+
+  void worker() {
+    cv::setNumThreads(1);  // this pool is the parallelism; OpenCV must not start its own
+    DecodeScratch scratch;
+    std::vector<uint8_t> bytes;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ && !error_ && task_step_ < steps_) {
+      if (task_step_ >= next_step_ + cfg_.queue_depth) {  // its slot still holds an unread batch
+        work_cv_.wait(lock);
+        continue;
+      }
+      Slot& slot = slots_[static_cast<size_t>(task_step_ % cfg_.queue_depth)];
+      if (task_j_ == 0) prepare_slot(slot, task_step_);
+      const int j = task_j_;
+      if (++task_j_ >= slot.batch.n) task_j_ = 0, ++task_step_;
+      lock.unlock();
+      bool ok = false;
+      try {
+        ok = fill(slot, j, scratch, bytes);
+      } catch (...) {
+        lock.lock();
+        if (!error_) error_ = std::current_exception();
+        ready_cv_.notify_all();
+        return;
+      }
+      lock.lock();
+      slot.ok[static_cast<size_t>(j)] = ok;
+      if (--slot.remaining == 0) {
+        compact(slot);
+        slot.ready = true;
+        ready_cv_.notify_all();
+      }
+    }
+  }
+
+  // Decodes the j-th sample of a slot's batch; on a bad image, training substitutes the next
+  // decodable sample of the share (wrapping), evaluation reports false.
+  bool fill(Slot& slot, int j, DecodeScratch& scratch, std::vector<uint8_t>& bytes) {
+    const size_t pixels = static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3;
+    float* out_f = cfg_.output_float ? slot.batch.images.data() + pixels * j : nullptr;
+    uint8_t* out_u8 = cfg_.output_u8 ? slot.batch.images_u8.data() + pixels * j : nullptr;
+    const int64_t k = slot.first + j;
+    int64_t index = share_.sample(k);
+    bool ok = produce(index, out_f, out_u8, scratch, bytes);
+    if (!ok) {
+      skipped_.fetch_add(1);
+      if (!spec_.train) return false;
+      for (int64_t t = 1; t < share_.size() && !ok; ++t) {
+        index = share_.sample((k + t) % share_.size());
+        if (!bad_[static_cast<size_t>(index)].load()) ok = produce(index, out_f, out_u8, scratch, bytes);
+      }
+      if (!ok)
+        throw Error(str_cat("data: rank ", rank_, ": no image of its share of epoch ", epoch_,
+                            " could be decoded"));
+    }
+    slot.batch.labels[static_cast<size_t>(j)] = label(index);
+    slot.batch.indices[static_cast<size_t>(j)] = index;
+    return true;
+  }
+
+  int32_t label(int64_t index) const {
+    if (ds_) return ds_->label(index);
+    Rng rng(cfg_.seed, 0, index, Stream::synthetic_label);
+    return static_cast<int32_t>(rng.below(classes_.size()));
+  }
+
+  // One sample's pixels; false (after one warning per file) when it cannot be read or decoded.
+  bool produce(int64_t index, float* out_f, uint8_t* out_u8, DecodeScratch& scratch,
+               std::vector<uint8_t>& bytes) {
+    if (!ds_) {
+      Rng rng(cfg_.seed, epoch_, index, Stream::synthetic_image);
+      synthetic_image(rng, static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3, out_f, out_u8);
+      return true;
+    }
+    std::atomic<uint8_t>& bad = bad_[static_cast<size_t>(index)];
+    if (bad.load()) return false;  // known bad: do not read it again
+    Rng rng(cfg_.seed, epoch_, index, Stream::augment);
+    const char* why = "cannot be read";
+    if (ds_->read(index, bytes)) {
+      if (decode_augment(bytes.data(), bytes.size(), aug_, rng, scratch, out_f, out_u8)) return true;
+      why = "cannot be decoded";
+    }
+    if (bad.exchange(1) == 0)
+      std::fprintf(stderr, "data: warning: skipping %s: %s\n", ds_->name(index).c_str(), why);
+    return false;
+  }
+
+  // Evaluation: moves the decoded samples of a batch with skipped ones to the front (n shrinks).
+  void compact(Slot& s) {
+    const size_t pixels = static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3;
+    Batch& b = s.batch;
+    int w = 0;
+    for (int r = 0; r < b.n; ++r) {
+      if (!s.ok[static_cast<size_t>(r)]) continue;
+      if (w != r) {
+        if (!b.images.empty()) std::memmove(&b.images[pixels * w], &b.images[pixels * r], pixels * sizeof(float));
+        if (!b.images_u8.empty()) std::memmove(&b.images_u8[pixels * w], &b.images_u8[pixels * r], pixels);
+        b.labels[static_cast<size_t>(w)] = b.labels[static_cast<size_t>(r)];
+        b.indices[static_cast<size_t>(w)] = b.indices[static_cast<size_t>(r)];
+      }
+      ++w;
+    }
+    if (w == b.n) return;
+    b.n = w;
+    if (!b.images.empty()) b.images.resize(pixels * w);
+    if (!b.images_u8.empty()) b.images_u8.resize(pixels * w);
+    b.labels.resize(static_cast<size_t>(w));
+    b.indices.resize(static_cast<size_t>(w));
+  }
+
+  const DataConfig cfg_;
+  const Split split_;
+  const int rank_, batch_;
+  std::unique_ptr<Dataset> ds_;  // null in synthetic mode
+  std::vector<std::string> classes_;
+  int64_t size_ = 0, steps_ = 0;
+  ShardSpec spec_;
+  AugmentSpec aug_;
+  int threads_ = 1;
+  std::vector<std::atomic<uint8_t>> bad_;  // samples known not to decode (skipped without reading)
+  std::atomic<int64_t> skipped_{0};
+
+  // Epoch state; guarded by mu_ while workers run.
+  EpochShare share_;
+  bool started_ = false;
+  int64_t epoch_ = 0, next_step_ = 0;  // next_step_: the batch next() hands out next
+  int64_t task_step_ = 0;              // the batch and sample the next free worker decodes
+  int task_j_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::vector<Slot> slots_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, ready_cv_;
+  double last_wait_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Loader> make_loader(const DataConfig& cfg, Split split, int rank, int world,
+                                    int batch) {
+  return std::make_unique<PipelineLoader>(cfg, split, rank, world, batch);
+}
+
+}  // namespace rt::data
