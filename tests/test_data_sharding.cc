@@ -1,0 +1,105 @@
+// Sharding as plain integers: disjoint, covering, equal training step counts, exactly-once
+// evaluation, deterministic per seed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "data/sharding.h"
+#include "nn/error.h"
+
+namespace rt::data {
+namespace {
+
+// Every batch of every rank in one epoch.
+std::vector<std::vector<std::vector<int64_t>>> all_batches(const ShardSpec& spec, int64_t epoch) {
+  std::vector<std::vector<std::vector<int64_t>>> out(static_cast<size_t>(spec.world));
+  for (int r = 0; r < spec.world; ++r)
+    for (int64_t s = 0; s < steps_per_epoch(spec, r); ++s)
+      out[static_cast<size_t>(r)].push_back(batch_indices(spec, r, epoch, s));
+  return out;
+}
+
+TEST(data_sharding, TrainDisjointEqualStepsFullBatches) {
+  for (int world : {1, 2, 3, 5, 7})
+    for (int64_t n : {7, 8, 9, 33, 100, 257})
+      for (int batch : {1, 4, 16}) {
+        ShardSpec spec{n, world, batch, true, 42};
+        if (n < world) continue;
+        const auto b = all_batches(spec, 3);
+        const int64_t steps = n / (int64_t{world} * batch);
+        std::set<int64_t> seen;
+        for (int r = 0; r < world; ++r) {
+          ASSERT_EQ(static_cast<int64_t>(b[r].size()), steps) << "n=" << n << " world=" << world;
+          for (const auto& batch_ix : b[r]) {
+            ASSERT_EQ(static_cast<int>(batch_ix.size()), batch);
+            for (int64_t i : batch_ix) {
+              ASSERT_TRUE(i >= 0 && i < n);
+              ASSERT_TRUE(seen.insert(i).second) << "sample " << i << " on two ranks or twice";
+            }
+          }
+        }
+        // Only the ragged tail is dropped: fewer than world * batch samples.
+        EXPECT_EQ(static_cast<int64_t>(seen.size()), steps * world * batch);
+        EXPECT_LT(n - static_cast<int64_t>(seen.size()), int64_t{world} * batch);
+      }
+}
+
+TEST(data_sharding, EvalVisitsEverySampleExactlyOnce) {
+  for (int world : {1, 2, 3, 5, 7})
+    for (int64_t n : {7, 8, 9, 10, 33, 100, 257})
+      for (int batch : {1, 4, 16, 300}) {
+        if (n < world) continue;
+        ShardSpec spec{n, world, batch, false, 42};
+        const auto b = all_batches(spec, 0);
+        std::vector<int> count(static_cast<size_t>(n), 0);
+        int64_t min_steps = INT64_MAX, max_steps = 0;
+        for (int r = 0; r < world; ++r) {
+          const int64_t steps = static_cast<int64_t>(b[r].size());
+          min_steps = std::min(min_steps, steps), max_steps = std::max(max_steps, steps);
+          for (size_t s = 0; s < b[r].size(); ++s) {
+            ASSERT_FALSE(b[r][s].empty());
+            if (s + 1 < b[r].size()) ASSERT_EQ(static_cast<int>(b[r][s].size()), batch);  // only the last is short
+            for (int64_t i : b[r][s]) ++count[static_cast<size_t>(i)];
+          }
+        }
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(count[static_cast<size_t>(i)], 1) << "sample " << i;
+        EXPECT_LE(max_steps - min_steps, 1);
+      }
+}
+
+TEST(data_sharding, OrderIsAPermutationDeterministicPerSeedAndEpoch) {
+  const auto a = epoch_order(5, 2, 1000, true);
+  EXPECT_EQ(a, epoch_order(5, 2, 1000, true));
+  EXPECT_NE(a, epoch_order(6, 2, 1000, true));
+  EXPECT_NE(a, epoch_order(5, 3, 1000, true));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  const auto id = epoch_order(5, 2, 10, false);
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(id[static_cast<size_t>(i)], i);
+}
+
+TEST(data_sharding, AllRanksShareOnePermutation) {
+  // Rank r's k-th sample is position k * world + r of the same epoch order on every rank.
+  ShardSpec spec{50, 3, 4, true, 9};
+  const auto order = epoch_order(9, 1, 50, true);
+  for (int r = 0; r < 3; ++r) {
+    const EpochShare share(spec, r, 1);
+    for (int64_t k = 0; k < share.size(); ++k) EXPECT_EQ(share.sample(k), order[static_cast<size_t>(k * 3 + r)]);
+  }
+}
+
+TEST(data_sharding, StepCountsAndBadSpecs) {
+  EXPECT_EQ(steps_per_epoch({100, 3, 8, true, 0}, 0), 100 / 24);
+  EXPECT_EQ(steps_per_epoch({10, 3, 4, false, 0}, 0), 1);  // 0, 3, 6, 9
+  EXPECT_EQ(steps_per_epoch({10, 3, 2, false, 0}, 0), 2);
+  EXPECT_EQ(steps_per_epoch({10, 3, 2, false, 0}, 2), 2);  // 2, 5, 8
+  EXPECT_THROW(shard_check({2, 3, 1, false, 0}, 0), Error);
+  EXPECT_THROW(shard_check({10, 3, 1, false, 0}, 3), Error);
+  EXPECT_THROW(shard_check({10, 3, 0, false, 0}, 0), Error);
+  EXPECT_NO_THROW(shard_check({3, 3, 8, false, 0}, 2));
+}
+
+}  // namespace
+}  // namespace rt::data
