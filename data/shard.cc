@@ -281,6 +281,9 @@ std::unique_ptr<Dataset> open_shards(const std::string& index_path) {
 PackStats pack_shards(const Dataset& ds, const std::string& split, const std::string& prefix,
                       int64_t shard_bytes, const std::string& strip) {
   PackStats st;
+  const fs::path dir = fs::path(prefix).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) fs::create_directories(dir, ec);
   ShardWriter w(prefix, shard_bytes);
   std::vector<uint8_t> bytes;
   for (int64_t i = 0; i < ds.size(); ++i) {

@@ -1,0 +1,206 @@
+// Dataset formats: folder layout and label mapping, list files, packed shards (round trip equal to
+// the folder, sample for sample) and the errors each gives for bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <opencv2/imgcodecs.hpp>
+
+#include "data/dataset.h"
+#include "data/shard.h"
+#include "nn/error.h"
+
+namespace fs = std::filesystem;
+
+namespace rt::data {
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("rt_data_formats_" + std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write_image(const fs::path& p, int w, int h, int value) {
+  fs::create_directories(p.parent_path());
+  cv::Mat m(h, w, CV_8UC3, cv::Scalar(value, 255 - value, value / 2));
+  const std::string ext = p.extension().string();
+  const bool png = ext == ".png" || ext == ".PNG" || ext == ".Png";
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(cv::imencode(png ? ".png" : ".jpg", m, buf));
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(buf.data()), buf.size());
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << s;
+}
+
+// Expects fn to throw rt::Error whose message contains `part`.
+template <class Fn>
+void expect_error(Fn fn, const std::string& part) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// root/train/{cat, ant, bee}, root/val/{bee}: mixed extensions and letter cases.
+void make_small_tree(const fs::path& root) {
+  write_image(root / "train/cat/2.jpg", 20, 10, 10);
+  write_image(root / "train/cat/1.JPEG", 20, 10, 20);
+  write_image(root / "train/cat/deeper/0.png", 20, 10, 30);
+  write_text(root / "train/cat/notes.txt", "not an image");
+  write_image(root / "train/ant/a.Png", 12, 12, 40);
+  write_image(root / "train/bee/b.jpeg", 16, 8, 50);
+  write_image(root / "val/bee/v.jpg", 16, 8, 60);
+}
+
+TEST(data_formats, FolderClassesSortedLabelsAndOrder) {
+  TempDir t;
+  make_small_tree(t.path);
+  const auto ds = open_folder(t.path.string(), Split::train);
+  EXPECT_EQ(ds->class_names(), (std::vector<std::string>{"ant", "bee", "cat"}));
+  ASSERT_EQ(ds->size(), 5);
+  const std::vector<std::string> tail = {"ant/a.Png", "bee/b.jpeg", "cat/1.JPEG", "cat/2.jpg",
+                                         "cat/deeper/0.png"};
+  const std::vector<int32_t> labels = {0, 1, 2, 2, 2};
+  for (int64_t i = 0; i < 5; ++i) {
+    const std::string name = ds->name(i);
+    EXPECT_EQ(name.substr(name.size() - tail[i].size()), tail[i]);
+    EXPECT_EQ(ds->label(i), labels[i]);
+    std::vector<uint8_t> bytes;
+    EXPECT_TRUE(ds->read(i, bytes));
+    EXPECT_GT(bytes.size(), 50u);
+  }
+  const auto val = open_folder(t.path.string(), Split::val);  // val uses the train class list
+  ASSERT_EQ(val->size(), 1);
+  EXPECT_EQ(val->label(0), 1);
+  EXPECT_EQ(val->num_classes(), 3);
+}
+
+TEST(data_formats, FolderErrorsNameThePath) {
+  TempDir t;
+  expect_error([&] { open_folder((t.path / "missing").string(), Split::train); }, "missing");
+  make_small_tree(t.path);
+  write_image(t.path / "val/wasp/w.jpg", 8, 8, 1);
+  expect_error([&] { open_folder(t.path.string(), Split::val); }, "val/wasp");
+  fs::remove_all(t.path / "val");
+  fs::create_directories(t.path / "val");
+  expect_error([&] { open_folder(t.path.string(), Split::val); }, "no images found");
+  fs::create_directories(t.path / "train/dog");
+  write_text(t.path / "train/dog/readme.txt", "x");
+  expect_error([&] { open_folder(t.path.string(), Split::train); }, "train/dog");
+}
+
+TEST(data_formats, ListFileCommentsRelativeAbsoluteAndSpaces) {
+  TempDir t;
+  write_image(t.path / "imgs/a.jpg", 8, 8, 1);
+  write_image(t.path / "imgs/with space.png", 8, 8, 2);
+  write_image(t.path / "abs.jpg", 8, 8, 3);
+  write_text(t.path / "lists/train.txt",
+             "# header comment\n\n../imgs/a.jpg 3\n  ../imgs/with space.png\t0  # trailing\n" +
+                 (t.path / "abs.jpg").string() + " 1\n");
+  const auto ds = open_list((t.path / "lists/train.txt").string());
+  ASSERT_EQ(ds->size(), 3);
+  EXPECT_EQ(ds->label(0), 3);
+  EXPECT_EQ(ds->label(1), 0);
+  EXPECT_EQ(ds->label(2), 1);
+  EXPECT_EQ(ds->num_classes(), 4);
+  for (int64_t i = 0; i < 3; ++i) {
+    std::vector<uint8_t> b;
+    EXPECT_TRUE(ds->read(i, b)) << ds->name(i);
+  }
+  // The class count covers both splits' labels.
+  write_text(t.path / "lists/val.txt", "../imgs/a.jpg 9\n");
+  DataConfig cfg;
+  cfg.train_list = (t.path / "lists/train.txt").string();
+  cfg.val_list = (t.path / "lists/val.txt").string();
+  EXPECT_EQ(open_dataset(cfg, Split::train)->num_classes(), 10);
+  EXPECT_EQ(open_dataset(cfg, Split::val)->num_classes(), 10);
+}
+
+TEST(data_formats, ListFileBadLinesNameFileAndLine) {
+  TempDir t;
+  const fs::path list = t.path / "l.txt";
+  write_text(list, "# c\na.jpg 1\nb.jpg\n");
+  expect_error([&] { open_list(list.string()); }, list.string() + ":3");
+  write_text(list, "a.jpg 1\nb.jpg x2\n");
+  expect_error([&] { open_list(list.string()); }, list.string() + ":2");
+  write_text(list, "a.jpg -1\n");
+  expect_error([&] { open_list(list.string()); }, list.string() + ":1");
+  write_text(list, "# nothing\n");
+  expect_error([&] { open_list(list.string()); }, "names no images");
+  expect_error([&] { open_list((t.path / "none.txt").string()); }, "none.txt");
+  expect_error([&] { open_dataset(DataConfig{}, Split::train); }, "no train data");
+}
+
+TEST(data_formats, ShardsRoundTripEqualTheFolder) {
+  TempDir t;
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 7; ++i)
+      write_image(t.path / "ds/train" / ("c" + std::to_string(c)) / (std::to_string(i) + ".jpg"), 30 + i, 20 + c, c * 50 + i);
+  const std::string root = (t.path / "ds").string();
+  const auto folder = open_folder(root, Split::train);
+  const PackStats st = pack_shards(*folder, "train", (t.path / "packed/train").string(), 2000, root);
+  EXPECT_GT(st.shards, 2);  // a small limit forces several shards
+  EXPECT_EQ(st.samples, 21);
+  EXPECT_FALSE(fs::exists(st.index_path + ".tmp"));
+  const auto shards = open_shards(st.index_path);
+  ASSERT_EQ(shards->size(), folder->size());
+  EXPECT_EQ(shards->class_names(), folder->class_names());
+  std::vector<uint8_t> a, b;
+  for (int64_t i = 0; i < folder->size(); ++i) {
+    ASSERT_TRUE(folder->read(i, a));
+    ASSERT_TRUE(shards->read(i, b));
+    EXPECT_EQ(a, b) << "sample " << i;
+    EXPECT_EQ(folder->label(i), shards->label(i));
+    const std::string fname = fs::path(folder->name(i)).filename().string();
+    EXPECT_NE(shards->name(i).find(fname), std::string::npos) << shards->name(i);
+  }
+  DataConfig cfg;
+  cfg.root = "/nonexistent";
+  cfg.train_shards = st.index_path;  // shards take precedence over the root
+  EXPECT_EQ(open_dataset(cfg, Split::train)->size(), 21);
+}
+
+TEST(data_formats, DamagedShardsGiveErrorsNamingTheFile) {
+  TempDir t;
+  for (int i = 0; i < 6; ++i) write_image(t.path / "ds/train/a" / (std::to_string(i) + ".png"), 16, 16, i * 30);
+  const auto folder = open_folder((t.path / "ds").string(), Split::train);
+  const PackStats st = pack_shards(*folder, "train", (t.path / "p").string(), 1 << 20);
+  ASSERT_EQ(st.shards, 1);
+  const fs::path shard = t.path / "p-00000.shard";
+  std::string bytes;
+  {
+    std::ifstream in(shard, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write_with = [&](size_t at, char v) {
+    std::string b = bytes;
+    b[at] = v;
+    std::ofstream(shard, std::ios::binary | std::ios::trunc) << b;
+  };
+  write_with(0, 'X');
+  expect_error([&] { open_shards(st.index_path); }, shard.string() + ": bad magic");
+  write_with(bytes.size() - 3, static_cast<char>(bytes[bytes.size() - 3] ^ 1));  // in the names block
+  expect_error([&] { open_shards(st.index_path); }, "index checksum");
+  write_with(100, static_cast<char>(bytes[100] ^ 1));  // inside the first record's bytes
+  const auto ds = open_shards(st.index_path);
+  std::vector<uint8_t> buf;
+  expect_error([&] { ds->read(0, buf); }, shard.string() + ": checksum mismatch in record 0");
+  std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  expect_error([&] { open_shards(st.index_path); }, shard.string());
+  write_text(t.path / "bad.index", "something else\n");
+  expect_error([&] { open_shards((t.path / "bad.index").string()); }, "bad.index:1");
+}
+
+}  // namespace
+}  // namespace rt::data
