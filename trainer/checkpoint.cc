@@ -1,0 +1,315 @@
+// Checkpoint files: atomic write (temp file, fsync, rename, fsync folder), verified read, the
+// newest-valid search used by --resume auto, and pruning to the last K.
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+namespace rt::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kMagic[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 32;
+constexpr size_t kMetaWords = 20;
+
+size_t padded(size_t n) { return (n + 7) & ~size_t(7); }
+
+std::string os_error() { return std::strerror(errno); }
+
+// Appends to an open file descriptor while hashing the payload.
+class Writer {
+ public:
+  Writer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void raw(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, c, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw CheckpointError(str_cat(path_, ": cannot write the checkpoint (", os_error(), ")"));
+      c += w;
+      n -= size_t(w);
+    }
+  }
+  void section(const char* tag, const void* data, size_t bytes) {
+    char head[16] = {};
+    std::strncpy(head, tag, 8);
+    uint64_t len = bytes;
+    std::memcpy(head + 8, &len, 8);
+    put(head, 16);
+    // The bulk is hashed in place; only the sub-word tail goes through a small padded copy.
+    size_t body = bytes & ~size_t(7);
+    put(data, body);
+    if (bytes > body) {
+      char tail[8] = {};
+      std::memcpy(tail, static_cast<const char*>(data) + body, bytes - body);
+      put(tail, 8);
+    }
+    ++sections_;
+  }
+  uint64_t hash() const { return hash_; }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t sections() const { return sections_; }
+
+ private:
+  void put(const void* p, size_t n) {
+    hash_ = checkpoint_hash(p, n, hash_);
+    bytes_ += n;
+    raw(p, n);
+  }
+  int fd_;
+  std::string path_;
+  uint64_t hash_ = 0xcbf29ce484222325ull, bytes_ = 0;
+  uint32_t sections_ = 0;
+};
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw CheckpointError(str_cat(dir, ": cannot open the checkpoint folder (", os_error(), ")"));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(str_cat(dir, ": cannot sync the checkpoint folder (", os_error(), ")"));
+}
+
+std::vector<int64_t> meta_words(const CheckpointMeta& m) {
+  std::vector<int64_t> w(kMetaWords, 0);
+  w[0] = m.step;
+  w[1] = m.epoch;
+  w[2] = m.position.epoch;
+  w[3] = m.position.step;
+  w[4] = m.optimizer_steps;
+  w[5] = m.world;
+  w[6] = m.batch;
+  w[7] = int64_t(m.model.param_count);
+  w[8] = int64_t(m.model.grad_elems);
+  w[9] = int64_t(m.model.layout_hash);
+  w[10] = int64_t(m.model.state_elems);
+  w[11] = int64_t(m.model.state_hash);
+  w[12] = int64_t(m.model.dtype);
+  w[13] = int64_t(m.seed);
+  return w;
+}
+
+CheckpointMeta meta_from(const int64_t* w) {
+  CheckpointMeta m;
+  m.step = w[0];
+  m.epoch = w[1];
+  m.position = {w[2], w[3]};
+  m.optimizer_steps = w[4];
+  m.world = w[5];
+  m.batch = w[6];
+  m.model.param_count = uint64_t(w[7]);
+  m.model.grad_elems = uint64_t(w[8]);
+  m.model.layout_hash = uint64_t(w[9]);
+  m.model.state_elems = uint64_t(w[10]);
+  m.model.state_hash = uint64_t(w[11]);
+  m.model.dtype = DType(w[12]);
+  m.seed = uint64_t(w[13]);
+  return m;
+}
+
+// "model:\n  name: resnet50" -> "resnet50"; "" when absent (a plain text scan keeps this file free
+// of the YAML library).
+std::string model_name_in(const std::string& yaml) {
+  static const std::regex re(R"(\nmodel:\n\s+name:\s*([A-Za-z0-9_]+))");
+  std::smatch m;
+  return std::regex_search(yaml, m, re) ? m[1].str() : std::string();
+}
+
+}  // namespace
+
+uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h) {
+  const char* p = static_cast<const char*>(data);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
+                      std::span<const float> params, std::span<const float> state,
+                      std::span<const float> momentum) {
+  const fs::path final_path(path);
+  const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw CheckpointError(str_cat(dir, ": cannot create the checkpoint folder (", ec.message(), ")"));
+  const std::string tmp = dir + "/." + final_path.filename().string() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError(str_cat(tmp, ": cannot create the checkpoint (", os_error(), ")"));
+  try {
+    Writer w(fd, tmp);
+    char header[kHeaderBytes] = {};
+    w.raw(header, kHeaderBytes);  // placeholder until the payload's length and hash are known
+    auto words = meta_words(meta);
+    w.section("meta", words.data(), words.size() * 8);
+    w.section("config", config_yaml.data(), config_yaml.size());
+    w.section("params", params.data(), params.size_bytes());
+    w.section("state", state.data(), state.size_bytes());
+    w.section("momentum", momentum.data(), momentum.size_bytes());
+    std::memcpy(header, kMagic, 8);
+    uint32_t sections = w.sections();
+    uint64_t bytes = w.bytes(), hash = w.hash();
+    std::memcpy(header + 8, &kVersion, 4);
+    std::memcpy(header + 12, &sections, 4);
+    std::memcpy(header + 16, &bytes, 8);
+    std::memcpy(header + 24, &hash, 8);
+    if (::lseek(fd, 0, SEEK_SET) != 0) throw CheckpointError(str_cat(tmp, ": seek failed (", os_error(), ")"));
+    w.raw(header, kHeaderBytes);
+    if (::fsync(fd) != 0) throw CheckpointError(str_cat(tmp, ": fsync failed (", os_error(), ")"));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0) throw CheckpointError(str_cat(tmp, ": close failed (", os_error(), ")"));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw CheckpointError(str_cat(path, ": cannot rename the finished checkpoint into place (", os_error(), ")"));
+  }
+  fsync_dir(dir);
+}
+
+Checkpoint checkpoint_read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw CheckpointError(str_cat(path, ": cannot open the checkpoint (", os_error(), ")"));
+  f.seekg(0, std::ios::end);
+  const size_t size = size_t(f.tellg());
+  f.seekg(0);
+  auto bad = [&](const std::string& what) { return CheckpointError(str_cat(path, ": ", what)); };
+  if (size < kHeaderBytes) throw bad(str_cat("not a checkpoint: truncated to ", size, " bytes"));
+  std::vector<char> buf(size);
+  if (!f.read(buf.data(), std::streamsize(size))) throw bad("read failed");
+  if (std::memcmp(buf.data(), kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
+  uint32_t version, nsec;
+  uint64_t bytes, hash;
+  std::memcpy(&version, buf.data() + 8, 4);
+  std::memcpy(&nsec, buf.data() + 12, 4);
+  std::memcpy(&bytes, buf.data() + 16, 8);
+  std::memcpy(&hash, buf.data() + 24, 8);
+  if (version != kVersion) throw bad(str_cat("format version ", version, " (this build reads ", kVersion, ")"));
+  if (size - kHeaderBytes < bytes)
+    throw bad(str_cat("truncated: ", size, " bytes, the header promises ", kHeaderBytes + bytes));
+  if (size - kHeaderBytes > bytes)
+    throw bad(str_cat("corrupt: ", size - kHeaderBytes - bytes, " bytes after the payload"));
+  if (bytes % 8 != 0 || checkpoint_hash(buf.data() + kHeaderBytes, bytes) != hash)
+    throw bad("corrupt: checksum mismatch (the file was damaged after it was written)");
+
+  Checkpoint ck;
+  bool seen_meta = false, seen_params = false, seen_state = false, seen_mom = false, seen_conf = false;
+  size_t at = kHeaderBytes;
+  for (uint32_t s = 0; s < nsec; ++s) {
+    if (size - at < 16) throw bad("corrupt: section table runs past the end");
+    char tag[9] = {};
+    std::memcpy(tag, buf.data() + at, 8);
+    uint64_t len;
+    std::memcpy(&len, buf.data() + at + 8, 8);
+    at += 16;
+    if (len > size - at || padded(len) > size - at) throw bad(str_cat("corrupt: section '", tag, "' runs past the end"));
+    const char* d = buf.data() + at;
+    auto floats = [&](std::vector<float>& v) {
+      if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
+      v.resize(len / 4);
+      std::memcpy(v.data(), d, len);
+    };
+    std::string t(tag);
+    if (t == "meta") {
+      if (len != kMetaWords * 8) throw bad("corrupt: meta section of the wrong size");
+      int64_t w[kMetaWords];
+      std::memcpy(w, d, sizeof w);
+      ck.meta = meta_from(w);
+      seen_meta = true;
+    } else if (t == "config") {
+      ck.config_yaml.assign(d, len);
+      seen_conf = true;
+    } else if (t == "params") {
+      floats(ck.params);
+      seen_params = true;
+    } else if (t == "state") {
+      floats(ck.state);
+      seen_state = true;
+    } else if (t == "momentum") {
+      floats(ck.momentum);
+      seen_mom = true;
+    }  // unknown sections are skipped: later versions may add some
+    at += padded(len);
+  }
+  if (!(seen_meta && seen_conf && seen_params && seen_state && seen_mom))
+    throw bad("corrupt: a section (meta, config, params, state, momentum) is missing");
+  if (ck.params.size() != ck.meta.model.grad_elems || ck.momentum.size() != ck.params.size() ||
+      ck.state.size() != ck.meta.model.state_elems)
+    throw bad("corrupt: section sizes disagree with the model fingerprint");
+  return ck;
+}
+
+void checkpoint_check_model(const Checkpoint& ck, const std::string& path,
+                            const comm::ModelFingerprint& model, const std::string& model_name) {
+  const auto& m = ck.meta.model;
+  if (m.param_count == model.param_count && m.grad_elems == model.grad_elems &&
+      m.layout_hash == model.layout_hash && m.state_elems == model.state_elems &&
+      m.state_hash == model.state_hash && m.dtype == model.dtype)
+    return;
+  std::string theirs = model_name_in("\n" + ck.config_yaml);
+  throw CheckpointError(str_cat(path, ": written for another model (", theirs.empty() ? "" : theirs + ", ",
+                                m.param_count, " parameters, layout hash ", std::hex, m.layout_hash, std::dec,
+                                "); this run builds ", model_name, " (", model.param_count,
+                                " parameters, layout hash ", std::hex, model.layout_hash, ")"));
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "ckpt-%010lld.rtck", static_cast<long long>(step));
+  return dir + "/" + name;
+}
+
+std::vector<std::string> checkpoint_list(const std::string& dir) {
+  static const std::regex re(R"(ckpt-(\d{10})\.rtck)");
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, re)) found.emplace_back(std::stoll(m[1].str()), e.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped) {
+  for (const auto& p : checkpoint_list(dir)) {
+    try {
+      checkpoint_read(p);
+      return p;
+    } catch (const CheckpointError& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return "";
+}
+
+void checkpoint_prune(const std::string& dir, int keep) {
+  auto all = checkpoint_list(dir);
+  for (size_t i = size_t(std::max(keep, 1)); i < all.size(); ++i) ::unlink(all[i].c_str());
+  // Temporary files of writes that never finished (a killed run): never a final name, so unused.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name[0] == '.' && name.rfind(".tmp") == name.size() - 4) ::unlink(e.path().c_str());
+  }
+}
+
+}  // namespace rt::trainer

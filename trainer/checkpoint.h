@@ -1,0 +1,93 @@
+// Checkpoints: the whole training state in one self-checking binary file, written atomically.
+//
+// File format, version 1 (all integers little-endian; the file is read and written on x86-64):
+//
+//   offset  size  field
+//   0       8     magic "RTCKPT01"
+//   8       4     version (u32) = 1
+//   12      4     number of sections (u32)
+//   16      8     payload bytes (u64): everything after this 32-byte header
+//   24      8     payload checksum (u64): FNV-1a 64 taken over the payload as consecutive
+//                 little-endian u64 words (h = (h ^ w) * 0x100000001b3, h0 = 0xcbf29ce484222325)
+//   32      ...   payload: sections, each
+//                   8 bytes  tag, ASCII, NUL-padded ("meta", "config", "params", ...)
+//                   8 bytes  length L of the data (u64)
+//                   L bytes  data, then zero padding to a multiple of 8
+//
+// Sections (in this order; a reader finds them by tag and refuses a file that lacks one):
+//   "meta"      20 x i64: format of CheckpointMeta below (step, epoch, data position, optimizer
+//               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, 5 x 0)
+//   "config"    the run's resolved configuration as YAML text (config_to_yaml)
+//   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
+//   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
+//   "momentum"  the optimizer's momentum buffer, f32, laid out like "params"
+//
+// The data loader's RNG is a pure function of (seed, epoch) and the model has no other random
+// state, so the data position (epoch, batches consumed) is all the randomness a resume needs.
+// A file is named ckpt-<step, 10 digits>.rtck; it is first written as .ckpt-<step>.rtck.tmp in the
+// same folder, fsynced, renamed over the final name, and the folder is fsynced: a crash leaves
+// either the old set of checkpoints or the new one, never a half-written file under a final name.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/agreement.h"
+#include "data/loader.h"
+#include "nn/error.h"
+
+namespace rt::trainer {
+
+// A checkpoint that cannot be used: missing, truncated, corrupt, or from another model.
+// The message names the file.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct CheckpointMeta {
+  int64_t step = 0;              // optimizer steps completed in the run
+  int64_t epoch = 0;             // epoch the next step belongs to
+  data::Position position;       // where each rank's loader resumes
+  int64_t optimizer_steps = 0;   // Sgd::steps() (0: momentum not yet initialised)
+  int64_t world = 1;             // ranks that wrote it (resuming on another count is allowed)
+  int64_t batch = 0;             // per-rank batch
+  comm::ModelFingerprint model;  // refuses a checkpoint of another model
+  uint64_t seed = 0;
+};
+
+struct Checkpoint {
+  CheckpointMeta meta;
+  std::string config_yaml;
+  std::vector<float> params, state, momentum;
+};
+
+// Writes atomically (see above). Throws CheckpointError naming the path on any I/O error.
+void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
+                      std::span<const float> params, std::span<const float> state,
+                      std::span<const float> momentum);
+
+// Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
+// naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).
+Checkpoint checkpoint_read(const std::string& path);
+
+// Throws CheckpointError naming the path when ckpt was written for a model with another
+// fingerprint (names both models when the configs say which).
+void checkpoint_check_model(const Checkpoint& ckpt, const std::string& path,
+                            const comm::ModelFingerprint& model, const std::string& model_name);
+
+// "dir/ckpt-0000001234.rtck".
+std::string checkpoint_path(const std::string& dir, int64_t step);
+// Checkpoint files in dir, newest (highest step) first; empty when dir does not exist.
+std::vector<std::string> checkpoint_list(const std::string& dir);
+// The newest checkpoint that reads back intact, or "" when there is none. Damaged newer ones are
+// reported through `skipped` (one line each) and passed over.
+std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped = nullptr);
+// Deletes all but the newest `keep` checkpoints (and stale temporary files) in dir.
+void checkpoint_prune(const std::string& dir, int keep);
+
+// FNV-1a 64 over little-endian u64 words (n must be a multiple of 8), continuing from h.
+uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
+
+}  // namespace rt::trainer

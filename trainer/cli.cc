@@ -1,0 +1,127 @@
+// The trainer program: command-line parsing and the sequence config -> data -> Trainer.
+#include "trainer/cli.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "comm/mpi_check.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+namespace {
+
+// Rank 0 reads the configuration stored in a checkpoint and every rank receives it.
+std::string checkpoint_config_text(const std::string& path, int rank) {
+  std::string text;
+  if (rank == 0) text = checkpoint_read(path).config_yaml;
+  uint64_t len = text.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+  text.resize(len);
+  MPI_CHECK(MPI_Bcast(text.data(), int(len), MPI_CHAR, 0, MPI_COMM_WORLD));
+  return text;
+}
+
+// Makes the small folder dataset of data.generate at data.root when the root does not exist yet
+// (rank 0 writes, the others wait).
+void generate_dataset_if_missing(const Config& cfg, int rank) {
+  int missing = rank == 0 && !std::filesystem::exists(cfg.data.root);
+  MPI_CHECK(MPI_Bcast(&missing, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  if (!missing) return;
+  if (rank == 0)
+    throw ConfigError(str_cat(cfg.data.root, ": data.root does not exist and this build cannot generate it yet"));
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+}  // namespace
+
+const char* cli_usage() {
+  return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto]\n"
+         "       trainer --eval --checkpoint PATH [--config FILE] [--set key=value ...]\n"
+         "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
+         "\n"
+         "  --config FILE        YAML configuration (see configs/*.yaml and docs/trainer.md)\n"
+         "  --set key=value      override one key, e.g. --set train.batch=64 --set optimizer.lr=0.2;\n"
+         "                       the value is YAML (numbers, true/false, [30, 60], text)\n"
+         "  --resume PATH|auto   continue a run from a checkpoint; auto = the newest valid one in\n"
+         "                       the run's checkpoint folder (none: start fresh)\n"
+         "  --eval               evaluate only: top-1/top-5 of --checkpoint over the validation split\n"
+         "                       (without --config, the configuration saved in the checkpoint)\n"
+         "  --checkpoint PATH    the checkpoint --eval evaluates\n"
+         "  --help, -h           this text\n"
+         "\n"
+         "Rank 0 prints the resolved configuration, progress, epoch summaries; metrics go to\n"
+         "<run_dir>/metrics.jsonl (log.jsonl), checkpoints to <run_dir>/checkpoints.\n";
+}
+
+CliOptions cli_parse(int argc, const char* const* argv) {
+  CliOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(str_cat("command line: ", a, " needs a value (see --help)"));
+      return argv[++i];
+    };
+    if (a == "--config") o.config = value();
+    else if (a == "--set") o.sets.push_back(value());
+    else if (a == "--resume") o.resume = value();
+    else if (a == "--checkpoint") o.checkpoint = value();
+    else if (a == "--eval") o.eval = true;
+    else if (a == "--help" || a == "-h") o.help = true;
+    else if (a.rfind("--set=", 0) == 0) o.sets.push_back(a.substr(6));
+    else throw ConfigError(str_cat("command line: unknown argument '", a, "' (see --help)"));
+  }
+  if (o.help) return o;
+  if (o.eval && o.checkpoint.empty())
+    throw ConfigError("command line: --eval needs --checkpoint PATH");
+  if (!o.eval && !o.checkpoint.empty())
+    throw ConfigError("command line: --checkpoint goes with --eval (to continue training use --resume PATH)");
+  if (o.eval && !o.resume.empty()) throw ConfigError("command line: --eval and --resume exclude each other");
+  if (!o.eval && o.config.empty()) throw ConfigError("command line: --config FILE is required (see --help)");
+  return o;
+}
+
+int cli_main(int argc, const char* const* argv) {
+  int rank = 0, world = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  const CliOptions o = cli_parse(argc, argv);
+  if (o.help) {
+    if (rank == 0) std::fputs(cli_usage(), stdout);
+    return 0;
+  }
+  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(o.checkpoint, rank),
+                                               o.checkpoint + " (saved configuration)", o.sets)
+                                : config_load(o.config, o.sets);
+  config_validate(cfg);
+  if (rank == 0 && cfg.log.print_config) {
+    std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
+    std::fflush(stdout);
+  }
+  if (cfg.generate.classes > 0) generate_dataset_if_missing(cfg, rank);
+
+  Trainer t(cfg);
+  if (o.eval) {
+    t.load_checkpoint(o.checkpoint, /*for_training=*/false);
+    EvalResult r = t.evaluate();
+    t.report(JsonLine("eval")
+                 .add("checkpoint", o.checkpoint)
+                 .add("step", t.step())
+                 .add("val_loss", r.loss)
+                 .add("val_top1", r.top1_pct())
+                 .add("val_top5", r.top5_pct())
+                 .add("val_samples", r.samples)
+                 .add("val_s", r.seconds),
+             str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
+                     "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)"));
+    return 0;
+  }
+  if (!o.resume.empty()) t.resume(o.resume);
+  t.train();
+  return 0;
+}
+
+}  // namespace rt::trainer

@@ -1,0 +1,319 @@
+// Config parsing: one table of (key, field) pairs drives reading YAML, --set overrides and
+// printing the resolved configuration, so a key cannot be readable but not printable.
+#include "trainer/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "comm/allreduce.h"
+
+namespace rt::trainer {
+namespace {
+
+// The table: calls v(key, field) for every key in declaration order. The same function serves
+// parsing (fields written) and printing (fields read).
+template <class C, class V>
+void config_fields(C& c, V&& v) {
+  v("model.name", c.model.name);
+  v("model.classes", c.model.classes);
+  v("model.width", c.model.width);
+  v("model.zero_init_residual", c.model.zero_init_residual);
+  v("model.cifar_shortcut", c.model.cifar_shortcut);
+  v("data.root", c.data.root);
+  v("data.train_list", c.data.train_list);
+  v("data.val_list", c.data.val_list);
+  v("data.train_shards", c.data.train_shards);
+  v("data.val_shards", c.data.val_shards);
+  v("data.synthetic", c.data.synthetic);
+  v("data.synthetic_samples", c.data.synthetic_samples);
+  v("data.synthetic_classes", c.data.synthetic_classes);
+  v("data.image_size", c.data.image_size);
+  v("data.threads", c.data.threads);
+  v("data.queue_depth", c.data.queue_depth);
+  v("data.mean", c.data.mean);
+  v("data.std", c.data.std);
+  v("data.min_scale", c.data.min_scale);
+  v("data.max_scale", c.data.max_scale);
+  v("data.flip", c.data.flip);
+  v("data.generate.classes", c.generate.classes);
+  v("data.generate.train_per_class", c.generate.train_per_class);
+  v("data.generate.val_per_class", c.generate.val_per_class);
+  v("data.generate.size", c.generate.size);
+  v("data.generate.seed", c.generate.seed);
+  v("optimizer.lr", c.optimizer.lr);
+  v("optimizer.momentum", c.optimizer.sgd.momentum);
+  v("optimizer.nesterov", c.optimizer.sgd.nesterov);
+  v("optimizer.weight_decay", c.optimizer.sgd.weight_decay);
+  v("optimizer.decay_bn_and_bias", c.optimizer.sgd.decay_bn_and_bias);
+  v("optimizer.lars", c.optimizer.sgd.lars);
+  v("optimizer.lars_trust", c.optimizer.sgd.lars_trust);
+  v("optimizer.lars_eps", c.optimizer.sgd.lars_eps);
+  v("optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars_exclude_bn_and_bias);
+  v("schedule.kind", c.schedule.kind);
+  v("schedule.warmup_epochs", c.schedule.warmup_epochs);
+  v("schedule.warmup_start_factor", c.schedule.warmup_start_factor);
+  v("schedule.step_size", c.schedule.step_size);
+  v("schedule.milestones", c.schedule.milestones);
+  v("schedule.gamma", c.schedule.gamma);
+  v("schedule.power", c.schedule.power);
+  v("schedule.final_lr", c.schedule.final_lr);
+  v("train.epochs", c.train.epochs);
+  v("train.steps", c.train.steps);
+  v("train.batch", c.train.batch);
+  v("train.label_smoothing", c.train.label_smoothing);
+  v("comm.algorithm", c.comm.algorithm);
+  v("comm.bucket_bytes", c.comm.bucket_bytes);
+  v("comm.overlap", c.comm.overlap);
+  v("comm.segment_bytes", c.comm.segment_bytes);
+  v("comm.idle_sleep_us", c.comm.idle_sleep_us);
+  v("checkpoint.dir", c.checkpoint.dir);
+  v("checkpoint.every_steps", c.checkpoint.every_steps);
+  v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);
+  v("checkpoint.keep", c.checkpoint.keep);
+  v("eval.every_epochs", c.eval.every_epochs);
+  v("eval.at_end", c.eval.at_end);
+  v("log.jsonl", c.log.jsonl);
+  v("log.interval", c.log.interval);
+  v("log.progress", c.log.progress);
+  v("log.print_config", c.log.print_config);
+  v("check.every", c.check.every);
+  v("seed", c.seed);
+  v("backend", c.backend);
+  v("threads", c.threads);
+  v("run_dir", c.run_dir);
+}
+
+// --- reading one value -------------------------------------------------------------------------
+
+[[noreturn]] void bad_type(const std::string& at, const std::string& key, const char* want,
+                           const YAML::Node& n) {
+  std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsSequence() ? "a list"
+                    : n.IsMap() ? "a mapping" : "nothing";
+  throw ConfigError(str_cat(at, ": key '", key, "' expects ", want, ", got ", got));
+}
+
+template <class T>
+T scalar_as(const YAML::Node& n, const std::string& at, const std::string& key, const char* want) {
+  if (!n.IsScalar()) bad_type(at, key, want, n);
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    bad_type(at, key, want, n);
+  }
+}
+
+void read_value(const YAML::Node& n, std::string& f, const std::string& at, const std::string& k) {
+  f = n.IsNull() ? std::string() : scalar_as<std::string>(n, at, k, "a string");
+}
+void read_value(const YAML::Node& n, bool& f, const std::string& at, const std::string& k) {
+  f = scalar_as<bool>(n, at, k, "true or false");
+}
+void read_value(const YAML::Node& n, int& f, const std::string& at, const std::string& k) {
+  f = scalar_as<int>(n, at, k, "an integer");
+}
+void read_value(const YAML::Node& n, int64_t& f, const std::string& at, const std::string& k) {
+  f = scalar_as<int64_t>(n, at, k, "an integer");
+}
+void read_value(const YAML::Node& n, uint64_t& f, const std::string& at, const std::string& k) {
+  // yaml-cpp reads "-1" as a huge unsigned number; refuse it instead.
+  if (n.IsScalar() && !n.Scalar().empty() && n.Scalar()[0] == '-')
+    bad_type(at, k, "a non-negative integer", n);
+  f = scalar_as<uint64_t>(n, at, k, "a non-negative integer");
+}
+void read_value(const YAML::Node& n, double& f, const std::string& at, const std::string& k) {
+  f = scalar_as<double>(n, at, k, "a number");
+}
+void read_value(const YAML::Node& n, float& f, const std::string& at, const std::string& k) {
+  f = scalar_as<float>(n, at, k, "a number");
+}
+void read_value(const YAML::Node& n, std::vector<double>& f, const std::string& at,
+                const std::string& k) {
+  if (!n.IsSequence()) bad_type(at, k, "a list of numbers", n);
+  f.clear();
+  for (const auto& e : n) f.push_back(scalar_as<double>(e, at, k, "a list of numbers"));
+}
+void read_value(const YAML::Node& n, float (&f)[3], const std::string& at, const std::string& k) {
+  if (!n.IsSequence() || n.size() != 3) bad_type(at, k, "a list of 3 numbers", n);
+  for (size_t i = 0; i < 3; ++i) f[i] = scalar_as<float>(n[i], at, k, "a list of 3 numbers");
+}
+void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, const std::string& k) {
+  std::string s = scalar_as<std::string>(n, at, k, "a schedule kind");
+  try {
+    f = schedule_kind_from_string(s);
+  } catch (const Error& e) {
+    throw ConfigError(str_cat(at, ": key '", k, "': ", e.what()));
+  }
+}
+
+// --- printing one value ------------------------------------------------------------------------
+
+// Shortest text that reads back as the same double.
+std::string number_text(double v) {
+  char buf[40];
+  for (int prec = 6; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+YAML::Node to_node(const std::string& f) { return YAML::Node(f); }
+YAML::Node to_node(bool f) { return YAML::Node(f ? "true" : "false"); }
+YAML::Node to_node(int f) { return YAML::Node(std::to_string(f)); }
+YAML::Node to_node(int64_t f) { return YAML::Node(std::to_string(f)); }
+YAML::Node to_node(uint64_t f) { return YAML::Node(std::to_string(f)); }
+YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
+YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
+YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
+template <class V>
+YAML::Node seq_node(const V& values, size_t n) {
+  YAML::Node s(YAML::NodeType::Sequence);
+  for (size_t i = 0; i < n; ++i) s.push_back(number_text(values[i]));
+  s.SetStyle(YAML::EmitterStyle::Flow);
+  return s;
+}
+YAML::Node to_node(const std::vector<double>& f) { return seq_node(f, f.size()); }
+YAML::Node to_node(const float (&f)[3]) { return seq_node(f, 3); }
+
+// --- the tree walk -----------------------------------------------------------------------------
+
+bool is_known(const std::string& key) {
+  for (const auto& k : config_keys())
+    if (k == key) return true;
+  return false;
+}
+bool is_section(const std::string& prefix) {
+  for (const auto& k : config_keys())
+    if (k.rfind(prefix + ".", 0) == 0) return true;
+  return false;
+}
+// "name, classes, width, ..." under a prefix ("" = top level), for unknown-key messages.
+std::string keys_under(const std::string& prefix) {
+  std::vector<std::string> seen;
+  std::string p = prefix.empty() ? "" : prefix + ".";
+  for (const auto& k : config_keys()) {
+    if (k.rfind(p, 0) != 0) continue;
+    std::string rest = k.substr(p.size());
+    rest = rest.substr(0, rest.find('.'));
+    if (std::find(seen.begin(), seen.end(), rest) == seen.end()) seen.push_back(rest);
+  }
+  std::string out;
+  for (const auto& s : seen) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+void assign(Config& cfg, const std::string& key, const YAML::Node& value, const std::string& at) {
+  bool done = false;
+  config_fields(cfg, [&](const char* k, auto& field) {
+    if (done || key != k) return;
+    read_value(value, field, at, key);
+    done = true;
+  });
+  cfg.origin[key] = at;
+}
+
+std::string mark_at(const std::string& name, const YAML::Mark& m) {
+  return str_cat(name, ":", m.line + 1);
+}
+
+void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& name) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const std::string at = mark_at(name, it->first.Mark());
+    if (!it->first.IsScalar()) throw ConfigError(str_cat(at, ": a key must be plain text"));
+    const std::string key = (prefix.empty() ? "" : prefix + ".") + it->first.Scalar();
+    if (is_known(key)) {
+      assign(cfg, key, it->second, at);
+    } else if (is_section(key)) {
+      if (!it->second.IsMap() && !it->second.IsNull())
+        throw ConfigError(str_cat(at, ": key '", key, "' is a section and expects a mapping (",
+                                  keys_under(key), ")"));
+      if (it->second.IsMap()) walk(cfg, it->second, key, name);
+    } else {
+      throw ConfigError(str_cat(at, ": unknown key '", key, "' (", prefix.empty() ? "top level" : prefix,
+                                " takes: ", keys_under(prefix), ")"));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> config_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    Config c;
+    config_fields(c, [&](const char* k, auto&) { out.emplace_back(k); });
+    return out;
+  }();
+  return keys;
+}
+
+Config config_parse(const std::string& yaml, const std::string& name,
+                    const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.source = name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(str_cat(mark_at(name, e.mark), ": YAML syntax error: ", e.msg));
+  }
+  if (!root.IsNull()) {
+    if (!root.IsMap()) throw ConfigError(str_cat(name, ": the configuration must be a mapping of keys"));
+    walk(cfg, root, "", name);
+  }
+  for (const auto& o : overrides) config_set(cfg, o);
+  return cfg;
+}
+
+Config config_load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  if (!f) throw ConfigError(str_cat(path, ": cannot read the config file (", std::strerror(errno), ")"));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return config_parse(ss.str(), path, overrides);
+}
+
+void config_set(Config& cfg, const std::string& assignment) {
+  const std::string at = "--set " + assignment;
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(str_cat(at, ": expected key=value, e.g. --set train.batch=64"));
+  const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  if (!is_known(key)) {
+    const std::string section = key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
+    throw ConfigError(str_cat(at, ": unknown key '", key, "' (", section.empty() ? "top level" : section,
+                              " takes: ", keys_under(is_section(section) ? section : ""), ")"));
+  }
+  YAML::Node value;
+  try {
+    value = text.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(str_cat(at, ": the value is not valid YAML: ", e.msg));
+  }
+  assign(cfg, key, value, at);
+  cfg.origin[key] = "--set";
+}
+
+std::string config_to_yaml(const Config& cfg_in) {
+  Config cfg = cfg_in;  // config_fields hands out mutable references
+  YAML::Node root(YAML::NodeType::Map);
+  config_fields(cfg, [&](const char* k, auto& field) {
+    std::vector<std::string> parts;
+    std::stringstream ks(k);
+    for (std::string p; std::getline(ks, p, '.');) parts.push_back(p);
+    // Nested maps keep insertion order, so the output follows the table.
+    std::vector<YAML::Node> path{root};
+    for (size_t i = 0; i + 1 < parts.size(); ++i) path.push_back(path.back()[parts[i]]);
+    path.back()[parts.back()] = to_node(field);
+  });
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace rt::trainer

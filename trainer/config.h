@@ -1,0 +1,131 @@
+// The trainer's configuration: plain structs filled from a YAML file and `--set key=value`
+// overrides. Every key, its type and its default are listed once, beside the field, here (or in
+// the library struct the section maps onto: rt::data::DataConfig, rt::SgdConfig,
+// rt::ScheduleConfig, rt::comm::CommConfig).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/allreduce.h"
+#include "data/loader.h"
+#include "nn/error.h"
+#include "nn/optimizer.h"
+#include "nn/resnet.h"
+#include "nn/schedule.h"
+
+namespace rt::trainer {
+
+// A bad configuration: names the file and line (or the --set argument) and the key.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ModelConfig {                  // key prefix: model.
+  std::string name = "resnet50";      // resnet18/34/50/101/152, CIFAR resnet20/32/44/56/110
+  int64_t classes = 1000;             // classifier outputs (must cover the dataset's labels)
+  double width = 1.0;                 // multiplies every channel count
+  bool zero_init_residual = true;     // gamma = 0 on each branch's last BN (Goyal et al. 2017)
+  std::string cifar_shortcut = "A";   // CIFAR models: A = zero-padded identity, B = projection
+};
+
+// A small ImageNet-like folder dataset made at start when data.root does not exist yet.
+struct GenerateConfig {               // key prefix: data.generate.
+  int classes = 0;                    // 0: never generate (a missing root is an error)
+  int train_per_class = 100;          // training images per class
+  int val_per_class = 20;             // validation images per class
+  int size = 64;                      // side of the stored images, pixels
+  uint64_t seed = 1;                  // the images are a pure function of this seed
+};
+
+struct OptimConfig {                  // key prefix: optimizer.
+  double lr = 0.1;                    // peak lr per 256 images: base_lr = lr * global batch / 256
+  SgdConfig sgd;                      // momentum, nesterov, weight_decay, decay_bn_and_bias, lars...
+};
+
+struct TrainConfig {                  // key prefix: train.
+  int64_t epochs = 90;                // length of the run (and of cosine/poly decay)
+  int64_t steps = 0;                  // >0: stop after this many optimizer steps in total
+  int64_t batch = 32;                 // images per rank per step (global batch = ranks * batch)
+  double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
+};
+
+struct CheckpointConfig {             // key prefix: checkpoint.
+  std::string dir;                    // "" = <run_dir>/checkpoints
+  int64_t every_steps = 0;            // >0: also save every this many steps
+  bool at_epoch_end = true;           // save after every epoch (and at the end of the run)
+  int keep = 3;                       // newest checkpoints kept; older ones are deleted
+};
+
+struct EvalConfig {                   // key prefix: eval.
+  int64_t every_epochs = 1;           // validate after every this many epochs; 0 = never
+  bool at_end = true;                 // validate after the last epoch whatever every_epochs says
+};                                    // (the evaluation batch is train.batch: one network)
+
+struct LogConfig {                    // key prefix: log.
+  std::string jsonl;                  // metrics file; "{rank}" -> rank; "" = rank 0 only, at
+                                      //   <run_dir>/metrics.jsonl; "none" = no file
+  int64_t interval = 10;              // steps between progress updates (plain lines when piped)
+  bool progress = true;               // rank 0 shows progress on stdout
+  bool print_config = true;           // rank 0 prints the resolved configuration at start
+};
+
+struct CheckConfig {                  // key prefix: check.
+  int64_t every = 200;                // every this many steps ranks compare a parameter checksum
+};
+
+struct Config {
+  ModelConfig model;
+  data::DataConfig data;              // data.*: root | train_list/val_list | train_shards/...
+  GenerateConfig generate;
+  OptimConfig optimizer;
+  ScheduleConfig schedule;            // schedule.*; base_lr and total_epochs are derived
+  TrainConfig train;
+  comm::CommConfig comm;              // comm.*: algorithm, bucket_bytes, overlap, ...
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
+  LogConfig log;
+  CheckConfig check;
+  uint64_t seed = 0;                  // model initialisation and data order/augmentation
+  std::string backend = "onednn";     // onednn (alias cpu) | reference | cuda (GPU builds)
+  int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else
+                                      //   the cores of this node divided among its ranks
+  std::string run_dir;                // "" = runs/<config file name without .yaml>
+
+  // Where each key got its value ("file.yaml:12" or "--set"), for error messages.
+  std::map<std::string, std::string> origin;
+  std::string source;                 // the config file, as given
+};
+
+// Reads a config file, then applies "key=value" overrides in order. Throws ConfigError naming
+// file:line and key for an unreadable file, bad YAML, an unknown key or a value of the wrong type.
+// Does not validate ranges: see config_validate.
+Config config_load(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text (`name` stands in for the file in messages; used for checkpoints).
+Config config_parse(const std::string& yaml, const std::string& name,
+                    const std::vector<std::string>& overrides = {});
+// Applies one "key=value" (value in YAML syntax: 0.1, true, [30, 60], text).
+void config_set(Config& cfg, const std::string& assignment);
+
+// Throws ConfigError naming where the key was set, the key and the value when a value is out of
+// range or unknown (batch <= 0, an unknown model, backend, schedule kind or algorithm, ...).
+// `cuda` throws "not built" in CPU builds.
+void config_validate(const Config& cfg);
+
+// The resolved configuration as YAML (every key, in declaration order), for printing and for
+// checkpoints; config_parse of it gives the same Config.
+std::string config_to_yaml(const Config& cfg);
+
+// Every known key, in order ("model.name", ...).
+std::vector<std::string> config_keys();
+
+// Derived values.
+double config_base_lr(const Config& cfg, int world);          // lr * world * batch / 256
+ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total_epochs filled
+ResNetConfig config_resnet(const Config& cfg);
+std::string config_run_dir(const Config& cfg);
+std::string config_checkpoint_dir(const Config& cfg);
+
+}  // namespace rt::trainer

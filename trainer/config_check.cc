@@ -1,0 +1,153 @@
+// Config validation (ranges, names, combinations) and the values derived from a config.
+#include <cmath>
+#include <filesystem>
+
+#include "comm/allreduce.h"
+#include "trainer/config.h"
+
+namespace rt::trainer {
+namespace {
+
+// Raises "<where the key was set>: key 'k' <what> (got v)".
+class Checker {
+ public:
+  explicit Checker(const Config& c) : c_(c) {}
+  std::string at(const std::string& key) const {
+    auto it = c_.origin.find(key);
+    return it != c_.origin.end() ? it->second : c_.source + " (default)";
+  }
+  template <class V>
+  void require(bool ok, const std::string& key, const char* what, const V& got) const {
+    if (!ok) throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
+  }
+  // Wraps a library validator's message (which names its own field) with the section's origin.
+  template <class F>
+  void library(const std::string& section, const std::string& key, F&& f) const {
+    try {
+      f();
+    } catch (const Error& e) {
+      throw ConfigError(str_cat(at(key), ": ", section, ": ", e.what()));
+    }
+  }
+
+ private:
+  const Config& c_;
+};
+
+bool finite_pos(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
+void config_validate(const Config& c) {
+  Checker k(c);
+  k.require(is_resnet_name(c.model.name), "model.name",
+            "must be resnet18/34/50/101/152 or resnet20/32/44/56/110", c.model.name);
+  k.require(c.model.classes >= 2, "model.classes", "must be >= 2", c.model.classes);
+  k.require(finite_pos(c.model.width), "model.width", "must be > 0", c.model.width);
+  k.require(c.model.cifar_shortcut == "A" || c.model.cifar_shortcut == "B", "model.cifar_shortcut",
+            "must be A or B", c.model.cifar_shortcut);
+
+  // Exactly one data source.
+  const auto& d = c.data;
+  int sources = !d.root.empty() + (!d.train_list.empty() || !d.val_list.empty()) +
+                (!d.train_shards.empty() || !d.val_shards.empty()) + d.synthetic;
+  if (sources != 1)
+    throw ConfigError(str_cat(c.source, ": data: set exactly one of data.root, data.train_list + "
+                              "data.val_list, data.train_shards + data.val_shards, data.synthetic: "
+                              "true (", sources, " set)"));
+  k.require(d.train_list.empty() == d.val_list.empty(), d.train_list.empty() ? "data.val_list" : "data.train_list",
+            "needs its partner (data.train_list and data.val_list go together)",
+            d.train_list.empty() ? d.val_list : d.train_list);
+  k.require(d.train_shards.empty() == d.val_shards.empty(),
+            d.train_shards.empty() ? "data.val_shards" : "data.train_shards",
+            "needs its partner (data.train_shards and data.val_shards go together)",
+            d.train_shards.empty() ? d.val_shards : d.train_shards);
+  k.require(d.image_size >= 8, "data.image_size", "must be >= 8", d.image_size);
+  k.require(d.threads >= 0, "data.threads", "must be >= 0", d.threads);
+  k.require(d.queue_depth >= 1, "data.queue_depth", "must be >= 1", d.queue_depth);
+  k.require(d.synthetic_samples >= 1, "data.synthetic_samples", "must be >= 1", d.synthetic_samples);
+  k.require(d.synthetic_classes >= 2, "data.synthetic_classes", "must be >= 2", d.synthetic_classes);
+  k.require(d.min_scale > 0 && d.min_scale <= d.max_scale && d.max_scale <= 1, "data.min_scale",
+            "and data.max_scale must satisfy 0 < min_scale <= max_scale <= 1", d.min_scale);
+  for (int i = 0; i < 3; ++i) k.require(d.std[i] > 0, "data.std", "must be > 0", d.std[i]);
+
+  const auto& g = c.generate;
+  k.require(g.classes >= 0, "data.generate.classes", "must be >= 0", g.classes);
+  if (g.classes > 0) {
+    k.require(!d.root.empty(), "data.generate.classes", "needs data.root (where to generate)", g.classes);
+    k.require(g.classes >= 2, "data.generate.classes", "must be >= 2", g.classes);
+    k.require(g.train_per_class >= 1, "data.generate.train_per_class", "must be >= 1", g.train_per_class);
+    k.require(g.val_per_class >= 1, "data.generate.val_per_class", "must be >= 1", g.val_per_class);
+    k.require(g.size >= 8, "data.generate.size", "must be >= 8", g.size);
+  }
+
+  k.require(finite_pos(c.optimizer.lr), "optimizer.lr", "must be > 0", c.optimizer.lr);
+  k.library("optimizer", "optimizer.momentum", [&] { sgd_validate(c.optimizer.sgd); });
+  k.require(c.train.epochs >= 1, "train.epochs", "must be >= 1", c.train.epochs);
+  k.require(c.train.steps >= 0, "train.steps", "must be >= 0", c.train.steps);
+  k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);
+  k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
+            "must be in [0, 1)", c.train.label_smoothing);
+  k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
+
+  const auto& algos = comm::allreduce_algorithms();
+  k.require(std::find(algos.begin(), algos.end(), c.comm.algorithm) != algos.end(), "comm.algorithm",
+            "must be ring, mpi or reducer", c.comm.algorithm);
+  k.require(c.comm.algorithm != "nccl" || c.backend == "cuda", "comm.algorithm",
+            "nccl needs backend: cuda", c.comm.algorithm);
+  k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
+  k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
+  k.require(c.comm.idle_sleep_us >= 0, "comm.idle_sleep_us", "must be >= 0", c.comm.idle_sleep_us);
+
+  k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
+  k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
+  k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
+  k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
+  k.require(c.check.every >= 0, "check.every", "must be >= 0", c.check.every);
+  k.require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+
+  k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "reference" || c.backend == "cuda",
+            "backend", "must be onednn (alias cpu), reference or cuda", c.backend);
+  // The CUDA backend has no training path in the trainer yet: say so before anything is built.
+  k.require(c.backend != "cuda", "backend",
+            "'cuda' is not built into this trainer (CPU backends only: onednn, reference)", c.backend);
+}
+
+double config_base_lr(const Config& c, int world) {
+  return c.optimizer.lr * double(world) * double(c.train.batch) / 256.0;
+}
+
+ScheduleConfig config_schedule(const Config& c, int world) {
+  ScheduleConfig s = c.schedule;
+  s.base_lr = config_base_lr(c, world);
+  s.total_epochs = double(c.train.epochs);
+  // final_lr is written per 256 images like lr, so a recipe keeps its meaning at any batch.
+  s.final_lr = c.schedule.final_lr * double(world) * double(c.train.batch) / 256.0;
+  return s;
+}
+
+ResNetConfig config_resnet(const Config& c) {
+  ResNetConfig r;
+  r.name = c.model.name;
+  r.num_classes = c.model.classes;
+  r.image_size = c.data.image_size;
+  r.batch = c.train.batch;
+  r.width = c.model.width;
+  r.zero_init_residual = c.model.zero_init_residual;
+  r.cifar_shortcut = c.model.cifar_shortcut;
+  r.label_smoothing = c.train.label_smoothing;
+  r.seed = c.seed;
+  return r;
+}
+
+std::string config_run_dir(const Config& c) {
+  if (!c.run_dir.empty()) return c.run_dir;
+  std::string stem = std::filesystem::path(c.source).stem().string();
+  return "runs/" + (stem.empty() ? std::string("run") : stem);
+}
+
+std::string config_checkpoint_dir(const Config& c) {
+  return c.checkpoint.dir.empty() ? config_run_dir(c) + "/checkpoints" : c.checkpoint.dir;
+}
+
+}  // namespace rt::trainer

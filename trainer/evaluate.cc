@@ -1,0 +1,80 @@
+// Distributed evaluation: each rank runs its share of the validation split (the loader gives
+// every sample to exactly one rank, and a short last batch), then the counts are summed.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "comm/mpi_check.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+
+void count_correct(const float* logits, const int32_t* labels, int n, int64_t classes, int64_t& top1,
+                   int64_t& top5, double& loss) {
+  for (int i = 0; i < n; ++i) {
+    const float* z = logits + int64_t(i) * classes;
+    const float zl = z[labels[i]];
+    // The label's rank: how many classes score strictly higher (ties count against the label
+    // only when they come first, as a stable top-k would order them).
+    int64_t above = 0;
+    float zmax = z[0];
+    for (int64_t k = 0; k < classes; ++k) {
+      above += z[k] > zl || (z[k] == zl && k < labels[i]);
+      zmax = std::max(zmax, z[k]);
+    }
+    top1 += above == 0;
+    top5 += above < 5;
+    double sum = 0;
+    for (int64_t k = 0; k < classes; ++k) sum += std::exp(double(z[k]) - double(zmax));
+    loss += std::log(sum) - (double(zl) - double(zmax));
+  }
+}
+
+EvalResult Trainer::evaluate() {
+  const double t0 =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  sync_bn_state();
+  data::Loader& loader = val_loader();
+  loader.start_epoch({0, 0});
+  const int batch = int(cfg_.train.batch);
+  const int64_t classes = int64_t(logits_.size()) / batch;
+  const size_t per_image = pad_images_.size() / size_t(batch);
+  int64_t counts[3] = {0, 0, 0};  // samples, top1, top5
+  double loss = 0;
+  while (loader.next(batch_)) {
+    const int n = batch_.n;
+    if (n == 0) continue;
+    if (n > batch) throw Error(str_cat("data: an evaluation batch of ", n, " images (at most ", batch, ")"));
+    const float* x = batch_.images.data();
+    const int32_t* y = batch_.labels.data();
+    if (n < batch) {
+      // The network is set up for a fixed batch: pad with copies of nothing in particular (BN is
+      // in inference mode, so padding cannot affect the real samples) and count only n.
+      std::memcpy(pad_images_.data(), x, size_t(n) * per_image * sizeof(float));
+      std::copy(y, y + n, pad_labels_.begin());
+      std::fill(pad_labels_.begin() + n, pad_labels_.end(), 0);
+      x = pad_images_.data();
+      y = pad_labels_.data();
+    }
+    net_->forward(x, y, false);
+    net_->export_tensor(net_->logits(), logits_.data());
+    counts[0] += n;
+    count_correct(logits_.data(), batch_.labels.data(), n, classes, counts[1], counts[2], loss);
+  }
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  EvalResult r;
+  r.samples = counts[0];
+  r.top1 = counts[1];
+  r.top5 = counts[2];
+  r.loss = counts[0] ? loss / double(counts[0]) : 0;
+  r.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+  if (r.samples != loader.size())
+    throw Error(str_cat("evaluation saw ", r.samples, " samples but the validation split has ", loader.size(),
+                        " (the loader's shares must cover each sample exactly once)"));
+  return r;
+}
+
+}  // namespace rt::trainer

@@ -1,0 +1,18 @@
+// The trainer program: MPI start-up and the abort-all error path around trainer::cli_main.
+#include <mpi.h>
+
+#include "comm/communicator.h"
+#include "trainer/cli.h"
+
+int main(int argc, char** argv) {
+  // SERIALIZED: the gradient reducer's communication thread makes MPI calls during a step while
+  // the main thread computes (never two threads in MPI at once).
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    rt::comm::comm_abort("MPI_Init_thread failed");
+  if (provided < MPI_THREAD_SERIALIZED)
+    rt::comm::comm_abort("the MPI library does not provide MPI_THREAD_SERIALIZED, which the trainer needs");
+  const int rc = rt::comm::comm_run_or_abort([&] { return rt::trainer::cli_main(argc, argv); });
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,182 @@
+// JSON-lines metrics and the progress display.
+#include "trainer/metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "nn/error.h"
+
+namespace rt::trainer {
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// JSON has no NaN or infinity: write null for them.
+void append_number(std::string& s, double v) {
+  if (!std::isfinite(v)) {
+    s += "null";
+    return;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  s += buf;
+}
+
+}  // namespace
+
+JsonLine::JsonLine(const char* type) { s_ = std::string("{\"type\":\"") + type + "\""; }
+
+JsonLine& JsonLine::add(const char* key, double v) {
+  s_ += ",\"";
+  s_ += key;
+  s_ += "\":";
+  append_number(s_, v);
+  return *this;
+}
+JsonLine& JsonLine::add(const char* key, int64_t v) {
+  s_ += str_cat(",\"", key, "\":", v);
+  return *this;
+}
+JsonLine& JsonLine::add(const char* key, const std::string& v) {
+  s_ += str_cat(",\"", key, "\":\"", json_escape(v), "\"");
+  return *this;
+}
+
+Metrics::Metrics(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  f_ = std::fopen(path.c_str(), "a");
+  if (!f_) throw Error(str_cat(path, ": cannot open the metrics file (", std::strerror(errno), ")"));
+}
+
+Metrics::~Metrics() {
+  if (f_) std::fclose(f_);
+}
+
+void Metrics::step(int rank, const StepRecord& r) {
+  if (!f_) return;
+  std::fprintf(f_,
+               "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%lld,\"epoch_step\":%lld,"
+               "\"loss\":%.6g,\"lr\":%.6g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
+               "\"exposed_comm_s\":%.6f,\"total_comm_s\":%.6f,\"optimizer_s\":%.6f,\"img_s\":%.2f}\n",
+               rank, (long long)r.step, (long long)r.epoch, (long long)r.epoch_step,
+               std::isfinite(r.loss) ? r.loss : -1.0, r.lr, r.step_s, r.compute_s, r.data_wait_s,
+               r.exposed_comm_s, r.total_comm_s, r.optimizer_s,
+               r.step_s > 0 ? double(r.global_images) / r.step_s : 0.0);
+  if (++unflushed_ >= 50) {
+    std::fflush(f_);
+    unflushed_ = 0;
+  }
+}
+
+void Metrics::write(const JsonLine& line) {
+  if (!f_) return;
+  std::fputs(line.str().c_str(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
+  unflushed_ = 0;
+}
+
+bool stdout_is_terminal() {
+  if (!isatty(STDOUT_FILENO)) return false;
+  // Open MPI hands each rank a pseudo-terminal even when mpirun's own output is a pipe or a file;
+  // then what counts is mpirun's (the parent's) standard output.
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return true;
+  char link[256];
+  const std::string fd1 = "/proc/" + std::to_string(getppid()) + "/fd/1";
+  const ssize_t n = readlink(fd1.c_str(), link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = 0;
+  return std::strncmp(link, "/dev/pts/", 9) == 0 || std::strncmp(link, "/dev/tty", 8) == 0;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+Progress::Progress(bool enabled, bool live, int64_t interval, int64_t epochs, int64_t steps_per_epoch,
+                   int64_t total_steps)
+    : enabled_(enabled), live_(live), interval_(std::max<int64_t>(1, interval)), epochs_(epochs),
+      steps_per_epoch_(steps_per_epoch), total_steps_(total_steps) {}
+
+void Progress::step(const StepRecord& r, double top1) {
+  if (!enabled_) return;
+  ++n_;
+  step_s_ += r.step_s;
+  wait_s_ += r.data_wait_s;
+  comm_s_ += r.exposed_comm_s;
+  images_ += double(r.global_images);
+  const bool last = r.step >= total_steps_ || r.epoch_step == steps_per_epoch_;
+  if (n_ < interval_ && !last) return;
+  const double mean = step_s_ / double(n_);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "epoch %lld/%lld step %lld/%lld loss %.4f top1 %.1f%% lr %.4g %.1f img/s data %.0f%% "
+                "comm %.0f%% ETA %s",
+                (long long)r.epoch + 1, (long long)epochs_, (long long)r.epoch_step,
+                (long long)steps_per_epoch_, r.loss, top1, r.lr, images_ / step_s_,
+                100 * wait_s_ / step_s_, 100 * comm_s_ / step_s_,
+                format_duration(mean * double(total_steps_ - r.step)).c_str());
+  if (live_) {
+    std::printf("\r%-110s", line);
+    open_line_ = true;
+    if (r.epoch_step == steps_per_epoch_) end_line();  // keep each epoch's final state on screen
+  } else {
+    std::printf("%s\n", line);
+  }
+  std::fflush(stdout);
+  n_ = 0;
+  step_s_ = wait_s_ = comm_s_ = images_ = 0;
+}
+
+void Progress::message(const std::string& s) {
+  if (!enabled_) return;
+  end_line();
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::end_line() {
+  if (open_line_) {
+    std::printf("\n");
+    std::fflush(stdout);
+    open_line_ = false;
+  }
+}
+
+}  // namespace rt::trainer

@@ -1,0 +1,92 @@
+// What a run reports: JSON-lines metrics (one object per line: start, step, epoch, eval,
+// checkpoint records) and rank 0's progress display (a live bar on a terminal, plain lines
+// when piped).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rt::trainer {
+
+// One optimizer step's numbers on this rank (times in seconds).
+struct StepRecord {
+  int64_t step = 0;              // 1-based count of steps done after this one
+  int64_t epoch = 0;             // 0-based epoch the step belongs to
+  int64_t epoch_step = 0;        // 1-based step within the epoch
+  double loss = 0, lr = 0;
+  double step_s = 0;             // whole step: data wait + compute + exposed comm + optimizer
+  double compute_s = 0;          // forward + backward
+  double data_wait_s = 0;        // blocked waiting for the next batch
+  double exposed_comm_s = 0;     // allreduce time not hidden behind backward
+  double total_comm_s = 0;       // allreduce time, hidden or not
+  double optimizer_s = 0;
+  int64_t global_images = 0;     // images all ranks consumed in this step
+};
+
+// A flat JSON object built field by field: {"type":"epoch","epoch":3,...}.
+class JsonLine {
+ public:
+  explicit JsonLine(const char* type);
+  JsonLine& add(const char* key, double v);
+  JsonLine& add(const char* key, int64_t v);
+  JsonLine& add(const char* key, int v) { return add(key, int64_t(v)); }
+  JsonLine& add(const char* key, const std::string& v);
+  JsonLine& add(const char* key, const char* v) { return add(key, std::string(v)); }
+  std::string str() const { return s_ + "}"; }
+
+ private:
+  std::string s_;
+};
+
+// Appends JSON lines to a file; does nothing when the path is empty. Lines are flushed at every
+// record except step records (flushed every 50 steps), so a killed run loses little.
+class Metrics {
+ public:
+  Metrics() = default;
+  // Throws rt::Error naming the path when it cannot be opened.
+  explicit Metrics(const std::string& path);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+  bool enabled() const { return f_ != nullptr; }
+  const std::string& path() const { return path_; }
+  void step(int rank, const StepRecord& r);  // formats straight into the file: no allocation
+  void write(const JsonLine& line);
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+  int64_t unflushed_ = 0;
+};
+
+// Rank 0's progress: every `interval` steps one update with epoch, step/steps, loss, running
+// top-1, lr, global images/s, data-wait %, exposed-comm % and ETA over the interval's steps.
+class Progress {
+ public:
+  // live: rewrite one line with '\r' (a terminal); otherwise print one line per update.
+  Progress(bool enabled, bool live, int64_t interval, int64_t epochs, int64_t steps_per_epoch,
+           int64_t total_steps);
+  ~Progress() { end_line(); }
+  void step(const StepRecord& r, double running_top1_pct);
+  // A line of its own (ends a live bar first).
+  void message(const std::string& s);
+  void end_line();
+
+ private:
+  bool enabled_, live_;
+  int64_t interval_, epochs_, steps_per_epoch_, total_steps_;
+  int64_t n_ = 0;                 // steps in the current window
+  double step_s_ = 0, wait_s_ = 0, comm_s_ = 0, images_ = 0;
+  bool open_line_ = false;        // a live bar is on screen
+};
+
+// Whether rank 0's standard output reaches a terminal (through mpirun too): a live bar then.
+bool stdout_is_terminal();
+// v with `decimals` digits after the point.
+std::string fixed(double v, int decimals);
+// "1:02:03" / "4:05".
+std::string format_duration(double seconds);
+
+}  // namespace rt::trainer

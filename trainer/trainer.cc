@@ -1,0 +1,264 @@
+// The training loop: set-up, steps (data, forward, backward overlapped with the gradient
+// allreduce, optimizer), epoch ends (statistics, evaluation, checkpoints) and consistency checks.
+#include "trainer/trainer.h"
+
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "comm/agreement.h"
+#include "comm/mpi_check.h"
+#include "nn/resnet.h"
+
+namespace rt::trainer {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+std::string metrics_path(const Config& c, int rank) {
+  const std::string& p = c.log.jsonl;
+  if (p == "none") return "";
+  if (p.empty()) return rank == 0 ? config_run_dir(c) + "/metrics.jsonl" : "";
+  const size_t at = p.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? p : "";  // one file: rank 0 alone writes it
+  return p.substr(0, at) + std::to_string(rank) + p.substr(at + 6);
+}
+
+}  // namespace
+
+Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
+    : cfg_(std::move(cfg)), hooks_(std::move(hooks)) {
+  MPI_CHECK(MPI_Comm_rank(world, &rank_));
+  MPI_CHECK(MPI_Comm_size(world, &world_));
+  config_validate(cfg_);
+  cfg_.run_dir = config_run_dir(cfg_);  // resolved, so a checkpoint's config names it
+  cfg_.data.seed = cfg_.seed;
+  config_yaml_ = config_to_yaml(cfg_);
+  ckpt_dir_ = config_checkpoint_dir(cfg_);
+  setup_threads();
+
+  grad_comm_ = std::make_unique<comm::Communicator>(world);
+  ctl_comm_ = std::make_unique<comm::Communicator>(world);
+  comm::CommConfig ctl_cfg = cfg_.comm;
+  ctl_cfg.algorithm = "ring";  // bitwise-identical results on every rank by construction
+  ctl_reduce_ = comm::make_allreducer(ctl_cfg, *ctl_comm_);
+
+  const int batch = int(cfg_.train.batch);
+  auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
+  train_loader_ = make_loader(cfg_.data, data::Split::train, rank_, world_, batch);
+  if (train_loader_->num_classes() > cfg_.model.classes)
+    throw ConfigError(str_cat(cfg_.source, ": model.classes is ", cfg_.model.classes, " but the training data has ",
+                              train_loader_->num_classes(), " classes"));
+  steps_per_epoch_ = train_loader_->steps_per_epoch();
+  if (steps_per_epoch_ < 1)
+    throw Error(str_cat("data: ", train_loader_->size(), " training samples are fewer than one global batch (",
+                        world_, " ranks x ", batch, ")"));
+  total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
+  schedule_ = config_schedule(cfg_, world_);
+
+  net_ = hooks_.make_net ? hooks_.make_net(cfg_)
+                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend));
+  auto& arena = net_->arena();
+  opt_ = std::make_unique<Sgd<float>>(arena.layout(), cfg_.optimizer.sgd);
+  fingerprint_ = comm::model_fingerprint(arena);
+  // The reducer first: its agreement check proves every rank built the same model and settings
+  // before the broadcast below relies on equal buffer sizes.
+  reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
+  ready_ = reducer_->ready_callback();
+  comm::broadcast_model(*ctl_comm_, arena, 0);
+
+  const int64_t classes = net_->shape(net_->logits()).c;
+  logits_.resize(size_t(batch * classes));
+  pad_images_.resize(size_t(net_->shape(0).numel()));
+  pad_labels_.assign(size_t(batch), 0);
+  metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
+  progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
+                                         cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
+  metrics_->write(JsonLine("start")
+                      .add("rank", rank_)
+                      .add("world", world_)
+                      .add("model", cfg_.model.name)
+                      .add("params", int64_t(arena.param_count()))
+                      .add("threads", omp_get_max_threads())
+                      .add("batch", cfg_.train.batch)
+                      .add("global_batch", int64_t(world_) * cfg_.train.batch)
+                      .add("steps_per_epoch", steps_per_epoch_)
+                      .add("total_steps", total_steps_)
+                      .add("base_lr", schedule_.base_lr)
+                      .add("comm", std::string(reducer_->algorithm()))
+                      .add("buckets", int64_t(reducer_->num_buckets())));
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_threads() {
+  int threads = cfg_.threads;
+  if (threads == 0) {
+    const char* env = std::getenv("OMP_NUM_THREADS");
+    if (env && std::atoi(env) > 0) {
+      threads = std::atoi(env);
+    } else {
+      // The cores this process may use, shared among the ranks of this node.
+      MPI_Comm node;
+      int local = 1;
+      MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+      MPI_CHECK(MPI_Comm_size(node, &local));
+      MPI_CHECK(MPI_Comm_free(&node));
+      threads = std::max(1, available_cores() / local);
+    }
+  }
+  omp_set_num_threads(threads);
+}
+
+void Trainer::log_line(const std::string& s) const {
+  if (rank_ == 0 && cfg_.log.progress) progress_->message(s);
+}
+
+void Trainer::train() {
+  if (step_ >= total_steps_) {
+    log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done"));
+    return;
+  }
+  log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
+                   " rank(s) x batch ", cfg_.train.batch, ", ", steps_per_epoch_, " steps/epoch, ",
+                   total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
+                   omp_get_max_threads(), " thread(s)/rank"));
+  double epoch_start = now_s();
+  while (step_ < total_steps_) {
+    const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
+    if (!epoch_started_) {
+      train_loader_->start_epoch({epoch, in_epoch});
+      epoch_started_ = true;
+      epoch_loss_ = 0;
+      epoch_top1_ = epoch_top5_ = epoch_samples_ = 0;
+      epoch_start = now_s();
+    }
+    train_step();
+    const bool epoch_end = step_ % steps_per_epoch_ == 0, run_end = step_ == total_steps_;
+    if (cfg_.check.every > 0 && (step_ % cfg_.check.every == 0 || run_end)) check_consistency();
+    if (epoch_end || run_end) {
+      epoch_started_ = !epoch_end;
+      end_epoch(epoch, epoch_start, epoch_end, run_end);
+    }
+    const auto& ck = cfg_.checkpoint;
+    if ((ck.every_steps > 0 && step_ % ck.every_steps == 0) || (ck.at_epoch_end && (epoch_end || run_end)))
+      save_checkpoint();
+  }
+}
+
+void Trainer::train_step() {
+  const double t0 = now_s();
+  const int64_t epoch = step_ / steps_per_epoch_;
+  if (!train_loader_->next(batch_))
+    throw Error(str_cat("data: the training loader ended epoch ", epoch, " after ", step_ % steps_per_epoch_,
+                        " of ", steps_per_epoch_, " batches"));
+  if (batch_.n != cfg_.train.batch)
+    throw Error(str_cat("data: a training batch of ", batch_.n, " images (expected ", cfg_.train.batch, ")"));
+  const double t1 = now_s();
+  reducer_->begin_step();
+  const double loss = net_->forward(batch_.images.data(), batch_.labels.data(), true);
+  net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
+  double unused = 0;
+  count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
+                epoch_top1_, epoch_top5_, unused);
+  net_->backward(ready_);
+  const double t2 = now_s();
+  reducer_->wait();
+  const double t3 = now_s();
+  const double lr = lr_at(schedule_, double(step_) / double(steps_per_epoch_));
+  opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
+  const double t4 = now_s();
+  if (!std::isfinite(loss))
+    throw Error(str_cat("training diverged: the loss is ", loss, " at step ", step_ + 1, " (epoch ", epoch + 1,
+                        ", lr ", lr, "); try a lower optimizer.lr or a longer warm-up"));
+  ++step_;
+  losses_.push_back(loss);
+  epoch_loss_ += loss * batch_.n;
+  epoch_samples_ += batch_.n;
+
+  StepRecord r;
+  r.step = step_;
+  r.epoch = epoch;
+  r.epoch_step = (step_ - 1) % steps_per_epoch_ + 1;
+  r.loss = loss;
+  r.lr = lr;
+  r.step_s = t4 - t0;
+  r.compute_s = t2 - t1;
+  r.data_wait_s = t1 - t0;
+  r.exposed_comm_s = reducer_->last_step().exposed_comm_s;
+  r.total_comm_s = reducer_->last_step().total_comm_s;
+  r.optimizer_s = t4 - t3;
+  r.global_images = int64_t(world_) * cfg_.train.batch;
+  metrics_->step(rank_, r);
+  progress_->step(r, epoch_samples_ ? 100.0 * double(epoch_top1_) / double(epoch_samples_) : 0.0);
+}
+
+void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end) {
+  // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
+  double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  const double n = std::max(1.0, sums[3]), secs = now_s() - epoch_start;
+  JsonLine line("epoch");
+  line.add("epoch", epoch + 1)
+      .add("step", step_)
+      .add("train_loss", sums[0] / n)
+      .add("train_top1", 100 * sums[1] / n)
+      .add("train_top5", 100 * sums[2] / n)
+      .add("epoch_s", secs)
+      .add("img_s", sums[3] / secs);
+  std::string text = str_cat("epoch ", epoch + 1, "/", cfg_.train.epochs, ": train loss ", fixed(sums[0] / n, 4),
+                             " top1 ", fixed(100 * sums[1] / n, 2), "% top5 ", fixed(100 * sums[2] / n, 2), "%");
+  const int64_t every = cfg_.eval.every_epochs;
+  if ((epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end)) {
+    EvalResult v = evaluate();
+    line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
+        .add("val_samples", v.samples).add("val_s", v.seconds);
+    text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
+                    fixed(v.top5_pct(), 2), "% (", v.samples, " images)");
+  }
+  metrics_->write(line);
+  log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
+}
+
+void Trainer::sync_bn_state() {
+  // Each rank's running statistics saw only its own batches: average them so that evaluation
+  // and checkpoints use one set, identical on every rank.
+  auto state = net_->arena().state();
+  if (world_ > 1 && !state.empty()) ctl_reduce_->allreduce(state, comm::ReduceOp::average);
+}
+
+void Trainer::check_consistency() {
+  auto p = net_->arena().params();
+  const uint64_t mine = checkpoint_hash(p.data(), (p.size_bytes() / 8) * 8);
+  std::vector<uint64_t> all(static_cast<size_t>(world_));
+  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  std::string bad;
+  for (int r = 1; r < world_; ++r)
+    if (all[size_t(r)] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+  if (!bad.empty())
+    throw CommError(str_cat("parameters diverged at step ", step_, ": rank(s) ", bad,
+                            " differ from rank 0 (checksums compared every ", cfg_.check.every, " steps)"));
+}
+
+data::Loader& Trainer::val_loader() {
+  if (!val_loader_) {
+    auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
+    val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
+  }
+  return *val_loader_;
+}
+
+}  // namespace rt::trainer

@@ -1,0 +1,124 @@
+// The training run: builds the model, optimizer, gradient reducer and loaders from a Config and
+// owns the loop (train, evaluate, checkpoint, resume, consistency checks, metrics).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/allreduce.h"
+#include "comm/communicator.h"
+#include "comm/gradient_reducer.h"
+#include "data/loader.h"
+#include "nn/net.h"
+#include "nn/optimizer.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
+
+namespace rt::trainer {
+
+// Validation (or training) accuracy over a whole split, summed over all ranks.
+struct EvalResult {
+  int64_t samples = 0;   // every sample of the split exactly once
+  int64_t top1 = 0, top5 = 0;
+  double loss = 0;       // mean cross-entropy (no smoothing)
+  double seconds = 0;
+  double top1_pct() const { return samples ? 100.0 * double(top1) / double(samples) : 0; }
+  double top5_pct() const { return samples ? 100.0 * double(top5) / double(samples) : 0; }
+};
+
+// Replaceable parts, for tests: a loader with fixed data, a model without batch norm.
+struct TrainerHooks {
+  std::function<std::unique_ptr<data::Loader>(const data::DataConfig&, data::Split, int rank,
+                                              int world, int batch)>
+      make_loader;
+  std::function<std::unique_ptr<Net<float>>(const Config&)> make_net;
+};
+
+class Trainer {
+ public:
+  // Collective over `world`: builds everything, checks that the ranks agree (model fingerprint,
+  // comm settings) and broadcasts rank 0's initial parameters. Sets the OpenMP thread count
+  // before the model is built (oneDNN fixes its work split when a primitive is created).
+  // MPI must be initialised with MPI_THREAD_SERIALIZED or higher when cfg.comm.overlap is on.
+  Trainer(Config cfg, MPI_Comm world = MPI_COMM_WORLD, TrainerHooks hooks = {});
+  ~Trainer();
+
+  // Restores a checkpoint (rank 0 reads it, every rank receives it): parameters, BN statistics,
+  // momentum, step counts and the data position. Throws CheckpointError naming the file.
+  // for_training: also refuse a checkpoint written with another rank count, batch or epoch length
+  // (an exact resume needs them); evaluation accepts any checkpoint of this model.
+  void load_checkpoint(const std::string& path, bool for_training = true);
+  // "auto": the newest valid checkpoint in the checkpoint folder; returns "" (and starts fresh)
+  // when there is none. Otherwise the path itself. Returns the path loaded.
+  std::string resume(const std::string& what);
+
+  // Trains until train.epochs (or train.steps) are done, from wherever the run stands.
+  void train();
+  // Distributed top-1/top-5 over the whole validation split. Collective.
+  EvalResult evaluate();
+  // Saves a checkpoint now (rank 0 writes; every rank takes part in averaging BN statistics).
+  void save_checkpoint();
+  // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
+  void report(const JsonLine& line, const std::string& text);
+
+  Net<float>& net() { return *net_; }
+  Sgd<float>& optimizer() { return *opt_; }
+  const Config& config() const { return cfg_; }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int64_t step() const { return step_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t total_steps() const { return total_steps_; }
+  // Loss of each step this process ran (this rank's batch), for tests and the golden regression.
+  const std::vector<double>& losses() const { return losses_; }
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
+  // Throws CommError naming the ranks whose parameters differ from rank 0's. Collective.
+  void check_consistency();
+
+ private:
+  void setup_threads();
+  void train_step();
+  void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
+  void sync_bn_state();
+  data::Loader& val_loader();
+  void log_line(const std::string& s) const;
+
+  Config cfg_;
+  TrainerHooks hooks_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
+  std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
+  std::unique_ptr<Net<float>> net_;
+  std::unique_ptr<Sgd<float>> opt_;
+  std::unique_ptr<comm::GradientReducer> reducer_;
+  std::unique_ptr<data::Loader> train_loader_, val_loader_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<Progress> progress_;
+  std::function<void(size_t)> ready_;  // the reducer's callback, made once
+  comm::ModelFingerprint fingerprint_;
+  ScheduleConfig schedule_;
+  std::string config_yaml_, ckpt_dir_, last_checkpoint_;
+
+  int64_t step_ = 0;                 // optimizer steps done
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  bool epoch_started_ = false;       // the train loader is positioned inside the current epoch
+  data::Batch batch_;                // reused: no allocation per step
+  std::vector<float> logits_, pad_images_;
+  std::vector<int32_t> pad_labels_;
+  std::vector<double> losses_;
+  // This epoch's running training statistics on this rank.
+  double epoch_loss_ = 0;
+  int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
+};
+
+// Counts, for n samples of `classes` logits each, how many have the label first (top-1) and
+// within the first five (top-5); ties count against the label. Adds -log softmax[label] to loss.
+void count_correct(const float* logits, const int32_t* labels, int n, int64_t classes,
+                   int64_t& top1, int64_t& top5, double& loss);
+
+}  // namespace rt::trainer

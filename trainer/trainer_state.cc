@@ -1,0 +1,112 @@
+// The trainer's persistent state: saving checkpoints (rank 0 writes), loading them (rank 0 reads,
+// every rank receives the state by broadcast) and finding the one to resume from.
+#include <chrono>
+
+#include "comm/agreement.h"
+#include "comm/mpi_check.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The metadata every rank needs after a load, as one broadcastable block.
+struct LoadedMeta {
+  int64_t step = 0, optimizer_steps = 0;
+};
+
+}  // namespace
+
+void Trainer::report(const JsonLine& line, const std::string& text) {
+  metrics_->write(line);
+  log_line(text);
+}
+
+void Trainer::save_checkpoint() {
+  sync_bn_state();  // collective: every rank, so the saved statistics are everyone's
+  const std::string path = checkpoint_path(ckpt_dir_, step_);
+  if (rank_ == 0) {
+    const double t0 = now_s();
+    CheckpointMeta m;
+    m.step = step_;
+    m.epoch = step_ / steps_per_epoch_;
+    m.position = {step_ / steps_per_epoch_, step_ % steps_per_epoch_};
+    m.optimizer_steps = opt_->steps();
+    m.world = world_;
+    m.batch = cfg_.train.batch;
+    m.model = fingerprint_;
+    m.seed = cfg_.seed;
+    auto& a = net_->arena();
+    checkpoint_write(path, m, config_yaml_, a.params(), a.state(), opt_->momentum());
+    checkpoint_prune(ckpt_dir_, cfg_.checkpoint.keep);
+    const double secs = now_s() - t0;
+    report(JsonLine("checkpoint").add("step", step_).add("path", path).add("write_s", secs),
+           str_cat("checkpoint ", path, " (", fixed(secs, 2), " s)"));
+  }
+  last_checkpoint_ = path;
+}
+
+void Trainer::load_checkpoint(const std::string& path, bool for_training) {
+  auto& arena = net_->arena();
+  LoadedMeta lm;
+  std::vector<float> momentum(opt_->size());
+  if (rank_ == 0) {
+    Checkpoint ck = checkpoint_read(path);
+    checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
+    const auto& m = ck.meta;
+    if (for_training) {
+      if (m.world != world_ || m.batch != cfg_.train.batch)
+        throw CheckpointError(str_cat(path, ": written by ", m.world, " rank(s) x batch ", m.batch,
+                                      "; this run has ", world_, " x ", cfg_.train.batch,
+                                      " (resume with the same ranks and train.batch)"));
+      if (m.position.epoch * steps_per_epoch_ + m.position.step != m.step)
+        throw CheckpointError(str_cat(path, ": written at step ", m.step, " = epoch ", m.position.epoch,
+                                      " + ", m.position.step, " batches, which does not fit this run's ",
+                                      steps_per_epoch_, " steps per epoch (did the dataset change?)"));
+    }
+    std::copy(ck.params.begin(), ck.params.end(), arena.params().begin());
+    std::copy(ck.state.begin(), ck.state.end(), arena.state().begin());
+    momentum = std::move(ck.momentum);
+    lm.step = m.step;
+    lm.optimizer_steps = m.optimizer_steps;
+  }
+  // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
+  MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
+  comm::broadcast_model(*ctl_comm_, arena, 0);
+  ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
+  opt_->restore(momentum, lm.optimizer_steps);
+  step_ = lm.step;
+  epoch_started_ = false;
+  last_checkpoint_ = path;
+  report(JsonLine("resume").add("step", step_).add("path", path),
+         str_cat("loaded ", path, ": ", step_, " steps done (", step_ / steps_per_epoch_, " epochs + ",
+                 step_ % steps_per_epoch_, " batches)"));
+}
+
+std::string Trainer::resume(const std::string& what) {
+  if (what != "auto") {
+    load_checkpoint(what);
+    return what;
+  }
+  std::string path;
+  if (rank_ == 0) {
+    std::vector<std::string> skipped;
+    path = checkpoint_find_latest(ckpt_dir_, &skipped);
+    for (const auto& s : skipped) log_line("skipping a damaged checkpoint: " + s);
+  }
+  uint64_t len = path.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, ctl_comm_->mpi()));
+  path.resize(len);
+  MPI_CHECK(MPI_Bcast(path.data(), int(len), MPI_CHAR, 0, ctl_comm_->mpi()));
+  if (path.empty()) {
+    log_line(str_cat("--resume auto: no checkpoint in ", ckpt_dir_, ": starting fresh"));
+    return "";
+  }
+  load_checkpoint(path);
+  return path;
+}
+
+}  // namespace rt::trainer
