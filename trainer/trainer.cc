@@ -48,7 +48,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   cfg_.data.seed = cfg_.seed;
   config_yaml_ = config_to_yaml(cfg_);
   ckpt_dir_ = config_checkpoint_dir(cfg_);
-  setup_threads();
+  setup_threads(world);
 
   grad_comm_ = std::make_unique<comm::Communicator>(world);
   ctl_comm_ = std::make_unique<comm::Communicator>(world);
@@ -104,7 +104,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
 
 Trainer::~Trainer() = default;
 
-void Trainer::setup_threads() {
+void Trainer::setup_threads(MPI_Comm world) {
   int threads = cfg_.threads;
   if (threads == 0) {
     const char* env = std::getenv("OMP_NUM_THREADS");
@@ -114,7 +114,7 @@ void Trainer::setup_threads() {
       // The cores this process may use, shared among the ranks of this node.
       MPI_Comm node;
       int local = 1;
-      MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+      MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
       MPI_CHECK(MPI_Comm_size(node, &local));
       MPI_CHECK(MPI_Comm_free(&node));
       threads = std::max(1, available_cores() / local);

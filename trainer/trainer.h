@@ -81,7 +81,7 @@ class Trainer {
   void check_consistency();
 
  private:
-  void setup_threads();
+  void setup_threads(MPI_Comm world);
   void train_step();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
   void sync_bn_state();
