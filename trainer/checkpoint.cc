@@ -188,10 +188,10 @@ Checkpoint checkpoint_read(const std::string& path) {
   const size_t size = size_t(f.tellg());
   f.seekg(0);
   auto bad = [&](const std::string& what) { return CheckpointError(str_cat(path, ": ", what)); };
-  if (size < kHeaderBytes) throw bad(str_cat("not a checkpoint: truncated to ", size, " bytes"));
   std::vector<char> buf(size);
   if (!f.read(buf.data(), std::streamsize(size))) throw bad("read failed");
-  if (std::memcmp(buf.data(), kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
+  if (size >= 8 && std::memcmp(buf.data(), kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
+  if (size < kHeaderBytes) throw bad(str_cat("not a checkpoint: truncated to ", size, " bytes"));
   uint32_t version, nsec;
   uint64_t bytes, hash;
   std::memcpy(&version, buf.data() + 8, 4);

@@ -1,0 +1,172 @@
+// Checkpoint files: round trip, truncation, corruption, wrong model, the newest-valid search
+// (a damaged or half-written newest file is passed over), pruning; and top-k counting.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Fixture {
+  CheckpointMeta meta;
+  std::string yaml = "model:\n  name: resnet20\n  classes: 10\n";
+  std::vector<float> params, state, momentum;
+  Fixture() {
+    meta.step = 1234;
+    meta.epoch = 3;
+    meta.position = {3, 17};
+    meta.optimizer_steps = 1234;
+    meta.world = 4;
+    meta.batch = 32;
+    meta.model.param_count = 1001;
+    meta.model.grad_elems = 1008;
+    meta.model.layout_hash = 0x1234abcd5678ef01ull;
+    meta.model.state_elems = 37;
+    meta.model.state_hash = 99;
+    meta.seed = 5;
+    for (size_t i = 0; i < 1008; ++i) params.push_back(float(i) * 0.5f - 3.f);
+    for (size_t i = 0; i < 37; ++i) state.push_back(float(i) + 0.25f);
+    for (size_t i = 0; i < 1008; ++i) momentum.push_back(-float(i));
+  }
+  void write(const std::string& path) const { checkpoint_write(path, meta, yaml, params, state, momentum); }
+};
+
+std::string temp_dir(const char* name) {
+  fs::path d = fs::temp_directory_path() / (std::string(name) + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerCheckpoint, RoundTrip) {
+  const std::string dir = temp_dir("rt_ck_rt");
+  Fixture f;
+  const std::string path = checkpoint_path(dir, f.meta.step);
+  EXPECT_EQ(path, dir + "/ckpt-0000001234.rtck");
+  f.write(path);
+  Checkpoint c = checkpoint_read(path);
+  EXPECT_EQ(c.meta.step, 1234);
+  EXPECT_EQ(c.meta.position.epoch, 3);
+  EXPECT_EQ(c.meta.position.step, 17);
+  EXPECT_EQ(c.meta.world, 4);
+  EXPECT_EQ(c.meta.model.layout_hash, f.meta.model.layout_hash);
+  EXPECT_EQ(c.config_yaml, f.yaml);
+  EXPECT_EQ(c.params, f.params);
+  EXPECT_EQ(c.state, f.state);
+  EXPECT_EQ(c.momentum, f.momentum);
+  EXPECT_NO_THROW(checkpoint_check_model(c, path, f.meta.model, "resnet20"));
+  // No temporary file is left behind.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
+TEST(TrainerCheckpoint, TruncatedCorruptAndForeignFilesAreRefusedByName) {
+  const std::string dir = temp_dir("rt_ck_bad");
+  Fixture f;
+  const std::string path = dir + "/ckpt-0000000001.rtck";
+  f.write(path);
+  const auto size = fs::file_size(path);
+
+  fs::resize_file(path, size - 100);
+  auto e = error_of([&] { checkpoint_read(path); });
+  EXPECT_NE(e.find(path + ": truncated:"), std::string::npos) << e;
+  fs::resize_file(path, 6);
+  e = error_of([&] { checkpoint_read(path); });
+  EXPECT_NE(e.find(path + ": not a checkpoint: truncated"), std::string::npos) << e;
+
+  f.write(path);
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(size / 2));
+    io.put('\x5a');
+  }
+  e = error_of([&] { checkpoint_read(path); });
+  EXPECT_NE(e.find(path + ": corrupt: checksum mismatch"), std::string::npos) << e;
+
+  std::ofstream(path) << "model:\n  name: resnet50\n";
+  e = error_of([&] { checkpoint_read(path); });
+  EXPECT_NE(e.find("not a ringtrain checkpoint"), std::string::npos) << e;
+
+  e = error_of([&] { checkpoint_read(dir + "/missing.rtck"); });
+  EXPECT_NE(e.find(dir + "/missing.rtck: cannot open"), std::string::npos) << e;
+
+  f.write(path);
+  comm::ModelFingerprint other = f.meta.model;
+  other.param_count = 2002;
+  other.layout_hash = 7;
+  e = error_of([&] { checkpoint_check_model(checkpoint_read(path), path, other, "resnet56"); });
+  EXPECT_NE(e.find(path + ": written for another model (resnet20, 1001 parameters"), std::string::npos) << e;
+  EXPECT_NE(e.find("this run builds resnet56 (2002 parameters"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+TEST(TrainerCheckpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
+  const std::string dir = temp_dir("rt_ck_latest");
+  EXPECT_EQ(checkpoint_find_latest(dir), "");
+  EXPECT_EQ(checkpoint_find_latest(dir + "/absent"), "");
+  Fixture f;
+  for (int64_t s : {10, 20, 30}) {
+    f.meta.step = s;
+    f.write(checkpoint_path(dir, s));
+  }
+  EXPECT_EQ(checkpoint_find_latest(dir), checkpoint_path(dir, 30));
+  // A run killed while writing step 40 leaves only its temporary file: not a checkpoint.
+  std::ofstream(dir + "/.ckpt-0000000040.rtck.tmp") << "partial";
+  // A newest file damaged after it was written is reported and passed over.
+  fs::resize_file(checkpoint_path(dir, 30), 64);
+  std::vector<std::string> skipped;
+  EXPECT_EQ(checkpoint_find_latest(dir, &skipped), checkpoint_path(dir, 20));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("ckpt-0000000030.rtck"), std::string::npos);
+
+  checkpoint_prune(dir, 2);
+  EXPECT_EQ(checkpoint_list(dir), (std::vector<std::string>{checkpoint_path(dir, 30), checkpoint_path(dir, 20)}));
+  EXPECT_FALSE(fs::exists(dir + "/.ckpt-0000000040.rtck.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(TrainerCheckpoint, HashIsFnv1aOverWords) {
+  const uint64_t w[2] = {1, 2};
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = (h ^ 1) * 0x100000001b3ull;
+  h = (h ^ 2) * 0x100000001b3ull;
+  EXPECT_EQ(checkpoint_hash(w, 16), h);
+}
+
+TEST(TrainerEval, CountCorrect) {
+  // 3 samples, 6 classes.
+  const float logits[] = {0, 5, 1, 2, 3, 4,   // label 1: first
+                          9, 8, 7, 6, 5, 4,   // label 5: sixth
+                          1, 1, 1, 1, 1, 1};  // label 4 tied: four ties come first -> top-5 only
+  const int32_t labels[] = {1, 5, 4};
+  int64_t top1 = 0, top5 = 0;
+  double loss = 0;
+  count_correct(logits, labels, 3, 6, top1, top5, loss);
+  EXPECT_EQ(top1, 1);
+  EXPECT_EQ(top5, 2);
+  EXPECT_NEAR(loss / 3, 0, 10);
+  EXPECT_GT(loss, 0);
+}
+
+}  // namespace
+}  // namespace rt::trainer

@@ -1,0 +1,190 @@
+// Trainer configuration: parsing, every error message (file:line and key), --set overrides,
+// validation, the printed YAML reading back the same, the shipped configs, the command line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "trainer/cli.h"
+#include "trainer/config.h"
+
+namespace rt::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The error text of f(), or "" when it does not throw ConfigError.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+TEST(TrainerConfig, DefaultsAndValues) {
+  Config c = config_parse("", "empty.yaml");
+  EXPECT_EQ(c.model.name, "resnet50");
+  EXPECT_EQ(c.train.batch, 32);
+  c = config_parse(
+      "model:\n  name: resnet18\n  width: 0.5\ntrain: {batch: 64, epochs: 3}\n"
+      "schedule:\n  kind: multistep\n  milestones: [1, 2]\ndata:\n  synthetic: true\n"
+      "  mean: [0.5, 0.5, 0.5]\nseed: 7\n",
+      "x.yaml");
+  EXPECT_EQ(c.model.name, "resnet18");
+  EXPECT_DOUBLE_EQ(c.model.width, 0.5);
+  EXPECT_EQ(c.train.batch, 64);
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::multistep);
+  EXPECT_EQ(c.schedule.milestones, (std::vector<double>{1, 2}));
+  EXPECT_FLOAT_EQ(c.data.mean[1], 0.5f);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.origin.at("train.batch"), "x.yaml:4");
+  EXPECT_NO_THROW(config_validate(c));
+}
+
+TEST(TrainerConfig, UnknownKeyNamesFileLineAndKey) {
+  const std::string e = error_of([] { config_parse("model:\n  name: resnet18\n  nme: x\n", "cfg.yaml"); });
+  EXPECT_NE(e.find("cfg.yaml:3: unknown key 'model.nme'"), std::string::npos) << e;
+  EXPECT_NE(e.find("model takes: name, classes"), std::string::npos) << e;
+  const std::string top = error_of([] { config_parse("seed: 1\nepochs: 3\n", "cfg.yaml"); });
+  EXPECT_NE(top.find("cfg.yaml:2: unknown key 'epochs' (top level takes:"), std::string::npos) << top;
+}
+
+TEST(TrainerConfig, WrongTypeNamesFileLineAndKey) {
+  auto e = error_of([] { config_parse("train:\n  batch: many\n", "t.yaml"); });
+  EXPECT_NE(e.find("t.yaml:2: key 'train.batch' expects an integer, got 'many'"), std::string::npos) << e;
+  e = error_of([] { config_parse("optimizer:\n  nesterov: 3\n", "t.yaml"); });
+  EXPECT_NE(e.find("t.yaml:2: key 'optimizer.nesterov' expects true or false, got '3'"), std::string::npos) << e;
+  e = error_of([] { config_parse("schedule:\n  milestones: 30\n", "t.yaml"); });
+  EXPECT_NE(e.find("key 'schedule.milestones' expects a list of numbers"), std::string::npos) << e;
+  e = error_of([] { config_parse("model: resnet50\n", "t.yaml"); });
+  EXPECT_NE(e.find("t.yaml:1: key 'model' is a section and expects a mapping"), std::string::npos) << e;
+  e = error_of([] { config_parse("seed: -1\n", "t.yaml"); });
+  EXPECT_NE(e.find("key 'seed' expects a non-negative integer, got '-1'"), std::string::npos) << e;
+  e = error_of([] { config_parse("schedule: {kind: linear}\n", "t.yaml"); });
+  EXPECT_NE(e.find("t.yaml:1: key 'schedule.kind'"), std::string::npos) << e;
+  EXPECT_NE(e.find("linear"), std::string::npos) << e;
+  e = error_of([] { config_parse("train:\n  batch: [1\n", "t.yaml"); });
+  EXPECT_NE(e.find("t.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("YAML syntax error"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, FileErrors) {
+  auto e = error_of([] { config_load("/nonexistent/dir/x.yaml"); });
+  EXPECT_NE(e.find("/nonexistent/dir/x.yaml: cannot read the config file"), std::string::npos) << e;
+  const std::string path = write_temp("rt_cfg_line.yaml", "# comment\nmodel:\n  classes: 10\n  depth: 3\n");
+  e = error_of([&] { config_load(path); });
+  EXPECT_NE(e.find(path + ":4: unknown key 'model.depth'"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, SetOverrides) {
+  Config c = config_parse("train: {batch: 8}\n", "s.yaml", {"train.batch=16", "schedule.milestones=[5, 9]",
+                                                           "data.root=/data/x", "optimizer.nesterov=true"});
+  EXPECT_EQ(c.train.batch, 16);
+  EXPECT_EQ(c.schedule.milestones, (std::vector<double>{5, 9}));
+  EXPECT_EQ(c.data.root, "/data/x");
+  EXPECT_TRUE(c.optimizer.sgd.nesterov);
+  EXPECT_EQ(c.origin.at("train.batch"), "--set");
+  auto e = error_of([] { config_parse("", "s.yaml", {"train.batch=abc"}); });
+  EXPECT_NE(e.find("--set train.batch=abc: key 'train.batch' expects an integer, got 'abc'"), std::string::npos) << e;
+  e = error_of([] { config_parse("", "s.yaml", {"train.bacth=4"}); });
+  EXPECT_NE(e.find("--set train.bacth=4: unknown key 'train.bacth' (train takes: epochs, steps, batch"),
+            std::string::npos) << e;
+  e = error_of([] { config_parse("", "s.yaml", {"train.batch"}); });
+  EXPECT_NE(e.find("expected key=value"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, ValidationNamesWhereTheValueCameFrom) {
+  auto invalid = [](const std::string& yaml, std::vector<std::string> sets = {}) {
+    return error_of([&] {
+      config_validate(config_parse("data: {synthetic: true}\n" + yaml, "v.yaml", sets));
+    });
+  };
+  auto e = invalid("train:\n  batch: 0\n");
+  EXPECT_NE(e.find("v.yaml:3: key 'train.batch' must be >= 1 (got 0)"), std::string::npos) << e;
+  e = invalid("", {"train.batch=0"});
+  EXPECT_NE(e.find("--set: key 'train.batch' must be >= 1 (got 0)"), std::string::npos) << e;
+  e = invalid("model: {name: resnet51}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'model.name' must be resnet18"), std::string::npos) << e;
+  e = invalid("backend: cuda\n");
+  EXPECT_NE(e.find("'cuda' is not built"), std::string::npos) << e;
+  e = invalid("backend: tpu\n");
+  EXPECT_NE(e.find("key 'backend' must be onednn"), std::string::npos) << e;
+  e = invalid("comm: {algorithm: tree}\n");
+  EXPECT_NE(e.find("key 'comm.algorithm' must be ring, mpi or reducer (got tree)"), std::string::npos) << e;
+  e = invalid("optimizer: {momentum: 0, nesterov: true}\n");
+  EXPECT_NE(e.find("optimizer: sgd: nesterov requires momentum > 0"), std::string::npos) << e;
+  e = invalid("schedule: {kind: multistep, milestones: [60, 30]}\n");
+  EXPECT_NE(e.find("schedule: schedule: milestones must be strictly increasing"), std::string::npos) << e;
+  e = invalid("checkpoint: {keep: 0}\n");
+  EXPECT_NE(e.find("key 'checkpoint.keep' must be >= 1"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });
+  EXPECT_NE(e.find("set exactly one of data.root"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse("data: {train_list: a.txt}\n", "v.yaml")); });
+  EXPECT_NE(e.find("data.train_list' needs its partner"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, PrintedYamlReadsBackTheSame) {
+  Config c = config_parse("data: {synthetic: true}\n", "r.yaml",
+                          {"optimizer.lr=0.123456789", "schedule.milestones=[1.5, 2]", "data.root=",
+                           "data.std=[0.1, 0.2, 0.3]", "log.jsonl=m-{rank}.jsonl", "seed=18446744073709551615"});
+  const std::string y = config_to_yaml(c);
+  EXPECT_EQ(config_to_yaml(config_parse(y, "printed")), y);
+  Config back = config_parse(y, "printed");
+  EXPECT_DOUBLE_EQ(back.optimizer.lr, 0.123456789);
+  EXPECT_EQ(back.seed, 18446744073709551615ull);
+  EXPECT_EQ(back.log.jsonl, "m-{rank}.jsonl");
+  // Every key is printed: a --set of each printed key is accepted.
+  for (const auto& k : config_keys()) EXPECT_NE(y.find(k.substr(k.rfind('.') + 1) + ":"), std::string::npos) << k;
+}
+
+TEST(TrainerConfig, DerivedValues) {
+  Config c = config_parse("train: {batch: 32, epochs: 90}\noptimizer: {lr: 0.1}\n", "d.yaml");
+  EXPECT_DOUBLE_EQ(config_base_lr(c, 8), 0.1);  // 8 x 32 = 256 images
+  EXPECT_DOUBLE_EQ(config_schedule(c, 16).base_lr, 0.2);
+  EXPECT_DOUBLE_EQ(config_schedule(c, 16).total_epochs, 90);
+  EXPECT_EQ(config_run_dir(c), "runs/d");
+  EXPECT_EQ(config_checkpoint_dir(c), "runs/d/checkpoints");
+}
+
+TEST(TrainerConfig, ShippedConfigsAreValid) {
+  const fs::path dir = fs::path(__FILE__).parent_path().parent_path() / "configs";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(e.path().string());
+    EXPECT_NO_THROW(config_validate(config_load(e.path().string())));
+    ++n;
+  }
+  EXPECT_GE(n, 5);
+}
+
+TEST(TrainerCli, Arguments) {
+  const char* ok[] = {"trainer", "--config", "c.yaml", "--set", "a.b=1", "--resume", "auto"};
+  CliOptions o = cli_parse(7, ok);
+  EXPECT_EQ(o.config, "c.yaml");
+  EXPECT_EQ(o.sets, (std::vector<std::string>{"a.b=1"}));
+  EXPECT_EQ(o.resume, "auto");
+  const char* ev[] = {"trainer", "--eval", "--checkpoint", "x.rtck"};
+  EXPECT_TRUE(cli_parse(4, ev).eval);
+  auto e = error_of([] { const char* a[] = {"trainer", "--config"}; cli_parse(2, a); });
+  EXPECT_NE(e.find("--config needs a value"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--confg", "x"}; cli_parse(3, a); });
+  EXPECT_NE(e.find("unknown argument '--confg'"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--eval"}; cli_parse(2, a); });
+  EXPECT_NE(e.find("--eval needs --checkpoint"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer"}; cli_parse(1, a); });
+  EXPECT_NE(e.find("--config FILE is required"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace rt::trainer
