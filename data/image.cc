@@ -198,6 +198,8 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
     const int flag = f == 8 ? cv::IMREAD_REDUCED_COLOR_8 : f == 4 ? cv::IMREAD_REDUCED_COLOR_4
                    : f == 2 ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_COLOR;
     try {
+      // A fresh Mat each time: imdecode(buf, flags, &dst) leaves dst's old pixels in place when
+      // the header cannot be read, which would pass off the previous image as this one.
       scratch.decoded = cv::imdecode(buf, flag | cv::IMREAD_IGNORE_ORIENTATION);
     } catch (const cv::Exception&) {
       return false;

@@ -172,9 +172,23 @@ TEST(data_image, CorruptAndTruncatedImagesFail) {
   Rng rng(1);
   const AugmentSpec spec = raw_spec(8, true);
   EXPECT_TRUE(decode_augment(jpg.data(), jpg.size(), spec, rng, scratch, out.data(), nullptr));
+  EXPECT_TRUE(decode_augment(jpg.data(), jpg.size(), spec, rng, scratch, out.data(), nullptr));
   EXPECT_FALSE(decode_augment(jpg.data(), jpg.size() / 2, spec, rng, scratch, out.data(), nullptr));
   EXPECT_FALSE(decode_augment(png.data(), png.size() / 2, spec, rng, scratch, out.data(), nullptr));
+  // A JPEG whose frame header parses but whose tables are garbage, right after a good image of
+  // the same size: must fail, not return the previous pixels.
+  size_t dht = 2;
+  while (dht + 1 < jpg.size() && !(jpg[dht] == 0xff && jpg[dht + 1] == 0xc4)) ++dht;  // first DHT
+  std::vector<uint8_t> broken(jpg.begin(), jpg.begin() + dht + 4);
+  for (int i = 0; i < 300; ++i) broken.push_back(static_cast<uint8_t>(i * 37 % 255));
+  broken.push_back(0xff), broken.push_back(0xd9);
+  int w, h;
+  bool is_jpeg;
+  ASSERT_TRUE(image_dims(broken.data(), broken.size(), &w, &h, &is_jpeg));
+  EXPECT_TRUE(decode_augment(jpg.data(), jpg.size(), spec, rng, scratch, out.data(), nullptr));
+  EXPECT_FALSE(decode_augment(broken.data(), broken.size(), spec, rng, scratch, out.data(), nullptr));
   std::vector<uint8_t> garbage(1000, 0x5a);
+  EXPECT_TRUE(decode_augment(jpg.data(), jpg.size(), spec, rng, scratch, out.data(), nullptr));
   EXPECT_FALSE(decode_augment(garbage.data(), garbage.size(), spec, rng, scratch, out.data(), nullptr));
   EXPECT_FALSE(decode_augment(garbage.data(), 0, spec, rng, scratch, out.data(), nullptr));
 }

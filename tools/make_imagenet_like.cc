@@ -159,7 +159,7 @@ cv::Mat draw_image(const ClassDef& cls, int w, int h, uint64_t key) {
   const cv::Scalar stripe = hsv_to_bgr(base_hue + 90 + rng.uniform(-6.0, 6.0), rng.uniform(100.0, 255.0), rng.uniform(30.0, 120.0));
   const double theta = (cls.orient * 45.0 + rng.uniform(-10.0, 10.0)) * M_PI / 180.0;
   const double period = std::max(3.0, r * rng.uniform(0.25, 0.45)), phase = rng.uniform(0.0, period);
-  const double dx = std::cos(theta), dy = std::sin(theta);
+  const double dx = std::cos(theta), dy = std::sin(theta), inv_period = 1.0 / period;
   const cv::Vec3b fgv(cv::saturate_cast<uchar>(fg[0]), cv::saturate_cast<uchar>(fg[1]), cv::saturate_cast<uchar>(fg[2]));
   const cv::Vec3b stv(cv::saturate_cast<uchar>(stripe[0]), cv::saturate_cast<uchar>(stripe[1]), cv::saturate_cast<uchar>(stripe[2]));
   const int x0 = std::max(0, int(cx - r) - 2), x1 = std::min(w, int(cx + r) + 3);
@@ -169,15 +169,16 @@ cv::Mat draw_image(const ClassDef& cls, int w, int h, uint64_t key) {
     cv::Vec3b* p = img.ptr<cv::Vec3b>(y);
     for (int x = x0; x < x1; ++x) {
       if (!m[x]) continue;
-      const double u = std::fmod(x * dx + y * dy + phase + 1e6 * period, period);
-      const cv::Vec3b& c = u < period / 2 ? fgv : stv;
+      const double t = (x * dx + y * dy + phase) * inv_period;
+      const cv::Vec3b& c = t - std::floor(t) < 0.5 ? fgv : stv;
       const int a = m[x];  // anti-aliased edge: blend
       for (int k = 0; k < 3; ++k) p[x][k] = static_cast<uchar>((c[k] * a + p[x][k] * (255 - a)) / 255);
     }
   }
-  // Sensor-like noise, and sometimes a little blur.
+  // Sensor-like noise (uniform: much cheaper to draw than Gaussian), and sometimes a little blur.
   cv::Mat noise(h, w, CV_16SC3);
-  rng.fill(noise, cv::RNG::NORMAL, 0, rng.uniform(3.0, 12.0));
+  const int amp = rng.uniform(5, 21);
+  rng.fill(noise, cv::RNG::UNIFORM, -amp, amp + 1);
   cv::Mat out;
   img.convertTo(out, CV_16SC3);
   out += noise;
