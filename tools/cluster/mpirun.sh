@@ -1,0 +1,38 @@
+#!/bin/bash
+# Launches an MPI job onto the emulated cluster, one rank per host (rank i on host rtc-h<i>):
+#
+#   tools/cluster/mpirun.sh [--print] -np N [more mpirun options] PROGRAM [ARGS]
+#
+# mpirun itself runs inside the first host's namespace; OpenMPI starts its daemons on the other
+# hosts through agent.sh (ip netns exec instead of ssh); ranks talk TCP over the emulated links
+# only. --print shows the command instead of running it.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+rtc_need_root
+rtc_need_up
+
+print=0
+[ "${1-}" = "--print" ] && { print=1; shift; }
+[ "${1-}" = "-np" ] || [ "${1-}" = "-n" ] ||
+  rtc_die "usage: tools/cluster/mpirun.sh [--print] -np N [mpirun options] PROGRAM [ARGS]"
+np=${2-}
+[[ "$np" =~ ^[0-9]+$ ]] && [ "$np" -ge 1 ] || rtc_die "-np needs a positive integer (got '$np')"
+[ "$np" -le "$RTC_HOSTS" ] ||
+  rtc_die "-np $np exceeds the $RTC_HOSTS emulated hosts (one rank per host; bring up more with down.sh + up.sh --hosts $np)"
+shift 2
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cmd=(ip netns exec "$(rtc_host 0)" mpirun -np "$np"
+  --hostfile "$RTC_STATE_DIR/hostfile"
+  --mca plm_rsh_agent "$RTC_TOOLS_DIR/agent.sh" --mca plm_rsh_no_tree_spawn 1
+  --mca pml ob1 --mca btl tcp,self
+  --mca btl_tcp_if_include "$RTC_SUBNET" --mca oob_tcp_if_include "$RTC_SUBNET"
+  --bind-to none --mca mpi_yield_when_idle 1
+  "$@")
+if [ $print = 1 ]; then
+  printf 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'
+  printf ' %q' "${cmd[@]}"
+  echo
+  exit 0
+fi
+exec "${cmd[@]}"
