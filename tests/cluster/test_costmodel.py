@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Unit tests of tools/costmodel.py on synthetic measurements (python3 -m unittest, no MPI)."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+import xml.dom.minidom
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import costmodel as cm  # noqa: E402
+
+MIB = 1 << 20
+TRUE = {"alpha": 40e-6, "beta": 1 / 117e6, "gamma": 0.6e-9}
+
+
+def synthetic(params, noise=0.0, seed=1, kinds=("ring", "reducer")):
+    rng = np.random.default_rng(seed)
+    pts = []
+    for kind in kinds:
+        for n in (2, 4, 8):
+            for s in (1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB):
+                t = cm.predict(params, kind, n, s) * (1 + noise * rng.standard_normal())
+                pts.append((kind, n, s, t))
+    return pts
+
+
+def result_line(impl, n, s, t):
+    return (f"RESULT,{impl},{n},{s},{s // 4},5,{t * 1e6:.1f},{t * 1e6:.1f},{t * 1e6:.1f},"
+            f"0,0,OK,1,0.000")
+
+
+class TestFormulas(unittest.TestCase):
+    def test_ring_and_reducer_terms(self):
+        p = {"alpha": 1.0, "beta": 0.0, "gamma": 0.0}
+        self.assertEqual(cm.predict(p, "ring", 8, MIB), 14.0)  # 2(N-1) messages
+        p = {"alpha": 0.0, "beta": 1.0, "gamma": 0.0}
+        self.assertAlmostEqual(cm.predict(p, "ring", 4, 400), 600.0)  # 2(N-1)/N·S
+        self.assertAlmostEqual(cm.predict(p, "reducer", 4, 400), 2400.0)  # 2(N-1)·S
+        p = {"alpha": 0.0, "beta": 0.0, "gamma": 1.0}
+        self.assertAlmostEqual(cm.predict(p, "ring", 4, 400), 300.0)
+        self.assertAlmostEqual(cm.predict(p, "reducer", 4, 400), 1200.0)
+        self.assertEqual(cm.predict(TRUE, "ring", 1, MIB), 0.0)
+
+    def test_reducer_is_n_times_ring_on_bandwidth(self):
+        p = {"alpha": 0.0, "beta": 1e-9, "gamma": 0.0}
+        for n in (2, 8, 40):
+            r = cm.predict(p, "reducer", n, MIB) / cm.predict(p, "ring", n, MIB)
+            self.assertAlmostEqual(r, n)
+
+    def test_formula_of_labels(self):
+        self.assertEqual(cm.formula("ring@128K"), "ring")
+        self.assertEqual(cm.formula("reducer"), "reducer")
+        self.assertEqual(cm.formula("naive-tcp"), "reducer")
+        self.assertEqual(cm.formula("openmpi-ring"), "ring")
+        self.assertEqual(cm.formula("mpi"), "ring")
+
+
+class TestFit(unittest.TestCase):
+    def test_exact_recovery_with_measured_beta(self):
+        p = cm.fit(synthetic(TRUE), beta=TRUE["beta"])
+        self.assertAlmostEqual(p["alpha"] / TRUE["alpha"], 1.0, places=6)
+        self.assertAlmostEqual(p["gamma"] / TRUE["gamma"], 1.0, places=6)
+        self.assertEqual(p["beta"], TRUE["beta"])
+
+    def test_noisy_recovery_and_small_errors(self):
+        pts = synthetic(TRUE, noise=0.02, seed=7)
+        p = cm.fit(pts, beta=TRUE["beta"])
+        self.assertLess(abs(p["gamma"] / TRUE["gamma"] - 1), 0.3)
+        for kind, n, s, t in pts:
+            self.assertLess(abs(cm.predict(p, kind, n, s) / t - 1), 0.08)
+
+    def test_beta_fitted_when_not_given(self):
+        truth = dict(TRUE, gamma=0.0)
+        p = cm.fit(synthetic(truth), beta=None)
+        self.assertAlmostEqual(p["beta"] / truth["beta"], 1.0, places=6)
+        self.assertAlmostEqual(p["alpha"] / truth["alpha"], 1.0, places=4)
+        self.assertEqual(p["gamma"], 0.0)
+
+    def test_parameters_never_negative(self):
+        # Times below the bandwidth term alone would need γ < 0: it is clamped at 0.
+        truth = dict(TRUE, gamma=0.0)
+        p = cm.fit(synthetic(truth), beta=TRUE["beta"] * 1.2)
+        self.assertGreaterEqual(p["gamma"], 0.0)
+        self.assertGreaterEqual(p["alpha"], 0.0)
+
+    def test_nnls_matches_unconstrained_when_feasible(self):
+        a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        y = np.array([1.0, 2.0, 3.0])
+        np.testing.assert_allclose(cm.nnls(a, y), [1.0, 2.0], atol=1e-12)
+        np.testing.assert_allclose(cm.nnls(a, -y), [0.0, 0.0], atol=1e-12)
+
+    def test_empty_and_bad_input(self):
+        with self.assertRaises(ValueError):
+            cm.fit([])
+        with self.assertRaises(ValueError):
+            cm.fit([("ring", 2, MIB, 0.0)])
+
+
+class TestCommandLine(unittest.TestCase):
+    def run_main(self, argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = cm.main(argv)
+        return rc, out.getvalue()
+
+    def test_fit_command_reports_every_point(self):
+        lines = ["# allreduce_bench np=2", "RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,"
+                 "algbw_GBps,busbw_GBps,check,attempts,foreign_cores", "LINK,2,117000000"]
+        pts = synthetic(TRUE, noise=0.01, seed=3, kinds=("ring", "reducer"))
+        lines += [result_line(k, n, s, t) for k, n, s, t in pts]
+        lines.append(result_line("ring", 4, 4096, 0.001))  # below --min-bytes: shown, not fitted
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.csv")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            rc, out = self.run_main(["fit", path, "--json", os.path.join(d, "p.json")])
+            self.assertEqual(rc, 0)
+            rows = [l for l in out.splitlines() if l.startswith("point,") and "point,impl" not in l]
+            self.assertEqual(len(rows), len(pts) + 1)
+            self.assertIn("joint,", out)
+            with open(os.path.join(d, "p.json")) as f:
+                saved = json.load(f)
+            self.assertAlmostEqual(saved["params"]["beta"], 1 / 117e6)
+            self.assertLess(saved["worst_err_pct"]["joint"], 5.0)
+            rc, out = self.run_main(["project", "--params", os.path.join(d, "p.json"),
+                                     "--compute-ms", "100", "--workers", "8,64",
+                                     "--svg", os.path.join(d, "p.svg")])
+            self.assertEqual(rc, 0)
+            xml.dom.minidom.parse(os.path.join(d, "p.svg"))  # well-formed
+            rc, out = self.run_main(["table", path])
+            self.assertIn("| 64 MiB |", out)
+
+    def test_parse_skips_header_and_garbage(self):
+        rows = cm.parse_results(["RESULT,impl,np,bytes", "RESULT,ring,2,x,1,1,1,1,1,1,1,OK,1,0",
+                                 "junk", result_line("ring", 2, MIB, 0.01) + ",CONTENDED"])
+        self.assertEqual(len(rows), 1)
+        self.assertTrue(rows[0]["contended"])
+        self.assertEqual(cm.parse_bytes("64M"), 64 * MIB)
+        self.assertEqual(cm.parse_links(["LINK,8,1.5e8", "LINK,x,1"]), {8: 1.5e8})
+
+
+class TestProjection(unittest.TestCase):
+    P = {"alpha": 5e-6, "beta": 8 / 10e9, "gamma": 0.0}
+
+    def test_no_communication_means_full_efficiency(self):
+        res = cm.project({"alpha": 0, "beta": 0, "gamma": 0}, ["ring"], [8, 256], 0.1, 98 * MIB,
+                         25 * MIB, True)
+        for _, t, eff, speed in res["ring"]:
+            self.assertAlmostEqual(eff, 1.0)
+
+    def test_ring_flat_reducer_falls(self):
+        res = cm.project(self.P, ["ring", "reducer"], [8, 32, 128], 0.2, 98 * MIB, 25 * MIB, False)
+        ring = [e for _, _, e, _ in res["ring"]]
+        red = [e for _, _, e, _ in res["reducer"]]
+        self.assertLess(ring[0] - ring[-1], 0.05)  # ring time hardly grows with N (8 → 128)
+        self.assertGreater(red[0], red[1])
+        self.assertGreater(red[1], red[2])
+        self.assertTrue(all(r > d for r, d in zip(ring, red)))
+
+    def test_overlap_helps_and_buckets_are_counted(self):
+        off = cm.project(self.P, ["ring"], [16], 0.2, 98 * MIB, 25 * MIB, False)["ring"][0][1]
+        on = cm.project(self.P, ["ring"], [16], 0.2, 98 * MIB, 25 * MIB, True)["ring"][0][1]
+        self.assertLess(on, off)
+        # Without overlap the step is compute plus every bucket's allreduce, one after another.
+        sizes = [25 * MIB] * 3 + [23 * MIB]
+        want = 0.2 + sum(cm.predict(self.P, "ring", 16, s) for s in sizes)
+        self.assertAlmostEqual(off, want, places=9)
+
+    def test_calibration_hits_target(self):
+        c = cm.calibrate_compute(self.P, "ring", 40, 31.0, 400 * MIB, 25 * MIB, False)
+        res = cm.project(self.P, ["ring"], [40], c, 400 * MIB, 25 * MIB, False)
+        self.assertAlmostEqual(res["ring"][0][3], 31.0, places=3)
+
+
+if __name__ == "__main__":
+    unittest.main()

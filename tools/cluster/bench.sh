@@ -1,0 +1,56 @@
+#!/bin/bash
+# Allreduce on the emulated cluster: for each N, brings up N hosts at the given rate, measures one
+# link's TCP throughput (check.sh), then runs allreduce_bench with our ring and reducer and
+# OpenMPI's MPI_Allreduce (its default choice, then with its ring forced), one rank per host.
+# Tears the cluster down at the end (also on failure or Ctrl-C).
+#
+# Usage: tools/cluster/bench.sh [--rate 1gbit] [--np "2 4 8"] [--sizes 1M,4M,16M,64M]
+#          [--budget 1] [--min-reps 3] [--bin build/bin/allreduce_bench] [--out DIR]
+#          [--algos ring,reducer,openmpi] [--extra "ARGS for allreduce_bench"]
+#
+# Writes DIR/results.csv: the RESULT lines of every run (the forced-ring OpenMPI column is named
+# openmpi-ring) and one `LINK,N,bytes_per_s` line per N; feed it to tools/costmodel.py.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+rate=1gbit nps="2 4 8" sizes=1M,4M,16M,64M budget=1 minreps=3 algos=ring,reducer,openmpi extra=""
+bin=build/bin/allreduce_bench out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rate) rate=$2 ;; --np) nps=$2 ;; --sizes) sizes=$2 ;; --budget) budget=$2 ;;
+    --min-reps) minreps=$2 ;; --bin) bin=$2 ;; --out) out=$2 ;; --algos) algos=$2 ;;
+    --extra) extra=$2 ;;
+    *) rtc_die "unknown argument '$1'" ;;
+  esac
+  shift 2
+done
+rtc_need_root
+[ -x "$bin" ] || rtc_die "$bin not found: build it (cmake --build BUILD --target allreduce_bench) or pass --bin"
+bin=$(realpath "$bin")
+out=${out:-scaling-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+T="$RTC_TOOLS_DIR"
+trap '"$T/down.sh" >/dev/null 2>&1 || true' EXIT
+"$T/down.sh" >/dev/null
+
+res="$out/results.csv"
+: > "$res"
+for n in $nps; do
+  "$T/up.sh" --hosts "$n" --rate "$rate" | head -1
+  if [ "$n" -ge 2 ]; then
+    "$T/check.sh" | tee "$out/check_np$n.txt"
+    echo "LINK,$n,$(awk '/^link_bytes_per_s/ {print $2}' "$out/check_np$n.txt")" >> "$res"
+  fi
+  echo "# np=$n: $algos"
+  # shellcheck disable=SC2086
+  "$T/mpirun.sh" -np "$n" "$bin" --algos "$algos" --sizes "$sizes" --budget "$budget" \
+    --min-reps "$minreps" $extra | tee -a "$res"
+  if [[ ",$algos," == *,openmpi,* ]]; then
+    echo "# np=$n: openmpi with its ring forced (coll_tuned_allreduce_algorithm 4)"
+    # shellcheck disable=SC2086
+    "$T/mpirun.sh" -np "$n" --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 \
+      "$bin" --algos openmpi --sizes "$sizes" --budget "$budget" --min-reps "$minreps" $extra |
+      sed 's/^RESULT,openmpi,/RESULT,openmpi-ring,/' | tee -a "$res"
+  fi
+  "$T/down.sh" >/dev/null
+done
+echo "# results in $res"

@@ -1,0 +1,490 @@
+#!/usr/bin/python3
+"""Allreduce cost model: fit α, β, γ to allreduce_bench results, report the error at every point,
+and project data-parallel training efficiency to many workers (python3 + numpy only).
+
+Model (S bytes per rank, N ranks, one full-duplex link of 1/β bytes/s per rank):
+
+  ring     T = 2(N-1)·α + 2(N-1)/N·S·β + (N-1)/N·S·γ
+  reducer  T = 2(N-1)·α + 2(N-1)·S·β   + (N-1)·S·γ     (rank 0's link carries everything)
+
+α: time per message (latency and per-message software cost), β: time per byte on a link,
+γ: time per byte of reduction that is not hidden behind the transfer. β and γ appear in both
+formulas only as 2β + γ, so they cannot be told apart from allreduce times alone: β is taken from
+the measured TCP throughput of one link (--link-bytes-per-s, printed by tools/cluster/check.sh)
+and α, γ are fitted; without it, β is fitted with γ = 0. The fit is least squares on relative
+errors (each point weighted by 1/T) with α, β, γ ≥ 0. OpenMPI's MPI_Allreduce is described by
+the ring formula with parameters of its own.
+
+  costmodel.py fit RESULTS.csv... [--link-bytes-per-s B] [--min-bytes 1M] [--json params.json]
+  costmodel.py predict --params params.json --np 8 --bytes 64M
+  costmodel.py project --params params.json --compute-ms 200 --grad-mb 98 [--bucket-mb 25]
+                       [--overlap 1] [--link-gbit 10] [--workers 8,16,...,256] [--svg out.svg]
+  costmodel.py baidu [--params params.json] [--svg out.svg]
+
+Input lines are the CSV `RESULT,impl,np,bytes,count,reps,median_us,...` lines of allreduce_bench
+and of the peer benchmark mpi_allreduce; other lines are ignored.
+"""
+import argparse
+import itertools
+import json
+import math
+import sys
+
+import numpy as np
+
+MIB = 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+def formula(impl):
+    """Which cost formula describes an implementation label: 'ring' or 'reducer'."""
+    name = impl.lower()
+    if name.startswith("reducer") or name.startswith("naive"):
+        return "reducer"
+    return "ring"  # ring, ring@…, mpi, openmpi, openmpi-ring, allreduce…
+
+
+def terms(kind, n, s):
+    """Coefficients of (α, β, γ) in the time of one allreduce."""
+    if n <= 1:
+        return (0.0, 0.0, 0.0)
+    if kind == "ring":
+        return (2.0 * (n - 1), 2.0 * (n - 1) / n * s, (n - 1) / n * s)
+    if kind == "reducer":
+        return (2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s)
+    raise ValueError(f"unknown formula '{kind}'")
+
+
+def predict(params, kind, n, s):
+    a, b, c = terms(kind, n, s)
+    return a * params["alpha"] + b * params["beta"] + c * params["gamma"]
+
+
+def bound(n, s, link_bytes_per_s):
+    """The ring's bandwidth bound 2(N-1)/N · S/B."""
+    return 2.0 * (n - 1) / n * s / link_bytes_per_s
+
+
+# ----------------------------------------------------------------------------------------------
+# Fitting
+
+def nnls(a, y):
+    """min ||a x - y||² with x ≥ 0, by trying every set of free variables (few columns)."""
+    k = a.shape[1]
+    best, best_err = np.zeros(k), float(np.sum(y * y))
+    for r in range(1, k + 1):
+        for free in itertools.combinations(range(k), r):
+            cols = list(free)
+            x_free, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+            if np.any(x_free < 0):
+                continue
+            x = np.zeros(k)
+            x[cols] = x_free
+            err = float(np.sum((a @ x - y) ** 2))
+            if err < best_err - 1e-18 * max(1.0, best_err):
+                best, best_err = x, err
+    return best
+
+
+def fit(points, beta=None):
+    """points: [(kind, n, bytes, seconds)]. Returns {'alpha','beta','gamma'} fitted on relative
+    error. With beta given, fits α and γ; otherwise fits α and β with γ = 0."""
+    if not points:
+        raise ValueError("no measurements to fit")
+    rows, ys = [], []
+    for kind, n, s, t in points:
+        if t <= 0:
+            raise ValueError(f"non-positive time {t} for {kind} N={n} S={s}")
+        ta, tb, tc = terms(kind, n, s)
+        w = 1.0 / t  # relative least squares
+        if beta is not None:
+            rows.append([ta * w, tc * w])
+            ys.append((t - tb * beta) * w)
+        else:
+            rows.append([ta * w, tb * w])
+            ys.append(t * w)
+    # Columns are scaled to unit norm so that seconds and seconds-per-byte are comparable.
+    a, y = np.array(rows), np.array(ys)
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    x = nnls(a / scale, y) / scale
+    if beta is not None:
+        return {"alpha": float(x[0]), "beta": float(beta), "gamma": float(x[1])}
+    return {"alpha": float(x[0]), "beta": float(x[1]), "gamma": 0.0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Input
+
+def parse_results(lines):
+    """RESULT lines → [{'impl','np','bytes','us','check','contended'}] (header lines skipped)."""
+    out = []
+    for line in lines:
+        f = line.strip().split(",")
+        if len(f) < 12 or f[0] != "RESULT" or f[1] == "impl":
+            continue
+        try:
+            out.append({"impl": f[1], "np": int(f[2]), "bytes": int(f[3]), "us": float(f[6]),
+                        "check": f[11], "contended": "CONTENDED" in f[12:]})
+        except ValueError:
+            continue
+    return out
+
+
+def parse_links(lines):
+    """`LINK,N,bytes_per_s` lines (written by tools/cluster/bench.sh) → {N: bytes_per_s}."""
+    out = {}
+    for line in lines:
+        f = line.strip().split(",")
+        if len(f) == 3 and f[0] == "LINK":
+            try:
+                out[int(f[1])] = float(f[2])
+            except ValueError:
+                continue
+    return out
+
+
+def read_inputs(paths):
+    lines = []
+    for path in paths:
+        if path == "-":
+            lines += sys.stdin.readlines()
+        else:
+            with open(path) as f:
+                lines += f.readlines()
+    return parse_results(lines), parse_links(lines)
+
+
+def parse_bytes(s):
+    s = s.strip()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:].upper(), 1)
+    return int(float(s[:-1] if mult > 1 else s) * mult)
+
+
+def load_params(path):
+    with open(path) as f:
+        p = json.load(f)
+    return p["params"] if "params" in p else p
+
+
+# ----------------------------------------------------------------------------------------------
+# Projection of training efficiency
+
+def step_time(comm_time, n, compute_s, grad_bytes, bucket_bytes, overlap, backward_fraction):
+    """Time of one training step: forward, then backward producing buckets at an even rate (in
+    buffer order), each bucket allreduced as soon as it is complete and the previous one is done
+    (one communication thread). Without overlap all buckets go after backward."""
+    n_buckets = max(1, math.ceil(grad_bytes / bucket_bytes))
+    sizes = [bucket_bytes] * (n_buckets - 1) + [grad_bytes - bucket_bytes * (n_buckets - 1)]
+    fwd = compute_s * (1.0 - backward_fraction)
+    bwd = compute_s * backward_fraction
+    done_bytes, t_comm = 0, 0.0
+    for size in sizes:
+        done_bytes += size
+        ready = fwd + bwd * done_bytes / grad_bytes if overlap else compute_s
+        t_comm = max(t_comm, ready) + comm_time(n, size)
+    return max(compute_s, t_comm)
+
+
+def project(params, kinds, workers, compute_s, grad_bytes, bucket_bytes, overlap,
+            backward_fraction=2.0 / 3.0):
+    """{kind: [(N, step_s, efficiency, speedup)]}; efficiency = compute / step, speedup = N·eff."""
+    out = {}
+    for kind in kinds:
+        rows = []
+        for n in workers:
+            t = step_time(lambda nn, s: predict(params, kind, nn, s), n, compute_s, grad_bytes,
+                          bucket_bytes, overlap, backward_fraction)
+            eff = compute_s / t
+            rows.append((n, t, eff, n * eff))
+        out[kind] = rows
+    return out
+
+
+def calibrate_compute(params, kind, n, target_speedup, grad_bytes, bucket_bytes, overlap,
+                      backward_fraction=2.0 / 3.0):
+    """The compute time per step at which `kind` reaches target_speedup with n workers
+    (bisection on a log scale; speed-up grows with compute time)."""
+    lo, hi = 1e-9, 1e9
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        t = step_time(lambda nn, s: predict(params, kind, nn, s), n, mid, grad_bytes,
+                      bucket_bytes, overlap, backward_fraction)
+        if n * mid / t < target_speedup:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+# ----------------------------------------------------------------------------------------------
+# SVG (no plotting library needed)
+
+def svg_plot(series, title, xlabel, ylabel, logx=True, ymax=None, marks=()):
+    """series: [(label, [(x, y)])] → an SVG document (str). marks: [(x, y, label)] points."""
+    w, h, ml, mr, mt, mb = 640, 400, 60, 170, 40, 50
+    xs = [x for _, pts in series for x, _ in pts] + [m[0] for m in marks]
+    ys = [y for _, pts in series for _, y in pts] + [m[1] for m in marks]
+    fx = (lambda v: math.log2(v)) if logx else (lambda v: v)
+    x0, x1 = fx(min(xs)), fx(max(xs))
+    y1 = ymax if ymax is not None else max(ys) * 1.05
+    x1 = x1 if x1 > x0 else x0 + 1
+    px = lambda v: ml + (fx(v) - x0) / (x1 - x0) * (w - ml - mr)
+    py = lambda v: h - mb - v / y1 * (h - mt - mb)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+         f'<rect width="{w}" height="{h}" fill="white"/>',
+         f'<text x="{w / 2 - mr / 2}" y="22" text-anchor="middle" font-size="14">{title}</text>',
+         f'<line x1="{ml}" y1="{h - mb}" x2="{w - mr}" y2="{h - mb}" stroke="black"/>',
+         f'<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{h - mb}" stroke="black"/>',
+         f'<text x="{(ml + w - mr) / 2}" y="{h - 12}" text-anchor="middle">{xlabel}</text>',
+         f'<text x="16" y="{(mt + h - mb) / 2}" text-anchor="middle" transform="rotate(-90 16 {(mt + h - mb) / 2})">{ylabel}</text>']
+    ticks = sorted(set(xs))
+    for t in ticks:
+        o.append(f'<line x1="{px(t):.1f}" y1="{h - mb}" x2="{px(t):.1f}" y2="{h - mb + 5}" stroke="black"/>')
+        o.append(f'<text x="{px(t):.1f}" y="{h - mb + 18}" text-anchor="middle">{t:g}</text>')
+    for i in range(6):
+        v = y1 * i / 5
+        o.append(f'<line x1="{ml - 5}" y1="{py(v):.1f}" x2="{w - mr}" y2="{py(v):.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{ml - 8}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    for i, (label, pts) in enumerate(series):
+        c = colors[i % len(colors)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        o.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"/>')
+        for x, y in pts:
+            o.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{c}"/>')
+        o.append(f'<line x1="{w - mr + 10}" y1="{mt + 20 * i + 6}" x2="{w - mr + 30}" y2="{mt + 20 * i + 6}" stroke="{c}" stroke-width="2"/>')
+        o.append(f'<text x="{w - mr + 35}" y="{mt + 20 * i + 10}">{label}</text>')
+    for x, y, label in marks:
+        o.append(f'<rect x="{px(x) - 4:.1f}" y="{py(y) - 4:.1f}" width="8" height="8" fill="black"/>')
+        o.append(f'<text x="{px(x) + 8:.1f}" y="{py(y) - 6:.1f}">{label}</text>')
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Commands
+
+def cmd_fit(a):
+    rows, links = read_inputs(a.results)
+    if not a.link_bytes_per_s and links:  # measured by bench.sh: the mean over its runs
+        a.link_bytes_per_s = sum(links.values()) / len(links)
+    bad = [r for r in rows if r["check"] != "OK"]
+    if bad:
+        print(f"# ignoring {len(bad)} result(s) that failed their check", file=sys.stderr)
+    rows = [r for r in rows if r["check"] == "OK" and r["np"] > 1]
+    min_bytes = parse_bytes(a.min_bytes)
+    beta = 1.0 / a.link_bytes_per_s if a.link_bytes_per_s else None
+    joint_impls = set(a.joint.split(","))
+    fit_rows = [r for r in rows if r["bytes"] >= min_bytes]
+    impls = sorted({r["impl"] for r in fit_rows})
+    if not impls:
+        sys.exit(f"costmodel: no results of at least {a.min_bytes} bytes in {', '.join(a.results)}")
+    pts = lambda rs: [(formula(r["impl"]), r["np"], r["bytes"], r["us"] * 1e-6) for r in rs]
+    joint_rows = [r for r in fit_rows if r["impl"] in joint_impls]
+    fits = {}
+    if joint_rows:
+        fits["joint"] = fit(pts(joint_rows), beta)
+    for impl in impls:
+        fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]), beta)
+
+    print(f"# fit on results >= {a.min_bytes} bytes; beta "
+          + (f"fixed at 1/{a.link_bytes_per_s:.4g} B/s (measured link)" if beta else "fitted, gamma = 0"))
+    print("params,alpha_us,beta_ns_per_byte,gamma_ns_per_byte,link_equiv_MBps,points")
+    for name, p in fits.items():
+        n_pts = len(joint_rows) if name == "joint" else sum(r["impl"] == name for r in fit_rows)
+        print(f"{name},{p['alpha'] * 1e6:.2f},{p['beta'] * 1e9:.4f},{p['gamma'] * 1e9:.4f},"
+              f"{1e-6 / p['beta'] if p['beta'] else float('inf'):.1f},{n_pts}")
+
+    print("point,impl,formula,np,bytes,measured_us,joint_us,joint_err_pct,own_us,own_err_pct"
+          + (",bound_us,pct_of_bound" if a.link_bytes_per_s else ""))
+    worst = {"joint": 0.0, "own": 0.0}
+    for r in sorted(rows, key=lambda r: (r["impl"], r["np"], r["bytes"])):
+        kind = formula(r["impl"])
+        t = r["us"] * 1e-6
+        own = fits.get(r["impl"])
+        joint = fits.get("joint") if r["impl"] in joint_impls else None
+        cells = []
+        for name, p in (("joint", joint), ("own", own)):
+            if p is None:
+                cells += ["", ""]
+                continue
+            pred = predict(p, kind, r["np"], r["bytes"])
+            err = (pred - t) / t * 100
+            cells += [f"{pred * 1e6:.1f}", f"{err:+.1f}"]
+            if r["bytes"] >= min_bytes:
+                worst[name] = max(worst[name], abs(err))
+        extra = ""
+        if a.link_bytes_per_s:
+            bnd = bound(r["np"], r["bytes"], a.link_bytes_per_s)
+            extra = f",{bnd * 1e6:.1f},{bnd / t * 100:.1f}"
+        print(f"point,{r['impl']},{kind},{r['np']},{r['bytes']},{r['us']:.1f},{','.join(cells)}{extra}")
+    print(f"# largest |error| at >= {a.min_bytes} bytes: joint fit {worst['joint']:.1f}%, "
+          f"per-implementation fits {worst['own']:.1f}% (target 15%)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"params": fits.get("joint", next(iter(fits.values()))), "fits": fits,
+                       "min_bytes": min_bytes, "link_bytes_per_s": a.link_bytes_per_s,
+                       "worst_err_pct": worst}, f, indent=1)
+    return 0
+
+
+def cmd_table(a):
+    """One markdown table per N: time (ms), busbw (GB/s) and % of the ring's bandwidth bound for
+    each implementation, and the ring's speed-ups over the others."""
+    rows, links = read_inputs(a.results)
+    min_bytes = parse_bytes(a.min_bytes)
+    rows = [r for r in rows if r["bytes"] >= min_bytes and r["np"] > 1]
+    order = ["ring", "reducer", "openmpi", "openmpi-ring", "mpi"]
+    for n in sorted({r["np"] for r in rows}):
+        link = a.link_bytes_per_s or links.get(n)
+        at = {(r["impl"], r["bytes"]): r for r in rows if r["np"] == n}
+        impls = [i for i in order if any(k[0] == i for k in at)]
+        impls += sorted({k[0] for k in at} - set(impls))
+        print(f"\n**N = {n}**" + (f" (link: {link / 1e6:.1f} MB/s TCP)" if link else "") + "\n")
+        head = "| size |" + "".join(f" {i} ms | {i} busbw GB/s |" + (f" {i} % of bound |" if link else "")
+                                    for i in impls)
+        extra = [f"ring / {i}" for i in impls if i != "ring"] if "ring" in impls else []
+        print(head + "".join(f" {e} |" for e in extra))
+        print("|---:|" + "---:|" * (len(impls) * (3 if link else 2) + len(extra)))
+        for size in sorted({k[1] for k in at}):
+            cells = []
+            for i in impls:
+                r = at.get((i, size))
+                if r is None:
+                    cells += ["–"] * (3 if link else 2)
+                    continue
+                t = r["us"] * 1e-6
+                mark = "" if r["check"] == "OK" else " FAIL"
+                mark += "*" if r["contended"] else ""
+                cells.append(f"{t * 1e3:.2f}{mark}")
+                cells.append(f"{size / t * 2 * (n - 1) / n / 1e9:.4f}")
+                if link:
+                    cells.append(f"{bound(n, size, link) / t * 100:.1f}")
+            ring = at.get(("ring", size))
+            for i in impls:
+                if i == "ring" or not extra:
+                    continue
+                o = at.get((i, size))
+                cells.append(f"{o['us'] / ring['us']:.2f}×" if o and ring else "–")
+            label = f"{size // MIB} MiB" if size % MIB == 0 else f"{size} B"
+            print(f"| {label} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def params_from(a):
+    if a.params:
+        p = load_params(a.params)
+    else:
+        p = {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}
+    for k in ("alpha", "beta", "gamma"):
+        v = getattr(a, k, None)
+        if v is not None:
+            p[k] = v
+    if getattr(a, "link_gbit", None):
+        p = dict(p, beta=8.0 / (a.link_gbit * 1e9))
+    if p["beta"] <= 0:
+        sys.exit("costmodel: need a link speed: --params FILE, --beta S_PER_BYTE or --link-gbit G")
+    return p
+
+
+def cmd_predict(a):
+    p = params_from(a)
+    s = parse_bytes(a.bytes)
+    for kind in ("ring", "reducer"):
+        t = predict(p, kind, a.np, s)
+        print(f"{kind},np={a.np},bytes={s},time_us={t * 1e6:.1f},busbw_GBps={s / t * 2 * (a.np - 1) / a.np / 1e9 if t else 0:.3f}")
+    return 0
+
+
+def cmd_project(a):
+    p = params_from(a)
+    workers = [int(w) for w in a.workers.split(",")]
+    if any(w < 1 for w in workers):
+        sys.exit("costmodel: --workers must be positive integers")
+    res = project(p, ["ring", "reducer"], workers, a.compute_ms * 1e-3, a.grad_mb * MIB,
+                  a.bucket_mb * MIB, bool(a.overlap), a.backward_fraction)
+    print(f"# alpha {p['alpha'] * 1e6:.2f} us, link {1 / p['beta'] / 1e9:.3f} GB/s, gamma "
+          f"{p['gamma'] * 1e9:.4f} ns/B; compute {a.compute_ms} ms/step, gradients {a.grad_mb} MiB, "
+          f"buckets {a.bucket_mb} MiB, overlap {'on' if a.overlap else 'off'}")
+    print("workers,ring_step_ms,ring_efficiency,ring_speedup,reducer_step_ms,reducer_efficiency,reducer_speedup")
+    for (n, tr, er, sr), (_, tp, ep, sp) in zip(res["ring"], res["reducer"]):
+        print(f"{n},{tr * 1e3:.2f},{er:.3f},{sr:.1f},{tp * 1e3:.2f},{ep:.3f},{sp:.1f}")
+    if a.svg:
+        with open(a.svg, "w") as f:
+            f.write(svg_plot([("ring", [(n, e) for n, _, e, _ in res["ring"]]),
+                              ("single reducer", [(n, e) for n, _, e, _ in res["reducer"]])],
+                             "Projected scaling efficiency", "workers", "efficiency", ymax=1.0))
+    return 0
+
+
+def cmd_baidu(a):
+    """Ring vs single reducer as N grows, calibrated so that the ring gives the published 31x at
+    40 GPUs. The compute time per step is what the calibration sets; the reducer's speed-up then
+    follows from the model alone."""
+    p = params_from(a) if (a.params or a.link_gbit) else {"alpha": 5e-6, "beta": 8.0 / 56e9, "gamma": 0.0}
+    grad = a.grad_mb * MIB
+    compute = calibrate_compute(p, "ring", 40, 31.0, grad, a.bucket_mb * MIB, bool(a.overlap))
+    workers = [1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256]
+    res = project(p, ["ring", "reducer"], workers, compute, grad, a.bucket_mb * MIB, bool(a.overlap))
+    t40_ring = predict(p, "ring", 40, grad)
+    t40_red = predict(p, "reducer", 40, grad)
+    print(f"# link {1 / p['beta'] / 1e9:.2f} GB/s, alpha {p['alpha'] * 1e6:.1f} us, gradients "
+          f"{a.grad_mb} MiB, buckets {a.bucket_mb} MiB, overlap {'on' if a.overlap else 'off'}; "
+          f"compute per step calibrated to the ring's 31x at 40: {compute * 1e3:.1f} ms")
+    print(f"# one allreduce of the gradients at N = 40: ring {t40_ring * 1e3:.1f} ms, "
+          f"reducer {t40_red * 1e3:.1f} ms ({t40_red / t40_ring:.1f}x)")
+    print("workers,ring_speedup,ring_efficiency,reducer_speedup,reducer_efficiency")
+    for (n, _, er, sr), (_, _, ep, sp) in zip(res["ring"], res["reducer"]):
+        print(f"{n},{sr:.1f},{er:.3f},{sp:.1f},{ep:.3f}")
+    if a.svg:
+        with open(a.svg, "w") as f:
+            f.write(svg_plot([("ring (model)", [(n, s) for n, _, _, s in res["ring"]]),
+                              ("single reducer (model)", [(n, s) for n, _, _, s in res["reducer"]]),
+                              ("linear", [(n, float(n)) for n in workers])],
+                             "Speed-up over one worker", "workers", "speed-up",
+                             marks=[(40, 31.0, "published 31x")]))
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fit", help="fit alpha, beta, gamma; print the error at every point")
+    f.add_argument("results", nargs="+", help="files with RESULT lines ('-' = stdin)")
+    f.add_argument("--link-bytes-per-s", type=float, help="measured TCP throughput of one link (fixes beta)")
+    f.add_argument("--min-bytes", default="1M", help="fit and judge only sizes >= this (1M)")
+    f.add_argument("--joint", default="ring,reducer", help="implementations fitted together (ring,reducer)")
+    f.add_argument("--json", help="write the parameters here")
+    t = sub.add_parser("table", help="markdown table of measured results against the bound")
+    t.add_argument("results", nargs="+")
+    t.add_argument("--link-bytes-per-s", type=float, help="default: the LINK lines of the input")
+    t.add_argument("--min-bytes", default="1M")
+    for name in ("predict", "project", "baidu"):
+        s = sub.add_parser(name)
+        s.add_argument("--params", help="JSON written by fit")
+        s.add_argument("--alpha", type=float)
+        s.add_argument("--beta", type=float)
+        s.add_argument("--gamma", type=float)
+        s.add_argument("--link-gbit", type=float, help="link rate in Gbit/s (sets beta)")
+        if name == "predict":
+            s.add_argument("--np", type=int, required=True)
+            s.add_argument("--bytes", required=True)
+        else:
+            s.add_argument("--grad-mb", type=float, default=98.0 if name == "project" else 381.5,
+                           help="gradient MiB (resnet50 fp32: 98; baidu: 100M params = 381.5)")
+            s.add_argument("--bucket-mb", type=float, default=25.0)
+            s.add_argument("--overlap", type=int, default=1 if name == "project" else 0)
+            s.add_argument("--svg", help="write a plot here")
+        if name == "project":
+            s.add_argument("--compute-ms", type=float, required=True, help="forward+backward per step")
+            s.add_argument("--workers", default="8,16,32,64,128,256")
+            s.add_argument("--backward-fraction", type=float, default=2.0 / 3.0)
+    a = ap.parse_args(argv)
+    return {"fit": cmd_fit, "table": cmd_table, "predict": cmd_predict, "project": cmd_project, "baidu": cmd_baidu}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
