@@ -22,7 +22,7 @@ done
 # (a) 10 classes x 130 train images of 500x375 (ImageNet's typical size): 20 batches of 64 per epoch.
 $build/bin/make_imagenet_like --out "$work/images" --classes 10 --train-per-class 130 --val-per-class 20 \
   --width 500 --height 375 --seed 0 --quality 90
-[[ -f $work/shards/train.index ]] || $build/bin/pack_dataset --root "$work/images" --split train --out "$work/shards/train"
+[[ $work/shards/train.index -nt $work/images/DATASET.txt ]] || $build/bin/pack_dataset --root "$work/images" --split train --out "$work/shards/train"
 
 # (b) ours from folder and shards, torchvision with as many workers as we have threads.
 log=$(mktemp)
