@@ -3,13 +3,21 @@
 
 #include <mpi.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "comm/mpi_check.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
+
+extern char** environ;
 
 namespace rt::trainer {
 namespace {
@@ -25,15 +33,57 @@ std::string checkpoint_config_text(const std::string& path, int rank) {
   return text;
 }
 
-// Makes the small folder dataset of data.generate at data.root when the root does not exist yet
-// (rank 0 writes, the others wait).
+// The dataset tool built beside this program (build/bin/make_imagenet_like).
+std::string generator_path() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (ec ? std::filesystem::path(".") : self.parent_path()).string() + "/make_imagenet_like";
+}
+
+// Makes the folder dataset of data.generate at data.root when the root does not exist yet: rank 0
+// runs make_imagenet_like (which writes to a temporary folder and renames it, so an interrupted
+// run never leaves a root that looks complete); the other ranks wait without spinning.
 void generate_dataset_if_missing(const Config& cfg, int rank) {
   int missing = rank == 0 && !std::filesystem::exists(cfg.data.root);
   MPI_CHECK(MPI_Bcast(&missing, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (!missing) return;
-  if (rank == 0)
-    throw ConfigError(str_cat(cfg.data.root, ": data.root does not exist and this build cannot generate it yet"));
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    const auto& g = cfg.generate;
+    const std::string tool = generator_path();
+    if (!std::filesystem::exists(tool))
+      throw ConfigError(str_cat(cfg.data.root, ": data.root does not exist and data.generate needs ", tool,
+                                ", which is missing (build it: cmake --build build --target make_imagenet_like)"));
+    std::vector<std::string> args = {tool,
+                                     "--out", cfg.data.root,
+                                     "--classes", std::to_string(g.classes),
+                                     "--train-per-class", std::to_string(g.train_per_class),
+                                     "--val-per-class", std::to_string(g.val_per_class),
+                                     "--width", std::to_string(g.size),
+                                     "--height", std::to_string(g.size),
+                                     "--seed", std::to_string(g.seed)};
+    std::printf("generating %s: %d classes x (%d train + %d val) images of %dx%d\n", cfg.data.root.c_str(),
+                g.classes, g.train_per_class, g.val_per_class, g.size, g.size);
+    std::fflush(stdout);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    // posix_spawn (vfork-like) rather than fork: safe in a process that holds MPI state.
+    if (int rc = posix_spawn(&pid, tool.c_str(), nullptr, nullptr, argv.data(), environ); rc != 0)
+      throw ConfigError(str_cat(tool, ": cannot start the dataset generator (", std::strerror(rc), ")"));
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !std::filesystem::exists(cfg.data.root))
+      throw ConfigError(str_cat(cfg.data.root, ": generating the dataset with ", tool, " failed (status ",
+                                WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")"));
+  }
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+  for (int done = 0; !done;) {
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace
