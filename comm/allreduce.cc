@@ -151,7 +151,8 @@ class ReducerAllreducer final : public Allreducer {
 
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
                                             const ReduceKernels& kernels) {
-  if (cfg.algorithm == "ring") return make_ring_allreducer(comm, kernels, cfg);
+  if (cfg.algorithm == "ring" || cfg.algorithm == "ring_step")
+    return make_ring_allreducer(comm, kernels, cfg);
   if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg);
   if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg);
   if (cfg.algorithm == "nccl")

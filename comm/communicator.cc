@@ -102,6 +102,15 @@ void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
   reqs.clear();
 }
 
+void Communicator::wait_one(MPI_Request& req, int idle_sleep_us) {
+  if (req == MPI_REQUEST_NULL) return;
+  MPI_Status st;
+  int rc = wait_requests(1, &req, &st, idle_sleep_us);
+  if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
+  if (rc != MPI_SUCCESS)
+    throw CommError(str_cat("rank ", rank_, ": transfer failed: ", mpi_error_string(rc)));
+}
+
 void Communicator::broadcast(void* buf, size_t n, DType t, int root) {
   auto* p = static_cast<char*>(buf);
   const size_t esz = dtype_size(t);

@@ -43,6 +43,8 @@ class Communicator {
   // leaves its core to compute (backward) or to other ranks sharing the core.
   void wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us = 0);
   void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0);
+  // Waits for one send (or a receive whose size is not checked); a null request returns at once.
+  void wait_one(MPI_Request& req, int idle_sleep_us = 0);
 
   // Collectives over the whole communicator; counts are 64-bit and split into calls of at most
   // max_elems_per_call() elements.

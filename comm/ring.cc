@@ -67,7 +67,8 @@ namespace rt::comm {
 
 namespace {
 
-constexpr int kRingTag = 0x5249;
+constexpr int kReduceTag = 0x5249, kGatherTag = 0x524A;  // reduce-scatter, allgather messages
+constexpr size_t kWindow = 4;  // reduce-scatter receives in flight (scratch segments)
 
 class RingAllreducer final : public Allreducer {
  public:
@@ -76,48 +77,142 @@ class RingAllreducer final : public Allreducer {
   const char* name() const override { return "ring"; }
 
  protected:
+  // The ring pipelined by segments (see the essay above): the messages of one phase go out in
+  // (step, segment) order under one tag, so a segment is forwarded as soon as it is final here
+  // rather than when its whole chunk is.
   void run(void* buf, size_t count, DType t, ReduceOp op) override {
     const int n = comm_.size(), r = comm_.rank();
-    if (n == 1 || count == 0) return;  // the average over one rank is the buffer itself
+    if (n == 1 || count == 0) return;
     const size_t esz = dtype_size(t), seg = segment_for(t);
     char* base = static_cast<char*>(buf);
     const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
-    // Reduce-scatter. Receives are posted before sends so that a neighbour's message finds its
-    // receive waiting. The next step may overwrite what this one sent (N = 2: the allgather
-    // receives into the chunk sent here), so each step's sends complete before the next.
+    auto at = [&](Range g) { return base + g.offset * esz; };
+
+    // The reduce-scatter receive sequence: step s = 0 .. n-2, segment k of the chunk received.
+    rs_.clear();
+    for (int s = 0; s < n - 1; ++s) {
+      const Range rr = ring_step(r, n, count, s).recv;
+      for (size_t k = 0, nk = segment_count(rr, seg); k < nk; ++k) rs_.push_back(segment_at(rr, seg, k));
+    }
+    const size_t need = std::min(seg, ring_chunk(count, n, 0).len) * esz;
+    if (window_.size() < kWindow) window_.resize(kWindow);
+    for (Buffer<char>& w : window_)
+      if (w.size() < need) w.resize(need);
+    // Step 0 sends the rank's own chunk, segment by segment; its requests are kept: an allgather
+    // receive must not land in a range whose reduce-scatter send is still pending.
+    sends_.clear();
+    gather_sends_.clear();
+    const Range first = ring_step(r, n, count, 0).send;
+    for (size_t k = 0, nk = segment_count(first, seg); k < nk; ++k) {
+      const Range g = segment_at(first, seg, k);
+      sends_.push_back(comm_.isend(at(g), g.len, t, next, kReduceTag));
+    }
+    // Receives go into scratch slot q % kWindow; when a segment is added in, the slot takes the
+    // receive kWindow further on and the segment goes on to the next rank: in the last step it is
+    // final (this rank owns it), so it is scaled and starts the allgather.
+    const size_t nq = rs_.size();
+    std::vector<MPI_Request>& rq = rs_req_;
+    rq.assign(kWindow, MPI_REQUEST_NULL);
+    auto post_rs = [&](size_t q) {
+      if (q < nq) rq[q % kWindow] = comm_.irecv(window_[q % kWindow].data(), rs_[q].len, t, prev, kReduceTag);
+    };
+    for (size_t q = 0; q < std::min(kWindow, nq); ++q) post_rs(q);
+    const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
+    const size_t owned_from = nq - segment_count(owned, seg);  // last step's segments
+    for (size_t q = 0; q < nq; ++q) {
+      const Range g = rs_[q];
+      comm_.wait_recv(rq[q % kWindow], g.len, t, prev, cfg_.idle_sleep_us);
+      kernels_.reduce_add(t, at(g), window_[q % kWindow].data(), g.len);
+      post_rs(q + kWindow);
+      if (q >= owned_from) {
+        if (op == ReduceOp::average)  // once, by the owner: every rank copies the same bits
+          kernels_.scale(t, at(g), g.len, 1.0f / static_cast<float>(n));
+        gather_sends_.push_back(comm_.isend(at(g), g.len, t, next, kGatherTag));
+      } else {
+        sends_.push_back(comm_.isend(at(g), g.len, t, next, kReduceTag));
+      }
+    }
+
+    // Allgather: step g receives chunk (r-g) straight into the buffer and forwards it (except in
+    // the last step). The range was this rank's reduce-scatter send of step g, i.e. sends_[q] for
+    // the same segment index q: it must have completed before the receive is posted (the message
+    // that lands there causally follows it, but MPI forbids the overlap, so wait for it).
+    ag_.clear();
+    for (int gs = 0; gs < n - 1; ++gs) {
+      const Range rr = ring_step(r, n, count, n - 1 + gs).recv;
+      for (size_t k = 0, nk = segment_count(rr, seg); k < nk; ++k) ag_.push_back(segment_at(rr, seg, k));
+    }
+    const size_t na = ag_.size();  // == sends_.size(): the same ranges in the same order
+    ag_req_.assign(na, MPI_REQUEST_NULL);
+    size_t posted = 0;
+    auto post_ag = [&](size_t upto) {
+      for (; posted < std::min(upto, na); ++posted) {
+        comm_.wait_one(sends_[posted], cfg_.idle_sleep_us);
+        ag_req_[posted] = comm_.irecv(at(ag_[posted]), ag_[posted].len, t, prev, kGatherTag);
+      }
+    };
+    const size_t last_from = na - segment_count(ring_step(r, n, count, 2 * n - 3).recv, seg);
+    post_ag(kWindow);
+    for (size_t q = 0; q < na; ++q) {
+      post_ag(q + 1 + kWindow);
+      const Range g = ag_[q];
+      comm_.wait_recv(ag_req_[q], g.len, t, prev, cfg_.idle_sleep_us);
+      if (q < last_from) gather_sends_.push_back(comm_.isend(at(g), g.len, t, next, kGatherTag));
+    }
+    comm_.wait_all(gather_sends_, cfg_.idle_sleep_us);
+  }
+
+ private:
+  std::vector<Range> rs_, ag_;            // reduce-scatter / allgather segments in order
+  std::vector<Buffer<char>> window_;      // reduce-scatter scratch, kept between calls
+  std::vector<MPI_Request> rs_req_, ag_req_, gather_sends_;
+};
+
+// The ring without the pipeline: every step's sends complete before the next step, and a chunk
+// is forwarded only when all its segments are final. Kept for side-by-side measurements.
+class StepRingAllreducer final : public Allreducer {
+ public:
+  StepRingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
+      : Allreducer(comm, k, cfg) {}
+  const char* name() const override { return "ring_step"; }
+
+ protected:
+  void run(void* buf, size_t count, DType t, ReduceOp op) override {
+    const int n = comm_.size(), r = comm_.rank();
+    if (n == 1 || count == 0) return;
+    const size_t esz = dtype_size(t), seg = segment_for(t);
+    char* base = static_cast<char*>(buf);
+    const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
     for (int s = 0; s < n - 1; ++s) {
       const RingStep st = ring_step(r, n, count, s);
-      recv_reduce_post(st.recv, seg, t, prev, kRingTag);
-      send_segments(base, st.send, seg, t, next, kRingTag, sends_);
-      recv_reduce_finish(base, st.recv, seg, t, prev, kRingTag);
+      recv_reduce_post(st.recv, seg, t, prev, kReduceTag);
+      send_segments(base, st.send, seg, t, next, kReduceTag, sends_);
+      recv_reduce_finish(base, st.recv, seg, t, prev, kReduceTag);
       comm_.wait_all(sends_, cfg_.idle_sleep_us);
     }
     const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
-    if (op == ReduceOp::average)  // once, by the owner, so every rank copies the same bits
+    if (op == ReduceOp::average)
       kernels_.scale(t, base + owned.offset * esz, owned.len, 1.0f / static_cast<float>(n));
-
-    // Allgather. Every step receives a different chunk straight into the buffer, and nothing sent
-    // in this phase is overwritten later, so all receives are posted up front (MPI matches them
-    // in order) and the sends complete at the end. Step g forwards what step g-1 received.
     posted_.resize(n - 1);
     for (int g = 0; g < n - 1; ++g)
       posted_[g] = post_recv_segments(base, ring_step(r, n, count, n - 1 + g).recv, seg, t, prev,
-                                      kRingTag);
+                                      kReduceTag);
     for (int g = 0; g < n - 1; ++g) {
-      send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kRingTag, sends_);
+      send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kReduceTag, sends_);
       wait_recvs(posted_[g], t);
     }
     comm_.wait_all(sends_, cfg_.idle_sleep_us);
   }
 
  private:
-  std::vector<size_t> posted_;  // allgather receives per step
+  std::vector<size_t> posted_;
 };
 
 }  // namespace
 
 std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
                                                  const CommConfig& cfg) {
+  if (cfg.algorithm == "ring_step") return std::make_unique<StepRingAllreducer>(comm, k, cfg);
   return std::make_unique<RingAllreducer>(comm, k, cfg);
 }
 

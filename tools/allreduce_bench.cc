@@ -5,7 +5,12 @@
 //
 // Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
-//          [--segment-bytes 1048576] [--idle-sleep-us 0] [--sizes B1,B2,...]
+//          [--segment-bytes 1048576] [--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]
+//
+// An algorithm may carry its own segment size, "ring@128K", so that variants run side by side;
+// "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. With
+// --interleave 1 the algorithms take turns iteration by iteration (rather than size by size), so a
+// machine load that drifts during the run affects them alike: use it to compare alternatives.
 #include <mpi.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -32,6 +37,7 @@ struct Options {
   int min_reps = 5, max_reps = 1000;
   size_t segment_bytes = CommConfig{}.segment_bytes;
   int idle_sleep_us = CommConfig{}.idle_sleep_us;
+  bool interleave = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -72,6 +78,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--max-reps") o.max_reps = std::stoi(v);
     else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v);
     else if (a == "--idle-sleep-us") o.idle_sleep_us = std::stoi(v);
+    else if (a == "--interleave") o.interleave = std::stoi(v) != 0;
     else throw Error("unknown option " + a);
   }
   if (o.sizes.empty())
@@ -107,35 +114,64 @@ long count_wrong(const std::vector<float>& v, int n) {
   return bad;
 }
 
-void bench_one(Communicator& comm, Allreducer& ar, const Options& o, size_t bytes) {
-  const int rank = comm.rank(), n = comm.size();
-  const size_t count = bytes / 4;
-  std::vector<float> src(count), buf(count);
-  fill(src, rank);
-  const int warm = bytes <= (size_t(1) << 20) ? 10 : 1;
-  for (int w = 0; w < warm; ++w) {
-    std::copy(src.begin(), src.end(), buf.begin());
-    ar.allreduce(buf, ReduceOp::sum);
-  }
-  long bad = count_wrong(buf, n);
+// One column of the table: one of our algorithms (possibly with its own segment size), or the
+// peer's call, MPI_Allreduce out of place.
+struct Candidate {
+  std::string label;
+  std::unique_ptr<Allreducer> ar;  // null: "openmpi"
+};
 
-  std::vector<double> times;
+// Buffers of one size: src holds the rank's contribution; ours reduce buf in place (restored from
+// src before every call, outside the timing), "openmpi" reduces src into buf.
+struct Buffers {
+  std::vector<float> src, buf;
+};
+
+void run_once(Candidate& c, Buffers& b, bool restore) {
+  if (!c.ar) {
+    MPI_CHECK(MPI_Allreduce(b.src.data(), b.buf.data(), int(b.src.size()), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD));
+    return;
+  }
+  if (restore) std::copy(b.src.begin(), b.src.end(), b.buf.begin());
+  c.ar->allreduce(b.buf, ReduceOp::sum);
+}
+
+// Measures the candidates at one size. More than one candidate: they take turns every iteration,
+// and the budget is per candidate.
+void bench_size(Communicator& comm, std::vector<Candidate*> cands, const Options& o, size_t bytes) {
+  const int rank = comm.rank(), n = comm.size();
+  const size_t count = bytes / 4, nc = cands.size();
+  Buffers b{std::vector<float>(count), std::vector<float>(count)};
+  fill(b.src, rank);
+  const int warm = bytes <= (size_t(1) << 20) ? 10 : 1;
+  std::vector<long> bad(nc, 0);
+  for (size_t c = 0; c < nc; ++c) {
+    for (int w = 0; w < warm; ++w) run_once(*cands[c], b, true);
+    bad[c] += count_wrong(b.buf, n);
+  }
+
+  std::vector<std::vector<double>> times(nc);
   int attempt = 0, ok = 0;
   double foreign_cores = 0;
   for (attempt = 0; attempt < 3 && !ok; ++attempt) {
-    times.clear();
+    for (auto& t : times) t.clear();
     comm.barrier();
     const double b0 = rank == 0 ? machine_busy() : 0, c0 = own_cpu(), start = MPI_Wtime();
     for (;;) {
-      int go = int(times.size()) < o.min_reps ||
-               (int(times.size()) < o.max_reps && MPI_Wtime() - start < o.budget);
+      const int reps = int(times[0].size());
+      int go = reps < o.min_reps ||
+               (reps < o.max_reps && MPI_Wtime() - start < o.budget * double(nc));
       MPI_CHECK(MPI_Bcast(&go, 1, MPI_INT, 0, comm.mpi()));  // rank 0 decides for all
       if (!go) break;
-      std::copy(src.begin(), src.end(), buf.begin());  // in place: restore outside the timing
-      comm.barrier();
-      const double t0 = MPI_Wtime();
-      ar.allreduce(buf, ReduceOp::sum);
-      times.push_back(MPI_Wtime() - t0);
+      for (size_t c = 0; c < nc; ++c) {
+        if (cands[c]->ar) std::copy(b.src.begin(), b.src.end(), b.buf.begin());
+        comm.barrier();
+        const double t0 = MPI_Wtime();
+        run_once(*cands[c], b, false);
+        times[c].push_back(MPI_Wtime() - t0);
+        if (times[c].size() == 1) bad[c] += count_wrong(b.buf, n);  // a timed result, too
+      }
     }
     comm.barrier();
     double mine = own_cpu() - c0, all = 0;
@@ -147,19 +183,23 @@ void bench_one(Communicator& comm, Allreducer& ar, const Options& o, size_t byte
     }
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, comm.mpi()));
   }
-  bad += count_wrong(buf, n);
-  long bad_all = 0;
-  MPI_CHECK(MPI_Reduce(&bad, &bad_all, 1, MPI_LONG, MPI_SUM, 0, comm.mpi()));
-  std::vector<double> tmax(times.size());
-  MPI_CHECK(MPI_Reduce(times.data(), tmax.data(), int(times.size()), MPI_DOUBLE, MPI_MAX, 0, comm.mpi()));
-  if (rank != 0) return;
-  std::sort(tmax.begin(), tmax.end());
-  const size_t r = tmax.size();
-  const double med = r % 2 ? tmax[r / 2] : 0.5 * (tmax[r / 2 - 1] + tmax[r / 2]);
-  const double algbw = double(count * 4) / med / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
-  std::printf("RESULT,%s,%d,%zu,%zu,%zu,%.1f,%.1f,%.1f,%.3f,%.3f,%s,%d,%.3f%s\n", ar.name(), n,
-              count * 4, count, r, med * 1e6, tmax[0] * 1e6, tmax[r - 1] * 1e6, algbw, busbw,
-              bad_all ? "FAIL" : "OK", attempt, foreign_cores, ok ? "" : ",CONTENDED");
+  for (size_t c = 0; c < nc; ++c) {
+    bad[c] += count_wrong(b.buf, n) * (c + 1 == nc);  // the last one ran last
+    long bad_all = 0;
+    MPI_CHECK(MPI_Reduce(&bad[c], &bad_all, 1, MPI_LONG, MPI_SUM, 0, comm.mpi()));
+    std::vector<double> tmax(times[c].size());
+    MPI_CHECK(MPI_Reduce(times[c].data(), tmax.data(), int(times[c].size()), MPI_DOUBLE, MPI_MAX,
+                         0, comm.mpi()));
+    if (rank != 0) continue;
+    std::sort(tmax.begin(), tmax.end());
+    const size_t r = tmax.size();
+    const double med = r % 2 ? tmax[r / 2] : 0.5 * (tmax[r / 2 - 1] + tmax[r / 2]);
+    const double algbw = double(count * 4) / med / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+    std::printf("RESULT,%s,%d,%zu,%zu,%zu,%.1f,%.1f,%.1f,%.3f,%.3f,%s,%d,%.3f%s\n",
+                cands[c]->label.c_str(), n, count * 4, count, r, med * 1e6, tmax[0] * 1e6,
+                tmax[r - 1] * 1e6, algbw, busbw, bad_all ? "FAIL" : "OK", attempt, foreign_cores,
+                ok ? "" : ",CONTENDED");
+  }
   std::fflush(stdout);
 }
 
@@ -169,23 +209,34 @@ int run(int argc, char** argv) {
   if (comm.rank() == 0) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
-    std::printf("segment_bytes=%zu idle_sleep_us=%d budget=%.1fs min_reps=%d\n", o.segment_bytes,
-                o.idle_sleep_us, o.budget, o.min_reps);
+    std::printf("segment_bytes=%zu idle_sleep_us=%d budget=%.1fs min_reps=%d interleave=%d\n",
+                o.segment_bytes, o.idle_sleep_us, o.budget, o.min_reps, int(o.interleave));
     std::printf("RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps,"
                 "check,attempts,foreign_cores\n");
     std::fflush(stdout);
   }
-  std::vector<std::unique_ptr<Allreducer>> ars;
-  for (const std::string& algo : o.algos) {
+  std::vector<Candidate> cands;
+  for (const std::string& spec : o.algos) {
+    Candidate c{spec, nullptr};
+    if (spec == "openmpi") {
+      cands.push_back(std::move(c));
+      continue;
+    }
     CommConfig cfg;
-    cfg.algorithm = algo;
-    cfg.segment_bytes = o.segment_bytes;
+    const size_t at = spec.find('@');
+    cfg.algorithm = spec.substr(0, at);
+    cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(spec.substr(at + 1));
     cfg.idle_sleep_us = o.idle_sleep_us;
-    ars.push_back(make_allreducer(cfg, comm));
+    c.ar = make_allreducer(cfg, comm);
+    cands.push_back(std::move(c));
   }
-  // Algorithms interleaved per size: a drifting machine load affects them alike.
-  for (size_t bytes : o.sizes)
-    for (auto& ar : ars) bench_one(comm, *ar, o, bytes);
+  std::vector<Candidate*> all;
+  for (Candidate& c : cands) all.push_back(&c);
+  // Algorithms interleaved per size (or per iteration): a drifting load affects them alike.
+  for (size_t bytes : o.sizes) {
+    if (o.interleave) bench_size(comm, all, o, bytes);
+    else for (Candidate* c : all) bench_size(comm, {c}, o, bytes);
+  }
   return 0;
 }
 
