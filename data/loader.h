@@ -66,6 +66,9 @@ class Loader {
   // Starts (or restarts) producing epoch pos.epoch from batch pos.step; decode threads begin at once.
   virtual void start_epoch(Position pos) = 0;
   // Blocks for the next batch of the epoch; false at its end. Rethrows a worker thread's error.
+  // Swaps buffers with `out` (no copy): what `out` held before is recycled for a later batch, so
+  // pass the same Batch each step and keep no pointers into it across calls. Calling next()
+  // before any start_epoch() starts epoch 0 at step 0.
   virtual bool next(Batch& out) = 0;
   virtual Position position() const = 0;
   // Seconds the last next() blocked waiting for a batch (0 when one was ready).
