@@ -1,0 +1,168 @@
+// The trainer program as users meet it, launched through mpirun: help, configuration errors
+// (one line naming rank, file:line and key; non-zero exit; nothing hangs), a short run that
+// checkpoints and logs, evaluation of a checkpoint on another rank count, resume, and damaged or
+// foreign checkpoints, including a run killed while it writes checkpoints.
+// Usage: test_mpi_trainer_cli MPIEXEC TRAINER   (not itself under mpirun)
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+int failures = 0;
+std::string mpiexec, trainer, dir;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+// Runs `args` under mpirun with np ranks (stdout and stderr together).
+Result run(int np, const std::string& args) {
+  const std::string cmd = mpiexec + " -np " + std::to_string(np) +
+                          " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer + " " +
+                          args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+void expect(bool ok, const std::string& what, const Result& r) {
+  if (ok) return;
+  ++failures;
+  std::printf("FAIL: %s\n  exit %d, output:\n%s\n", what.c_str(), r.rc, r.out.c_str());
+}
+
+// Fails unless the run exited non-zero and its output matches `pattern`.
+void expect_error(const Result& r, const std::string& pattern, const std::string& what) {
+  expect(r.rc != 0 && std::regex_search(r.out, std::regex(pattern)), what + " (expected /" + pattern + "/)", r);
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string p = dir + "/" + name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string tiny_config(const std::string& run) {
+  return write(run + ".yaml",
+               "model: {name: resnet20, classes: 4, width: 0.25}\n"
+               "data: {synthetic: true, synthetic_samples: 40, synthetic_classes: 4, image_size: 8, threads: 1}\n"
+               "train: {epochs: 2, batch: 4}\n"
+               "optimizer: {lr: 3.2}\n"
+               "schedule: {kind: cosine, warmup_epochs: 0.5}\n"
+               "log: {interval: 2, print_config: false}\n"
+               "threads: 1\n"
+               "run_dir: " + dir + "/" + run + "\n");
+}
+
+std::vector<std::string> checkpoints(const std::string& run) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir + "/" + run + "/checkpoints"))
+    if (e.path().extension() == ".rtck") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void check_errors() {
+  Result r = run(1, "--help");
+  expect(r.rc == 0 && r.out.find("usage: trainer --config FILE") != std::string::npos, "--help", r);
+
+  const std::string bad = write("bad.yaml", "model: {name: resnet20, classes: 4}\ntrain:\n  bacth: 4\n");
+  expect_error(run(2, "--config " + bad), "ringtrain: rank [01] of 2: " + bad + ":3: unknown key 'train.bacth'",
+               "unknown key in the file");
+  const std::string cfg = tiny_config("errors");
+  expect_error(run(2, "--config " + cfg + " --set train.batch=four"),
+               "ringtrain: rank [01] of 2: --set train.batch=four: key 'train.batch' expects an integer",
+               "wrong type in --set");
+  expect_error(run(2, "--config " + dir + "/absent.yaml"), "absent.yaml: cannot read the config file",
+               "missing config file");
+  expect_error(run(2, "--config " + cfg + " --set backend=cuda"), "'cuda' is not built", "cuda backend");
+  expect_error(run(2, "--config " + cfg + " --set data.synthetic=false --set data.root=" + dir + "/no-data"),
+               "no-data", "missing data root");
+  expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");
+}
+
+void check_run_eval_resume() {
+  const std::string cfg = tiny_config("run");
+  Result r = run(2, "--config " + cfg);
+  expect(r.rc == 0 && r.out.find("epoch 2/2: train loss") != std::string::npos &&
+             r.out.find("val loss") != std::string::npos,
+         "a short 2-rank run", r);
+  const auto ck = checkpoints("run");
+  expect(ck.size() == 2, "a checkpoint per epoch", r);
+  if (ck.size() != 2) return;
+  std::ifstream m(dir + "/run/metrics.jsonl");
+  const std::string metrics((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  expect(metrics.find("\"type\":\"step\"") != std::string::npos &&
+             metrics.find("\"exposed_comm_s\"") != std::string::npos &&
+             metrics.find("\"val_top5\"") != std::string::npos,
+         "metrics.jsonl has step and epoch records", {0, metrics});
+
+  // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once.
+  r = run(3, "--eval --checkpoint " + ck.back());
+  expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos, "--eval on 3 ranks", r);
+  r = run(2, "--config " + cfg + " --resume auto");
+  expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos, "--resume auto after the end", r);
+  r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/fresh --resume auto");
+  expect(r.rc == 0 && r.out.find("starting fresh") != std::string::npos, "--resume auto without checkpoints", r);
+
+  // Damaged and foreign checkpoints.
+  const std::string cut = dir + "/cut.rtck";
+  fs::copy_file(ck.back(), cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  expect_error(run(2, "--eval --checkpoint " + cut + " --config " + cfg), cut + ": truncated",
+               "truncated checkpoint");
+  expect_error(run(2, "--eval --checkpoint " + ck.back() + " --config " + cfg + " --set model.width=0.5"),
+               ck.back() + ": written for another model \\(resnet20", "checkpoint of another model");
+  expect_error(run(2, "--config " + cfg + " --set train.batch=2 --resume " + ck.front()),
+               "written by 2 rank\\(s\\) x batch 4; this run has 2 x 2", "resume with another batch");
+  // A newer checkpoint damaged after it was written is passed over by --resume auto.
+  fs::resize_file(ck.back(), 100);
+  r = run(2, "--config " + cfg + " --resume auto");
+  expect(r.rc == 0 && r.out.find("skipping a damaged checkpoint") != std::string::npos &&
+             r.out.find("loaded " + ck.front()) != std::string::npos,
+         "--resume auto passes over a damaged newest checkpoint", r);
+}
+
+// A run stopped (SIGTERM to mpirun) while it writes a checkpoint every step leaves a loadable one.
+void check_killed_run() {
+  const std::string cfg = tiny_config("killed");
+  const std::string cmd = "timeout -s TERM 3 " + mpiexec +
+                          " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer +
+                          " --config " + cfg + " --set checkpoint.every_steps=1 --set train.epochs=1000 "
+                          "--set log.progress=false > /dev/null 2>&1";
+  (void)std::system(cmd.c_str());
+  Result r = run(2, "--config " + cfg + " --set train.epochs=1000 --set train.steps=1 --resume auto");
+  expect(r.rc == 0 && r.out.find("loaded ") != std::string::npos, "resume after a killed run", r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: test_mpi_trainer_cli MPIEXEC TRAINER\n");
+    return 2;
+  }
+  mpiexec = argv[1];
+  trainer = argv[2];
+  char tmpl[] = "/tmp/rt_trainer_cli_XXXXXX";
+  dir = mkdtemp(tmpl);
+  check_errors();
+  check_run_eval_resume();
+  check_killed_run();
+  fs::remove_all(dir);
+  std::printf("test_mpi_trainer_cli: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
+  return failures ? 1 : 0;
+}
