@@ -111,10 +111,9 @@ Box center_crop_box(int width, int height, int size) {
     a = std::clamp(a, 0, src - len);
     return std::pair<int, int>(a, len);
   };
-  // When the image is smaller than the crop the resized side can be below size: CenterCrop pads
-  // there; we stretch the whole side instead.
-  auto [x, w] = rw >= size ? map(width, rw, size) : std::pair<int, int>(0, width);
-  auto [y, h] = rh >= size ? map(height, rh, size) : std::pair<int, int>(0, height);
+  // Both resized sides are >= r >= size (Resize scales small images up too), so the crop fits.
+  const auto [x, w] = map(width, rw, size);
+  const auto [y, h] = map(height, rh, size);
   return {x, y, w, h};
 }
 

@@ -70,6 +70,11 @@ TEST(data_image, CenterCropBoxIsTheCentre) {
   EXPECT_NEAR(b.y + b.h / 2.0, 187.5, 1.0);
   EXPECT_NEAR(b.h, 375.0 * 224 / 256, 1.0);
   EXPECT_NEAR(b.w, 500.0 * 224 / 341, 1.5);
+  const Box small = center_crop_box(20, 10, 224);  // smaller than the crop: scaled up, centred
+  EXPECT_NEAR(small.h, 10.0 * 224 / 256, 0.5);
+  EXPECT_NEAR(small.w, 20.0 * 224 / 512, 0.5);
+  EXPECT_NEAR(small.x + small.w / 2.0, 10, 1.0);
+  EXPECT_NEAR(small.y + small.h / 2.0, 5, 1.0);
   const Box t = center_crop_box(100, 300, 32);  // tall: short side is the width
   EXPECT_NEAR(t.y + t.h / 2.0, 150, 1.0);
   EXPECT_NEAR(t.w, 100.0 * 32 / 36, 1.0);
