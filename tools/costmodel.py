@@ -89,19 +89,26 @@ def nnls(a, y):
 
 
 def fit(points, beta=None):
-    """points: [(kind, n, bytes, seconds)]. Returns {'alpha','beta','gamma'} fitted on relative
-    error. With beta given, fits α and γ; otherwise fits α and β with γ = 0."""
+    """points: [(kind, n, bytes, seconds[, beta_i])]. Returns {'alpha','beta','gamma'} fitted on
+    relative error. With beta given (or a beta_i per point: the link measured in that point's
+    run), fits α and γ; otherwise fits α and β with γ = 0."""
     if not points:
         raise ValueError("no measurements to fit")
-    rows, ys = [], []
-    for kind, n, s, t in points:
+    fixed = beta is not None or any(len(p) > 4 for p in points)
+    rows, ys, betas = [], [], []
+    for p in points:
+        kind, n, s, t = p[:4]
+        b_i = p[4] if len(p) > 4 and p[4] else beta
         if t <= 0:
             raise ValueError(f"non-positive time {t} for {kind} N={n} S={s}")
         ta, tb, tc = terms(kind, n, s)
         w = 1.0 / t  # relative least squares
-        if beta is not None:
+        if fixed:
+            if b_i is None:
+                raise ValueError(f"no link speed for {kind} N={n} S={s}")
             rows.append([ta * w, tc * w])
-            ys.append((t - tb * beta) * w)
+            ys.append((t - tb * b_i) * w)
+            betas.append(b_i)
         else:
             rows.append([ta * w, tb * w])
             ys.append(t * w)
@@ -110,8 +117,8 @@ def fit(points, beta=None):
     scale = np.linalg.norm(a, axis=0)
     scale[scale == 0] = 1.0
     x = nnls(a / scale, y) / scale
-    if beta is not None:
-        return {"alpha": float(x[0]), "beta": float(beta), "gamma": float(x[1])}
+    if fixed:
+        return {"alpha": float(x[0]), "beta": float(np.mean(betas)), "gamma": float(x[1])}
     return {"alpha": float(x[0]), "beta": float(x[1]), "gamma": 0.0}
 
 
@@ -147,14 +154,21 @@ def parse_links(lines):
 
 
 def read_inputs(paths):
-    lines = []
+    """RESULT rows of all files, each with 'link': the LINK measurement of its own file and N
+    (None where the file has none), and all LINK lines as {N: bytes_per_s} (last one wins)."""
+    rows, links = [], {}
     for path in paths:
         if path == "-":
-            lines += sys.stdin.readlines()
+            lines = sys.stdin.readlines()
         else:
             with open(path) as f:
-                lines += f.readlines()
-    return parse_results(lines), parse_links(lines)
+                lines = f.readlines()
+        mine = parse_links(lines)
+        for r in parse_results(lines):
+            r["link"] = mine.get(r["np"])
+            rows.append(r)
+        links.update(mine)
+    return rows, links
 
 
 def parse_bytes(s):
@@ -269,29 +283,31 @@ def svg_plot(series, title, xlabel, ylabel, logx=True, ymax=None, marks=()):
 
 def cmd_fit(a):
     rows, links = read_inputs(a.results)
-    if not a.link_bytes_per_s and links:  # measured by bench.sh: the mean over its runs
-        a.link_bytes_per_s = sum(links.values()) / len(links)
+    for r in rows:  # --link-bytes-per-s overrides; else each run's own measured link
+        r["link"] = a.link_bytes_per_s or r["link"]
     bad = [r for r in rows if r["check"] != "OK"]
     if bad:
         print(f"# ignoring {len(bad)} result(s) that failed their check", file=sys.stderr)
     rows = [r for r in rows if r["check"] == "OK" and r["np"] > 1]
     min_bytes = parse_bytes(a.min_bytes)
-    beta = 1.0 / a.link_bytes_per_s if a.link_bytes_per_s else None
+    measured = all(r["link"] for r in rows)
     joint_impls = set(a.joint.split(","))
     fit_rows = [r for r in rows if r["bytes"] >= min_bytes]
     impls = sorted({r["impl"] for r in fit_rows})
     if not impls:
         sys.exit(f"costmodel: no results of at least {a.min_bytes} bytes in {', '.join(a.results)}")
-    pts = lambda rs: [(formula(r["impl"]), r["np"], r["bytes"], r["us"] * 1e-6) for r in rs]
+    pts = lambda rs: [(formula(r["impl"]), r["np"], r["bytes"], r["us"] * 1e-6)
+                      + ((1.0 / r["link"],) if measured else ()) for r in rs]
     joint_rows = [r for r in fit_rows if r["impl"] in joint_impls]
     fits = {}
     if joint_rows:
-        fits["joint"] = fit(pts(joint_rows), beta)
+        fits["joint"] = fit(pts(joint_rows))
     for impl in impls:
-        fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]), beta)
+        fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]))
 
     print(f"# fit on results >= {a.min_bytes} bytes; beta "
-          + (f"fixed at 1/{a.link_bytes_per_s:.4g} B/s (measured link)" if beta else "fitted, gamma = 0"))
+          + ("= 1/(measured TCP throughput of one link in the same run)" if measured
+             else "fitted, gamma = 0 (no link measurement given)"))
     print("params,alpha_us,beta_ns_per_byte,gamma_ns_per_byte,link_equiv_MBps,points")
     for name, p in fits.items():
         n_pts = len(joint_rows) if name == "joint" else sum(r["impl"] == name for r in fit_rows)
@@ -299,7 +315,7 @@ def cmd_fit(a):
               f"{1e-6 / p['beta'] if p['beta'] else float('inf'):.1f},{n_pts}")
 
     print("point,impl,formula,np,bytes,measured_us,joint_us,joint_err_pct,own_us,own_err_pct"
-          + (",bound_us,pct_of_bound" if a.link_bytes_per_s else ""))
+          + (",bound_us,pct_of_bound" if measured else ""))
     worst = {"joint": 0.0, "own": 0.0}
     for r in sorted(rows, key=lambda r: (r["impl"], r["np"], r["bytes"])):
         kind = formula(r["impl"])
@@ -311,14 +327,16 @@ def cmd_fit(a):
             if p is None:
                 cells += ["", ""]
                 continue
+            if measured:
+                p = dict(p, beta=1.0 / r["link"])
             pred = predict(p, kind, r["np"], r["bytes"])
             err = (pred - t) / t * 100
             cells += [f"{pred * 1e6:.1f}", f"{err:+.1f}"]
             if r["bytes"] >= min_bytes:
                 worst[name] = max(worst[name], abs(err))
         extra = ""
-        if a.link_bytes_per_s:
-            bnd = bound(r["np"], r["bytes"], a.link_bytes_per_s)
+        if measured:
+            bnd = bound(r["np"], r["bytes"], r["link"])
             extra = f",{bnd * 1e6:.1f},{bnd / t * 100:.1f}"
         print(f"point,{r['impl']},{kind},{r['np']},{r['bytes']},{r['us']:.1f},{','.join(cells)}{extra}")
     print(f"# largest |error| at >= {a.min_bytes} bytes: joint fit {worst['joint']:.1f}%, "
@@ -326,8 +344,46 @@ def cmd_fit(a):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"params": fits.get("joint", next(iter(fits.values()))), "fits": fits,
-                       "min_bytes": min_bytes, "link_bytes_per_s": a.link_bytes_per_s,
+                       "min_bytes": min_bytes, "links": links,
                        "worst_err_pct": worst}, f, indent=1)
+    return 0
+
+
+def table_compact(rows, link_override=None):
+    """Markdown, one table per (N, measured link): a cell per implementation with time, busbw and
+    % of the ring's bandwidth bound; then the ring's speed-up over the others."""
+    order = ["ring", "reducer", "openmpi", "openmpi-ring"]
+    groups = {}
+    for r in rows:
+        link = link_override or r["link"]
+        groups.setdefault((r["np"], link), []).append(r)
+    for (n, link), rs in sorted(groups.items(), key=lambda g: (g[0][0], -(g[0][1] or 0))):
+        at = {(r["impl"], r["bytes"]): r for r in rs}
+        impls = [i for i in order if any(k[0] == i for k in at)]
+        impls += sorted({k[0] for k in at} - set(impls))
+        ratios = [i for i in ("reducer", "openmpi", "openmpi-ring") if i in impls and "ring" in impls]
+        print(f"\n**N = {n}**" + (f", one link {link / 1e6:.1f} MB/s (TCP, measured)" if link else "")
+              + "; cells: time ms · busbw GB/s · % of the ring bound 2(N−1)/N·S/B\n")
+        print("| size | " + " | ".join(impls) + " | " + " | ".join(f"ring / {i}" for i in ratios) + " |")
+        print("|---:|" + "---:|" * (len(impls) + len(ratios)))
+        for size in sorted({k[1] for k in at}):
+            cells = []
+            for i in impls:
+                r = at.get((i, size))
+                if r is None:
+                    cells.append("–")
+                    continue
+                t = r["us"] * 1e-6
+                c = f"{t * 1e3:.1f} · {size / t * 2 * (n - 1) / n / 1e9:.3f}"
+                if link:
+                    c += f" · {bound(n, size, link) / t * 100:.0f}%"
+                cells.append(c + ("" if r["check"] == "OK" else " FAIL"))
+            ring = at.get(("ring", size))
+            for i in ratios:
+                o = at.get((i, size))
+                cells.append(f"{o['us'] / ring['us']:.2f}×" if o and ring else "–")
+            label = f"{size // MIB} MiB" if size % MIB == 0 else f"{size} B"
+            print(f"| {label} | " + " | ".join(cells) + " |")
     return 0
 
 
@@ -337,6 +393,8 @@ def cmd_table(a):
     rows, links = read_inputs(a.results)
     min_bytes = parse_bytes(a.min_bytes)
     rows = [r for r in rows if r["bytes"] >= min_bytes and r["np"] > 1]
+    if a.compact:
+        return table_compact(rows, a.link_bytes_per_s)
     order = ["ring", "reducer", "openmpi", "openmpi-ring", "mpi"]
     for n in sorted({r["np"] for r in rows}):
         link = a.link_bytes_per_s or links.get(n)
@@ -462,6 +520,7 @@ def main(argv=None):
     t.add_argument("results", nargs="+")
     t.add_argument("--link-bytes-per-s", type=float, help="default: the LINK lines of the input")
     t.add_argument("--min-bytes", default="1M")
+    t.add_argument("--compact", action="store_true", help="one cell per implementation")
     for name in ("predict", "project", "baidu"):
         s = sub.add_parser(name)
         s.add_argument("--params", help="JSON written by fit")

@@ -35,7 +35,8 @@ trap '"$T/down.sh" >/dev/null 2>&1 || true' EXIT
 res="$out/results.csv"
 : > "$res"
 for n in $nps; do
-  "$T/up.sh" --hosts "$n" --rate "$rate" | head -1
+  "$T/up.sh" --hosts "$n" --rate "$rate" > "$out/up_np$n.txt"
+  head -1 "$out/up_np$n.txt"
   if [ "$n" -ge 2 ]; then
     "$T/check.sh" | tee "$out/check_np$n.txt"
     echo "LINK,$n,$(awk '/^link_bytes_per_s/ {print $2}' "$out/check_np$n.txt")" >> "$res"
