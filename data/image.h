@@ -50,7 +50,8 @@ AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_s
 
 // Per-thread buffers reused across images (no per-image allocation once sizes settle).
 struct DecodeScratch {
-  cv::Mat decoded, resized;
+  cv::Mat decoded, resized, flipped;
+  cv::Mat planes[3];
 };
 
 // Decodes and augments one image. Writes 3 * size * size floats (CHW, RGB, normalized) to
