@@ -1,5 +1,5 @@
 // Decode + augment of one image: header dims, crop geometry, reduced-size JPEG decode, one resize
-// straight to the output size, then a fused flip + BGR->RGB + normalize + HWC->CHW pass.
+// straight to the output size, then flip, channel split and normalize into the batch layouts.
 #include "data/image.h"
 
 #include <algorithm>
