@@ -58,7 +58,7 @@ std::string error_of(F&& f) {
   return "";
 }
 
-TEST(TrainerCheckpoint, RoundTrip) {
+TEST(trainer_checkpoint, RoundTrip) {
   const std::string dir = temp_dir("rt_ck_rt");
   Fixture f;
   const std::string path = checkpoint_path(dir, f.meta.step);
@@ -80,7 +80,7 @@ TEST(TrainerCheckpoint, RoundTrip) {
   fs::remove_all(dir);
 }
 
-TEST(TrainerCheckpoint, TruncatedCorruptAndForeignFilesAreRefusedByName) {
+TEST(trainer_checkpoint, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   const std::string dir = temp_dir("rt_ck_bad");
   Fixture f;
   const std::string path = dir + "/ckpt-0000000001.rtck";
@@ -120,7 +120,7 @@ TEST(TrainerCheckpoint, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   fs::remove_all(dir);
 }
 
-TEST(TrainerCheckpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
+TEST(trainer_checkpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
   const std::string dir = temp_dir("rt_ck_latest");
   EXPECT_EQ(checkpoint_find_latest(dir), "");
   EXPECT_EQ(checkpoint_find_latest(dir + "/absent"), "");
@@ -145,7 +145,7 @@ TEST(TrainerCheckpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
   fs::remove_all(dir);
 }
 
-TEST(TrainerCheckpoint, HashIsFnv1aOverWords) {
+TEST(trainer_checkpoint, HashIsFnv1aOverWords) {
   const uint64_t w[2] = {1, 2};
   uint64_t h = 0xcbf29ce484222325ull;
   h = (h ^ 1) * 0x100000001b3ull;
@@ -153,7 +153,7 @@ TEST(TrainerCheckpoint, HashIsFnv1aOverWords) {
   EXPECT_EQ(checkpoint_hash(w, 16), h);
 }
 
-TEST(TrainerEval, CountCorrect) {
+TEST(trainer_eval, CountCorrect) {
   // 3 samples, 6 classes.
   const float logits[] = {0, 5, 1, 2, 3, 4,   // label 1: first
                           9, 8, 7, 6, 5, 4,   // label 5: sixth

@@ -31,7 +31,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return p.string();
 }
 
-TEST(TrainerConfig, DefaultsAndValues) {
+TEST(trainer_config, DefaultsAndValues) {
   Config c = config_parse("", "empty.yaml");
   EXPECT_EQ(c.model.name, "resnet50");
   EXPECT_EQ(c.train.batch, 32);
@@ -51,7 +51,7 @@ TEST(TrainerConfig, DefaultsAndValues) {
   EXPECT_NO_THROW(config_validate(c));
 }
 
-TEST(TrainerConfig, UnknownKeyNamesFileLineAndKey) {
+TEST(trainer_config, UnknownKeyNamesFileLineAndKey) {
   const std::string e = error_of([] { config_parse("model:\n  name: resnet18\n  nme: x\n", "cfg.yaml"); });
   EXPECT_NE(e.find("cfg.yaml:3: unknown key 'model.nme'"), std::string::npos) << e;
   EXPECT_NE(e.find("model takes: name, classes"), std::string::npos) << e;
@@ -59,7 +59,7 @@ TEST(TrainerConfig, UnknownKeyNamesFileLineAndKey) {
   EXPECT_NE(top.find("cfg.yaml:2: unknown key 'epochs' (top level takes:"), std::string::npos) << top;
 }
 
-TEST(TrainerConfig, WrongTypeNamesFileLineAndKey) {
+TEST(trainer_config, WrongTypeNamesFileLineAndKey) {
   auto e = error_of([] { config_parse("train:\n  batch: many\n", "t.yaml"); });
   EXPECT_NE(e.find("t.yaml:2: key 'train.batch' expects an integer, got 'many'"), std::string::npos) << e;
   e = error_of([] { config_parse("optimizer:\n  nesterov: 3\n", "t.yaml"); });
@@ -78,7 +78,7 @@ TEST(TrainerConfig, WrongTypeNamesFileLineAndKey) {
   EXPECT_NE(e.find("YAML syntax error"), std::string::npos) << e;
 }
 
-TEST(TrainerConfig, FileErrors) {
+TEST(trainer_config, FileErrors) {
   auto e = error_of([] { config_load("/nonexistent/dir/x.yaml"); });
   EXPECT_NE(e.find("/nonexistent/dir/x.yaml: cannot read the config file"), std::string::npos) << e;
   const std::string path = write_temp("rt_cfg_line.yaml", "# comment\nmodel:\n  classes: 10\n  depth: 3\n");
@@ -86,7 +86,7 @@ TEST(TrainerConfig, FileErrors) {
   EXPECT_NE(e.find(path + ":4: unknown key 'model.depth'"), std::string::npos) << e;
 }
 
-TEST(TrainerConfig, SetOverrides) {
+TEST(trainer_config, SetOverrides) {
   Config c = config_parse("train: {batch: 8}\n", "s.yaml", {"train.batch=16", "schedule.milestones=[5, 9]",
                                                            "data.root=/data/x", "optimizer.nesterov=true"});
   EXPECT_EQ(c.train.batch, 16);
@@ -103,7 +103,7 @@ TEST(TrainerConfig, SetOverrides) {
   EXPECT_NE(e.find("expected key=value"), std::string::npos) << e;
 }
 
-TEST(TrainerConfig, ValidationNamesWhereTheValueCameFrom) {
+TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   auto invalid = [](const std::string& yaml, std::vector<std::string> sets = {}) {
     return error_of([&] {
       config_validate(config_parse("data: {synthetic: true}\n" + yaml, "v.yaml", sets));
@@ -133,7 +133,7 @@ TEST(TrainerConfig, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("data.train_list' needs its partner"), std::string::npos) << e;
 }
 
-TEST(TrainerConfig, PrintedYamlReadsBackTheSame) {
+TEST(trainer_config, PrintedYamlReadsBackTheSame) {
   Config c = config_parse("data: {synthetic: true}\n", "r.yaml",
                           {"optimizer.lr=0.123456789", "schedule.milestones=[1.5, 2]", "data.root=",
                            "data.std=[0.1, 0.2, 0.3]", "log.jsonl=m-{rank}.jsonl", "seed=18446744073709551615"});
@@ -147,7 +147,7 @@ TEST(TrainerConfig, PrintedYamlReadsBackTheSame) {
   for (const auto& k : config_keys()) EXPECT_NE(y.find(k.substr(k.rfind('.') + 1) + ":"), std::string::npos) << k;
 }
 
-TEST(TrainerConfig, DerivedValues) {
+TEST(trainer_config, DerivedValues) {
   Config c = config_parse("train: {batch: 32, epochs: 90}\noptimizer: {lr: 0.1}\n", "d.yaml");
   EXPECT_DOUBLE_EQ(config_base_lr(c, 8), 0.1);  // 8 x 32 = 256 images
   EXPECT_DOUBLE_EQ(config_schedule(c, 16).base_lr, 0.2);
@@ -156,7 +156,7 @@ TEST(TrainerConfig, DerivedValues) {
   EXPECT_EQ(config_checkpoint_dir(c), "runs/d/checkpoints");
 }
 
-TEST(TrainerConfig, ShippedConfigsAreValid) {
+TEST(trainer_config, ShippedConfigsAreValid) {
   const fs::path dir = fs::path(__FILE__).parent_path().parent_path() / "configs";
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -168,7 +168,7 @@ TEST(TrainerConfig, ShippedConfigsAreValid) {
   EXPECT_GE(n, 5);
 }
 
-TEST(TrainerCli, Arguments) {
+TEST(trainer_cli, Arguments) {
   const char* ok[] = {"trainer", "--config", "c.yaml", "--set", "a.b=1", "--resume", "auto"};
   CliOptions o = cli_parse(7, ok);
   EXPECT_EQ(o.config, "c.yaml");
