@@ -9,6 +9,7 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "nn/onednn/clones.h"
 #include "nn/onednn/onednn_common.h"
 
 namespace rt {
@@ -56,7 +57,6 @@ void Reorder::run(Context& ctx, const std::string& layer, const void* from, void
 
 // Element-wise kernels: branch-free bodies so that they vectorise, cloned for AVX2 (the build
 // targets baseline x86-64 unless RT_NATIVE), run on contiguous per-thread chunks.
-#define RT_CLONES __attribute__((target_clones("avx2", "default")))
 
 namespace {
 

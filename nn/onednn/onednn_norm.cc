@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "nn/onednn/clones.h"
 #include "nn/onednn/onednn_common.h"
 
 // The vector helpers below are always inlined, so GCC's warning that returning a 32-byte vector
@@ -21,7 +22,6 @@ namespace {
 // Rows are runs of hw pixels of L interleaved channels: (n, 8-channel block) rows of L = 8 in
 // nChw8c, (n, c) rows of L = 1 in plain NCHW.
 
-#define RT_CLONES __attribute__((target_clones("avx2", "default")))
 
 // Mean and sum of squared deviations of one row, per lane: two passes over the row, the second
 // from cache (a row is at most a few hundred KB), so the variance has two-pass accuracy for
