@@ -314,7 +314,7 @@ def cmd_fit(a):
         print(f"{name},{p['alpha'] * 1e6:.2f},{p['beta'] * 1e9:.4f},{p['gamma'] * 1e9:.4f},"
               f"{1e-6 / p['beta'] if p['beta'] else float('inf'):.1f},{n_pts}")
 
-    print("point,impl,formula,np,bytes,measured_us,joint_us,joint_err_pct,own_us,own_err_pct"
+    print("point,impl,formula,np,link_MBps,bytes,measured_us,joint_us,joint_err_pct,own_us,own_err_pct"
           + (",bound_us,pct_of_bound" if measured else ""))
     worst = {"joint": 0.0, "own": 0.0}
     for r in sorted(rows, key=lambda r: (r["impl"], r["np"], r["bytes"])):
@@ -338,7 +338,8 @@ def cmd_fit(a):
         if measured:
             bnd = bound(r["np"], r["bytes"], r["link"])
             extra = f",{bnd * 1e6:.1f},{bnd / t * 100:.1f}"
-        print(f"point,{r['impl']},{kind},{r['np']},{r['bytes']},{r['us']:.1f},{','.join(cells)}{extra}")
+        link = f"{r['link'] / 1e6:.1f}" if r.get("link") else ""
+        print(f"point,{r['impl']},{kind},{r['np']},{link},{r['bytes']},{r['us']:.1f},{','.join(cells)}{extra}")
     print(f"# largest |error| at >= {a.min_bytes} bytes: joint fit {worst['joint']:.1f}%, "
           f"per-implementation fits {worst['own']:.1f}% (target 15%)")
     if a.json:
