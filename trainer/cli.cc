@@ -147,6 +147,7 @@ int cli_main(int argc, const char* const* argv) {
                                                o.checkpoint + " (saved configuration)", o.sets)
                                 : config_load(o.config, o.sets);
   config_validate(cfg);
+  cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
   if (rank == 0 && cfg.log.print_config) {
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
     std::fflush(stdout);

@@ -141,6 +141,7 @@ void Progress::step(const StepRecord& r, double top1) {
   wait_s_ += r.data_wait_s;
   comm_s_ += r.exposed_comm_s;
   images_ += double(r.global_images);
+  loss_ += r.loss;
   const bool last = r.step >= total_steps_ || r.epoch_step == steps_per_epoch_;
   if (n_ < interval_ && !last) return;
   const double mean = step_s_ / double(n_);
@@ -149,7 +150,7 @@ void Progress::step(const StepRecord& r, double top1) {
                 "epoch %lld/%lld step %lld/%lld loss %.4f top1 %.1f%% lr %.4g %.1f img/s data %.0f%% "
                 "comm %.0f%% ETA %s",
                 (long long)r.epoch + 1, (long long)epochs_, (long long)r.epoch_step,
-                (long long)steps_per_epoch_, r.loss, top1, r.lr, images_ / step_s_,
+                (long long)steps_per_epoch_, loss_ / double(n_), top1, r.lr, images_ / step_s_,
                 100 * wait_s_ / step_s_, 100 * comm_s_ / step_s_,
                 format_duration(mean * double(total_steps_ - r.step)).c_str());
   if (live_) {
@@ -161,7 +162,7 @@ void Progress::step(const StepRecord& r, double top1) {
   }
   std::fflush(stdout);
   n_ = 0;
-  step_s_ = wait_s_ = comm_s_ = images_ = 0;
+  step_s_ = wait_s_ = comm_s_ = images_ = loss_ = 0;
 }
 
 void Progress::message(const std::string& s) {

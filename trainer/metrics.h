@@ -61,8 +61,9 @@ class Metrics {
   int64_t unflushed_ = 0;
 };
 
-// Rank 0's progress: every `interval` steps one update with epoch, step/steps, loss, running
-// top-1, lr, global images/s, data-wait %, exposed-comm % and ETA over the interval's steps.
+// Rank 0's progress: every `interval` steps one update with epoch, step/steps, loss (mean over
+// the interval), running top-1 of the epoch, lr, global images/s, data-wait % and exposed-comm %
+// over the interval's steps, and the ETA of the training steps left.
 class Progress {
  public:
   // live: rewrite one line with '\r' (a terminal); otherwise print one line per update.
@@ -78,7 +79,7 @@ class Progress {
   bool enabled_, live_;
   int64_t interval_, epochs_, steps_per_epoch_, total_steps_;
   int64_t n_ = 0;                 // steps in the current window
-  double step_s_ = 0, wait_s_ = 0, comm_s_ = 0, images_ = 0;
+  double step_s_ = 0, wait_s_ = 0, comm_s_ = 0, images_ = 0, loss_ = 0;  // sums over the window
   bool open_line_ = false;        // a live bar is on screen
 };
 
