@@ -25,5 +25,5 @@ if [[ $kind == address ]]; then
 else
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan.supp"
   ctest --test-dir $dir -L mpi -E "fault" --output-on-failure "$@"
-  ctest --test-dir $dir -L unit -R "[Dd]ata|[Tt]rainer|[Pp]refetch|[Ll]oader" --output-on-failure "$@"
+  ctest --test-dir $dir -L unit -R "^(data|trainer)_" --output-on-failure "$@"
 fi
