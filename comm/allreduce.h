@@ -26,6 +26,9 @@ struct CommConfig {
   bool check_counts = false;          // verify each call's count on all ranks (one small allgather)
   int idle_sleep_us = 0;              // >0: a blocked wait polls, then sleeps this long between
                                       // polls instead of spinning in MPI_Wait (frees the core)
+  int overlap_idle_sleep_us = 50;     // the same for the waits of GradientReducer's overlapping
+                                      // communication thread (0: MPI_Wait), where a spinning wait
+                                      // takes the core from backward
 };
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).

@@ -31,7 +31,9 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg, void
                             dtype_name(model.dtype), ")"));
   if (cfg_.bucket_bytes == 0) throw CommError("comm: bucket_bytes must be positive");
   comm_check_agreement(comm_, model, cfg_);
-  allreducer_ = make_allreducer(cfg_, comm_, k);
+  CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
+  if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
+  allreducer_ = make_allreducer(run_cfg, comm_, k);
   if (!k.supports(t))
     throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
 

@@ -48,7 +48,9 @@ void check_fake_backward(MpiTest& t, Communicator& comm) {
         cfg.algorithm = algo;
         cfg.bucket_bytes = bucket_bytes;
         cfg.overlap = overlap;
-        cfg.idle_sleep_us = overlap ? 20 : 0;
+        cfg.idle_sleep_us = overlap ? 0 : 20;  // the sequential waits: sleeping too
+        // The communication thread's waits: MPI_Wait with the smallest buckets, sleeping otherwise.
+        cfg.overlap_idle_sleep_us = bucket_bytes == 4096 ? 0 : 20;
         std::vector<float> g(count);
         GradientReducer gr(comm, cfg, g, buffer_fingerprint(count, DType::f32));
         for (int step = 0; step < 2; ++step) {
