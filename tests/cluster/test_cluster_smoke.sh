@@ -4,6 +4,7 @@
 # MPI launch on every host), and down.sh leaves no namespace, file or process behind.
 # Needs root and network namespaces; exits 77 (skipped) without them. Optional argument: an MPI
 # program to run on 3 hosts (e.g. build/bin/allreduce_bench), checked for a correct result.
+# RTC_RELAY=PATH names the netem_relay to test latency with (default: build*/bin/netem_relay).
 set -uo pipefail
 T="$(cd "$(dirname "$0")/../../tools/cluster" && pwd)"
 fail() { echo "FAIL: $*" >&2; "$T/down.sh" >/dev/null 2>&1; exit 1; }
@@ -50,7 +51,7 @@ fi
 # Latency through the user-space relay, where it is built: a 2 ms one-way latency makes the UDP
 # round trip at least 4 ms, and the rate still holds.
 root="$(cd "$T/../.." && pwd)"
-relay=$(ls "$root"/build*/bin/netem_relay 2>/dev/null | head -1)
+relay=${RTC_RELAY:-$(ls "$root"/build*/bin/netem_relay 2>/dev/null | head -1)}
 if [ -n "$relay" ]; then
   "$T/up.sh" --hosts 2 --rate 100mbit --latency 2ms --relay "$relay" >/dev/null || fail "up.sh --latency 2ms"
   "$T/up.sh" --hosts 2 --rate 100mbit --latency 2ms --relay "$relay" | grep -q "already up" ||

@@ -4,7 +4,7 @@
 # OpenMPI's MPI_Allreduce (its default choice, then with its ring forced), one rank per host.
 # Tears the cluster down at the end (also on failure or Ctrl-C).
 #
-# Usage: tools/cluster/bench.sh [--rate 1gbit] [--np "2 4 8"] [--sizes 1M,4M,16M,64M]
+# Usage: tools/cluster/bench.sh [--rate 1gbit] [--latency 0] [--np "2 4 8"] [--sizes 1M,4M,16M,64M]
 #          [--budget 1] [--min-reps 3] [--bin build/bin/allreduce_bench] [--out DIR]
 #          [--algos ring,reducer,openmpi] [--extra "ARGS for allreduce_bench"]
 #
@@ -12,11 +12,11 @@
 # openmpi-ring) and one `LINK,N,bytes_per_s` line per N; feed it to tools/costmodel.py.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-rate=1gbit nps="2 4 8" sizes=1M,4M,16M,64M budget=1 minreps=3 algos=ring,reducer,openmpi extra=""
+rate=1gbit latency=0 nps="2 4 8" sizes=1M,4M,16M,64M budget=1 minreps=3 algos=ring,reducer,openmpi extra=""
 bin=build/bin/allreduce_bench out=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rate) rate=$2 ;; --np) nps=$2 ;; --sizes) sizes=$2 ;; --budget) budget=$2 ;;
+    --rate) rate=$2 ;; --latency) latency=$2 ;; --np) nps=$2 ;; --sizes) sizes=$2 ;; --budget) budget=$2 ;;
     --min-reps) minreps=$2 ;; --bin) bin=$2 ;; --out) out=$2 ;; --algos) algos=$2 ;;
     --extra) extra=$2 ;;
     *) rtc_die "unknown argument '$1'" ;;
@@ -35,7 +35,7 @@ trap '"$T/down.sh" >/dev/null 2>&1 || true' EXIT
 res="$out/results.csv"
 : > "$res"
 for n in $nps; do
-  "$T/up.sh" --hosts "$n" --rate "$rate" > "$out/up_np$n.txt"
+  "$T/up.sh" --hosts "$n" --rate "$rate" --latency "$latency" > "$out/up_np$n.txt"
   head -1 "$out/up_np$n.txt"
   if [ "$n" -ge 2 ]; then
     "$T/check.sh" | tee "$out/check_np$n.txt"

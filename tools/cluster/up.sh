@@ -26,7 +26,7 @@
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" >&2; exit 2; }
 hosts="" rate="" latency="0" burst="64K" gso="16K" mtu=9000 relay=""
 while [ $# -gt 0 ]; do
   case "$1" in
