@@ -364,7 +364,8 @@ def table_compact(rows, link_override=None):
         impls += sorted({k[0] for k in at} - set(impls))
         ratios = [i for i in ("reducer", "openmpi", "openmpi-ring") if i in impls and "ring" in impls]
         print(f"\n**N = {n}**" + (f", one link {link / 1e6:.1f} MB/s (TCP, measured)" if link else "")
-              + "; cells: time ms · busbw GB/s · % of the ring bound 2(N−1)/N·S/B\n")
+              + "; cells: time ms · busbw GB/s · % of the ring bound 2(N−1)/N·S/B; "
+              "ring / X: the ring's speed-up over X (X's time ÷ the ring's)\n")
         print("| size | " + " | ".join(impls) + " | " + " | ".join(f"ring / {i}" for i in ratios) + " |")
         print("|---:|" + "---:|" * (len(impls) + len(ratios)))
         for size in sorted({k[1] for k in at}):
