@@ -2,6 +2,7 @@
 # Installs every Debian package ringtrain needs to build and test (idempotent; run as root).
 #   tools/setup.sh            build + test dependencies
 #   tools/setup.sh --peers    also what the peer measurements need (PyTorch, jemalloc)
+#   tools/setup.sh --fuzz     also clang and libFuzzer for tools/fuzz.sh
 set -euo pipefail
 
 pkgs=(
@@ -11,9 +12,14 @@ pkgs=(
   libopencv-dev                      # image decode and augmentation
   libyaml-cpp-dev                    # configuration files
   libgtest-dev libgmock-dev          # tests
+  python3 python3-numpy              # scaling cost model and its tests
+  iproute2                           # emulated cluster (network namespaces, tc)
 )
 if [[ "${1:-}" == "--peers" ]]; then
   pkgs+=(python3-torch python3-torchvision libjemalloc2)
+fi
+if [[ " $* " == *" --fuzz "* ]]; then
+  pkgs+=(clang libclang-rt-14-dev)
 fi
 
 missing=()
