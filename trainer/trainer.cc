@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -80,6 +81,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   ready_ = reducer_->ready_callback();
   comm::broadcast_model(*ctl_comm_, arena, 0);
 
+  // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
+  // long runs reallocate a few times).
+  losses_.reserve(size_t(std::min<int64_t>(total_steps_, int64_t(1) << 20)));
   const int64_t classes = net_->shape(net_->logits()).c;
   logits_.resize(size_t(batch * classes));
   pad_images_.resize(size_t(net_->shape(0).numel()));
