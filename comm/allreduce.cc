@@ -151,7 +151,7 @@ class ReducerAllreducer final : public Allreducer {
 
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
                                             const ReduceKernels& kernels) {
-  if (cfg.algorithm == "ring" || cfg.algorithm == "ring_step")
+  if (cfg.algorithm == "ring" || cfg.algorithm == "ring_pipelined")
     return make_ring_allreducer(comm, kernels, cfg);
   if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg);
   if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg);
@@ -160,7 +160,7 @@ std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator&
         "allreduce algorithm 'nccl' is GPU only and not built here (CPU build without CUDA/NCCL); "
         "use ring, mpi or reducer");
   throw CommError(str_cat("unknown allreduce algorithm '", cfg.algorithm,
-                          "' (known: ring, mpi, reducer, nccl)"));
+                          "' (known: ring, ring_pipelined, mpi, reducer, nccl)"));
 }
 
 }  // namespace rt::comm

@@ -144,16 +144,17 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  // 1. Backward alone (no communication), and 2. the allreduce of the whole buffer alone.
+  // Backward alone (no communication) and the allreduce of the whole buffer alone (with MPI_Wait
+  // and with sleeping waits), measured in the same rotation as the training steps below.
   std::vector<double> fwd, bwd, ar_whole, ar_sleep;
   auto whole = make_allreducer(base, comm);
   CommConfig sleeping = base;  // the waits of the overlapping thread (first --overlap-sleep-us)
   sleeping.idle_sleep_us = a.overlap_sleep_us[0];
   auto whole_sleep = make_allreducer(sleeping, comm);
   std::vector<float> scratch(g.size());
-  for (int s = 0; s < a.warmup + a.steps; ++s) {
+  auto alone_step = [&](bool keep) {
     comm.barrier();
-    double t0 = now_s();
+    const double t0 = now_s();
     net->forward(x.data(), y.data(), true);
     const double t1 = now_s();
     net->backward();
@@ -168,27 +169,16 @@ int run(int argc, char** argv) {
     const double t5 = now_s();
     whole_sleep->allreduce(std::span<float>(scratch), ReduceOp::average);
     const double t6 = now_s();
-    if (s >= a.warmup) {
+    if (keep) {
       fwd.push_back(t1 - t0);
       bwd.push_back(t2 - t1);
       ar_whole.push_back(t4 - t3);
       ar_sleep.push_back(t6 - t5);
     }
-  }
-  const Stat sf = stat(max_over_ranks(comm, fwd)), sb = stat(max_over_ranks(comm, bwd)),
-             sa = stat(max_over_ranks(comm, ar_whole)), ss = stat(max_over_ranks(comm, ar_sleep));
-  if (rank == 0) {
-    std::printf("forward alone        %8.1f ms (%.1f-%.1f)\n", sf.med * 1e3, sf.lo * 1e3, sf.hi * 1e3);
-    std::printf("backward alone       %8.1f ms (%.1f-%.1f)\n", sb.med * 1e3, sb.lo * 1e3, sb.hi * 1e3);
-    std::printf("allreduce alone      %8.1f ms (%.1f-%.1f)  whole %.1f MiB buffer, %s: "
-                "comm / backward = %.2f\n", sa.med * 1e3, sa.lo * 1e3, sa.hi * 1e3, grad_mib,
-                a.algorithm.c_str(), sa.med / sb.med);
-    std::printf("  with sleeping waits %8.1f ms (%.1f-%.1f)  idle_sleep_us %d: comm / backward = %.2f\n",
-                ss.med * 1e3, ss.lo * 1e3, ss.hi * 1e3, sleeping.idle_sleep_us, ss.med / sb.med);
-    std::fflush(stdout);
-  }
+  };
 
-  // 3. Training steps, overlap off and on taking turns (a drifting machine load hits both).
+  // Training steps, overlap off and on, and the measurements alone, taking turns step by step
+  // (a drifting machine load hits them alike).
   struct Mode {
     std::string name;
     std::unique_ptr<GradientReducer> gr;
@@ -209,8 +199,13 @@ int run(int argc, char** argv) {
   }
   const size_t nm = modes.size();
   for (int s = 0; s < a.warmup + a.steps; ++s) {
-    for (size_t m = 0; m < nm; ++m) {
-      Mode& md = modes[(m + size_t(s)) % nm];  // rotate which goes first
+    for (size_t m = 0; m <= nm; ++m) {
+      const size_t which = (m + size_t(s)) % (nm + 1);  // rotate which goes first
+      if (which == nm) {
+        alone_step(s >= a.warmup);
+        continue;
+      }
+      Mode& md = modes[which];
       comm.barrier();
       const double t0 = now_s();
       net->forward(x.data(), y.data(), true);
@@ -228,6 +223,19 @@ int run(int argc, char** argv) {
       md.before.push_back(double(st.buckets_done_before_wait));
     }
   }
+  const Stat sf = stat(max_over_ranks(comm, fwd)), sb = stat(max_over_ranks(comm, bwd)),
+             sa = stat(max_over_ranks(comm, ar_whole)), ss = stat(max_over_ranks(comm, ar_sleep));
+  if (rank == 0) {
+    std::printf("forward alone        %8.1f ms (%.1f-%.1f)\n", sf.med * 1e3, sf.lo * 1e3, sf.hi * 1e3);
+    std::printf("backward alone       %8.1f ms (%.1f-%.1f)\n", sb.med * 1e3, sb.lo * 1e3, sb.hi * 1e3);
+    std::printf("allreduce alone      %8.1f ms (%.1f-%.1f)  whole %.1f MiB buffer, %s: "
+                "comm / backward = %.2f\n", sa.med * 1e3, sa.lo * 1e3, sa.hi * 1e3, grad_mib,
+                a.algorithm.c_str(), sa.med / sb.med);
+    std::printf("  with sleeping waits %8.1f ms (%.1f-%.1f)  idle_sleep_us %d: comm / backward = %.2f\n",
+                ss.med * 1e3, ss.lo * 1e3, ss.hi * 1e3, sleeping.idle_sleep_us, ss.med / sb.med);
+    std::fflush(stdout);
+  }
+
   // The same batch and parameters every step: overlap must not change a single bit.
   int identical = 1;
   for (const Mode& md : modes) identical &= md.hash == modes[0].hash;

@@ -114,7 +114,7 @@ int run() {
   for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
     Communicator comm(MPI_COMM_WORLD, limit);
     for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
-      for (const std::string algo : {"ring", "reducer", "mpi"}) {
+      for (const std::string algo : {"ring", "ring_pipelined", "reducer", "mpi"}) {
         CommConfig cfg;
         cfg.algorithm = algo;
         cfg.segment_bytes = seg_bytes;

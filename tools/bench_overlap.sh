@@ -1,0 +1,18 @@
+#!/bin/bash
+# Runs tools/bench_overlap for 2 ranks over TCP loopback and over shared memory (2 ranks x 1
+# compute thread on a 2-core machine), with the communication thread's sleeping waits (default)
+# and MPI_Wait side by side. Extra arguments go to bench_overlap.
+# Usage: tools/bench_overlap.sh [--build DIR] [bench_overlap options...]
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build
+if [ "${1:-}" = --build ]; then BUILD=$2; shift 2; fi
+BENCH=$BUILD/bin/bench_overlap
+[ -x "$BENCH" ] || { echo "build $BENCH first (ninja -C $BUILD bench_overlap)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+ARGS=(--model resnet18 --batch 1 --size 72 --steps 10 --warmup 1 --bucket-mib 4 --overlap-sleep-us 50,0)
+for tr in tcp shm; do
+  [ "$tr" = tcp ] && MCA="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo" || MCA=""
+  echo "\$ mpirun -np 2 --bind-to none $MCA $BENCH ${ARGS[*]} --transport $tr $*"
+  mpirun -np 2 --bind-to none $MCA "$BENCH" "${ARGS[@]}" --transport "$tr" "$@"
+done
