@@ -7,7 +7,8 @@
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
 //          [--segment-bytes 1048576] [--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]
 //
-// An algorithm may carry its own segment size, "ring@128K", so that variants run side by side;
+// An algorithm may carry its own segment size and waiting policy, "ring@128K~20" (segment 128 KiB,
+// idle_sleep_us 20), so that variants run side by side;
 // "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. With
 // --interleave 1 the algorithms take turns iteration by iteration (rather than size by size), so a
 // machine load that drifts during the run affects them alike: use it to compare alternatives.
@@ -222,11 +223,13 @@ int run(int argc, char** argv) {
       cands.push_back(std::move(c));
       continue;
     }
-    CommConfig cfg;
-    const size_t at = spec.find('@');
-    cfg.algorithm = spec.substr(0, at);
-    cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(spec.substr(at + 1));
-    cfg.idle_sleep_us = o.idle_sleep_us;
+    CommConfig cfg;  // spec: algorithm[@segment][~idle_sleep_us], e.g. ring@128K~20
+    const size_t tl = spec.find('~');
+    const std::string head = spec.substr(0, tl);
+    const size_t at = head.find('@');
+    cfg.algorithm = head.substr(0, at);
+    cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
+    cfg.idle_sleep_us = tl == std::string::npos ? o.idle_sleep_us : std::stoi(spec.substr(tl + 1));
     c.ar = make_allreducer(cfg, comm);
     cands.push_back(std::move(c));
   }
