@@ -120,7 +120,8 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("backend: tpu\n");
   EXPECT_NE(e.find("key 'backend' must be onednn"), std::string::npos) << e;
   e = invalid("comm: {algorithm: tree}\n");
-  EXPECT_NE(e.find("key 'comm.algorithm' must be ring, mpi or reducer (got tree)"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'comm.algorithm' must be one of ring, mpi"), std::string::npos) << e;
+  EXPECT_NE(e.find("(got tree)"), std::string::npos) << e;
   e = invalid("optimizer: {momentum: 0, nesterov: true}\n");
   EXPECT_NE(e.find("optimizer: sgd: nesterov requires momentum > 0"), std::string::npos) << e;
   e = invalid("schedule: {kind: multistep, milestones: [60, 30]}\n");

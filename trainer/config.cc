@@ -71,6 +71,7 @@ void config_fields(C& c, V&& v) {
   v("comm.overlap", c.comm.overlap);
   v("comm.segment_bytes", c.comm.segment_bytes);
   v("comm.idle_sleep_us", c.comm.idle_sleep_us);
+  v("comm.overlap_idle_sleep_us", c.comm.overlap_idle_sleep_us);
   v("checkpoint.dir", c.checkpoint.dir);
   v("checkpoint.every_steps", c.checkpoint.every_steps);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);

@@ -91,13 +91,18 @@ void config_validate(const Config& c) {
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 
   const auto& algos = comm::allreduce_algorithms();
+  std::string known;
+  for (const auto& a : algos) known += (known.empty() ? "" : ", ") + a;
+  const std::string algo_rule = "must be one of " + known;
   k.require(std::find(algos.begin(), algos.end(), c.comm.algorithm) != algos.end(), "comm.algorithm",
-            "must be ring, mpi or reducer", c.comm.algorithm);
+            algo_rule.c_str(), c.comm.algorithm);
   k.require(c.comm.algorithm != "nccl" || c.backend == "cuda", "comm.algorithm",
             "nccl needs backend: cuda", c.comm.algorithm);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
   k.require(c.comm.idle_sleep_us >= 0, "comm.idle_sleep_us", "must be >= 0", c.comm.idle_sleep_us);
+  k.require(c.comm.overlap_idle_sleep_us >= 0, "comm.overlap_idle_sleep_us", "must be >= 0",
+            c.comm.overlap_idle_sleep_us);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
