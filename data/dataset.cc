@@ -108,8 +108,12 @@ void parse_list(const std::string& path, std::vector<std::string>* paths, std::v
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != lab.size() || v < 0 || v > INT32_MAX)
+    if (used != lab.size() || v < 0)
       throw Error(str_cat(path, ":", no, ": label \"", lab, "\" is not an integer >= 0"));
+    // Each class gets a name string up front: a stray huge label must not allocate gigabytes.
+    if (v > kMaxListLabel)
+      throw Error(str_cat(path, ":", no, ": label ", lab, " is above the largest supported (",
+                          kMaxListLabel, ")"));
     const fs::path fp(file);
     paths->push_back(fp.is_absolute() ? file : (base / fp).string());
     labels->push_back(static_cast<int32_t>(v));

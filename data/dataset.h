@@ -41,7 +41,9 @@ std::vector<std::string> folder_classes(const std::string& root);
 
 // A list file: "path label" per line, '#' comments and blank lines ignored, paths relative to the
 // list file's folder unless absolute (the label is the last field, so paths may contain spaces).
-// num_classes >= max label + 1 (pass 0 to use max label + 1). Bad lines name file:line.
+// Labels are integers in [0, kMaxListLabel]. num_classes >= max label + 1 (pass 0 to use max
+// label + 1). Bad lines name file:line.
+constexpr int32_t kMaxListLabel = (1 << 20) - 1;
 std::unique_ptr<Dataset> open_list(const std::string& path, int num_classes = 0);
 
 // Largest label in a list file (-1 when empty); used to agree on a class count across splits.

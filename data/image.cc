@@ -172,34 +172,26 @@ void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const Augm
 bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
                     DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {
   if (len == 0) return false;
-  // IGNORE_ORIENTATION: torchvision (PIL) does not apply EXIF rotation, and the header dims must
-  // describe the decoded pixels for the crop to be drawn before decoding.
-  constexpr int kFlags = cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION;
   const cv::Mat buf(1, static_cast<int>(len), CV_8U, const_cast<uint8_t*>(data));
   int w = 0, h = 0;
   bool jpeg = false;
-  const bool known = image_dims(data, len, &w, &h, &jpeg);
+  // Only bytes whose size a JPEG or PNG header states are decoded, and only up to kMaxImagePixels:
+  // OpenCV allocates whatever a header claims (a 27-byte PPM header asks for 2.7 GB), and a decode
+  // thread must not be made to do that by one bad file.
+  if (!image_dims(data, len, &w, &h, &jpeg) || int64_t{w} * h > kMaxImagePixels) return false;
   if (jpeg && !jpeg_complete(data, len)) return false;
-  if (!known) {  // unknown header: decode fully, then take dims from the pixels
-    try {
-      scratch.decoded = cv::imdecode(buf, kFlags);
-    } catch (const cv::Exception&) {
-      return false;
-    }
-    if (scratch.decoded.empty()) return false;
-    w = scratch.decoded.cols;
-    h = scratch.decoded.rows;
-  }
   // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
   const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
                              : center_crop_box(w, h, spec.size);
   const bool flip = spec.flip && (rng.next_u64() >> 63);
   Box use = box;
-  if (known) {
+  {
     const int f = jpeg ? reduction_for(box, spec.size) : 1;  // other formats would decode fully anyway
     const int flag = f == 8 ? cv::IMREAD_REDUCED_COLOR_8 : f == 4 ? cv::IMREAD_REDUCED_COLOR_4
                    : f == 2 ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_COLOR;
     try {
+      // IGNORE_ORIENTATION: torchvision (PIL) does not apply EXIF rotation, and the header dims
+      // must describe the decoded pixels for the crop to be drawn before decoding.
       // A fresh Mat each time: imdecode(buf, flags, &dst) leaves dst's old pixels in place when
       // the header cannot be read, which would pass off the previous image as this one.
       scratch.decoded = cv::imdecode(buf, flag | cv::IMREAD_IGNORE_ORIENTATION);

@@ -54,9 +54,13 @@ struct DecodeScratch {
   cv::Mat planes[3];
 };
 
+// Images above this many pixels (by their header) are not decoded.
+constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
 // Decodes and augments one image. Writes 3 * size * size floats (CHW, RGB, normalized) to
 // out_chw and/or size * size * 3 bytes (HWC, RGB) to out_hwc (either may be null). Returns false
-// when the bytes cannot be decoded. The crop and flip come from rng alone.
+// when the bytes cannot be decoded: no JPEG or PNG header image_dims can read, more than
+// kMaxImagePixels, or a decoder error. The crop and flip come from rng alone.
 bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
                     DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
 

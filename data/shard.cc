@@ -60,10 +60,15 @@ bool pread_all(int fd, void* dst, size_t len, uint64_t off) {
 
 class ShardDataset final : public Dataset {
  public:
-  explicit ShardDataset(const std::string& index_path) { load(index_path); }
-  ~ShardDataset() override {
-    for (const Shard& s : shards_) ::close(s.fd);
+  explicit ShardDataset(const std::string& index_path) {
+    try {
+      load(index_path);
+    } catch (...) {  // a constructor that throws runs no destructor
+      close_all();
+      throw;
+    }
   }
+  ~ShardDataset() override { close_all(); }
   int64_t size() const override { return static_cast<int64_t>(recs_.size()); }
   const std::vector<std::string>& class_names() const override { return classes_; }
   int32_t label(int64_t i) const override { return recs_[static_cast<size_t>(i)].label; }
@@ -116,6 +121,11 @@ class ShardDataset final : public Dataset {
     return std::string(buf, strnlen(buf, sizeof(buf) - 1));
   }
 
+  void close_all() {
+    for (const Shard& s : shards_) ::close(s.fd);
+    shards_.clear();
+  }
+
   [[noreturn]] static void bad(const std::string& where, const std::string& what) {
     throw Error(str_cat("data: shard set ", where, ": ", what));
   }
@@ -153,7 +163,6 @@ void ShardDataset::load(const std::string& index_path) {
     classes_.push_back(line.size() > 6 ? line.substr(6) : "");
   }
   if (!(next("shards") >> nshards) || nshards < 1) bad(str_cat(index_path, ":", no), "bad shard count");
-  recs_.reserve(static_cast<size_t>(samples));
   for (int64_t k = 0; k < nshards; ++k) {
     std::istringstream ls = next("shard");
     int64_t count = -1, bytes = -1;
@@ -175,7 +184,7 @@ void ShardDataset::open_shard(const std::string& path, int64_t count, int64_t by
   s.count = count;
   s.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (s.fd < 0) bad(path, "cannot open");
-  shards_.push_back(s);  // closed by the destructor from here on, even if the checks below throw
+  shards_.push_back(s);  // closed by close_all from here on, even if the checks below throw
   struct stat st;
   if (::fstat(s.fd, &st) != 0) bad(path, "cannot stat");
   s.file_size = static_cast<uint64_t>(st.st_size);
@@ -189,17 +198,19 @@ void ShardDataset::open_shard(const std::string& path, int64_t count, int64_t by
   if (get<uint32_t>(h + 12) != count)
     bad(path, str_cat("holds ", get<uint32_t>(h + 12), " records, the index says ", count));
   s.index_offset = get<uint64_t>(h + 16);
-  if (s.index_offset < kHeader + 0 || s.index_offset + kEntry * count > s.file_size)
+  if (s.index_offset < kHeader || s.index_offset > s.file_size ||
+      kEntry * static_cast<uint64_t>(count) > s.file_size - s.index_offset)
     bad(path, "index offset out of range");
   std::vector<uint8_t> index(s.file_size - s.index_offset);
   if (!pread_all(s.fd, index.data(), index.size(), s.index_offset)) bad(path, "cannot read the index");
   if (crc32(index.data(), index.size()) != get<uint32_t>(h + 24)) bad(path, "index checksum mismatch");
   shards_.back() = s;
+  recs_.reserve(recs_.size() + static_cast<size_t>(count));  // count fits in the file: checked above
   for (int64_t k = 0; k < count; ++k) {
     const uint8_t* e = index.data() + kEntry * k;
     Rec r{get<uint64_t>(e), get<uint32_t>(e + 8), get<int32_t>(e + 12), get<uint32_t>(e + 16),
           static_cast<uint32_t>(shards_.size() - 1)};
-    if (r.offset < kHeader || r.offset + r.size > s.index_offset)
+    if (r.offset < kHeader || r.offset > s.index_offset || r.size > s.index_offset - r.offset)
       bad(path, str_cat("record ", k, " lies outside the data area"));
     if (r.label < 0 || r.label >= static_cast<int32_t>(classes_.size()))
       bad(path, str_cat("record ", k, " has label ", r.label, " outside the ", classes_.size(), " classes"));
