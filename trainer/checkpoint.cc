@@ -221,7 +221,7 @@ Checkpoint checkpoint_read(const std::string& path) {
     auto floats = [&](std::vector<float>& v) {
       if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
       v.resize(len / 4);
-      std::memcpy(v.data(), d, len);
+      if (len > 0) std::memcpy(v.data(), d, len);  // an empty vector's data() may be null
     };
     std::string t(tag);
     if (t == "meta") {

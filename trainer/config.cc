@@ -155,6 +155,9 @@ void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, con
 
 // Shortest text that reads back as the same double.
 std::string number_text(double v) {
+  // YAML's spellings: printf's "nan" and "inf" would read back as text, not numbers.
+  if (std::isnan(v)) return ".nan";
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   char buf[40];
   for (int prec = 6; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);

@@ -69,7 +69,10 @@ void config_validate(const Config& c) {
   k.require(d.synthetic_classes >= 2, "data.synthetic_classes", "must be >= 2", d.synthetic_classes);
   k.require(d.min_scale > 0 && d.min_scale <= d.max_scale && d.max_scale <= 1, "data.min_scale",
             "and data.max_scale must satisfy 0 < min_scale <= max_scale <= 1", d.min_scale);
-  for (int i = 0; i < 3; ++i) k.require(d.std[i] > 0, "data.std", "must be > 0", d.std[i]);
+  for (int i = 0; i < 3; ++i) {
+    k.require(std::isfinite(d.mean[i]), "data.mean", "must be finite", d.mean[i]);
+    k.require(finite_pos(d.std[i]), "data.std", "must be finite and > 0", d.std[i]);
+  }
 
   const auto& g = c.generate;
   k.require(g.classes >= 0, "data.generate.classes", "must be >= 0", g.classes);
