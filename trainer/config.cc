@@ -110,6 +110,12 @@ T scalar_as(const YAML::Node& n, const std::string& at, const std::string& key, 
 
 void read_value(const YAML::Node& n, std::string& f, const std::string& at, const std::string& k) {
   f = n.IsNull() ? std::string() : scalar_as<std::string>(n, at, k, "a string");
+  // Control characters (a stray carriage return, say) would not survive the printed copy of the
+  // config that checkpoints keep, so a resumed run would read another value.
+  for (unsigned char c : f)
+    if (c < 0x20 || c == 0x7f)
+      throw ConfigError(str_cat(at, ": key '", k, "': control character ", static_cast<int>(c),
+                                " in a text value"));
 }
 void read_value(const YAML::Node& n, bool& f, const std::string& at, const std::string& k) {
   f = scalar_as<bool>(n, at, k, "true or false");
