@@ -21,6 +21,8 @@ ip netns del rtc-probe
 if ip netns list | grep -qE '^rtc-(sw|h[0-9]+)\b'; then
   echo "SKIP: an emulated cluster is already up (someone else's run); not touching it"; exit 77
 fi
+# Killed by ctest's timeout or interrupted: leave no namespaces behind.
+trap '"$T/down.sh" >/dev/null 2>&1; exit 1' TERM INT
 
 expect_error "is required" "$T/up.sh" --rate 1gbit
 expect_error "bad rate unit" "$T/up.sh" --hosts 2 --rate 1gbt
