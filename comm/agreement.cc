@@ -31,12 +31,12 @@ class Fnv {
 // The record every rank contributes; fixed size so one MPI_Allgather carries it.
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
-  kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kNumFields
+  kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNumFields
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
     "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
-    "segment_bytes", "check_counts", "MPI elements per call"};
+    "segment_bytes", "check_counts", "MPI elements per call", "stall check"};
 
 struct Record {
   uint64_t field[kNumFields];
@@ -46,7 +46,7 @@ struct Record {
 std::string field_value(const Record& r, int f) {
   if (f == kAlgorithm) return str_cat("'", r.algorithm, "'");
   if (f == kDType) return dtype_name(static_cast<DType>(r.field[f]));
-  if (f == kOverlap || f == kCheckCounts) return r.field[f] ? "true" : "false";
+  if (f == kOverlap || f == kCheckCounts || f == kStallCheck) return r.field[f] ? "true" : "false";
   if (f == kLayoutHash || f == kStateHash) return str_cat("0x", std::hex, r.field[f]);
   return std::to_string(r.field[f]);
 }
@@ -103,6 +103,8 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
   mine.field[kSegmentBytes] = cfg.segment_bytes;
   mine.field[kCheckCounts] = cfg.check_counts;
   mine.field[kMaxElemsPerCall] = comm.max_elems_per_call();
+  // On or off must agree (a rank without it would never announce its steps); the times may differ.
+  mine.field[kStallCheck] = cfg.stall_warning_s > 0 || cfg.stall_abort_s > 0;
   std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
 
   std::vector<Record> all(static_cast<size_t>(comm.size()));

@@ -29,6 +29,9 @@ struct CommConfig {
   int overlap_idle_sleep_us = 50;     // the same for the waits of GradientReducer's overlapping
                                       // communication thread (0: MPI_Wait), where a spinning wait
                                       // takes the core from backward
+  double stall_warning_s = 60;        // GradientReducer: a rank waiting this long in a step names
+                                      // the ranks that have not reached it (0: never)
+  double stall_abort_s = 600;         // ... and after this long stops the job (0: waits forever)
 };
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).

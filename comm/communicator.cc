@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "comm/mpi_check.h"
+#include "comm/stall.h"
 
 namespace rt::comm {
 
@@ -55,26 +56,24 @@ MPI_Request Communicator::irecv(void* buf, size_t n, DType t, int peer, int tag)
   return req;
 }
 
-namespace {
-
-// MPI_Waitall, or MPI_Testall polls that back off to sleeping after idle_sleep_us.
-int wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us) {
-  if (idle_sleep_us <= 0) return MPI_Waitall(count, reqs, st);
+// MPI_Waitall; or, to sleep when idle or to run the stall check, MPI_Testall polls that back
+// off to sleeping after idle_sleep_us.
+int Communicator::wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us, int peer) {
+  if (idle_sleep_us <= 0 && !stall_) return MPI_Waitall(count, reqs, st);
   const auto start = std::chrono::steady_clock::now();
   const auto pause = std::chrono::microseconds(idle_sleep_us);
   for (;;) {
     int done = 0;
     const int rc = MPI_Testall(count, reqs, &done, st);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (std::chrono::steady_clock::now() - start > pause) std::this_thread::sleep_for(pause);
+    if (stall_) stall_->poll(peer);
+    if (idle_sleep_us > 0 && std::chrono::steady_clock::now() - start > pause) std::this_thread::sleep_for(pause);
   }
 }
 
-}  // namespace
-
 void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us) {
   MPI_Status st;
-  int rc = wait_requests(1, &req, &st, idle_sleep_us);
+  int rc = wait_requests(1, &req, &st, idle_sleep_us, peer);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
     throw CommError(str_cat("rank ", rank_, ": receive of ", n, " elements from rank ", peer,
@@ -91,7 +90,7 @@ void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
   if (reqs.empty()) return;
   statuses_.resize(reqs.size());
   std::vector<MPI_Status>& st = statuses_;
-  const int rc = wait_requests(static_cast<int>(reqs.size()), reqs.data(), st.data(), idle_sleep_us);
+  const int rc = wait_requests(static_cast<int>(reqs.size()), reqs.data(), st.data(), idle_sleep_us, -1);
   if (rc == MPI_ERR_IN_STATUS) {
     for (const MPI_Status& s : st)
       if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
@@ -105,7 +104,7 @@ void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
 void Communicator::wait_one(MPI_Request& req, int idle_sleep_us) {
   if (req == MPI_REQUEST_NULL) return;
   MPI_Status st;
-  int rc = wait_requests(1, &req, &st, idle_sleep_us);
+  int rc = wait_requests(1, &req, &st, idle_sleep_us, -1);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
     throw CommError(str_cat("rank ", rank_, ": transfer failed: ", mpi_error_string(rc)));

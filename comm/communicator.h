@@ -12,6 +12,8 @@
 
 namespace rt::comm {
 
+class StallWatch;
+
 // The most elements one MPI call may carry (MPI counts are int).
 constexpr size_t kMpiMaxCount = static_cast<size_t>(INT_MAX);
 
@@ -45,6 +47,9 @@ class Communicator {
   void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0);
   // Waits for one send (or a receive whose size is not checked); a null request returns at once.
   void wait_one(MPI_Request& req, int idle_sleep_us = 0);
+  // Waits then poll `w` (the stall check: warns, then throws naming the ranks that never came);
+  // null turns it off. Not owned.
+  void set_stall_watch(StallWatch* w) { stall_ = w; }
 
   // Collectives over the whole communicator; counts are 64-bit and split into calls of at most
   // max_elems_per_call() elements.
@@ -58,6 +63,9 @@ class Communicator {
   int rank_ = 0, size_ = 1;
   size_t max_elems_;
   std::vector<MPI_Status> statuses_;  // reused by wait_all
+  StallWatch* stall_ = nullptr;
+
+  int wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us, int peer);
 };
 
 // The error path of every ringtrain program: prints "ringtrain: rank R of N: <what>" to stderr

@@ -34,6 +34,10 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg, void
   CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
   if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
   allreducer_ = make_allreducer(run_cfg, comm_, k);
+  if (comm_.size() > 1 && (cfg_.stall_warning_s > 0 || cfg_.stall_abort_s > 0)) {
+    stall_ = std::make_unique<StallWatch>(comm_.mpi(), cfg_.stall_warning_s, cfg_.stall_abort_s);
+    comm_.set_stall_watch(stall_.get());
+  }
   if (!k.supports(t))
     throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
 
@@ -61,6 +65,7 @@ GradientReducer::~GradientReducer() {
   }
   work_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (stall_) comm_.set_stall_watch(nullptr);
 }
 
 void GradientReducer::start_step_locked() {
@@ -89,7 +94,9 @@ void GradientReducer::on_ready(size_t n) {
 void GradientReducer::reduce_bucket(size_t b) {
   const Range r = buckets_[b];
   const auto t0 = Clock::now();
+  if (stall_ && b == 0) stall_->arrive(++steps_);
   allreducer_->allreduce(grads_ + r.offset * dtype_size(dtype_), r.len, dtype_, ReduceOp::average);
+  if (stall_ && b + 1 == buckets_.size()) stall_->leave();
   comm_s_ += seconds(Clock::now() - t0);  // only the thread doing the reduce touches comm_s_ now
 }
 

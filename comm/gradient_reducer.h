@@ -17,6 +17,7 @@
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
 #include "comm/ring_schedule.h"
+#include "comm/stall.h"
 
 namespace rt::comm {
 
@@ -80,6 +81,8 @@ class GradientReducer {
   DType dtype_;
   std::unique_ptr<Allreducer> allreducer_;
   std::vector<Range> buckets_;  // contiguous slices in buffer (= backward) order
+  std::unique_ptr<StallWatch> stall_;  // names the ranks a step waits for (cfg stall_*_s)
+  int64_t steps_ = 0;                  // steps whose reduction has begun
 
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 namespace rt {
@@ -476,6 +477,28 @@ void Net<T>::grad_alias(int id, int from) {
   }
   int s = slot_unshare(id);
   backend_->accumulate(slots_[s].buf.data(), slots_[src].buf.data(), backend_->act_size(shapes_[id]));
+}
+
+template <class T>
+int Net<T>::first_nonfinite_node(const T* input_nchw, const int32_t* labels) {
+  if (!finalized_) throw Error("network used before finalize()");
+  backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
+  labels_ = labels;
+  loss_ = 0.0;
+  std::vector<T> out;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node<T>& n = *nodes_[i];
+    n.forward(*this, true);
+    if (n.output < 0) {
+      if (!std::isfinite(double(loss_))) return int(i);
+      continue;
+    }
+    out.resize(size_t(shapes_[n.output].numel()));
+    export_tensor(n.output, out.data());
+    for (T v : out)
+      if (!std::isfinite(double(v))) return int(i);
+  }
+  return -1;
 }
 
 template <class T>

@@ -66,6 +66,11 @@ class Net {
   // output feeding only a residual add) share memory and are valid only until backward().
   void export_tensor(int id, T* nchw) const;
   int logits() const { return logits_; }
+  // Diagnosis after a non-finite loss or gradient: runs forward again in training mode, as the
+  // step did, node by node, and returns the first node whose output holds a non-finite value
+  // (the loss node when only the loss does), or -1 when all stays finite. Allocates; not for
+  // the step itself.
+  int first_nonfinite_node(const T* input_nchw, const int32_t* labels);
 
   // --- access ---
   Arena<T>& arena() { return arena_; }

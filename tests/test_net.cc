@@ -172,6 +172,23 @@ void expect_backends_agree(const std::string& model, int64_t batch, int64_t size
     ASSERT_NEAR(sd[i], st[i], 1e-4 + 1e-3 * std::fabs(st[i])) << model << " state " << i;
 }
 
+// The diagnosis after a non-finite gradient: forward again, stop at the first node whose output
+// is not finite. A poisoned weight is found at its own layer; finite weights give -1.
+TEST(Net, FirstNonfiniteNodeNamesThePoisonedLayer) {
+  auto net = residual_net();
+  auto x = random_vec<double>(size_t(net->shape(0).numel()), 5);
+  std::vector<int32_t> labels = {0, 2};
+  EXPECT_EQ(net->first_nonfinite_node(x.data(), labels.data()), -1);
+  for (const char* layer : {"b2.conv2", "fc"}) {
+    auto again = residual_net();
+    for (const ParamInfo& p : again->arena().layout())
+      if (p.name == std::string(layer) + ".weight") again->arena().params()[p.offset + 1] = std::nan("");
+    const int node = again->first_nonfinite_node(x.data(), labels.data());
+    ASSERT_GE(node, 0) << layer;
+    EXPECT_EQ(again->node(size_t(node)).name, layer);
+  }
+}
+
 TEST(Net, OnednnResNetStepMatchesReference) {
   expect_backends_agree("resnet20", 4, 16, 10, 1e-3);
   expect_backends_agree("resnet18", 2, 64, 10, 1e-3);

@@ -1,11 +1,12 @@
 // Checkpoint files: round trip, truncation, corruption, wrong model, the newest-valid search
-// (a damaged or half-written newest file is passed over), pruning; and top-k counting.
+// (a damaged or half-written newest file is passed over), pruning; top-k counting and the
+// non-finite count behind the per-step gradient check.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,16 @@ TEST(trainer_checkpoint, HashIsFnv1aOverWords) {
   h = (h ^ 1) * 0x100000001b3ull;
   h = (h ^ 2) * 0x100000001b3ull;
   EXPECT_EQ(checkpoint_hash(w, 16), h);
+}
+
+TEST(trainer_numerics, CountNonfiniteSeesNanAndInfOnly) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {0.0f, -0.0f, 1e-45f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          3.5f, std::numeric_limits<float>::min()};
+  EXPECT_EQ(count_nonfinite(v.data(), v.size()), 0u);
+  v.insert(v.end(), {inf, -inf, nan, -nan});
+  EXPECT_EQ(count_nonfinite(v.data(), v.size()), 4u);
+  EXPECT_EQ(count_nonfinite(v.data(), 0), 0u);
 }
 
 TEST(trainer_eval, CountCorrect) {

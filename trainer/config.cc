@@ -72,6 +72,8 @@ void config_fields(C& c, V&& v) {
   v("comm.segment_bytes", c.comm.segment_bytes);
   v("comm.idle_sleep_us", c.comm.idle_sleep_us);
   v("comm.overlap_idle_sleep_us", c.comm.overlap_idle_sleep_us);
+  v("comm.stall_warning_s", c.comm.stall_warning_s);
+  v("comm.stall_abort_s", c.comm.stall_abort_s);
   v("checkpoint.dir", c.checkpoint.dir);
   v("checkpoint.every_steps", c.checkpoint.every_steps);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);
@@ -83,6 +85,11 @@ void config_fields(C& c, V&& v) {
   v("log.progress", c.log.progress);
   v("log.print_config", c.log.print_config);
   v("check.every", c.check.every);
+  v("check.finite", c.check.finite);
+  v("debug.fault", c.debug.fault);
+  v("debug.rank", c.debug.rank);
+  v("debug.step", c.debug.step);
+  v("debug.param", c.debug.param);
   v("seed", c.seed);
   v("backend", c.backend);
   v("threads", c.threads);

@@ -74,6 +74,17 @@ struct LogConfig {                    // key prefix: log.
 
 struct CheckConfig {                  // key prefix: check.
   int64_t every = 200;                // every this many steps ranks compare a parameter checksum
+  bool finite = true;                 // stop at the first non-finite gradient, naming the step,
+                                      //   the rank and the layer where it arose (one pass/step)
+};
+
+// Faults injected on purpose, to prove that the job reacts to them (tests, fault drills).
+struct DebugConfig {                  // key prefix: debug.
+  std::string fault = "none";         // none | nan | inf | stall | kill | throw
+  int rank = 0;                       // the rank that misbehaves
+  int64_t step = 1;                   // ... at the start of this step (1 = the first)
+  std::string param;                  // nan/inf: the parameter poisoned ("" = the first
+                                      //   convolution's weight), e.g. layer1.0.conv1.weight
 };
 
 struct Config {
@@ -88,6 +99,7 @@ struct Config {
   EvalConfig eval;
   LogConfig log;
   CheckConfig check;
+  DebugConfig debug;
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
   std::string backend = "onednn";     // onednn (alias cpu) | reference | cuda (GPU builds)
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else

@@ -106,12 +106,22 @@ void config_validate(const Config& c) {
   k.require(c.comm.idle_sleep_us >= 0, "comm.idle_sleep_us", "must be >= 0", c.comm.idle_sleep_us);
   k.require(c.comm.overlap_idle_sleep_us >= 0, "comm.overlap_idle_sleep_us", "must be >= 0",
             c.comm.overlap_idle_sleep_us);
+  k.require(c.comm.stall_warning_s >= 0 && std::isfinite(c.comm.stall_warning_s), "comm.stall_warning_s",
+            "must be >= 0 (0: no warning)", c.comm.stall_warning_s);
+  k.require(c.comm.stall_abort_s >= 0 && std::isfinite(c.comm.stall_abort_s), "comm.stall_abort_s",
+            "must be >= 0 (0: never stop)", c.comm.stall_abort_s);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
   k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
   k.require(c.check.every >= 0, "check.every", "must be >= 0", c.check.every);
+  const auto& dbg = c.debug;
+  k.require(dbg.fault == "none" || dbg.fault == "nan" || dbg.fault == "inf" || dbg.fault == "stall" ||
+                dbg.fault == "kill" || dbg.fault == "throw",
+            "debug.fault", "must be none, nan, inf, stall, kill or throw", dbg.fault);
+  k.require(dbg.rank >= 0, "debug.rank", "must be >= 0", dbg.rank);
+  k.require(dbg.step >= 1, "debug.step", "must be >= 1", dbg.step);
   k.require(c.threads >= 0, "threads", "must be >= 0", c.threads);
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "reference" || c.backend == "cuda",

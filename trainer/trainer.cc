@@ -45,6 +45,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &world_));
   config_validate(cfg_);
+  if (cfg_.debug.fault != "none" && cfg_.debug.rank >= world_)
+    throw ConfigError(str_cat(cfg_.source, ": debug.rank is ", cfg_.debug.rank, " but the job has ", world_,
+                              " rank(s)"));
   cfg_.run_dir = config_run_dir(cfg_);  // resolved, so a checkpoint's config names it
   cfg_.data.seed = cfg_.seed;
   config_yaml_ = config_to_yaml(cfg_);
@@ -172,6 +175,7 @@ void Trainer::train_step() {
   if (batch_.n != cfg_.train.batch)
     throw Error(str_cat("data: a training batch of ", batch_.n, " images (expected ", cfg_.train.batch, ")"));
   const double t1 = now_s();
+  inject_fault();
   reducer_->begin_step();
   const double loss = net_->forward(batch_.images.data(), batch_.labels.data(), true);
   net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
@@ -183,11 +187,9 @@ void Trainer::train_step() {
   reducer_->wait();
   const double t3 = now_s();
   const double lr = lr_at(schedule_, double(step_) / double(steps_per_epoch_));
+  check_finite(loss, lr);  // before the update: the parameters stay as the last good step left them
   opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
   const double t4 = now_s();
-  if (!std::isfinite(loss))
-    throw Error(str_cat("training diverged: the loss is ", loss, " at step ", step_ + 1, " (epoch ", epoch + 1,
-                        ", lr ", lr, "); try a lower optimizer.lr or a longer warm-up"));
   ++step_;
   losses_.push_back(loss);
   epoch_loss_ += loss * batch_.n;

@@ -83,6 +83,8 @@ class Trainer {
  private:
   void setup_threads(MPI_Comm world);
   void train_step();
+  void inject_fault();                       // debug.fault, when this rank and step are due
+  void check_finite(double loss, double lr);  // throws naming step, ranks and layers
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
   void sync_bn_state();
   data::Loader& val_loader();
@@ -120,5 +122,7 @@ class Trainer {
 // within the first five (top-5); ties count against the label. Adds -log softmax[label] to loss.
 void count_correct(const float* logits, const int32_t* labels, int n, int64_t classes,
                    int64_t& top1, int64_t& top5, double& loss);
+// Inf and NaN values in v[0, n).
+size_t count_nonfinite(const float* v, size_t n);
 
 }  // namespace rt::trainer

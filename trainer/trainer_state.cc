@@ -40,7 +40,15 @@ void Trainer::save_checkpoint() {
     m.model = fingerprint_;
     m.seed = cfg_.seed;
     auto& a = net_->arena();
-    checkpoint_write(path, m, config_yaml_, a.params(), a.state(), opt_->momentum());
+    try {
+      checkpoint_write(path, m, config_yaml_, a.params(), a.state(), opt_->momentum());
+    } catch (const CheckpointError& e) {
+      // checkpoint_write removed its temporary file and touched no finished checkpoint.
+      throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
+                                    last_checkpoint_.empty() ? std::string("no earlier checkpoint of this run")
+                                                             : "the last checkpoint, " + last_checkpoint_ + ", is kept",
+                                    " (free space or fix checkpoint.dir, then --resume auto)"));
+    }
     checkpoint_prune(ckpt_dir_, cfg_.checkpoint.keep);
     const double secs = now_s() - t0;
     report(JsonLine("checkpoint").add("step", step_).add("path", path).add("write_s", secs),

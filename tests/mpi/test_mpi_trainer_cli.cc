@@ -3,57 +3,19 @@
 // checkpoints and logs, evaluation of a checkpoint on another rank count, resume, and damaged or
 // foreign checkpoints, including a run killed while it writes checkpoints.
 // Usage: test_mpi_trainer_cli MPIEXEC TRAINER   (not itself under mpirun)
-#include <sys/wait.h>
-
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
+
+#include "tests/mpi/cli_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-int failures = 0;
-std::string mpiexec, trainer, dir;
-
-struct Result {
-  int rc = -1;
-  std::string out;
-};
-
-// Runs `args` under mpirun with np ranks (stdout and stderr together).
-Result run(int np, const std::string& args) {
-  const std::string cmd = mpiexec + " -np " + std::to_string(np) +
-                          " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer + " " +
-                          args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-void expect(bool ok, const std::string& what, const Result& r) {
-  if (ok) return;
-  ++failures;
-  std::printf("FAIL: %s\n  exit %d, output:\n%s\n", what.c_str(), r.rc, r.out.c_str());
-}
-
-// Fails unless the run exited non-zero and its output matches `pattern`.
-void expect_error(const Result& r, const std::string& pattern, const std::string& what) {
-  expect(r.rc != 0 && std::regex_search(r.out, std::regex(pattern)), what + " (expected /" + pattern + "/)", r);
-}
-
-std::string write(const std::string& name, const std::string& text) {
-  const std::string p = dir + "/" + name;
-  std::ofstream(p) << text;
-  return p;
-}
+using namespace cli;
 
 std::string tiny_config(const std::string& run) {
   return write(run + ".yaml",

@@ -1,0 +1,122 @@
+// The stall check's announcements and its warning and abort.
+#include "comm/stall.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "comm/mpi_check.h"
+
+namespace rt::comm {
+
+namespace {
+constexpr int kArriveTag = 0x5354;
+// How often a waiting loop really looks at the clock-driven checks.
+constexpr auto kPollEvery = std::chrono::milliseconds(50);
+
+std::string secs(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
+std::string rank_list(const std::vector<int>& r) {
+  std::string s;
+  for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+  return s;
+}
+}  // namespace
+
+StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(warn_s), abort_s_(abort_s) {
+  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  const size_t n = size_t(size_);
+  seen_.assign(n, 0);
+  recv_buf_.assign(n, 0);
+  recv_req_.assign(n, MPI_REQUEST_NULL);
+  send_req_.assign(n, MPI_REQUEST_NULL);
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &recv_req_[size_t(p)]));
+}
+
+StallWatch::~StallWatch() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Request& r : recv_req_)
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+  MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE);
+  MPI_Comm_free(&comm_);
+}
+
+void StallWatch::drain() {
+  for (int p = 0; p < size_; ++p) {
+    MPI_Request& r = recv_req_[size_t(p)];
+    for (int done = 1; r != MPI_REQUEST_NULL;) {
+      MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+      if (!done) break;
+      seen_[size_t(p)] = std::max(seen_[size_t(p)], recv_buf_[size_t(p)]);
+      MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &r));
+    }
+  }
+}
+
+void StallWatch::arrive(int64_t step) {
+  // The previous announcement has long left (eight bytes go eagerly): its buffer can be reused.
+  MPI_CHECK(MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE));
+  step_ = step;
+  send_buf_ = step;
+  seen_[size_t(rank_)] = step;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) MPI_CHECK(MPI_Isend(&send_buf_, 1, MPI_INT64_T, p, kArriveTag, comm_, &send_req_[size_t(p)]));
+  drain();  // keeps the queue of unexpected announcements short
+  active_ = true;
+  warned_ = false;
+  since_ = std::chrono::steady_clock::now();
+  next_poll_ = since_ + kPollEvery;
+}
+
+std::vector<int> StallWatch::missing() {
+  drain();
+  std::vector<int> out;
+  for (int p = 0; p < size_; ++p)
+    if (seen_[size_t(p)] < step_) out.push_back(p);
+  return out;
+}
+
+std::string StallWatch::describe(const std::vector<int>& miss, double waited, int peer) const {
+  if (!miss.empty())
+    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached the gradient allreduce of step ",
+                   step_, " after ", secs(waited));
+  return str_cat("every rank reached the gradient allreduce of step ", step_, " but it has not completed after ",
+                 secs(waited), peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
+}
+
+void StallWatch::poll(int peer) {
+  if (!active_ || (warn_s_ <= 0 && abort_s_ <= 0)) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return;
+  next_poll_ = now + kPollEvery;
+  const double waited = std::chrono::duration<double>(now - since_).count();
+  if (abort_s_ > 0 && waited >= abort_s_)
+    throw CommError(str_cat("stall: ", describe(missing(), waited, peer), "; stopping the job (comm.stall_abort_s: ",
+                            secs(abort_s_), ")"));
+  if (warn_s_ > 0 && !warned_ && waited >= warn_s_) {
+    warned_ = true;
+    const std::vector<int> miss = missing();
+    int reporter = 0;  // the lowest rank that is here to report
+    while (reporter < size_ && std::find(miss.begin(), miss.end(), reporter) != miss.end()) ++reporter;
+    if (rank_ != reporter) return;
+    std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
+                 describe(miss, waited, peer).c_str(),
+                 abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
+                              : " (comm.stall_abort_s is 0: waiting on)");
+    std::fflush(stderr);
+  }
+}
+
+}  // namespace rt::comm

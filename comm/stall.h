@@ -1,0 +1,59 @@
+// The stall check: a rank that never reaches a step's gradient allreduce would leave every other
+// rank blocked in a receive forever. Each rank announces "I reached step k" to every other rank
+// when it enters the step's first allreduce; a rank that has waited longer than warn_s in the
+// step names the ranks whose announcement of step k has not arrived, and after abort_s stops the
+// job (Horovod's stall check is the model; it names ranks the same way).
+//
+// The ring alone cannot name them: a rank only ever waits for its left neighbour, who may be
+// waiting for its own, so the blame would land on a healthy rank. The announcements cost each
+// rank N-1 eight-byte eager messages per step, sent on a private communicator and received
+// by receives posted once and reposted as they complete.
+#pragma once
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rt::comm {
+
+class StallWatch {
+ public:
+  // Collective over `comm` (duplicates it). warn_s <= 0: no warning; abort_s <= 0: no abort.
+  StallWatch(MPI_Comm comm, double warn_s, double abort_s);
+  ~StallWatch();
+  StallWatch(const StallWatch&) = delete;
+  StallWatch& operator=(const StallWatch&) = delete;
+
+  // This rank entered step `step`'s collective (steps count up from 1). Starts the clock.
+  void arrive(int64_t step);
+  // The step's collective is over: waits no longer count.
+  void leave() { active_ = false; }
+  // Called from wait loops while a transfer with `peer` (-1: unknown) is pending. Prints the
+  // warning once per step after warn_s (from the lowest rank that is not missing, so a stall is
+  // reported once, not by every rank) and throws rt::CommError naming the missing ranks after
+  // abort_s. Cheap when nothing is due.
+  void poll(int peer = -1);
+  // Ranks whose announcement of the current step has not arrived (after draining what has).
+  std::vector<int> missing();
+  double warn_s() const { return warn_s_; }
+  double abort_s() const { return abort_s_; }
+
+ private:
+  void drain();
+  std::string describe(const std::vector<int>& miss, double waited, int peer) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  double warn_s_, abort_s_;
+  int64_t step_ = 0;
+  bool active_ = false, warned_ = false;
+  std::chrono::steady_clock::time_point since_, next_poll_;
+  std::vector<int64_t> seen_;       // latest step each rank announced
+  std::vector<int64_t> recv_buf_;   // one posted receive per peer
+  std::vector<MPI_Request> recv_req_, send_req_;
+  int64_t send_buf_ = 0;
+};
+
+}  // namespace rt::comm

@@ -1,0 +1,217 @@
+// Faults injected into real trainer jobs under mpirun, each of which must end the whole job with a
+// non-zero status and a message naming the rank at fault, well within 30 s, leave no process
+// behind and keep the last good checkpoint: a rank killed with SIGKILL, a rank that throws, a rank
+// that stalls, a NaN or Inf in a parameter, a full disk and a checkpoint folder that turns
+// read-only. After the kill, --resume auto finishes the run with the same parameters, bit for
+// bit, as a run never interrupted. Prints the table docs/reliability.md shows.
+// Usage: test_mpi_trainer_faults MPIEXEC TRAINER   (not itself under mpirun)
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/mpi/cli_util.h"
+#include "trainer/checkpoint.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace cli;
+
+struct Row {
+  std::string fault, outcome, kept;
+  int rc;
+  double seconds;
+};
+std::vector<Row> table;
+
+// 40 samples on 2 ranks x batch 4: 5 steps per epoch, 10 in all; a checkpoint after every step.
+std::string config(const std::string& run, const std::string& checkpoint = "{every_steps: 1, keep: 2}") {
+  return write(run + ".yaml",
+               "model: {name: resnet20, classes: 4, width: 0.25}\n"
+               "data: {synthetic: true, synthetic_samples: 40, synthetic_classes: 4, image_size: 8, threads: 1}\n"
+               "train: {epochs: 2, batch: 4}\n"
+               "optimizer: {lr: 0.4}\n"
+               "checkpoint: " + checkpoint + "\n"
+               "log: {progress: false, print_config: false}\n"
+               "threads: 1\n"
+               "run_dir: " + dir + "/" + run + "\n");
+}
+
+std::vector<std::string> checkpoints(const std::string& folder) {
+  std::vector<std::string> out;
+  if (!fs::is_directory(folder)) return out;
+  for (const auto& e : fs::directory_iterator(folder)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string list(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "none" : s;
+}
+
+// Processes whose command line mentions `needle` (the scenario's own config file), waiting up to
+// 5 s for mpirun's teardown to finish.
+int survivors(const std::string& needle) {
+  int n = 0;
+  for (int tries = 0; tries < 50; ++tries) {
+    n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::ifstream f(e.path() / "cmdline", std::ios::binary);
+      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+      if (cmd.find(needle) != std::string::npos) ++n;
+    }
+    if (n == 0) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return n;
+}
+
+// A job that must fail: non-zero, within 30 s, every pattern in its output, nobody left running.
+void expect_fault(const std::string& fault, const Result& r, const std::string& cfg,
+                  const std::vector<std::string>& patterns, const std::string& outcome, const std::string& kept) {
+  expect(r.rc != 0, fault + ": non-zero exit", r);
+  expect(r.seconds < 30, fault + ": ends within 30 s", r);
+  for (const auto& p : patterns) expect(matches(r, p), fault + ": output matches /" + p + "/", r);
+  const int left = survivors(cfg);
+  expect(left == 0, fault + ": no process left behind (" + std::to_string(left) + " remain)", r);
+  table.push_back({fault, outcome, kept, r.rc, r.seconds});
+}
+
+bool same_state(const std::string& a, const std::string& b) {
+  const rt::trainer::Checkpoint x = rt::trainer::checkpoint_read(a), y = rt::trainer::checkpoint_read(b);
+  return x.meta.step == y.meta.step && x.params == y.params && x.state == y.state && x.momentum == y.momentum;
+}
+
+void kill_and_resume() {
+  const std::string ref_cfg = config("ref");
+  Result r = run(2, "--config " + ref_cfg);
+  expect(r.rc == 0, "uninterrupted reference run", r);
+
+  const std::string cfg = config("killed");
+  r = run(2, "--config " + cfg + " --set debug.fault=kill --set debug.rank=1 --set debug.step=7");
+  // Rank 1 dies at the start of step 7, when rank 0 may still be writing step 6's checkpoint.
+  const auto ck = checkpoints(dir + "/killed/checkpoints");
+  const bool kept = !ck.empty() && (ck.back() == "ckpt-0000000006.rtck" || ck.back() == "ckpt-0000000005.rtck");
+  expect(kept, "the checkpoint of step 5 or 6 kept after the kill, no temporary file", r);
+  expect_fault("rank 1 killed (SIGKILL) in step 7", r, cfg, {"rank 1 .*signal 9"},
+               "mpirun names rank 1 and signal 9 and stops the others", list(ck));
+  r = run(2, "--config " + cfg + " --resume auto --set log.progress=true");
+  expect(r.rc == 0 && kept && matches(r, "loaded .*" + ck.back()), "--resume auto after the kill", r);
+  const std::string a = dir + "/killed/checkpoints/ckpt-0000000010.rtck", b = dir + "/ref/checkpoints/ckpt-0000000010.rtck";
+  bool same = false;
+  try {
+    same = same_state(a, b);
+  } catch (const std::exception& e) {
+    std::printf("%s\n", e.what());
+  }
+  expect(same, "resumed run ends bitwise equal to the uninterrupted one (params, BN state, momentum)", r);
+}
+
+void failing_ranks() {
+  std::string cfg = config("throw");
+  Result r = run(2, "--config " + cfg + " --set debug.fault=throw --set debug.rank=1 --set debug.step=4");
+  expect_fault("rank 1 throws in step 4", r, cfg, {"ringtrain: rank 1 of 2: debug: injected failure at step 4"},
+               "the rank's message, MPI_Abort stops the others", list(checkpoints(dir + "/throw/checkpoints")));
+
+  cfg = config("stall");
+  r = run(3, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=2 --set debug.step=4"
+             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
+  expect_fault("rank 2 of 3 stalls before step 4's allreduce", r, cfg,
+               {"warning: stall: rank\\(s\\) 2 of 3 have not reached the gradient allreduce of step 4 after 1\\.",
+                "stall: rank\\(s\\) 2 of 3 have not reached .* stopping the job"},
+               "warning after 1 s naming rank 2, stop after 4 s", list(checkpoints(dir + "/stall/checkpoints")));
+}
+
+void numerical_faults() {
+  for (const char* kind : {"nan", "inf"}) {
+    const std::string run_name = std::string("poison-") + kind, cfg = config(run_name);
+    Result r = run(2, "--config " + cfg + " --set debug.fault=" + kind +
+                          " --set debug.rank=1 --set debug.step=3 --set debug.param=layer2.1.conv1.weight");
+    const auto ck = checkpoints(dir + "/" + run_name + "/checkpoints");
+    expect(ck.size() == 2 && ck.back() == "ckpt-0000000002.rtck", std::string(kind) + ": steps 1-2 kept", r);
+    expect_fault(std::string(kind == std::string("nan") ? "NaN" : "Inf") + " in a parameter on rank 1, step 3", r,
+                 cfg,
+                 {"non-finite gradients at step 3 \\(epoch 1", "rank 1: loss [^;]*first non-finite output in forward: "
+                  "layer2\\.1\\.conv1 \\(whose parameters hold 1 non-finite", "the last checkpoint is .*ckpt-0000000002"},
+                 "stops before the update naming step 3, rank 1, layer2.1.conv1", list(ck));
+  }
+}
+
+// Disk full and a folder that turns read-only: a tmpfs of its own (needs root).
+void disk_faults() {
+  const std::string mnt = dir + "/small";
+  fs::create_directories(mnt);
+  const std::string probe = config("probe", "{every_steps: 1, keep: 1}");
+  Result r = run(2, "--config " + probe + " --set train.steps=1");
+  const auto pk = checkpoints(dir + "/probe/checkpoints");
+  if (r.rc != 0 || pk.empty()) return expect(false, "probe run for the checkpoint size", r);
+  const uintmax_t size = fs::file_size(dir + "/probe/checkpoints/" + pk[0]);
+  // Room for one checkpoint and a half: the second write runs out of space.
+  const std::string opts = "size=" + std::to_string((size * 3 / 2 + 4095) / 4096 * 4096);
+  if (geteuid() != 0 || mount("tmpfs", mnt.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+    std::printf("SKIPPED disk-full and read-only checkpoint folders: mounting a tmpfs needs root (%s)\n",
+                std::strerror(errno));
+    return;
+  }
+  std::string cfg = config("full", "{dir: " + mnt + "/full, every_steps: 1, keep: 3}");
+  r = run(2, "--config " + cfg);
+  auto ck = checkpoints(mnt + "/full");
+  expect(ck == std::vector<std::string>{"ckpt-0000000001.rtck"}, "disk full: step 1 kept, no temporary file", r);
+  expect_fault("checkpoint disk full (tmpfs for 1.5 checkpoints)", r, cfg,
+               {"rank 0 of 2: .*ckpt-0000000002.rtck.tmp: cannot write the checkpoint \\(No space left on device\\); "
+                "training stopped at step 2, the last checkpoint, .*ckpt-0000000001.rtck, is kept"},
+               "names the file and ENOSPC, says which checkpoint is kept", list(ck));
+  r = run(2, "--eval --checkpoint " + mnt + "/full/ckpt-0000000001.rtck");
+  expect(r.rc == 0, "the kept checkpoint still evaluates", r);
+  fs::remove_all(mnt + "/full");
+
+  // The folder becomes read-only after the first checkpoint: remounted while the job runs.
+  cfg = config("ro", "{dir: " + mnt + "/ro, every_steps: 1, keep: 3}");
+  mount("tmpfs", mnt.c_str(), "tmpfs", MS_REMOUNT, "size=64m");
+  const std::string cmd = "( timeout 60 sh -c 'while [ ! -e " + mnt +
+                          "/ro/ckpt-0000000001.rtck ]; do sleep 0.01; done'; mount -o remount,ro " + mnt + " ) & " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " +
+                          trainer + " --config " + cfg + " --set train.epochs=1000; rc=$?; wait; exit $rc";
+  r = shell(cmd);
+  ck = checkpoints(mnt + "/ro");
+  expect(!ck.empty(), "read-only folder: the checkpoints written before are kept", r);
+  // Which call meets the read-only folder (create, write, sync, rename) depends on when it turns.
+  expect_fault("checkpoint folder turns read-only mid-run", r, cfg,
+               {"rank 0 of 2: .*\\(Read-only file system\\); training stopped at step [0-9]+, the last checkpoint, .* is kept"},
+               "names the file and EROFS, says which checkpoint is kept", list(ck));
+  umount(mnt.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: test_mpi_trainer_faults MPIEXEC TRAINER\n");
+    return 2;
+  }
+  mpiexec = argv[1];
+  trainer = argv[2];
+  char tmpl[] = "/tmp/rt_trainer_faults_XXXXXX";
+  dir = mkdtemp(tmpl);
+  kill_and_resume();
+  failing_ranks();
+  numerical_faults();
+  disk_faults();
+  std::printf("\n| fault | what happened | exit status | seconds to exit | checkpoints kept |\n|---|---|---|---|---|\n");
+  for (const Row& t : table)
+    std::printf("| %s | %s | %d | %.1f | %s |\n", t.fault.c_str(), t.outcome.c_str(), t.rc, t.seconds, t.kept.c_str());
+  umount((dir + "/small").c_str());  // in case a check above returned early
+  fs::remove_all(dir);
+  std::printf("test_mpi_trainer_faults: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,118 @@
+// Numerical faults and injected ones: the per-step check for non-finite gradients, the diagnosis
+// that names the step, rank and layer where they arose, and the debug.* faults that prove the
+// job's reactions (a poisoned parameter, a stalled, killed or failing rank).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "comm/mpi_check.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+
+size_t count_nonfinite(const float* v, size_t n) {
+  // On the bits: all-ones exponent is Inf or NaN. Integer work the compiler vectorises.
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, v + i, 4);
+    bad += (b & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad;
+}
+
+namespace {
+
+// The parameter debug.param names, or the first one registered (the stem convolution's weight):
+// the arena lays parameters out in reverse registration order.
+const ParamInfo& fault_param(const Arena<float>& a, const std::string& name) {
+  const auto& layout = a.layout();
+  if (name.empty()) return layout.back();
+  for (const ParamInfo& p : layout)
+    if (p.name == name) return p;
+  throw ConfigError(str_cat("debug.param: the model has no parameter '", name, "' (e.g. '", layout.back().name,
+                            "', '", layout.front().name, "')"));
+}
+
+// What one rank saw, for the collective diagnosis.
+struct Finding {
+  double loss = 0;
+  int32_t node = -1;       // first node whose forward output is non-finite (-1: none)
+  int32_t pad = 0;
+  uint64_t bad_params = 0; // non-finite parameter values of that node
+};
+
+}  // namespace
+
+void Trainer::inject_fault() {
+  const DebugConfig& d = cfg_.debug;
+  if (d.fault == "none" || rank_ != d.rank || step_ + 1 != d.step) return;
+  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault '%s' at step %lld\n", rank_, world_,
+               d.fault.c_str(), static_cast<long long>(d.step));
+  std::fflush(stderr);
+  if (d.fault == "nan" || d.fault == "inf") {
+    const ParamInfo& p = fault_param(net_->arena(), d.param);
+    net_->arena().params()[p.offset] =
+        d.fault == "nan" ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (d.fault == "stall") {
+    for (;;) ::pause();  // never reaches the allreduce; only a signal ends it
+  } else if (d.fault == "kill") {
+    ::raise(SIGKILL);
+  } else if (d.fault == "throw") {
+    throw Error(str_cat("debug: injected failure at step ", d.step));
+  }
+}
+
+void Trainer::check_finite(double loss, double lr) {
+  auto g = net_->arena().grads();
+  const size_t bad_grads = cfg_.check.finite ? count_nonfinite(g.data(), g.size()) : 0;
+  if (bad_grads == 0) {
+    if (std::isfinite(loss)) return;
+    // Only this rank's loss: its gradients were finite, so no other rank knows; it stops the job.
+    throw Error(str_cat("training diverged: the loss is ", loss, " at step ", step_ + 1, " (lr ", lr,
+                        ") while the averaged gradients are finite; try a lower optimizer.lr or a longer warm-up"));
+  }
+  // The averaged gradients are identical on every rank, so every rank is here: diagnose together.
+  Finding mine;
+  mine.loss = loss;
+  mine.node = net_->first_nonfinite_node(batch_.images.data(), batch_.labels.data());
+  if (mine.node >= 0) {
+    auto p = net_->arena().params();
+    for (int id : net_->node(size_t(mine.node)).params) {
+      const ParamInfo& pi = net_->arena().info(id);
+      mine.bad_params += count_nonfinite(p.data() + pi.offset, pi.count);
+    }
+  }
+  std::vector<Finding> all(static_cast<size_t>(world_));
+  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+
+  std::string where;
+  for (int r = 0; r < world_; ++r) {
+    const Finding& f = all[size_t(r)];
+    if (f.node < 0 && std::isfinite(f.loss)) continue;
+    where += str_cat(where.empty() ? "" : "; ", "rank ", r, ": loss ", f.loss);
+    if (f.node >= 0) {
+      where += str_cat(", first non-finite output in forward: ", net_->node(size_t(f.node)).name);
+      if (f.bad_params) where += str_cat(" (whose parameters hold ", f.bad_params, " non-finite value(s))");
+    }
+  }
+  if (where.empty()) where = "every rank's forward pass and loss are finite: they arose in backward";
+  std::string first_grad;  // lowest offset = the first parameter backward finished
+  for (const ParamInfo& pi : net_->arena().layout())
+    if (count_nonfinite(g.data() + pi.offset, pi.count)) {
+      first_grad = pi.name;
+      break;
+    }
+  throw Error(str_cat("non-finite gradients at step ", step_ + 1, " (epoch ", step_ / steps_per_epoch_ + 1, ", lr ",
+                      lr, "): ", bad_grads, " of ", g.size(), " averaged gradient values; ", where,
+                      "; first non-finite gradient in backward order: ", first_grad,
+                      ". Stopped before the update", last_checkpoint_.empty() ? "" : "; the last checkpoint is ",
+                      last_checkpoint_));
+}
+
+}  // namespace rt::trainer
