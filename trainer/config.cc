@@ -83,6 +83,8 @@ void config_fields(C& c, V&& v) {
   v("log.progress", c.log.progress);
   v("log.print_config", c.log.print_config);
   v("check.every", c.check.every);
+  v("emulate.compute_ms", c.emulate.compute_ms);
+  v("emulate.forward_fraction", c.emulate.forward_fraction);
   v("seed", c.seed);
   v("backend", c.backend);
   v("threads", c.threads);

@@ -14,6 +14,7 @@
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
 #include "nn/schedule.h"
+#include "trainer/emulate.h"
 
 namespace rt::trainer {
 
@@ -88,6 +89,7 @@ struct Config {
   EvalConfig eval;
   LogConfig log;
   CheckConfig check;
+  EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
   std::string backend = "onednn";     // onednn (alias cpu) | reference | cuda (GPU builds)
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else

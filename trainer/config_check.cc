@@ -113,6 +113,10 @@ void config_validate(const Config& c) {
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
   k.require(c.check.every >= 0, "check.every", "must be >= 0", c.check.every);
   k.require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  k.require(std::isfinite(c.emulate.compute_ms) && c.emulate.compute_ms >= 0, "emulate.compute_ms",
+            "must be >= 0 (0 = real compute)", c.emulate.compute_ms);
+  k.require(c.emulate.forward_fraction >= 0 && c.emulate.forward_fraction < 1, "emulate.forward_fraction",
+            "must be in [0, 1)", c.emulate.forward_fraction);
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "reference" || c.backend == "cuda",
             "backend", "must be onednn (alias cpu), reference or cuda", c.backend);
