@@ -128,6 +128,10 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("schedule: schedule: milestones must be strictly increasing"), std::string::npos) << e;
   e = invalid("checkpoint: {keep: 0}\n");
   EXPECT_NE(e.find("key 'checkpoint.keep' must be >= 1"), std::string::npos) << e;
+  e = invalid("", {"emulate.compute_ms=-1"});
+  EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
+  e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'emulate.forward_fraction' must be in [0, 1)"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });
   EXPECT_NE(e.find("set exactly one of data.root"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {train_list: a.txt}\n", "v.yaml")); });
@@ -137,13 +141,16 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
 TEST(trainer_config, PrintedYamlReadsBackTheSame) {
   Config c = config_parse("data: {synthetic: true}\n", "r.yaml",
                           {"optimizer.lr=0.123456789", "schedule.milestones=[1.5, 2]", "data.root=",
-                           "data.std=[0.1, 0.2, 0.3]", "log.jsonl=m-{rank}.jsonl", "seed=18446744073709551615"});
+                           "data.std=[0.1, 0.2, 0.3]", "log.jsonl=m-{rank}.jsonl", "seed=18446744073709551615",
+                           "emulate.compute_ms=12.5"});
   const std::string y = config_to_yaml(c);
   EXPECT_EQ(config_to_yaml(config_parse(y, "printed")), y);
   Config back = config_parse(y, "printed");
   EXPECT_DOUBLE_EQ(back.optimizer.lr, 0.123456789);
   EXPECT_EQ(back.seed, 18446744073709551615ull);
   EXPECT_EQ(back.log.jsonl, "m-{rank}.jsonl");
+  EXPECT_EQ(back.emulate.compute_ms, 12.5);
+  EXPECT_DOUBLE_EQ(back.emulate.forward_fraction, 1.0 / 3);
   // Every key is printed: a --set of each printed key is accepted.
   for (const auto& k : config_keys()) EXPECT_NE(y.find(k.substr(k.rfind('.') + 1) + ":"), std::string::npos) << k;
 }

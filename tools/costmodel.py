@@ -20,6 +20,8 @@ the ring formula with parameters of its own.
   costmodel.py project --params params.json --compute-ms 200 --grad-mb 98 [--bucket-mb 25]
                        [--overlap 1] [--link-gbit 10] [--workers 8,16,...,256] [--svg out.svg]
   costmodel.py baidu [--params params.json] [--svg out.svg]
+  costmodel.py ddl [--link-gbit 10,25,100] [--compute-ms 100,250,500] [--gpus-per-node 1]
+                   [--alpha 10e-6] [--png out.png]     (ResNet-50 at 8..256 workers; 95 % target)
 
 Input lines are the CSV `RESULT,impl,np,bytes,count,reps,median_us,...` lines of allreduce_bench
 and of the peer benchmark mpi_allreduce; other lines are ignored.
@@ -231,6 +233,61 @@ def calibrate_compute(params, kind, n, target_speedup, grad_bytes, bucket_bytes,
         else:
             hi = mid
     return math.sqrt(lo * hi)
+
+
+def node_ring_time(params, n, s, per_node):
+    """One allreduce of s bytes over n workers, per_node of them on each node: reduce inside the
+    node, ring across the n/per_node nodes over one link each, broadcast inside the node. The
+    transfers inside a node (NVLink, shared memory) are taken as free."""
+    return predict(params, "ring", max(1, n // per_node), s)
+
+
+def ddl_efficiency(params, n, compute_s, grad_bytes, bucket_bytes, overlap, per_node=1,
+                   backward_fraction=2.0 / 3.0):
+    """Weak-scaling efficiency (compute / step time) of n workers."""
+    t = step_time(lambda nn, s: node_ring_time(params, nn, s, per_node), n, compute_s, grad_bytes,
+                  bucket_bytes, overlap, backward_fraction)
+    return compute_s / t
+
+
+def ddl_compute_for(params, n, target, grad_bytes, bucket_bytes, overlap, per_node=1):
+    """The least compute time per step at which n workers reach `target` efficiency (bisection;
+    efficiency grows with compute time)."""
+    lo, hi = 1e-6, 1e4
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if ddl_efficiency(params, n, mid, grad_bytes, bucket_bytes, overlap, per_node) < target:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def png_plot(path, series, title, xlabel, ylabel, ymax=None, marks=(), hline=None):
+    """The same plot as svg_plot, as a PNG (matplotlib, Agg backend)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, pts, *style in series:  # style: optional matplotlib keywords
+        ax.plot([x for x, _ in pts], [y for _, y in pts], **dict({"marker": "o"}, **(style[0] if style else {})),
+                label=label)
+    for x, y, label in marks:
+        ax.plot([x], [y], "ks")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8)
+    if hline is not None:
+        ax.axhline(hline, color="gray", linestyle=":")
+    ax.set_xscale("log", base=2)
+    ticks = sorted({x for _, pts, *_ in series for x, _ in pts})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if ymax is not None:
+        ax.set_ylim(0, ymax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -472,11 +529,13 @@ def cmd_project(a):
     print("workers,ring_step_ms,ring_efficiency,ring_speedup,reducer_step_ms,reducer_efficiency,reducer_speedup")
     for (n, tr, er, sr), (_, tp, ep, sp) in zip(res["ring"], res["reducer"]):
         print(f"{n},{tr * 1e3:.2f},{er:.3f},{sr:.1f},{tp * 1e3:.2f},{ep:.3f},{sp:.1f}")
+    series = [("ring", [(n, e) for n, _, e, _ in res["ring"]]),
+              ("single reducer", [(n, e) for n, _, e, _ in res["reducer"]])]
     if a.svg:
         with open(a.svg, "w") as f:
-            f.write(svg_plot([("ring", [(n, e) for n, _, e, _ in res["ring"]]),
-                              ("single reducer", [(n, e) for n, _, e, _ in res["reducer"]])],
-                             "Projected scaling efficiency", "workers", "efficiency", ymax=1.0))
+            f.write(svg_plot(series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0))
+    if a.png:
+        png_plot(a.png, series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0)
     return 0
 
 
@@ -499,13 +558,54 @@ def cmd_baidu(a):
     print("workers,ring_speedup,ring_efficiency,reducer_speedup,reducer_efficiency")
     for (n, _, er, sr), (_, _, ep, sp) in zip(res["ring"], res["reducer"]):
         print(f"{n},{sr:.1f},{er:.3f},{sp:.1f},{ep:.3f}")
+    series = [("ring (model)", [(n, s) for n, _, _, s in res["ring"]]),
+              ("single reducer (model)", [(n, s) for n, _, _, s in res["reducer"]]),
+              ("linear", [(n, float(n)) for n in workers])]
+    marks = [(40, 31.0, "published 31x")]
     if a.svg:
         with open(a.svg, "w") as f:
-            f.write(svg_plot([("ring (model)", [(n, s) for n, _, _, s in res["ring"]]),
-                              ("single reducer (model)", [(n, s) for n, _, _, s in res["reducer"]]),
-                              ("linear", [(n, float(n)) for n in workers])],
-                             "Speed-up over one worker", "workers", "speed-up",
-                             marks=[(40, 31.0, "published 31x")]))
+            f.write(svg_plot(series, "Speed-up over one worker", "workers", "speed-up", marks=marks))
+    if a.png:
+        png_plot(a.png, series, "Speed-up over one worker", "workers", "speed-up", marks=marks)
+    return 0
+
+
+def cmd_ddl(a):
+    """ResNet-50 weak scaling at 8..256 workers under a grid of link speeds and compute times per
+    step, the question IBM DDL (95 % at 256 GPUs) and Goyal et al. (about 90 % from 8 to 256 GPUs)
+    answered by measurement: which assumptions reach the target efficiency at 256?"""
+    links = [float(v) for v in a.link_gbit.split(",")]
+    computes = [float(v) for v in a.compute_ms.split(",")]
+    workers = [int(w) for w in a.workers.split(",")]
+    if any(v <= 0 for v in links + computes) or any(w < 1 for w in workers) or a.gpus_per_node < 1:
+        sys.exit("costmodel: --link-gbit, --compute-ms, --workers and --gpus-per-node must be positive")
+    grad, bucket, g = a.grad_mb * MIB, a.bucket_mb * MIB, a.gpus_per_node
+    par = lambda link: {"alpha": a.alpha, "beta": 8.0 / (link * 1e9), "gamma": a.gamma}
+    big = max(workers)
+    print(f"# gradients {a.grad_mb:.2f} MiB ({grad / 1e6:.1f} MB), buckets {a.bucket_mb} MiB, overlap "
+          f"{'on' if a.overlap else 'off'}, alpha {a.alpha * 1e6:g} us, gamma {a.gamma * 1e9:g} ns/B, "
+          f"{g} worker(s) per node (free inside a node), one link per node; backward 2/3 of compute")
+    print(f"# efficiency at {big} workers (compute / step time); * = reaches {a.target:g}")
+    print("link_gbit," + ",".join(f"compute_{c:g}ms" for c in computes) + f",compute_ms_for_{a.target:g}")
+    for link in links:
+        cells = []
+        for c in computes:
+            e = ddl_efficiency(par(link), big, c * 1e-3, grad, bucket, bool(a.overlap), g)
+            cells.append(f"{e:.3f}" + ("*" if e >= a.target else ""))
+        need = ddl_compute_for(par(link), big, a.target, grad, bucket, bool(a.overlap), g)
+        print(f"{link:g}," + ",".join(cells) + f",{need * 1e3:.1f}")
+    print("# efficiency against workers")
+    print("link_gbit,compute_ms," + ",".join(str(w) for w in workers))
+    series = []
+    for i, link in enumerate(links):
+        for j, c in enumerate(computes):
+            effs = [ddl_efficiency(par(link), n, c * 1e-3, grad, bucket, bool(a.overlap), g) for n in workers]
+            print(f"{link:g},{c:g}," + ",".join(f"{e:.3f}" for e in effs))
+            style = {"color": f"C{i}", "linestyle": ("-", "--", "-.", ":")[j % 4]}
+            series.append((f"{link:g} Gbit/s, {c:g} ms", list(zip(workers, effs)), style))
+    if a.png:
+        png_plot(a.png, series, f"ResNet-50 weak scaling (model), {g} worker(s)/node", "workers",
+                 "efficiency", ymax=1.02, hline=a.target)
     return 0
 
 
@@ -539,12 +639,25 @@ def main(argv=None):
             s.add_argument("--bucket-mb", type=float, default=25.0)
             s.add_argument("--overlap", type=int, default=1 if name == "project" else 0)
             s.add_argument("--svg", help="write a plot here")
+            s.add_argument("--png", help="write the plot as PNG here (matplotlib)")
         if name == "project":
             s.add_argument("--compute-ms", type=float, required=True, help="forward+backward per step")
             s.add_argument("--workers", default="8,16,32,64,128,256")
             s.add_argument("--backward-fraction", type=float, default=2.0 / 3.0)
+    d = sub.add_parser("ddl", help="ResNet-50 weak scaling to 256 workers over link speeds and compute times")
+    d.add_argument("--link-gbit", default="10,25,100", help="link rates, Gbit/s (10,25,100)")
+    d.add_argument("--compute-ms", default="100,250,500", help="forward+backward per step (100,250,500)")
+    d.add_argument("--workers", default="8,16,32,64,128,256")
+    d.add_argument("--gpus-per-node", type=int, default=1, help="workers sharing one node link (1)")
+    d.add_argument("--alpha", type=float, default=10e-6, help="seconds per message (10e-6)")
+    d.add_argument("--gamma", type=float, default=0.0, help="reduction seconds per byte (0)")
+    d.add_argument("--grad-mb", type=float, default=25.6e6 * 4 / MIB, help="ResNet-50: 25.6M x 4 B")
+    d.add_argument("--bucket-mb", type=float, default=25.0)
+    d.add_argument("--overlap", type=int, default=1)
+    d.add_argument("--target", type=float, default=0.95)
+    d.add_argument("--png", help="write the plot here (matplotlib)")
     a = ap.parse_args(argv)
-    return {"fit": cmd_fit, "table": cmd_table, "predict": cmd_predict, "project": cmd_project, "baidu": cmd_baidu}[a.cmd](a)
+    return {"ddl": cmd_ddl, "fit": cmd_fit, "table": cmd_table, "predict": cmd_predict, "project": cmd_project, "baidu": cmd_baidu}[a.cmd](a)
 
 
 if __name__ == "__main__":

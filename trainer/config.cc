@@ -90,6 +90,8 @@ void config_fields(C& c, V&& v) {
   v("debug.rank", c.debug.rank);
   v("debug.step", c.debug.step);
   v("debug.param", c.debug.param);
+  v("emulate.compute_ms", c.emulate.compute_ms);
+  v("emulate.forward_fraction", c.emulate.forward_fraction);
   v("seed", c.seed);
   v("backend", c.backend);
   v("threads", c.threads);

@@ -14,6 +14,7 @@
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
 #include "nn/schedule.h"
+#include "trainer/emulate.h"
 
 namespace rt::trainer {
 
@@ -100,6 +101,7 @@ struct Config {
   LogConfig log;
   CheckConfig check;
   DebugConfig debug;
+  EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
   std::string backend = "onednn";     // onednn (alias cpu) | reference | cuda (GPU builds)
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else

@@ -123,6 +123,10 @@ void config_validate(const Config& c) {
   k.require(dbg.rank >= 0, "debug.rank", "must be >= 0", dbg.rank);
   k.require(dbg.step >= 1, "debug.step", "must be >= 1", dbg.step);
   k.require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  k.require(std::isfinite(c.emulate.compute_ms) && c.emulate.compute_ms >= 0, "emulate.compute_ms",
+            "must be >= 0 (0 = real compute)", c.emulate.compute_ms);
+  k.require(c.emulate.forward_fraction >= 0 && c.emulate.forward_fraction < 1, "emulate.forward_fraction",
+            "must be in [0, 1)", c.emulate.forward_fraction);
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "reference" || c.backend == "cuda",
             "backend", "must be onednn (alias cpu), reference or cuda", c.backend);

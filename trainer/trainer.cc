@@ -82,6 +82,11 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // before the broadcast below relies on equal buffer sizes.
   reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
   ready_ = reducer_->ready_callback();
+  if (cfg_.emulate.compute_ms > 0) {
+    std::vector<size_t> offsets;
+    for (const auto& p : arena.layout()) offsets.push_back(p.offset);
+    emulate_points_ = emulate_ready_points(offsets, arena.grads().size());
+  }
   comm::broadcast_model(*ctl_comm_, arena, 0);
 
   // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
@@ -106,7 +111,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("total_steps", total_steps_)
                       .add("base_lr", schedule_.base_lr)
                       .add("comm", std::string(reducer_->algorithm()))
-                      .add("buckets", int64_t(reducer_->num_buckets())));
+                      .add("buckets", int64_t(reducer_->num_buckets()))
+                      .add("emulate_compute_ms", cfg_.emulate.compute_ms));
 }
 
 Trainer::~Trainer() = default;
@@ -143,6 +149,9 @@ void Trainer::train() {
                    " rank(s) x batch ", cfg_.train.batch, ", ", steps_per_epoch_, " steps/epoch, ",
                    total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
                    omp_get_max_threads(), " thread(s)/rank"));
+  if (cfg_.emulate.compute_ms > 0)
+    log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
+                     cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
   double epoch_start = now_s();
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
@@ -177,12 +186,17 @@ void Trainer::train_step() {
   const double t1 = now_s();
   inject_fault();
   reducer_->begin_step();
-  const double loss = net_->forward(batch_.images.data(), batch_.labels.data(), true);
-  net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
-  double unused = 0;
-  count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
-                epoch_top1_, epoch_top5_, unused);
-  net_->backward(ready_);
+  double loss = 0;  // emulated steps have none; 0 keeps the divergence check quiet
+  if (cfg_.emulate.compute_ms > 0) {
+    emulate_compute(cfg_.emulate, t1, net_->arena().grads(), emulate_points_, rank_, step_ + 1, ready_);
+  } else {
+    loss = net_->forward(batch_.images.data(), batch_.labels.data(), true);
+    net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
+    double unused = 0;
+    count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
+                  epoch_top1_, epoch_top5_, unused);
+    net_->backward(ready_);
+  }
   const double t2 = now_s();
   reducer_->wait();
   const double t3 = now_s();

@@ -102,6 +102,7 @@ class Trainer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Progress> progress_;
   std::function<void(size_t)> ready_;  // the reducer's callback, made once
+  std::vector<size_t> emulate_points_;  // emulated backward's progress reports (emulate.compute_ms)
   comm::ModelFingerprint fingerprint_;
   ScheduleConfig schedule_;
   std::string config_yaml_, ckpt_dir_, last_checkpoint_;

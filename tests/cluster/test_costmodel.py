@@ -177,5 +177,56 @@ class TestProjection(unittest.TestCase):
         self.assertAlmostEqual(res["ring"][0][3], 31.0, places=3)
 
 
+class TestDdlProjection(unittest.TestCase):
+    """ResNet-50 (25.6M fp32 parameters = 102.4 MB) weak scaling to 256 workers."""
+    GRAD = 25.6e6 * 4
+    TEN_GBIT = {"alpha": 0.0, "beta": 8 / 10e9, "gamma": 0.0}
+
+    def test_one_bucket_no_overlap_by_hand(self):
+        # 2·255/256 · 102.4 MB = 204 MB through a 1.25 GB/s link: 0.1632 s after 0.25 s of compute.
+        e = cm.ddl_efficiency(self.TEN_GBIT, 256, 0.25, self.GRAD, self.GRAD, False)
+        self.assertAlmostEqual(e, 0.25 / (0.25 + 0.1632), places=9)
+
+    def test_workers_per_node_share_one_link(self):
+        # 8 per node: a ring over 32 nodes, 2·31/32 · 102.4 MB = 198.4 MB, 0.15872 s.
+        e = cm.ddl_efficiency(self.TEN_GBIT, 256, 0.25, self.GRAD, self.GRAD, False, per_node=8)
+        self.assertAlmostEqual(e, 0.25 / (0.25 + 0.15872), places=9)
+        self.assertEqual(cm.ddl_efficiency(self.TEN_GBIT, 8, 0.25, self.GRAD, self.GRAD, False, per_node=8), 1.0)
+
+    def test_overlap_by_hand(self):
+        # N = 2: a 50 B bucket takes 50·0.02 = 1 s. Compute 3 s: forward 1 s, backward 2 s; bucket 1
+        # ready at 2 s, reduced by 3 s; bucket 2 ready at 3 s, reduced by 4 s: efficiency 3/4.
+        p = {"alpha": 0.0, "beta": 0.02, "gamma": 0.0}
+        self.assertAlmostEqual(cm.ddl_efficiency(p, 2, 3.0, 100, 50, True), 0.75)
+        self.assertAlmostEqual(cm.ddl_efficiency(p, 2, 3.0, 100, 50, False), 3.0 / 5.0)
+
+    def test_compute_needed_for_target(self):
+        p = {"alpha": 10e-6, "beta": 8 / 25e9, "gamma": 0.0}
+        c = cm.ddl_compute_for(p, 256, 0.95, self.GRAD, 25 * MIB, True)
+        self.assertAlmostEqual(cm.ddl_efficiency(p, 256, c, self.GRAD, 25 * MIB, True), 0.95, places=4)
+        self.assertLess(cm.ddl_efficiency(p, 256, 0.9 * c, self.GRAD, 25 * MIB, True), 0.95)
+
+    def test_command_table_and_plot(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = io.StringIO()
+            png = os.path.join(d, "ddl.png")
+            with contextlib.redirect_stdout(out):
+                rc = cm.main(["ddl", "--png", png])
+            self.assertEqual(rc, 0)
+            text = out.getvalue()
+            first = text.split("# efficiency against workers")[0]
+            rows = {l.split(",")[0]: l.split(",") for l in first.splitlines() if l[:1].isdigit()}
+            # Default grid (10/25/100 Gbit/s x 100/250/500 ms): at 250 ms only 100 Gbit/s reaches 95 %.
+            self.assertTrue(rows["100"][2].endswith("*"), text)
+            self.assertFalse(rows["10"][2].endswith("*"), text)
+            self.assertFalse(rows["25"][2].endswith("*"), text)
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                self.skipTest("matplotlib missing: no PNG")
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -3,6 +3,7 @@
 // N*b (a model without batch norm); evaluation counts every sample once; golden losses.
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "comm/mpi_check.h"
 #include "tests/mpi/mpi_test_util.h"
+#include "trainer/emulate.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -269,6 +271,39 @@ void check_golden_losses(MpiTest& t, const std::string& dir) {
                tr.losses()[i], " (recorded ", golden[i], ")");
 }
 
+// Emulated compute: a step lasts at least emulate.compute_ms, and every chunk of the gradient
+// buffer ends as the average over ranks of what each rank's emulated backward wrote there (a
+// bucket not reduced, reduced twice or misplaced keeps a rank's own value or another chunk's).
+void check_emulated_compute(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/emulate");
+  c.train.steps = 3;
+  c.emulate.compute_ms = 40;
+  c.comm.bucket_bytes = 4096;  // many buckets, released one by one over the backward share
+  Trainer tr(c);
+  const auto start = std::chrono::steady_clock::now();
+  tr.train();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MPI_EXPECT(t, secs >= 3 * 0.040, "3 emulated steps of 40 ms took ", secs, " s");
+  for (double l : tr.losses()) MPI_EXPECT(t, l == 0, "emulated step with loss ", l);
+  auto g = tr.net().arena().grads();
+  std::vector<size_t> offsets;
+  for (const auto& p : tr.net().arena().layout()) offsets.push_back(p.offset);
+  const auto points = emulate_ready_points(offsets, g.size());
+  MPI_EXPECT(t, points.size() > 10 && points.back() == g.size(), points.size(), " ready points");
+  size_t begin = 0, bad = 0;
+  for (size_t k = 0; k < points.size(); ++k) {
+    double sum = 0;
+    for (int r = 0; r < t.size(); ++r) sum += emulated_grad(r, 3, k);
+    const double want = sum / t.size();
+    for (size_t i = begin; i < points[k]; ++i)
+      if (std::abs(g[i] - want) > 1e-6 * want && bad++ < 3)
+        t.fail(str_cat("grads[", i, "] (chunk ", k, ") = ", g[i], ", expected the average ", want));
+    begin = points[k];
+  }
+  MPI_EXPECT(t, bad == 0, bad, " gradient elements are not the average over ranks");
+  MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(g.data(), g.size_bytes())), "gradients differ across ranks");
+}
+
 }  // namespace
 }  // namespace rt::trainer
 
@@ -285,6 +320,7 @@ int main(int argc, char** argv) {
     check_data_parallel_equivalence(t, dir);
     check_eval_counts(t, dir);
     check_golden_losses(t, dir);
+    check_emulated_compute(t, dir);
     MPI_Barrier(MPI_COMM_WORLD);
     if (t.rank() == 0) std::filesystem::remove_all(dir);
     return t.finish("test_mpi_trainer");

@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""tools/scaling end to end on this machine: weak scaling at N = 1, 2 of a tiny model with emulated
+compute (CSV, markdown, PNGs, sane efficiencies), a failed and a refused run reported as rows, and
+argument errors. Usage: test_scaling_tool.py TRAINER (the built build/bin/trainer)."""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(REPO, "tools", "scaling")
+TRAINER = os.environ.get("RT_TRAINER", os.path.join(REPO, "build", "bin", "trainer"))
+TINY = ["--config", os.path.join(REPO, "configs", "quickstart.yaml"), "--synthetic", "--steps", "8",
+        "--warmup", "2", "--set", "model.name=resnet20", "--set", "model.width=0.25",
+        "--set", "data.image_size=16", "--set", "data.synthetic_classes=10", "--set", "threads=1"]
+
+
+def run(args, out):
+    p = subprocess.run([TOOL, "--trainer", TRAINER, "--out", out] + args, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    rows = []
+    if os.path.exists(os.path.join(out, "scaling.csv")):
+        with open(os.path.join(out, "scaling.csv")) as f:
+            rows = list(csv.DictReader(f))
+    return p.returncode, p.stdout, rows
+
+
+class TestScalingTool(unittest.TestCase):
+    def test_weak_scaling_on_two_ranks(self):
+        with tempfile.TemporaryDirectory() as out:
+            rc, text, rows = run(["--np", "1,2", "--batch", "4", "--set", "emulate.compute_ms=30"] + TINY, out)
+            self.assertEqual(rc, 0, text)
+            self.assertEqual([(r["np"], r["status"]) for r in rows], [("1", "ok"), ("2", "ok")], text)
+            for r in rows:
+                self.assertEqual(r["steps"], "6")  # 8 steps, 2 dropped
+                self.assertGreaterEqual(float(r["step_ms_median"]), 30.0)  # the emulated compute
+                self.assertGreaterEqual(float(r["compute_ms"]), 29.0)
+                eff = float(r["efficiency"])
+                self.assertTrue(0 <= eff <= 1.1, eff)
+                self.assertAlmostEqual(float(r["img_s_median"]) * float(r["step_ms_median"]) / 1e3,
+                                       float(r["global_batch"]), delta=0.05 * float(r["global_batch"]))
+            self.assertEqual(float(rows[0]["efficiency"]), 1.0)
+            self.assertEqual(rows[1]["global_batch"], "8")
+            for png in ("scaling.png", "split.png"):
+                with open(os.path.join(out, png), "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", png)
+            with open(os.path.join(out, "scaling.md")) as f:
+                self.assertIn("| weak | ring | 2 | 4 | 8 |", f.read())
+
+    def test_failed_and_refused_runs_are_rows(self):
+        with tempfile.TemporaryDirectory() as out:
+            rc, text, rows = run(TINY + ["--np", "1,4", "--mode", "strong", "--global-batch", "6",
+                                         "--set", "model.name=resnet99"], out)
+            self.assertEqual(rc, 1, text)
+            self.assertEqual([(r["np"], r["status"]) for r in rows], [("1", "failed"), ("4", "refused")], text)
+            self.assertIn("model.name", rows[0]["reason"])
+            self.assertIn("not divisible by 4", rows[1]["reason"])
+            self.assertIn("failed: exit 1: ringtrain: rank 0 of 1", text)
+
+    def test_bad_arguments(self):
+        with tempfile.TemporaryDirectory() as out:
+            for args, msg in ((["--np", "0"], "--np"), (["--np", "1,two"], "--np"),
+                              (["--mode", "sideways"], "--mode"), (["--warmup", "9", "--steps", "8"], "--warmup"),
+                              (["--set", "novalue"], "--set"), (["--bogus"], "bad arguments")):
+                rc, text, rows = run(args, out)
+                self.assertEqual(rc, 2, (args, text))
+                self.assertIn(msg, text)
+                self.assertEqual(rows, [])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
+        TRAINER = sys.argv.pop(1)
+    unittest.main()
