@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -178,6 +179,22 @@ void Progress::end_line() {
     std::fflush(stdout);
     open_line_ = false;
   }
+}
+
+ProcessUsage process_usage() {
+  ProcessUsage u;
+  long pages_total = 0, pages_resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages_total, &pages_resident) == 2)
+      u.rss_mib = double(pages_resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+    std::fclose(f);
+  }
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++u.open_fds;
+  if (u.open_fds > 0) --u.open_fds;  // the descriptor the listing itself holds open
+  return u;
 }
 
 }  // namespace rt::trainer

@@ -90,4 +90,12 @@ std::string fixed(double v, int decimals);
 // "1:02:03" / "4:05".
 std::string format_duration(double seconds);
 
+// This process's resident memory and open file descriptors (Linux /proc), recorded with every
+// epoch so that a long run shows growth, if any.
+struct ProcessUsage {
+  double rss_mib = 0;
+  int64_t open_fds = 0;
+};
+ProcessUsage process_usage();
+
 }  // namespace rt::trainer

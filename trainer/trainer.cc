@@ -249,6 +249,8 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
     text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
                     fixed(v.top5_pct(), 2), "% (", v.samples, " images)");
   }
+  const ProcessUsage u = process_usage();
+  line.add("rss_mib", u.rss_mib).add("open_fds", u.open_fds);
   metrics_->write(line);
   log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
 }
