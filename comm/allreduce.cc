@@ -18,6 +18,10 @@ const std::vector<std::string>& allreduce_algorithms() {
 Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg)
     : comm_(comm), kernels_(kernels), cfg_(cfg) {
   if (cfg_.segment_bytes == 0) throw CommError("comm: segment_bytes must be positive");
+  if (cfg_.recv_depth < 2 || cfg_.recv_depth > 64)
+    throw CommError(str_cat("comm: recv_depth must be in [2, 64], got ", cfg_.recv_depth));
+  scratch_.resize(size_t(cfg_.recv_depth));
+  reduce_req_.assign(size_t(cfg_.recv_depth), MPI_REQUEST_NULL);
 }
 
 size_t Allreducer::segment_for(DType t) const {
@@ -76,20 +80,21 @@ void Allreducer::recv_reduce_post(Range r, size_t seg, DType t, int peer, int ta
   const size_t esz = dtype_size(t), nk = segment_count(r, seg);
   if (nk == 0) return;
   const size_t need = std::min(seg, r.len) * esz;
-  for (Buffer<char>& s : scratch_)
-    if (s.size() < need) s.resize(need);
-  for (size_t k = 0; k < std::min<size_t>(2, nk); ++k)
+  const size_t depth = scratch_.size();
+  for (size_t k = 0; k < std::min(depth, nk); ++k) {
+    if (scratch_[k].size() < need) scratch_[k].resize(need);
     reduce_req_[k] = comm_.irecv(scratch_[k].data(), segment_at(r, seg, k).len, t, peer, tag);
+  }
 }
 
 void Allreducer::recv_reduce_finish(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
-  const size_t esz = dtype_size(t), nk = segment_count(r, seg);
+  const size_t esz = dtype_size(t), nk = segment_count(r, seg), depth = scratch_.size();
   for (size_t k = 0; k < nk; ++k) {
     const Range sg = segment_at(r, seg, k);
-    MPI_Request& req = reduce_req_[k % 2];
+    MPI_Request& req = reduce_req_[k % depth];
     comm_.wait_recv(req, sg.len, t, peer, cfg_.idle_sleep_us);
-    kernels_.reduce_add(t, buf + sg.offset * esz, scratch_[k % 2].data(), sg.len);
-    if (k + 2 < nk) req = comm_.irecv(scratch_[k % 2].data(), segment_at(r, seg, k + 2).len, t, peer, tag);
+    kernels_.reduce_add(t, buf + sg.offset * esz, scratch_[k % depth].data(), sg.len);
+    if (k + depth < nk) req = comm_.irecv(scratch_[k % depth].data(), segment_at(r, seg, k + depth).len, t, peer, tag);
   }
 }
 

@@ -29,6 +29,9 @@ struct CommConfig {
   int overlap_idle_sleep_us = 50;     // the same for the waits of GradientReducer's overlapping
                                       // communication thread (0: MPI_Wait), where a spinning wait
                                       // takes the core from backward
+  int recv_depth = 4;                 // ring/reducer: segments received ahead of the one being
+                                      // added (>= 2); deeper lets a rendezvous protocol (TCP
+                                      // above 64 KiB) acknowledge before the data is needed
   double stall_warning_s = 60;        // GradientReducer: a rank waiting this long in a step names
                                       // the ranks that have not reached it (0: never)
   double stall_abort_s = 600;         // ... and after this long stops the job (0: waits forever)
@@ -56,10 +59,10 @@ class Allreducer {
   Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg);
   virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
 
-  // Receives range r from `peer` in segments of `seg` elements, double-buffered in scratch_ (the
-  // next segment is posted before the current one is added), and adds each into buf. _post posts
-  // the first two receives (so that a peer's message finds its receive already waiting), _finish
-  // completes them; recv_reduce does both.
+  // Receives range r from `peer` in segments of `seg` elements into recv_depth scratch buffers
+  // (later segments are posted before the current one is added), and adds each into buf. _post
+  // posts the first recv_depth receives (so that a peer's messages find their receives already
+  // waiting), _finish completes them; recv_reduce does both.
   void recv_reduce_post(Range r, size_t seg, DType t, int peer, int tag);
   void recv_reduce_finish(char* buf, Range r, size_t seg, DType t, int peer, int tag);
   void recv_reduce(char* buf, Range r, size_t seg, DType t, int peer, int tag) {
@@ -78,7 +81,7 @@ class Allreducer {
   Communicator& comm_;
   const ReduceKernels& kernels_;
   CommConfig cfg_;
-  Buffer<char> scratch_[2];              // persists across calls: no allocation per step
+  std::vector<Buffer<char>> scratch_;    // recv_depth buffers, persisting across calls
   std::vector<MPI_Request> sends_;
   struct PendingRecv {
     MPI_Request req;
@@ -87,7 +90,7 @@ class Allreducer {
   };
   std::vector<PendingRecv> recvs_;  // posted by post_recv_segments, completed in order
   size_t recvs_done_ = 0;
-  MPI_Request reduce_req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<MPI_Request> reduce_req_;  // one per scratch buffer
 
  private:
   void check_same_call(size_t count, DType t, ReduceOp op);

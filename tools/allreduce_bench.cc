@@ -5,10 +5,11 @@
 //
 // Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
-//          [--segment-bytes 1048576] [--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]
+//          [--segment-bytes 1048576] [--recv-depth 4] [--idle-sleep-us 0] [--sizes B1,B2,...]
+//          [--interleave 1]
 //
-// An algorithm may carry its own segment size and waiting policy, "ring@128K~20" (segment 128 KiB,
-// idle_sleep_us 20), so that variants run side by side;
+// An algorithm may carry its own segment size, receive depth and waiting policy, "ring@128K^8~20"
+// (segment 128 KiB, recv_depth 8, idle_sleep_us 20), so that variants run side by side;
 // "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. With
 // --interleave 1 the algorithms take turns iteration by iteration (rather than size by size), so a
 // machine load that drifts during the run affects them alike: use it to compare alternatives.
@@ -37,6 +38,7 @@ struct Options {
   double budget = 2.0;  // seconds of timed iterations per size (at least min_reps)
   int min_reps = 5, max_reps = 1000;
   size_t segment_bytes = CommConfig{}.segment_bytes;
+  int recv_depth = CommConfig{}.recv_depth;
   int idle_sleep_us = CommConfig{}.idle_sleep_us;
   bool interleave = false;
 };
@@ -79,6 +81,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--max-reps") o.max_reps = std::stoi(v);
     else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v);
     else if (a == "--idle-sleep-us") o.idle_sleep_us = std::stoi(v);
+    else if (a == "--recv-depth") o.recv_depth = std::stoi(v);
     else if (a == "--interleave") o.interleave = std::stoi(v) != 0;
     else throw Error("unknown option " + a);
   }
@@ -210,8 +213,8 @@ int run(int argc, char** argv) {
   if (comm.rank() == 0) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
-    std::printf("segment_bytes=%zu idle_sleep_us=%d budget=%.1fs min_reps=%d interleave=%d\n",
-                o.segment_bytes, o.idle_sleep_us, o.budget, o.min_reps, int(o.interleave));
+    std::printf("segment_bytes=%zu recv_depth=%d idle_sleep_us=%d budget=%.1fs min_reps=%d interleave=%d\n",
+                o.segment_bytes, o.recv_depth, o.idle_sleep_us, o.budget, o.min_reps, int(o.interleave));
     std::printf("RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps,"
                 "check,attempts,foreign_cores\n");
     std::fflush(stdout);
@@ -223,9 +226,12 @@ int run(int argc, char** argv) {
       cands.push_back(std::move(c));
       continue;
     }
-    CommConfig cfg;  // spec: algorithm[@segment][~idle_sleep_us], e.g. ring@128K~20
+    CommConfig cfg;  // spec: algorithm[@segment][^recv_depth][~idle_sleep_us], e.g. ring@128K^8~20
     const size_t tl = spec.find('~');
-    const std::string head = spec.substr(0, tl);
+    std::string head = spec.substr(0, tl);
+    const size_t caret = head.find('^');
+    cfg.recv_depth = caret == std::string::npos ? o.recv_depth : std::stoi(head.substr(caret + 1));
+    head = head.substr(0, caret);
     const size_t at = head.find('@');
     cfg.algorithm = head.substr(0, at);
     cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));

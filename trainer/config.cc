@@ -72,6 +72,7 @@ void config_fields(C& c, V&& v) {
   v("comm.segment_bytes", c.comm.segment_bytes);
   v("comm.idle_sleep_us", c.comm.idle_sleep_us);
   v("comm.overlap_idle_sleep_us", c.comm.overlap_idle_sleep_us);
+  v("comm.recv_depth", c.comm.recv_depth);
   v("comm.stall_warning_s", c.comm.stall_warning_s);
   v("comm.stall_abort_s", c.comm.stall_abort_s);
   v("checkpoint.dir", c.checkpoint.dir);

@@ -106,6 +106,8 @@ void config_validate(const Config& c) {
   k.require(c.comm.idle_sleep_us >= 0, "comm.idle_sleep_us", "must be >= 0", c.comm.idle_sleep_us);
   k.require(c.comm.overlap_idle_sleep_us >= 0, "comm.overlap_idle_sleep_us", "must be >= 0",
             c.comm.overlap_idle_sleep_us);
+  k.require(c.comm.recv_depth >= 2 && c.comm.recv_depth <= 64, "comm.recv_depth", "must be in [2, 64]",
+            c.comm.recv_depth);
   k.require(c.comm.stall_warning_s >= 0 && std::isfinite(c.comm.stall_warning_s), "comm.stall_warning_s",
             "must be >= 0 (0: no warning)", c.comm.stall_warning_s);
   k.require(c.comm.stall_abort_s >= 0 && std::isfinite(c.comm.stall_abort_s), "comm.stall_abort_s",

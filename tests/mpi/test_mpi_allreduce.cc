@@ -119,13 +119,14 @@ int run() {
         cfg.algorithm = algo;
         cfg.segment_bytes = seg_bytes;
         cfg.idle_sleep_us = seg_bytes == 64 ? 10 : 0;  // polling waits that sleep, and MPI_Wait
+        cfg.recv_depth = seg_bytes == 64 ? 7 : 2;       // a deep receive pipeline, and double buffering
         auto ar = make_allreducer(cfg, comm);
         for (size_t count : test_counts(t.size())) {
           if (seg_bytes == 64 && count > 70000) continue;  // thousands of tiny messages: slow, no news
           for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
             check_exact(t, *ar, count, op,
                         str_cat(algo, " count ", count, op == ReduceOp::sum ? " sum" : " avg",
-                                " seg ", seg_bytes, " limit ", limit));
+                                " seg ", seg_bytes, " depth ", cfg.recv_depth, " limit ", limit));
         }
         if (algo != "mpi") {
           check_identical(t, *ar, 100003, str_cat(algo, " random seg ", seg_bytes));
