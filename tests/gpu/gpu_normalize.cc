@@ -1,9 +1,8 @@
-// Input normalization on the device against the CPU's fused p * scale + shift.
+// Input normalization on the device against the CPU loader's fused p * scale + shift.
 #include <random>
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
-#include "data/image.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::cuda {
@@ -16,9 +15,8 @@ TEST(GpuNormalize, U8NhwcToNchwAndNhwc) {
   RT_REQUIRE_GPU();
   const int64_t n = 3, h = 7, w = 5;
   const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-  const data::AugmentSpec spec = data::make_augment_spec(224, true, 0.08f, 1, true, mean, std);
-  NormalizeParams p;
-  for (int c = 0; c < 3; ++c) p.scale[c] = spec.scale[c], p.shift[c] = spec.shift[c];
+  NormalizeParams p;  // fused as data/image.cc's make_augment_spec fuses them
+  for (int c = 0; c < 3; ++c) p.scale[c] = 1.0f / (255.0f * std[c]), p.shift[c] = -mean[c] / std[c];
   std::vector<uint8_t> img(size_t(n * h * w * 3));
   std::mt19937 g(7);
   for (uint8_t& b : img) b = uint8_t(g());

@@ -1,11 +1,11 @@
-// Device reduce_add / scale against the CPU kernels the ring uses (bitwise: one fp32 add or
-// multiply and one round-to-nearest-even per element on both sides).
+// Device reduce_add / scale against the CPU kernels' arithmetic (comm/reduce_cpu.cc: one fp32 add
+// or multiply, then one round-to-nearest-even): equal bit for bit. The CPU side is written out
+// here so that GPU-only builds, which have no comm/ (MPI), run it too.
 #include <cuda_fp16.h>
 
 #include <cstring>
 #include <random>
 
-#include "comm/reduce.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.h"
@@ -33,6 +33,15 @@ float f16_value(uint16_t b) {
   return __half2float(__half(r));
 }
 
+void cpu_add_scale(float* a, const float* b, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) a[i] += b[i];
+  for (size_t i = 0; i < n; ++i) a[i] *= s;
+}
+void cpu_add_scale(bf16_t* a, const bf16_t* b, size_t n, float s) {
+  for (size_t i = 0; i < n; ++i) a[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+  for (size_t i = 0; i < n; ++i) a[i] = to_bf16(from_bf16(a[i]) * s);
+}
+
 // Counts around the vector width (tails), a prime, and one above a million; offset 1 makes every
 // pointer misaligned for 16-byte vectors, forcing the scalar path.
 const size_t kCounts[] = {0, 1, 7, 8, 9, 1001, (size_t{1} << 20) + 3};
@@ -46,8 +55,7 @@ TEST(GpuReduce, F32AddAndScaleMatchCpuBitwise) {
       reduce_add(Elem::f32, da.as<float>() + off, db.as<float>() + off, n, nullptr);
       scale(Elem::f32, da.as<float>() + off, n, 0.25f, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
-      comm::cpu_reduce_kernels().reduce_add(DType::f32, a.data() + off, b.data() + off, n);
-      comm::cpu_reduce_kernels().scale(DType::f32, a.data() + off, n, 0.25f);
+      cpu_add_scale(a.data() + off, b.data() + off, n, 0.25f);
       const auto got = to_host<float>(da, a.size());
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(got[i], a[i]) << "n " << n << " offset " << off << " at " << i;
@@ -65,8 +73,7 @@ TEST(GpuReduce, Bf16AddsInFp32AndRoundsOnceLikeCpu) {
       reduce_add(Elem::bf16, da.as<bf16_t>() + off, db.as<bf16_t>() + off, n, nullptr);
       scale(Elem::bf16, da.as<bf16_t>() + off, n, 1.0f / 3, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
-      comm::cpu_reduce_kernels().reduce_add(DType::bf16, a.data() + off, b.data() + off, n);
-      comm::cpu_reduce_kernels().scale(DType::bf16, a.data() + off, n, 1.0f / 3);
+      cpu_add_scale(a.data() + off, b.data() + off, n, 1.0f / 3);
       const auto got = to_host<bf16_t>(da, a.size());
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(got[i].bits, a[i].bits) << "n " << n << " offset " << off << " at " << i;
