@@ -14,8 +14,8 @@ void throw_cudnn_error(const char* file, int line, const char* call, cudnnStatus
 }
 
 void throw_cublas_error(const char* file, int line, const char* call, cublasStatus_t s) {
-  throw Error(str_cat(file, ":", line, ": ", call, ": cuBLAS: ", cublasGetStatusString(s), " (",
-                      int(s), ")"));
+  throw Error(str_cat(file, ":", line, ": ", call, ": ", cublasGetStatusName(s), ": ",
+                      cublasGetStatusString(s)));
 }
 
 }  // namespace rt::cuda
