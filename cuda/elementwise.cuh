@@ -26,12 +26,13 @@ template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return
 // Elements [0, vectors * W) go as 16-byte vectors, the tail [vectors * W, n) one per thread.
 template <class T, int W, bool Write, class Op>
 __global__ void map_kernel(T* dst, const T* src, uint32_t vectors, uint32_t n, Op op) {
-  const uint32_t stride = gridDim.x * blockDim.x;
-  const uint32_t first = blockIdx.x * blockDim.x + threadIdx.x;
-  for (uint32_t v = first; v < vectors; v += stride) {
+  auto one = [&](uint32_t i) {
+    const float r = op(to_f32(dst[i]), src ? to_f32(src[i]) : 0.0f);
+    if constexpr (Write) dst[i] = from_f32<T>(r);
+  };
+  auto vec = [&](uint32_t v) {
     if constexpr (W == 1) {
-      const float r = op(to_f32(dst[v]), src ? to_f32(src[v]) : 0.0f);
-      if constexpr (Write) dst[v] = from_f32<T>(r);
+      one(v);
     } else {
       uint4 a = reinterpret_cast<const uint4*>(dst)[v];
       uint4 b = src ? reinterpret_cast<const uint4*>(src)[v] : uint4{0, 0, 0, 0};
@@ -44,12 +45,9 @@ __global__ void map_kernel(T* dst, const T* src, uint32_t vectors, uint32_t n, O
       }
       if constexpr (Write) reinterpret_cast<uint4*>(dst)[v] = a;
     }
-  }
-  const uint32_t t = vectors * uint32_t(W) + first;
-  if (W > 1 && t < n) {
-    const float r = op(to_f32(dst[t]), src ? to_f32(src[t]) : 0.0f);
-    if constexpr (Write) dst[t] = from_f32<T>(r);
-  }
+  };
+  map_thread(blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, vectors, W, n, vec,
+             one);
 }
 
 // Runs map_kernel over n elements on `stream`, one launch per kMaxLaunchElems.

@@ -7,6 +7,13 @@
 #include <initializer_list>
 #include <vector>
 
+// Host and device: the index logic below runs in the kernels and in the host tests alike.
+#ifdef __CUDACC__
+#define RT_HOST_DEVICE __host__ __device__
+#else
+#define RT_HOST_DEVICE
+#endif
+
 namespace rt::cuda {
 
 constexpr int kThreads = 256;  // threads per block of every element-wise kernel
@@ -58,6 +65,19 @@ struct VecSplit {
 };
 inline VecSplit vec_split(size_t n, int width) {
   return {n / size_t(width), n % size_t(width)};
+}
+
+// The work of global thread `first` (of `stride` threads in the grid) in one launch over n
+// elements split as `vectors` vectors of `width` plus a tail: vec(v) for its vectors (grid-stride),
+// then scalar(i) for at most one tail element (the tail is shorter than a vector, the grid has
+// at least kThreads threads). map_kernel runs exactly this; the host tests check that every
+// element is visited exactly once.
+template <class Vec, class Scalar>
+RT_HOST_DEVICE inline void map_thread(uint32_t first, uint32_t stride, uint32_t vectors,
+                                      uint32_t width, uint32_t n, Vec&& vec, Scalar&& scalar) {
+  for (uint32_t v = first; v < vectors; v += stride) vec(v);
+  const uint32_t t = vectors * width + first;
+  if (width > 1 && t < n) scalar(t);
 }
 
 }  // namespace rt::cuda

@@ -81,6 +81,44 @@ TEST(CudaLaunch, VectorTails) {
   EXPECT_LE(size_t(8), size_t(kThreads));
 }
 
+// Runs map_launch's plan (launches, vector split, grid) and every thread's map_thread on the host,
+// counting visits per element: each of the n elements must be visited exactly once, and vector
+// visits must cover whole vectors inside the launch.
+void expect_each_element_once(size_t n, int width, size_t max_elems, uint32_t max_blocks) {
+  std::vector<uint8_t> visits(n, 0);
+  for (const LaunchRange& r : split_launches(n, max_elems)) {
+    const VecSplit s = vec_split(r.count, width);
+    const uint32_t grid = grid_for(s.vectors, kThreads, max_blocks);
+    const uint32_t stride = grid * uint32_t(kThreads);
+    for (uint32_t t = 0; t < stride; ++t)
+      map_thread(
+          t, stride, uint32_t(s.vectors), uint32_t(width), uint32_t(r.count),
+          [&](uint32_t v) {
+            for (int k = 0; k < width; ++k) {
+              const size_t i = r.offset + size_t(v) * size_t(width) + size_t(k);
+              ASSERT_LT(i, r.offset + r.count) << "vector past its launch";
+              ++visits[i];
+            }
+          },
+          [&](uint32_t i) {
+            ASSERT_GE(i, s.vectors * size_t(width)) << "scalar visit inside the vector part";
+            ++visits[r.offset + i];
+          });
+  }
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(visits[i], 1) << "element " << i << " of " << n << ", width " << width
+                            << ", launches of " << max_elems << ", " << max_blocks << " blocks";
+}
+
+TEST(CudaLaunch, EveryThreadOfEveryLaunchTogetherVisitEachElementOnce) {
+  for (int width : {1, 4, 8})
+    for (size_t n : {0, 1, 7, 8, 9, 255, 256, 257, 1000, 4099, 70001}) {
+      expect_each_element_once(n, width, kMaxLaunchElems, kMaxBlocks);
+      expect_each_element_once(n, width, 4096, 3);  // many launches, grid-stride loops
+      expect_each_element_once(n, width, 1001, 1);  // a vector tail in every launch
+    }
+}
+
 std::vector<ParamInfo> layout_of(std::vector<std::pair<ParamKind, size_t>> tensors) {
   std::vector<ParamInfo> l;
   size_t off = 0;
