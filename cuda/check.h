@@ -1,16 +1,47 @@
-// Error checks for CUDA runtime calls and kernel launches: file:line and CUDA's own message.
+// Checks for every CUDA runtime, cuDNN and cuBLAS return value and every kernel launch: a failure
+// throws rt::Error with file:line, the call as written and the library's own error string.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include "nn/error.h"
 
-#define CUDA_CHECK(expr)                                                                    \
-  do {                                                                                      \
-    cudaError_t rt_err_ = (expr);                                                           \
-    if (rt_err_ != cudaSuccess)                                                             \
-      throw ::rt::Error(::rt::str_cat(__FILE__, ":", __LINE__, ": ", #expr, ": ",           \
-                                      cudaGetErrorString(rt_err_)));                        \
+namespace rt::cuda {
+
+// Out of line so that each check site stays one compare and one branch.
+[[noreturn]] void throw_cuda_error(const char* file, int line, const char* call, cudaError_t e);
+[[noreturn]] void throw_cudnn_error(const char* file, int line, const char* call, cudnnStatus_t s);
+[[noreturn]] void throw_cublas_error(const char* file, int line, const char* call,
+                                     cublasStatus_t s);
+
+}  // namespace rt::cuda
+
+#define CUDA_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    const cudaError_t rt_err_ = (expr);                                                    \
+    if (rt_err_ != cudaSuccess) ::rt::cuda::throw_cuda_error(__FILE__, __LINE__, #expr, rt_err_); \
   } while (0)
 
-// After a kernel launch: launch-configuration errors surface here, not at the next call.
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define CUDNN_CHECK(expr)                                                                   \
+  do {                                                                                      \
+    const cudnnStatus_t rt_st_ = (expr);                                                    \
+    if (rt_st_ != CUDNN_STATUS_SUCCESS)                                                     \
+      ::rt::cuda::throw_cudnn_error(__FILE__, __LINE__, #expr, rt_st_);                     \
+  } while (0)
+
+#define CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                      \
+    const cublasStatus_t rt_st_ = (expr);                                                   \
+    if (rt_st_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      ::rt::cuda::throw_cublas_error(__FILE__, __LINE__, #expr, rt_st_);                    \
+  } while (0)
+
+// After a kernel launch: configuration errors (too many threads, too much shared memory) surface
+// here, at the launch that caused them, rather than at some later unrelated call.
+#define CUDA_CHECK_LAUNCH()                                                                 \
+  do {                                                                                      \
+    const cudaError_t rt_err_ = cudaGetLastError();                                         \
+    if (rt_err_ != cudaSuccess)                                                             \
+      ::rt::cuda::throw_cuda_error(__FILE__, __LINE__, "kernel launch", rt_err_);           \
+  } while (0)

@@ -1,7 +1,9 @@
 // Shape validation of layer descriptions and the backend registry.
 #include "nn/ops.h"
 
+#ifndef RT_NO_ONEDNN  // GPU-only builds (RT_GPU_ONLY) have no oneDNN
 #include "nn/onednn/onednn_backend.h"
+#endif
 #include "nn/ref/ref_backend.h"
 
 namespace rt {
@@ -57,7 +59,9 @@ void SoftmaxXentDesc::validate() const {
 template <>
 std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
   if (name == "reference") return make_reference_backend<float>();
+#ifndef RT_NO_ONEDNN
   if (name == "onednn" || name == "cpu") return make_onednn_backend();
+#endif
   throw Error("unknown backend '" + name + "' (known: reference, onednn or cpu, cuda)");
 }
 

@@ -3,11 +3,10 @@
 
 #include <vector>
 
-#include "cuda/device.h"
+#include "tests/gpu/gpu_test_util.h"
 
 TEST(Gpu, SaxpyMatchesHost) {
-  std::string why;
-  if (rt::cuda::device_count(&why) == 0) GTEST_SKIP() << "no usable GPU: " << why;
+  RT_REQUIRE_GPU();
   std::vector<float> x(1000), y(1000);
   for (int i = 0; i < 1000; ++i) x[i] = float(i), y[i] = 1.0f;
   rt::cuda::saxpy_host(1000, 2.0f, x.data(), y.data());

@@ -1,0 +1,54 @@
+// What every cuDNN/cuBLAS op of one model shares: a stream, the library handles bound to it, and
+// one workspace sized at set-up to the largest any op asked for.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstddef>
+
+#include "cuda/memory.h"
+
+namespace rt::cuda {
+
+struct ContextConfig {
+  int device = 0;
+  // TF32 tensor cores for fp32 convolutions and GEMMs: about 2x faster on H100/H200, with a
+  // 10-bit mantissa in the products. Off by default so results compare with the CPU backends.
+  bool allow_tf32 = false;
+  // Convolution algorithms: false takes cuDNN's heuristic ranking (no device time); true times
+  // the candidates once per shape (cudnnFind*), which allocates and runs them at set-up.
+  bool benchmark_algos = false;
+  bool deterministic = false;               // only algorithms with reproducible results
+  size_t workspace_limit = size_t{1} << 30; // per op; candidates needing more are skipped
+};
+
+class CudaContext {
+ public:
+  // Selects the device, creates a non-blocking stream and the cuDNN and cuBLAS handles on it.
+  explicit CudaContext(ContextConfig cfg = {});
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  const ContextConfig& config() const { return cfg_; }
+
+  // Set-up only: grows the shared workspace to at least `bytes` (reallocating, so pointers from
+  // workspace() taken earlier are stale; ops fetch it when they execute).
+  void reserve_workspace(size_t bytes);
+  void* workspace() const { return workspace_.get(); }
+  size_t workspace_bytes() const { return workspace_.bytes(); }
+
+ private:
+  void release() noexcept;
+  ContextConfig cfg_;
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer workspace_;
+};
+
+}  // namespace rt::cuda

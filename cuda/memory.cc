@@ -1,0 +1,104 @@
+// Counted device and pinned allocations.
+#include "cuda/memory.h"
+
+#include <atomic>
+
+#include "cuda/check.h"
+
+namespace rt::cuda {
+namespace {
+
+struct Counters {
+  std::atomic<int64_t> device_allocs{0}, device_frees{0}, pinned_allocs{0}, pinned_frees{0},
+      device_bytes{0}, pinned_bytes{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+void check_range(const char* what, size_t n, size_t offset, size_t bytes) {
+  if (offset > bytes || n > bytes - offset)
+    throw Error(str_cat("cuda DeviceBuffer::", what, ": ", n, " bytes at offset ", offset,
+                        " exceed the buffer's ", bytes));
+}
+
+}  // namespace
+
+AllocStats alloc_stats() {
+  Counters& c = counters();
+  return {c.device_allocs.load(), c.device_frees.load(), c.pinned_allocs.load(),
+          c.pinned_frees.load(),  c.device_bytes.load(), c.pinned_bytes.load()};
+}
+
+void* device_malloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky; clear it for later checks
+    throw Error(str_cat("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e)));
+  }
+  ++counters().device_allocs;
+  counters().device_bytes += int64_t(bytes);
+  return p;
+}
+
+namespace {
+cudaError_t free_counted(void* p, size_t bytes) noexcept {
+  const cudaError_t e = cudaFree(p);
+  if (e == cudaSuccess) {
+    ++counters().device_frees;
+    counters().device_bytes -= int64_t(bytes);
+  }
+  return e;
+}
+}  // namespace
+
+void device_free(void* p, size_t bytes) {
+  if (p) CUDA_CHECK(free_counted(p, bytes));
+}
+
+void* pinned_malloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(str_cat("cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(e)));
+  }
+  ++counters().pinned_allocs;
+  counters().pinned_bytes += int64_t(bytes);
+  return p;
+}
+
+void pinned_free(void* p, size_t bytes) {
+  if (!p) return;
+  CUDA_CHECK(cudaFreeHost(p));
+  ++counters().pinned_frees;
+  counters().pinned_bytes -= int64_t(bytes);
+}
+
+void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {
+  check_range("upload", n, offset, bytes_);
+  if (n) CUDA_CHECK(cudaMemcpy(static_cast<char*>(p_) + offset, host, n, cudaMemcpyHostToDevice));
+}
+
+void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
+  check_range("download", n, offset, bytes_);
+  if (n)
+    CUDA_CHECK(cudaMemcpy(host, static_cast<const char*>(p_) + offset, n, cudaMemcpyDeviceToHost));
+}
+
+void DeviceBuffer::zero() {
+  if (bytes_) CUDA_CHECK(cudaMemset(p_, 0, bytes_));
+}
+
+// A destructor must not throw: a failed free (a dead context at exit) is dropped.
+void DeviceBuffer::reset() {
+  if (p_) free_counted(p_, bytes_);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace rt::cuda

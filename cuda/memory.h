@@ -1,0 +1,61 @@
+// Device and pinned host allocation, counted: set-up allocates, the step must not, and tests read
+// the counters to prove it. Everything here runs on the host (C++17-clean).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace rt::cuda {
+
+struct AllocStats {
+  int64_t device_allocs = 0;  // cudaMalloc calls made through device_malloc
+  int64_t device_frees = 0;
+  int64_t pinned_allocs = 0;  // cudaMallocHost calls made through pinned_malloc
+  int64_t pinned_frees = 0;
+  int64_t device_bytes = 0;   // live bytes
+  int64_t pinned_bytes = 0;
+};
+// Process-wide counters (thread-safe).
+AllocStats alloc_stats();
+
+// cudaMalloc / cudaFree and cudaMallocHost / cudaFreeHost with counting; throw rt::Error on
+// failure naming the size. Zero bytes gives nullptr and counts nothing.
+void* device_malloc(size_t bytes);
+void device_free(void* p, size_t bytes);
+void* pinned_malloc(size_t bytes);
+void pinned_free(void* p, size_t bytes);
+
+// Owning device allocation, move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : p_(device_malloc(bytes)), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+
+  void* get() const { return p_; }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+  // Synchronous copies for set-up and tests (offset and size in bytes, checked against bytes()).
+  void upload(const void* host, size_t n, size_t offset = 0);
+  void download(void* host, size_t n, size_t offset = 0) const;
+  void zero();
+
+ private:
+  void reset();
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace rt::cuda

@@ -1,0 +1,46 @@
+// DeviceSgd: set-up (segments, momentum buffer) and the per-step launch.
+#include "cuda/sgd.h"
+
+#include <cmath>
+
+#include "cuda/sgd_plan.h"
+
+namespace rt::cuda {
+
+DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_(cfg) {
+  const std::vector<SgdSegment> segs = sgd_segments(layout, cfg_);
+  size_ = sgd_buffer_elems(layout);
+  num_segments_ = segs.size();
+  segments_ = DeviceBuffer(segs.size() * sizeof(SgdSegment));
+  segments_.upload(segs.data(), segs.size() * sizeof(SgdSegment));
+  momentum_ = DeviceBuffer(size_ * sizeof(float));
+  momentum_.zero();
+}
+
+void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t stream) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(str_cat("cuda sgd: learning rate must be finite and >= 0, got ", lr));
+  SgdStepArgs a;
+  a.params = params;
+  a.grads = grads;
+  a.momentum = momentum_.as<float>();
+  a.segments = segments_.as<SgdSegment>();
+  a.num_segments = num_segments_;
+  a.lr = float(lr);
+  a.momentum_coef = float(cfg_.momentum);
+  a.first = steps_ == 0;
+  a.nesterov = cfg_.nesterov;
+  sgd_step_launch(a, stream);
+  ++steps_;
+}
+
+void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
+  if (n != size_)
+    throw Error(str_cat("cuda sgd: restoring a momentum buffer of ", n,
+                        " elements into an optimizer of ", size_));
+  if (steps < 0) throw Error(str_cat("cuda sgd: restoring a negative step count ", steps));
+  momentum_.upload(host_momentum, n * sizeof(float));
+  steps_ = steps;
+}
+
+}  // namespace rt::cuda

@@ -1,0 +1,40 @@
+// SGD with momentum, Nesterov and masked weight decay on the device: Sgd<float>'s semantics
+// (nn/optimizer.h) in one fused kernel over the flat arena. No LARS.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda/memory.h"
+#include "cuda/sgd_kernel.h"
+#include "nn/optimizer.h"
+
+namespace rt::cuda {
+
+class DeviceSgd {
+ public:
+  // Uploads the segment list and allocates the zeroed momentum buffer (the only allocations).
+  // Throws rt::Error for LARS or a bad layout or config.
+  DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg);
+
+  // One update of params (device, in place) from grads (device), laid out as `layout`;
+  // asynchronous on stream. lr finite and >= 0 (throws rt::Error otherwise).
+  void step(float* params, const float* grads, double lr, cudaStream_t stream);
+
+  // Momentum buffer on the device, laid out like the parameters (elements: size()).
+  float* momentum() { return momentum_.as<float>(); }
+  size_t size() const { return size_; }
+  int64_t steps() const { return steps_; }
+  // Restores state saved from the CPU optimizer or a checkpoint (host data, size() elements).
+  void restore(const float* host_momentum, size_t n, int64_t steps);
+
+ private:
+  SgdConfig cfg_;
+  size_t size_ = 0;
+  uint64_t num_segments_ = 0;
+  DeviceBuffer segments_, momentum_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace rt::cuda

@@ -1,0 +1,49 @@
+// The device SGD's work list: the flat arena's layout cut into per-tensor segments with each
+// tensor's weight decay. Plain host C++ (no CUDA), so the host tests check it without a GPU.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "cuda/sgd_segment.h"
+#include "nn/error.h"
+#include "nn/optimizer.h"
+
+namespace rt::cuda {
+
+// Segments of at most max_elems elements covering exactly [offset, offset + count) of every
+// tensor, in layout order; weight decay as Sgd<float> applies it (0 for BN and bias when
+// decay_bn_and_bias is false). Throws rt::Error for a layout that is not sorted and disjoint
+// (as Sgd does) and for LARS, which the device step does not implement.
+inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout,
+                                            const SgdConfig& cfg,
+                                            uint32_t max_elems = kSgdSegmentElems) {
+  sgd_validate(cfg);
+  if (cfg.lars) throw Error("cuda sgd: LARS is not implemented on the device (use lars: false)");
+  if (max_elems == 0) throw Error("cuda sgd: segment size must be > 0");
+  std::vector<SgdSegment> segs;
+  size_t end = 0;
+  for (const ParamInfo& p : layout) {
+    if (p.offset < end)
+      throw Error(str_cat("cuda sgd: parameter ", p.name, " at offset ", p.offset,
+                          " overlaps the previous one (ends at ", end,
+                          "); the layout must be sorted by offset"));
+    end = p.offset + p.count;
+    const float wd = param_is_bn_or_bias(p.kind) && !cfg.decay_bn_and_bias
+                         ? 0.0f
+                         : float(cfg.weight_decay);
+    for (size_t b = p.offset; b < end; b += max_elems)
+      segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd});
+  }
+  return segs;
+}
+
+// Elements of the momentum buffer: the arena's size, each tensor rounded up to 64 bytes as
+// Sgd<float> and Arena<float> size theirs.
+inline size_t sgd_buffer_elems(const std::vector<ParamInfo>& layout) {
+  size_t end = 0;
+  for (const ParamInfo& p : layout) end = std::max(end, p.offset + p.count);
+  constexpr size_t align = 64 / sizeof(float);
+  return (end + align - 1) / align * align;
+}
+
+}  // namespace rt::cuda

@@ -1,0 +1,25 @@
+// Launchers of the softmax cross-entropy kernels (C++17-clean: nvcc includes it).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rt::cuda {
+
+struct XentArgs {
+  int64_t n = 0, k = 0;          // rows (batch) and classes
+  float label_smoothing = 0;     // eps
+  const float* logits = nullptr; // (n, k)
+  const int32_t* labels = nullptr;
+  float* prob = nullptr;         // (n, k): softmax, kept for backward
+  float* row_loss = nullptr;     // (n)
+  double* mean_loss = nullptr;   // (1)
+  int* bad_row = nullptr;        // (1): -1, or a row whose label is outside [0, k)
+};
+
+// prob, row_loss and mean_loss from logits and labels; *bad_row must be -1 before the launch.
+void xent_forward_launch(const XentArgs& a, cudaStream_t stream);
+// dlogits = (prob - target) * scale / n, target = (1 - eps) onehot(label) + eps / k.
+void xent_backward_launch(const XentArgs& a, float* dlogits, float scale, cudaStream_t stream);
+
+}  // namespace rt::cuda

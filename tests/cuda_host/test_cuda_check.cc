@@ -1,0 +1,85 @@
+// The CUDA backend's error reporting and allocation accounting, on the host: needs the CUDA
+// libraries (error strings are lookups), not a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/memory.h"
+
+namespace rt::cuda {
+namespace {
+
+// The message of the rt::Error that f throws ("" if it throws none).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+cudaError_t fail_runtime() { return cudaErrorInvalidValue; }
+cudnnStatus_t fail_cudnn() { return CUDNN_STATUS_BAD_PARAM; }
+cublasStatus_t fail_cublas() { return CUBLAS_STATUS_INVALID_VALUE; }
+
+TEST(CudaCheck, RuntimeErrorNamesPlaceCallAndReason) {
+  const std::string m = error_of([] { CUDA_CHECK(fail_runtime()); });
+  EXPECT_NE(m.find("test_cuda_check.cc:"), std::string::npos) << m;
+  EXPECT_NE(m.find("fail_runtime()"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudaErrorInvalidValue"), std::string::npos) << m;
+  EXPECT_NE(m.find(cudaGetErrorString(cudaErrorInvalidValue)), std::string::npos) << m;
+  EXPECT_EQ(error_of([] { CUDA_CHECK(cudaSuccess); }), "");
+}
+
+TEST(CudaCheck, CudnnErrorNamesPlaceCallAndReason) {
+  const std::string m = error_of([] { CUDNN_CHECK(fail_cudnn()); });
+  EXPECT_NE(m.find("test_cuda_check.cc:"), std::string::npos) << m;
+  EXPECT_NE(m.find("fail_cudnn()"), std::string::npos) << m;
+  EXPECT_NE(m.find("CUDNN_STATUS_BAD_PARAM"), std::string::npos) << m;
+  EXPECT_EQ(error_of([] { CUDNN_CHECK(CUDNN_STATUS_SUCCESS); }), "");
+}
+
+TEST(CudaCheck, CublasErrorNamesPlaceCallAndReason) {
+  const std::string m = error_of([] { CUBLAS_CHECK(fail_cublas()); });
+  EXPECT_NE(m.find("test_cuda_check.cc:"), std::string::npos) << m;
+  EXPECT_NE(m.find("fail_cublas()"), std::string::npos) << m;
+  EXPECT_NE(m.find("CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << m;
+  EXPECT_EQ(error_of([] { CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS); }), "");
+}
+
+TEST(CudaCheck, LaunchErrorIsReportedAtTheLaunch) {
+  const std::string m = error_of([] {
+    cudaError_t e = cudaErrorInvalidConfiguration;
+    if (e != cudaSuccess) ::rt::cuda::throw_cuda_error(__FILE__, __LINE__, "kernel launch", e);
+  });
+  EXPECT_NE(m.find("kernel launch"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudaErrorInvalidConfiguration"), std::string::npos) << m;
+}
+
+TEST(CudaMemory, ZeroBytesAllocateNothing) {
+  const AllocStats before = alloc_stats();
+  EXPECT_EQ(device_malloc(0), nullptr);
+  EXPECT_EQ(pinned_malloc(0), nullptr);
+  device_free(nullptr, 0);
+  DeviceBuffer empty;
+  EXPECT_EQ(empty.get(), nullptr);
+  const AllocStats after = alloc_stats();
+  EXPECT_EQ(after.device_allocs, before.device_allocs);
+  EXPECT_EQ(after.pinned_allocs, before.pinned_allocs);
+}
+
+TEST(CudaMemory, WithoutADeviceAllocationFailsWithAClearError) {
+  std::string why;
+  if (device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_FALSE(why.empty());
+  const std::string m = error_of([] { DeviceBuffer b(1024); });
+  EXPECT_NE(m.find("cudaMalloc of 1024 bytes failed"), std::string::npos) << m;
+  EXPECT_EQ(alloc_stats().device_bytes, 0);
+}
+
+}  // namespace
+}  // namespace rt::cuda

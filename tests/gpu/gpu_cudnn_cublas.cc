@@ -1,0 +1,114 @@
+// cuDNN convolution and cuBLAS fully connected layers against the reference backend, forward and
+// backward, fp32 without TF32: |gpu - ref| <= atol + rtol |ref|.
+#include <cmath>
+#include <random>
+
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/cublas_linear.h"
+#include "cuda/cudnn_conv.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::cuda {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// Sums of up to a few thousand products in different orders: fp32 rounding differs by ~1e-6
+// relative per term.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what,
+                  const std::string& layer) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::abs(got[i] - want[i]), 1e-4 + 1e-4 * std::abs(want[i]))
+        << layer << " " << what << " at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+void check_conv(CudaContext& ctx, const ConvDesc& d) {
+  const Shape out = d.out();
+  const auto x = randn(size_t(d.in.numel()), 1), w = randn(size_t(d.weight_count()), 2),
+             b = randn(size_t(d.out_c), 3), dy = randn(size_t(out.numel()), 4);
+  auto ref = make_backend<float>("reference")->make_conv(d);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+  ref->forward(x.data(), w.data(), d.bias ? b.data() : nullptr, y.data());
+  ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), d.bias ? db.data() : nullptr);
+
+  CudnnConv conv(d, ctx);
+  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy),
+               gy(y.size() * 4), gdx(x.size() * 4), gdw(w.size() * 4), gdb(b.size() * 4);
+  conv.forward(gx.as<float>(), gw.as<float>(), d.bias ? gb.as<float>() : nullptr, gy.as<float>());
+  conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(),
+                d.bias ? gdb.as<float>() : nullptr);
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  expect_close(to_host<float>(gy, y.size()), y, "y", d.name);
+  expect_close(to_host<float>(gdx, x.size()), dx, "dx", d.name);
+  expect_close(to_host<float>(gdw, w.size()), dw, "dw", d.name);
+  if (d.bias) expect_close(to_host<float>(gdb, b.size()), db, "db", d.name);
+}
+
+TEST(GpuCudnnConv, MatchesReference) {
+  RT_REQUIRE_GPU();
+  for (bool benchmark : {false, true}) {
+    ContextConfig cfg;
+    cfg.benchmark_algos = benchmark;
+    CudaContext ctx(cfg);
+    check_conv(ctx, {"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false});
+    check_conv(ctx, {"1x1s2", {2, 32, 9, 9}, 64, 1, 1, 2, 2, 0, 0, false});
+    check_conv(ctx, {"stem", {2, 3, 32, 32}, 8, 7, 7, 2, 2, 3, 3, true});
+    check_conv(ctx, {"rect", {3, 5, 7, 11}, 6, 3, 1, 2, 1, 1, 0, true});
+  }
+}
+
+TEST(GpuCudnnConv, DeterministicAlgorithmsAndSharedWorkspace) {
+  RT_REQUIRE_GPU();
+  ContextConfig cfg;
+  cfg.deterministic = true;
+  CudaContext ctx(cfg);
+  CudnnConv a({"a", {8, 64, 28, 28}, 64, 3, 3, 1, 1, 1, 1, false}, ctx);
+  CudnnConv b({"b", {8, 64, 28, 28}, 128, 1, 1, 2, 2, 0, 0, false}, ctx);
+  EXPECT_GE(ctx.workspace_bytes(), std::max(a.workspace_bytes(), b.workspace_bytes()));
+  check_conv(ctx, {"det", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false});
+}
+
+void check_linear(CudaContext& ctx, const LinearDesc& d) {
+  const int64_t in = d.in.chw(), o = d.out_features;
+  const auto x = randn(size_t(d.in.numel()), 5), w = randn(size_t(o * in), 6),
+             b = randn(size_t(o), 7), dy = randn(size_t(d.in.n * o), 8);
+  auto ref = make_backend<float>("reference")->make_linear(d);
+  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+  ref->forward(x.data(), w.data(), d.bias ? b.data() : nullptr, y.data());
+  ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), d.bias ? db.data() : nullptr);
+
+  CublasLinear fc(d, ctx);
+  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy),
+               gy(y.size() * 4), gdx(x.size() * 4), gdw(w.size() * 4), gdb(b.size() * 4);
+  fc.forward(gx.as<float>(), gw.as<float>(), d.bias ? gb.as<float>() : nullptr, gy.as<float>());
+  fc.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(),
+              d.bias ? gdb.as<float>() : nullptr);
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  expect_close(to_host<float>(gy, y.size()), y, "y", d.name);
+  expect_close(to_host<float>(gdx, x.size()), dx, "dx", d.name);
+  expect_close(to_host<float>(gdw, w.size()), dw, "dw", d.name);
+  if (d.bias) expect_close(to_host<float>(gdb, b.size()), db, "db", d.name);
+}
+
+TEST(GpuCublasLinear, MatchesReference) {
+  RT_REQUIRE_GPU();
+  CudaContext ctx;
+  check_linear(ctx, {"fc", {32, 512, 1, 1}, 1000, true});
+  check_linear(ctx, {"fc_nobias", {5, 64, 1, 1}, 10, false});
+  check_linear(ctx, {"fc_spatial", {3, 4, 2, 3}, 7, true});  // input flattened over C, H, W
+  check_linear(ctx, {"fc_one", {1, 1, 1, 1}, 1, true});
+}
+
+}  // namespace
+}  // namespace rt::cuda

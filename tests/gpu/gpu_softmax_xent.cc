@@ -1,0 +1,67 @@
+// Device softmax cross-entropy against the reference backend (double inside).
+#include <cmath>
+#include <random>
+
+#include "cuda/check.h"
+#include "cuda/softmax_xent.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::cuda {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+void compare(int64_t n, int64_t k, double eps, double scale) {
+  SoftmaxXentDesc d{"loss", Shape{n, k, 1, 1}, eps};
+  std::mt19937 g(uint32_t(n * 131 + k));
+  std::normal_distribution<float> z(0, 4);
+  std::vector<float> logits(size_t(n * k));
+  for (float& x : logits) x = z(g);
+  logits[0] = 80;  // a large logit: the max subtraction keeps exp finite
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int32_t& l : labels) l = int32_t(g() % uint32_t(k));
+  auto ref = make_backend<float>("reference")->make_softmax_xent(d);
+  const double want = ref->forward(logits.data(), labels.data());
+  std::vector<float> want_grad(logits.size());
+  ref->backward(labels.data(), want_grad.data(), scale);
+
+  DeviceBuffer dl = to_device(logits), dlab = to_device(labels), dgrad(logits.size() * 4);
+  DeviceSoftmaxXent op(d, nullptr);
+  const double got = op.forward(dl.as<float>(), dlab.as<int32_t>());
+  op.backward(dlab.as<int32_t>(), dgrad.as<float>(), scale);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, std::abs(want))) << n << "x" << k << " eps " << eps;
+  const auto grad = to_host<float>(dgrad, logits.size());
+  for (size_t i = 0; i < grad.size(); ++i)
+    ASSERT_NEAR(grad[i], want_grad[i], 1e-7 * scale + 1e-4 * std::abs(want_grad[i]))
+        << n << "x" << k << " eps " << eps << " at " << i;
+}
+
+TEST(GpuSoftmaxXent, MatchesReference) {
+  RT_REQUIRE_GPU();
+  for (double eps : {0.0, 0.1}) {
+    compare(5, 10, eps, 1.0);
+    compare(32, 1000, eps, 1.0);   // ImageNet classes: more than one thread per class
+    compare(3, 1, eps, 1.0);       // a single class: loss 0
+    compare(256, 100, eps, 1024);  // loss scaling
+  }
+}
+
+TEST(GpuSoftmaxXent, BadLabelNamesTheSample) {
+  RT_REQUIRE_GPU();
+  SoftmaxXentDesc d{"loss", Shape{4, 10, 1, 1}, 0.0};
+  std::vector<float> logits(40, 0.0f);
+  std::vector<int32_t> labels = {1, 2, 10, 3};
+  DeviceBuffer dl = to_device(logits), dlab = to_device(labels);
+  DeviceSoftmaxXent op(d, nullptr);
+  try {
+    op.forward(dl.as<float>(), dlab.as<int32_t>());
+    FAIL() << "no error for label 10 of 10 classes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 10 of sample 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rt::cuda
