@@ -21,7 +21,8 @@ ip netns del rtc-probe
 if ip netns list | grep -qE '^rtc-(sw|h[0-9]+)\b'; then
   echo "SKIP: an emulated cluster is already up (someone else's run); not touching it"; exit 77
 fi
-# Killed by ctest's timeout or interrupted: leave no namespaces behind.
+# Interrupted: leave no namespaces behind. (ctest kills a test past its timeout with SIGKILL,
+# which no trap sees, so every step that could hang has its own, shorter timeout.)
 trap '"$T/down.sh" >/dev/null 2>&1; exit 1' TERM INT
 
 expect_error "is required" "$T/up.sh" --rate 1gbit
@@ -37,13 +38,13 @@ expect_error "--mtu must be" "$T/up.sh" --hosts 2 --rate 1gbit --latency 50us --
 "$T/up.sh" --hosts 3 --rate 200mbit | grep -q "already up" || fail "second up.sh is not a no-op"
 expect_error "other settings" "$T/up.sh" --hosts 4 --rate 200mbit
 expect_error "exceeds the 3 emulated hosts" "$T/mpirun.sh" -np 4 true
-out=$("$T/check.sh" --seconds 1 2>&1) || fail "check.sh: $out"
+out=$(timeout 40 "$T/check.sh" --seconds 1 2>&1) || fail "check.sh: $out"
 bps=$(awk '/^link_bytes_per_s/ {print $2}' <<<"$out")
 # 200 Mbit/s = 25 MB/s on the wire; TCP gets at most 95.6 %, and more than the rate means no shaping.
 awk -v b="$bps" 'BEGIN { exit !(b > 0.5 * 25e6 && b < 25e6) }' ||
   fail "link throughput $bps B/s is not within (50 %, 100 %) of 200 Mbit/s"
 if [ $# -ge 1 ]; then
-  res=$("$T/mpirun.sh" -np 3 "$@" --sizes 1M --budget 0.2 --min-reps 2 2>&1) || fail "$*: $res"
+  res=$(timeout 40 "$T/mpirun.sh" -np 3 "$@" --sizes 1M --budget 0.2 --min-reps 2 2>&1) || fail "$*: $res"
   grep -q '^RESULT,.*,OK,' <<<"$res" || fail "no correct RESULT line from $*: $res"
   grep -q '^RESULT,.*,FAIL' <<<"$res" && fail "wrong allreduce result: $res"
 fi
@@ -58,7 +59,7 @@ if [ -n "$relay" ]; then
   "$T/up.sh" --hosts 2 --rate 100mbit --latency 2ms --relay "$relay" >/dev/null || fail "up.sh --latency 2ms"
   "$T/up.sh" --hosts 2 --rate 100mbit --latency 2ms --relay "$relay" | grep -q "already up" ||
     fail "second up.sh with latency is not a no-op"
-  out=$("$T/check.sh" --seconds 1 2>&1) || fail "check.sh with latency: $out"
+  out=$(timeout 40 "$T/check.sh" --seconds 1 2>&1) || fail "check.sh with latency: $out"
   rtt=$(awk '/^udp_rtt/ {print $3}' <<<"$out")
   bps=$(awk '/^link_bytes_per_s/ {print $2}' <<<"$out")
   awk -v r="$rtt" 'BEGIN { exit !(r >= 4000 && r < 20000) }' || fail "round trip $rtt us with 2 ms one-way latency"
