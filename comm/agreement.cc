@@ -31,12 +31,12 @@ class Fnv {
 // The record every rank contributes; fixed size so one MPI_Allgather carries it.
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
-  kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNumFields
+  kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNetworkSegmentBytes, kNumFields
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
     "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
-    "segment_bytes", "check_counts", "MPI elements per call", "stall check"};
+    "segment_bytes", "check_counts", "MPI elements per call", "stall check", "network_segment_bytes"};
 
 struct Record {
   uint64_t field[kNumFields];
@@ -104,6 +104,7 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
   mine.field[kCheckCounts] = cfg.check_counts;
   mine.field[kMaxElemsPerCall] = comm.max_elems_per_call();
   // On or off must agree (a rank without it would never announce its steps); the times may differ.
+  mine.field[kNetworkSegmentBytes] = cfg.network_segment_bytes;
   mine.field[kStallCheck] = cfg.stall_warning_s > 0 || cfg.stall_abort_s > 0;
   std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
 

@@ -25,7 +25,9 @@ Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const C
 }
 
 size_t Allreducer::segment_for(DType t) const {
-  return segment_elems(cfg_.segment_bytes, dtype_size(t), comm_.max_elems_per_call());
+  // One rule on every rank (the node count is the same everywhere), so segments pair up.
+  const size_t bytes = comm_.nodes() > 1 && cfg_.network_segment_bytes ? cfg_.network_segment_bytes : cfg_.segment_bytes;
+  return segment_elems(bytes, dtype_size(t), comm_.max_elems_per_call());
 }
 
 void Allreducer::allreduce(void* buf, size_t count, DType t, ReduceOp op) {

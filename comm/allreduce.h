@@ -23,6 +23,10 @@ struct CommConfig {
   size_t bucket_bytes = 25u << 20;    // gradient bucket (PyTorch DDP's default 25 MiB)
   bool overlap = true;                // allreduce buckets while backward is still running
   size_t segment_bytes = 512u << 10;  // ring/reducer pipeline segment: receive one, reduce another
+  size_t network_segment_bytes = 63u << 10;  // the segment when the ranks span several nodes
+                                      // (0: segment_bytes). Below OpenMPI's TCP eager limit
+                                      // (64 KiB): a larger message goes by rendezvous, whose
+                                      // acknowledgement waits behind bulk data (see docs/comm.md)
   bool check_counts = false;          // verify each call's count on all ranks (one small allgather)
   int idle_sleep_us = 0;              // >0: a blocked wait polls, then sleeps this long between
                                       // polls instead of spinning in MPI_Wait (frees the core)

@@ -34,6 +34,8 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }
   size_t max_elems_per_call() const { return max_elems_; }
+  // How many nodes (shared-memory domains, as MPI_COMM_TYPE_SHARED sees them) the ranks span.
+  int nodes() const { return nodes_; }
 
   // One nonblocking message of n <= max_elems_per_call() elements.
   MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag);
@@ -60,7 +62,7 @@ class Communicator {
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, nodes_ = 1;
   size_t max_elems_;
   std::vector<MPI_Status> statuses_;  // reused by wait_all
   StallWatch* stall_ = nullptr;

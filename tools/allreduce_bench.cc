@@ -39,6 +39,7 @@ struct Options {
   int min_reps = 5, max_reps = 1000;
   size_t segment_bytes = CommConfig{}.segment_bytes;
   int recv_depth = CommConfig{}.recv_depth;
+  bool segment_set = false;  // --segment-bytes given: also across nodes
   int idle_sleep_us = CommConfig{}.idle_sleep_us;
   bool interleave = false;
 };
@@ -79,7 +80,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--budget") o.budget = std::stod(v);
     else if (a == "--min-reps") o.min_reps = std::stoi(v);
     else if (a == "--max-reps") o.max_reps = std::stoi(v);
-    else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v);
+    else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v), o.segment_set = true;
     else if (a == "--idle-sleep-us") o.idle_sleep_us = std::stoi(v);
     else if (a == "--recv-depth") o.recv_depth = std::stoi(v);
     else if (a == "--interleave") o.interleave = std::stoi(v) != 0;
@@ -213,8 +214,11 @@ int run(int argc, char** argv) {
   if (comm.rank() == 0) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
-    std::printf("segment_bytes=%zu recv_depth=%d idle_sleep_us=%d budget=%.1fs min_reps=%d interleave=%d\n",
-                o.segment_bytes, o.recv_depth, o.idle_sleep_us, o.budget, o.min_reps, int(o.interleave));
+    const size_t net_seg = o.segment_set ? o.segment_bytes : CommConfig{}.network_segment_bytes;
+    std::printf("nodes=%d segment_bytes=%zu (across nodes: %zu) recv_depth=%d idle_sleep_us=%d budget=%.1fs "
+                "min_reps=%d interleave=%d\n",
+                comm.nodes(), comm.nodes() > 1 ? net_seg : o.segment_bytes, net_seg, o.recv_depth, o.idle_sleep_us,
+                o.budget, o.min_reps, int(o.interleave));
     std::printf("RESULT,impl,np,bytes,count,reps,median_us,min_us,max_us,algbw_GBps,busbw_GBps,"
                 "check,attempts,foreign_cores\n");
     std::fflush(stdout);
@@ -235,6 +239,8 @@ int run(int argc, char** argv) {
     const size_t at = head.find('@');
     cfg.algorithm = head.substr(0, at);
     cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
+    // "@X" and --segment-bytes fix the segment whether or not the ranks span several nodes.
+    if (at != std::string::npos || o.segment_set) cfg.network_segment_bytes = cfg.segment_bytes;
     cfg.idle_sleep_us = tl == std::string::npos ? o.idle_sleep_us : std::stoi(spec.substr(tl + 1));
     c.ar = make_allreducer(cfg, comm);
     cands.push_back(std::move(c));

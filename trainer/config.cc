@@ -70,6 +70,7 @@ void config_fields(C& c, V&& v) {
   v("comm.bucket_bytes", c.comm.bucket_bytes);
   v("comm.overlap", c.comm.overlap);
   v("comm.segment_bytes", c.comm.segment_bytes);
+  v("comm.network_segment_bytes", c.comm.network_segment_bytes);
   v("comm.idle_sleep_us", c.comm.idle_sleep_us);
   v("comm.overlap_idle_sleep_us", c.comm.overlap_idle_sleep_us);
   v("comm.recv_depth", c.comm.recv_depth);

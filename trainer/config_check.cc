@@ -103,6 +103,8 @@ void config_validate(const Config& c) {
             "nccl needs backend: cuda", c.comm.algorithm);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
+  k.require(c.comm.network_segment_bytes == 0 || c.comm.network_segment_bytes >= 4, "comm.network_segment_bytes",
+            "must be 0 (= segment_bytes) or >= 4", c.comm.network_segment_bytes);
   k.require(c.comm.idle_sleep_us >= 0, "comm.idle_sleep_us", "must be >= 0", c.comm.idle_sleep_us);
   k.require(c.comm.overlap_idle_sleep_us >= 0, "comm.overlap_idle_sleep_us", "must be >= 0",
             c.comm.overlap_idle_sleep_us);
