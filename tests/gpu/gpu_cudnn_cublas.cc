@@ -2,6 +2,7 @@
 // backward, fp32 without TF32: |gpu - ref| <= atol + rtol |ref|.
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/context.h"
@@ -33,26 +34,32 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
         << layer << " " << what << " at " << i << ": " << got[i] << " vs " << want[i];
 }
 
-void check_conv(CudaContext& ctx, const ConvDesc& d) {
-  const Shape out = d.out();
-  const auto x = randn(size_t(d.in.numel()), 1), w = randn(size_t(d.weight_count()), 2),
-             b = randn(size_t(d.out_c), 3), dy = randn(size_t(out.numel()), 4);
-  auto ref = make_backend<float>("reference")->make_conv(d);
-  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
-  ref->forward(x.data(), w.data(), d.bias ? b.data() : nullptr, y.data());
-  ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), d.bias ? db.data() : nullptr);
-
-  CudnnConv conv(d, ctx);
-  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy),
-               gy(y.size() * 4), gdx(x.size() * 4), gdw(w.size() * 4), gdb(b.size() * 4);
-  conv.forward(gx.as<float>(), gw.as<float>(), d.bias ? gb.as<float>() : nullptr, gy.as<float>());
-  conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(),
-                d.bias ? gdb.as<float>() : nullptr);
+// Runs a layer forward and backward on the GPU and through the reference backend on the same
+// random data (x, weights, bias, dy sized by the caller) and compares every output.
+template <class GpuLayer, class RefLayer>
+void compare_with_reference(GpuLayer& gpu, RefLayer& ref, CudaContext& ctx, const std::string& name, bool bias,
+                            size_t nx, size_t nw, size_t nb, size_t ny, uint64_t seed) {
+  const auto x = randn(nx, seed), w = randn(nw, seed + 1), b = randn(nb, seed + 2), dy = randn(ny, seed + 3);
+  std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
+  ref.forward(x.data(), w.data(), bias ? b.data() : nullptr, y.data());
+  ref.backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), bias ? db.data() : nullptr);
+  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy), gy(ny * 4),
+               gdx(nx * 4), gdw(nw * 4), gdb(nb * 4);
+  gpu.forward(gx.as<float>(), gw.as<float>(), bias ? gb.as<float>() : nullptr, gy.as<float>());
+  gpu.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(),
+               bias ? gdb.as<float>() : nullptr);
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-  expect_close(to_host<float>(gy, y.size()), y, "y", d.name);
-  expect_close(to_host<float>(gdx, x.size()), dx, "dx", d.name);
-  expect_close(to_host<float>(gdw, w.size()), dw, "dw", d.name);
-  if (d.bias) expect_close(to_host<float>(gdb, b.size()), db, "db", d.name);
+  expect_close(to_host<float>(gy, ny), y, "y", name);
+  expect_close(to_host<float>(gdx, nx), dx, "dx", name);
+  expect_close(to_host<float>(gdw, nw), dw, "dw", name);
+  if (bias) expect_close(to_host<float>(gdb, nb), db, "db", name);
+}
+
+void check_conv(CudaContext& ctx, const ConvDesc& d) {
+  auto ref = make_backend<float>("reference")->make_conv(d);
+  CudnnConv conv(d, ctx);
+  compare_with_reference(conv, *ref, ctx, d.name, d.bias, size_t(d.in.numel()), size_t(d.weight_count()),
+                         size_t(d.out_c), size_t(d.out().numel()), 1);
 }
 
 TEST(GpuCudnnConv, MatchesReference) {
@@ -81,24 +88,10 @@ TEST(GpuCudnnConv, DeterministicAlgorithmsAndSharedWorkspace) {
 
 void check_linear(CudaContext& ctx, const LinearDesc& d) {
   const int64_t in = d.in.chw(), o = d.out_features;
-  const auto x = randn(size_t(d.in.numel()), 5), w = randn(size_t(o * in), 6),
-             b = randn(size_t(o), 7), dy = randn(size_t(d.in.n * o), 8);
   auto ref = make_backend<float>("reference")->make_linear(d);
-  std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
-  ref->forward(x.data(), w.data(), d.bias ? b.data() : nullptr, y.data());
-  ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), d.bias ? db.data() : nullptr);
-
   CublasLinear fc(d, ctx);
-  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy),
-               gy(y.size() * 4), gdx(x.size() * 4), gdw(w.size() * 4), gdb(b.size() * 4);
-  fc.forward(gx.as<float>(), gw.as<float>(), d.bias ? gb.as<float>() : nullptr, gy.as<float>());
-  fc.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(),
-              d.bias ? gdb.as<float>() : nullptr);
-  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-  expect_close(to_host<float>(gy, y.size()), y, "y", d.name);
-  expect_close(to_host<float>(gdx, x.size()), dx, "dx", d.name);
-  expect_close(to_host<float>(gdw, w.size()), dw, "dw", d.name);
-  if (d.bias) expect_close(to_host<float>(gdb, b.size()), db, "db", d.name);
+  compare_with_reference(fc, *ref, ctx, d.name, d.bias, size_t(d.in.numel()), size_t(o * in), size_t(o),
+                         size_t(d.in.n * o), 5);
 }
 
 TEST(GpuCublasLinear, MatchesReference) {
