@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -58,6 +60,27 @@ inline std::string write(const std::string& name, const std::string& text) {
   const std::string p = dir + "/" + name;
   std::ofstream(p) << text;
   return p;
+}
+
+// Reads MPIEXEC and TRAINER from the command line and makes the scratch folder; false (after
+// printing the usage) when the arguments are wrong.
+inline bool start(int argc, char** argv, const char* name) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s MPIEXEC TRAINER\n", name);
+    return false;
+  }
+  mpiexec = argv[1];
+  trainer = argv[2];
+  std::string tmpl = std::string("/tmp/rt_") + name + "_XXXXXX";
+  dir = mkdtemp(tmpl.data());
+  return true;
+}
+
+// Removes the scratch folder, prints the verdict; the exit status.
+inline int finish(const char* name) {
+  std::filesystem::remove_all(dir);
+  std::printf("%s: %s (%d failures)\n", name, failures ? "FAILED" : "passed", failures);
+  return failures ? 1 : 0;
 }
 
 }  // namespace cli

@@ -113,18 +113,9 @@ void check_killed_run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: test_mpi_trainer_cli MPIEXEC TRAINER\n");
-    return 2;
-  }
-  mpiexec = argv[1];
-  trainer = argv[2];
-  char tmpl[] = "/tmp/rt_trainer_cli_XXXXXX";
-  dir = mkdtemp(tmpl);
+  if (!start(argc, argv, "test_mpi_trainer_cli")) return 2;
   check_errors();
   check_run_eval_resume();
   check_killed_run();
-  fs::remove_all(dir);
-  std::printf("test_mpi_trainer_cli: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
-  return failures ? 1 : 0;
+  return finish("test_mpi_trainer_cli");
 }

@@ -195,14 +195,7 @@ void disk_faults() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: test_mpi_trainer_faults MPIEXEC TRAINER\n");
-    return 2;
-  }
-  mpiexec = argv[1];
-  trainer = argv[2];
-  char tmpl[] = "/tmp/rt_trainer_faults_XXXXXX";
-  dir = mkdtemp(tmpl);
+  if (!start(argc, argv, "test_mpi_trainer_faults")) return 2;
   kill_and_resume();
   failing_ranks();
   numerical_faults();
@@ -211,7 +204,5 @@ int main(int argc, char** argv) {
   for (const Row& t : table)
     std::printf("| %s | %s | %d | %.1f | %s |\n", t.fault.c_str(), t.outcome.c_str(), t.rc, t.seconds, t.kept.c_str());
   umount((dir + "/small").c_str());  // in case a check above returned early
-  fs::remove_all(dir);
-  std::printf("test_mpi_trainer_faults: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
-  return failures ? 1 : 0;
+  return finish("test_mpi_trainer_faults");
 }
