@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/onednn/onednn_common.h"
 #include "nn/ops.h"
 #include "nn/resnet.h"
 
@@ -151,7 +152,32 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{{2, 64, 6, 6}, 64, 3, 3, 1, 1, 1, 1, false},       // 64 channels
         ConvCase{{2, 8, 9, 7}, 8, 3, 1, 2, 1, 1, 0, true},          // non-square kernel, stride
         ConvCase{{2, 16, 3, 3}, 8, 3, 3, 1, 1, 0, 0, true},         // 1x1 output (plain)
-        ConvCase{{2, 5, 6, 6}, 3, 3, 3, 1, 1, 1, 1, false}));       // plain to plain
+        ConvCase{{2, 5, 6, 6}, 3, 3, 3, 1, 1, 1, 1, false},         // plain to plain
+        // Tiny maps, where oneDNN has only reference kernels for the blocked layouts and the op
+        // runs on plain copies instead (see NoReferenceKernelsOnTinyMaps).
+        ConvCase{{2, 16, 2, 2}, 16, 3, 3, 1, 1, 1, 1, false},       // 3x3 on 2x2 maps
+        ConvCase{{3, 16, 2, 2}, 24, 3, 3, 2, 2, 1, 1, false},       // blocked 2x2 -> plain 1x1
+        ConvCase{{2, 16, 2, 2}, 32, 1, 1, 2, 2, 0, 0, true}));      // 1x1 downsample to 1x1
+
+// oneDNN 2.6 falls back to its reference loops (100-1000x slower) for some blocked convolutions
+// on tiny maps; the op must route them to a real kernel. Shapes: ResNet-50 at 64x64 (3x3 on 2x2
+// maps) and ResNet-18 at 32x32 (stride-2 3x3 and 1x1 from 2x2 to 1x1).
+TEST_F(OnednnVsRef, NoReferenceKernelsOnTinyMaps) {
+  const std::vector<ConvDesc> descs = {
+      {.name = "r50.layer4.conv2", .in = {2, 512, 2, 2}, .out_c = 512, .kernel_h = 3, .kernel_w = 3,
+       .pad_h = 1, .pad_w = 1},
+      {.name = "r18.layer4.0.conv1", .in = {2, 256, 2, 2}, .out_c = 512, .kernel_h = 3, .kernel_w = 3,
+       .stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1},
+      {.name = "r18.layer4.0.downsample", .in = {2, 256, 2, 2}, .out_c = 512, .stride_h = 2,
+       .stride_w = 2},
+      {.name = "r18.layer3.conv", .in = {2, 256, 2, 2}, .out_c = 256, .kernel_h = 3, .kernel_w = 3,
+       .pad_h = 1, .pad_w = 1}};
+  for (const ConvDesc& d : descs) {
+    auto op = fast_->make_conv(d);
+    const std::string impls = rt::dnn::conv_impls(*op);
+    EXPECT_EQ(impls.find("ref"), std::string::npos) << d.name << ": " << impls;
+  }
+}
 
 // ---------------------------------------------------------------- batch norm
 

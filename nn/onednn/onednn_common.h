@@ -121,6 +121,9 @@ void add_forward(const float* a, const float* b, float* y, size_t n, bool relu);
 
 // Op factories, one per file.
 std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d);
+// The oneDNN kernels a convolution op from make_conv_op runs, forward / backward data / backward
+// weights, "(plain)" where it runs on plain-layout copies: for tests and benchmarks.
+std::string conv_impls(const ConvOp<float>& op);
 std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d);
 std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr& ctx, const BatchNormDesc& d);
 std::unique_ptr<MaxPoolOp<float>> make_maxpool_op(const ContextPtr& ctx, const MaxPoolDesc& d);

@@ -44,6 +44,35 @@ struct WeightView {
   }
 };
 
+// An activation as one primitive sees it: the caller's buffer itself, or (when the primitive runs
+// on another layout, see plain_if_ref) a copy in that layout, reordered in before the call or out
+// after it. The copy is allocated at set-up.
+struct ActView {
+  Mem mem;
+  Reorder reorder;
+  Buffer<float> copy;
+  bool copied = false;
+
+  void set_up(const memory::desc& act, const memory::desc& used, Context& ctx, bool input) {
+    copied = act != used;
+    mem = Mem(used, ctx.eng);
+    if (!copied) return;
+    copy.resize(used.get_size() / sizeof(float));
+    mem.bind(copy.data());
+    reorder = input ? Reorder(act, used, ctx) : Reorder(used, act, ctx);
+  }
+  void in(Context& ctx, const std::string& layer, const float* p) {
+    if (copied) reorder.run(ctx, layer, p, copy.data());
+    else mem.bind(p);
+  }
+  void out_begin(float* p) {
+    if (!copied) mem.bind(p);
+  }
+  void out_end(Context& ctx, const std::string& layer, float* p) {
+    if (copied) reorder.run(ctx, layer, copy.data(), p);
+  }
+};
+
 // Forward, backward-data and backward-weights primitives of a layer with weights and an
 // optional bias (convolution, inner product): the derived class sets them up, this runs them.
 template <class OpBase>
@@ -54,22 +83,25 @@ class DnnWeighted : public OpBase {
   void forward(const float* x, const float* w, const float* b, float* y) override {
     Context& c = *ctx_;
     wf_.load(c, name_, w);
-    x_.bind(x);
-    y_.bind(y);
+    xf_.in(c, name_, x);
+    yf_.out_begin(y);
     if (b_) b_.bind(b);
     fwd_.run(c, name_);
+    yf_.out_end(c, name_, y);
   }
 
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override {
     Context& c = *ctx_;
-    dy_.bind(dy);
     if (dx) {
       wd_.load(c, name_, w);
-      dx_.bind(dx);
+      dyd_.in(c, name_, dy);
+      dxd_.out_begin(dx);
       bwd_data_.run(c, name_);
+      dxd_.out_end(c, name_, dx);
     }
-    x_.bind(x);
+    xw_.in(c, name_, x);
+    dyw_.in(c, name_, dy);
     dw_.prepare_store(c, dw);
     if (db_) db_.bind(db);
     bwd_w_.run(c, name_);
@@ -79,41 +111,81 @@ class DnnWeighted : public OpBase {
  protected:
   ContextPtr ctx_;
   std::string name_;
-  Mem x_, y_, dx_, dy_, b_, db_;
+  ActView xf_, yf_, dyd_, dxd_, xw_, dyw_;  // per primitive: forward, backward data, weights
+  Mem b_, db_;
   WeightView wf_, wd_, dw_;
   Prim fwd_, bwd_data_, bwd_w_;
 };
+
+bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+// oneDNN 2.6 has no optimised kernel for some blocked-layout convolutions on tiny maps (a 3x3
+// backward-weights on 2x2 maps, or a blocked input whose output is 1x1 and hence plain) and falls
+// back to its reference loops, 100-1000x slower (a ResNet-50 step at 64x64 took 2.3 s instead of
+// 0.1 s). For such a primitive make(plain) builds it on plain NCHW activations instead, where
+// its GEMM-based kernel applies; the copies in and out cost little at these sizes.
+template <class PD, class Make>
+PD plain_if_ref(const Make& make, bool* plain) {
+  PD pd = make(false);
+  *plain = false;
+  if (!is_reference_impl(pd)) return pd;
+  PD alt = make(true);
+  if (is_reference_impl(alt)) return pd;
+  *plain = true;
+  return alt;
+}
 
 class DnnConv final : public DnnWeighted<ConvOp<float>> {
  public:
   DnnConv(const ContextPtr& ctx, const ConvDesc& d) : DnnWeighted(ctx, d.name) {
     Context& c = *ctx_;
     const Shape out = d.out();
-    memory::desc src_md = act_md(d.in), dst_md = act_md(out);
+    const memory::desc src_md = act_md(d.in), dst_md = act_md(out);
+    auto plain = [](const Shape& s) {
+      return memory::desc({s.n, s.c, s.h, s.w}, memory::data_type::f32, Tag::nchw);
+    };
     Dims wdims{d.out_c, d.in.c, d.kernel_h, d.kernel_w};
     memory::desc w_any(wdims, dt::f32, Tag::any), w_plain(wdims, dt::f32, Tag::oihw);
     memory::desc b_md = d.bias ? vec_md(d.out_c) : memory::desc();
     Dims strides{d.stride_h, d.stride_w}, pad{d.pad_h, d.pad_w};
     // Symmetric padding as in PyTorch: the output size check in oneDNN floors the same way.
     auto attr = user_scratchpad_attr();
+    using Fwd = dnnl::convolution_forward::primitive_desc;
+    using BwdD = dnnl::convolution_backward_data::primitive_desc;
+    using BwdW = dnnl::convolution_backward_weights::primitive_desc;
+    auto fwd_pd = [&](bool p) {
+      return Fwd(dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                 p ? plain(d.in) : src_md, w_any, b_md,
+                                                 p ? plain(out) : dst_md, strides, pad, pad),
+                 attr, c.eng);
+    };
     try {
-      dnnl::convolution_forward::primitive_desc fpd(
-          dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                          src_md, w_any, b_md, dst_md, strides, pad, pad),
-          attr, c.eng);
-      dnnl::convolution_backward_data::primitive_desc bdpd(
-          dnnl::convolution_backward_data::desc(algorithm::convolution_direct, src_md, w_any, dst_md,
-                                                strides, pad, pad),
-          attr, c.eng, fpd);
-      dnnl::convolution_backward_weights::primitive_desc bwpd(
-          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, src_md, w_any, b_md,
-                                                   dst_md, strides, pad, pad),
-          attr, c.eng, fpd);
-
-      x_ = Mem(src_md, c.eng);
-      y_ = Mem(dst_md, c.eng);
-      dx_ = Mem(src_md, c.eng);
-      dy_ = Mem(dst_md, c.eng);
+      bool fp = false, dp = false, wp = false;
+      Fwd fpd = plain_if_ref<Fwd>(fwd_pd, &fp);
+      BwdD bdpd = plain_if_ref<BwdD>(
+          [&](bool p) {
+            return BwdD(dnnl::convolution_backward_data::desc(algorithm::convolution_direct,
+                                                              p ? plain(d.in) : src_md, w_any,
+                                                              p ? plain(out) : dst_md, strides, pad, pad),
+                        attr, c.eng, fwd_pd(p));
+          },
+          &dp);
+      BwdW bwpd = plain_if_ref<BwdW>(
+          [&](bool p) {
+            return BwdW(dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
+                                                                 p ? plain(d.in) : src_md, w_any, b_md,
+                                                                 p ? plain(out) : dst_md, strides, pad, pad),
+                        attr, c.eng, fwd_pd(p));
+          },
+          &wp);
+      xf_.set_up(src_md, fpd.src_desc(), c, true);
+      yf_.set_up(dst_md, fpd.dst_desc(), c, false);
+      dyd_.set_up(dst_md, bdpd.diff_dst_desc(), c, true);
+      dxd_.set_up(src_md, bdpd.diff_src_desc(), c, false);
+      xw_.set_up(src_md, bwpd.src_desc(), c, true);
+      dyw_.set_up(dst_md, bwpd.diff_dst_desc(), c, true);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);
@@ -123,18 +195,24 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
       dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
 
       fwd_ = Prim(dnnl::convolution_forward(fpd), fpd, c);
-      fwd_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, y_);
+      fwd_.arg(DNNL_ARG_SRC, xf_.mem).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, yf_.mem);
       if (d.bias) fwd_.arg(DNNL_ARG_BIAS, b_);
       bwd_data_ = Prim(dnnl::convolution_backward_data(bdpd), bdpd, c);
-      bwd_data_.arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dx_);
+      bwd_data_.arg(DNNL_ARG_DIFF_DST, dyd_.mem).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dxd_.mem);
       bwd_w_ = Prim(dnnl::convolution_backward_weights(bwpd), bwpd, c);
-      bwd_w_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
+      bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
       if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
+      impls_ = str_cat(fpd.impl_info_str(), fp ? " (plain)" : "", " / ", bdpd.impl_info_str(),
+                       dp ? " (plain)" : "", " / ", bwpd.impl_info_str(), wp ? " (plain)" : "");
     } catch (const dnnl::error& e) {
       throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up convolution ", d.in.str(), " -> ",
                           out.str(), ": ", e.what()));
     }
   }
+  const std::string& impls() const { return impls_; }
+
+ private:
+  std::string impls_;
 };
 
 // Inner product: the input keeps its activation layout (nChw8c or plain); the weights follow
@@ -161,10 +239,12 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
           dnnl::inner_product_backward_data::desc(src_md, w_any, dst_md), attr, c.eng, fpd);
       dnnl::inner_product_backward_weights::primitive_desc bwpd(
           dnnl::inner_product_backward_weights::desc(src_md, w_any, b_md, dst_md), attr, c.eng, fpd);
-      x_ = Mem(src_md, c.eng);
-      y_ = Mem(dst_md, c.eng);
-      dx_ = Mem(src_md, c.eng);
-      dy_ = Mem(dst_md, c.eng);
+      xf_.set_up(src_md, fpd.src_desc(), c, true);
+      yf_.set_up(dst_md, fpd.dst_desc(), c, false);
+      dyd_.set_up(dst_md, bdpd.diff_dst_desc(), c, true);
+      dxd_.set_up(src_md, bdpd.diff_src_desc(), c, false);
+      xw_.set_up(src_md, bwpd.src_desc(), c, true);
+      dyw_.set_up(dst_md, bwpd.diff_dst_desc(), c, true);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);
@@ -173,12 +253,12 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
       wd_.set_up(w_plain, bdpd.weights_desc(), c, true);
       dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
       fwd_ = Prim(dnnl::inner_product_forward(fpd), fpd, c);
-      fwd_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, y_);
+      fwd_.arg(DNNL_ARG_SRC, xf_.mem).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, yf_.mem);
       if (d.bias) fwd_.arg(DNNL_ARG_BIAS, b_);
       bwd_data_ = Prim(dnnl::inner_product_backward_data(bdpd), bdpd, c);
-      bwd_data_.arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dx_);
+      bwd_data_.arg(DNNL_ARG_DIFF_DST, dyd_.mem).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dxd_.mem);
       bwd_w_ = Prim(dnnl::inner_product_backward_weights(bwpd), bwpd, c);
-      bwd_w_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
+      bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
       if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
     } catch (const dnnl::error& e) {
       throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up fully connected ", d.in.str(),
@@ -191,6 +271,11 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
 
 std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d) {
   return std::make_unique<DnnConv>(ctx, d);
+}
+
+std::string conv_impls(const ConvOp<float>& op) {
+  auto* c = dynamic_cast<const DnnConv*>(&op);
+  return c ? c->impls() : std::string("not a oneDNN convolution");
 }
 
 std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d) {
