@@ -7,10 +7,15 @@
 // Usage: mpirun -np N build/bin/bench_overlap [--model resnet18] [--batch 8] [--size 64]
 //          [--threads 1] [--algorithm ring] [--bucket-mib 4] [--segment-kib 512]
 //          [--idle-sleep-us 0] [--overlap-sleep-us 50[,0,...]] [--steps 10] [--warmup 2]
-//          [--transport shm]
+//          [--transport shm] [--emulate-ms 0]
 // --idle-sleep-us is CommConfig::idle_sleep_us (the allreduce alone and the overlap-off row),
 // --overlap-sleep-us CommConfig::overlap_idle_sleep_us (the communication thread's waits); several
 // values add one "overlap on" row each, and all rows take turns every step.
+// --emulate-ms T > 0 replaces backward in the timed steps by T ms of waiting that hands the gradient
+// buffer (computed once by a real backward) to the reducer in 64 equal parts at an even pace: a
+// backward that runs elsewhere (a GPU) and leaves the cores to communication, with T chosen to
+// match the allreduce alone; `--emulate-ms auto` takes the median of five allreduces of the whole
+// buffer (with sleeping waits), measured first.
 // --transport only labels the output: the transport is chosen by mpirun's flags (shared memory by
 // default; TCP loopback with --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo).
 #include <mpi.h>
@@ -20,8 +25,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/agreement.h"
@@ -44,6 +51,7 @@ struct Args {
   int idle_sleep_us = CommConfig{}.idle_sleep_us;
   std::vector<int> overlap_sleep_us = {CommConfig{}.overlap_idle_sleep_us};
   double bucket_mib = 4, segment_kib = 512;
+  double emulate_ms = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -75,6 +83,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::stoi(v);
     else if (k == "--warmup") a.warmup = std::stoi(v);
     else if (k == "--transport") a.transport = v;
+    else if (k == "--emulate-ms") a.emulate_ms = v == "auto" ? -1 : std::stod(v);
     else throw Error("unknown option " + k);
   }
   if (a.steps < 1 || a.warmup < 0) throw Error("need --steps >= 1 and --warmup >= 0");
@@ -103,7 +112,7 @@ uint64_t hash_bytes(const void* p, size_t n) {
 }
 
 int run(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a = parse(argc, argv);
   Communicator comm;
   const int rank = comm.rank(), n = comm.size();
   omp_set_num_threads(a.threads);
@@ -152,19 +161,47 @@ int run(int argc, char** argv) {
   sleeping.idle_sleep_us = a.overlap_sleep_us[0];
   auto whole_sleep = make_allreducer(sleeping, comm);
   std::vector<float> scratch(g.size());
+  // With --emulate-ms: the gradients of one real backward, restored before every emulated step
+  // (the allreduce averages them in place), and the emulated backward itself.
+  std::vector<float> g0;
+  if (a.emulate_ms != 0) {
+    net->forward(x.data(), y.data(), true);
+    net->backward();
+    g0.assign(g.begin(), g.end());
+  }
+  if (a.emulate_ms < 0) {  // auto: as long as the allreduce alone
+    std::vector<double> t;
+    for (int i = 0; i < 6; ++i) {
+      std::copy(g0.begin(), g0.end(), scratch.begin());
+      comm.barrier();
+      const double t0 = now_s();
+      whole_sleep->allreduce(std::span<float>(scratch), ReduceOp::average);
+      if (i > 0) t.push_back(now_s() - t0);
+    }
+    a.emulate_ms = 1e3 * stat(max_over_ranks(comm, t)).med;
+  }
+  auto emulated_backward = [&](const std::function<void(size_t)>& on_ready) {
+    constexpr int kParts = 64;
+    const auto t0 = Clock::now();
+    for (int k = 1; k <= kParts; ++k) {
+      std::this_thread::sleep_until(t0 + std::chrono::duration<double, std::milli>(a.emulate_ms * k / kParts));
+      if (on_ready) on_ready(g.size() * size_t(k) / kParts);
+    }
+  };
   auto alone_step = [&](bool keep) {
     comm.barrier();
     const double t0 = now_s();
-    net->forward(x.data(), y.data(), true);
+    if (a.emulate_ms <= 0) net->forward(x.data(), y.data(), true);
     const double t1 = now_s();
-    net->backward();
+    if (a.emulate_ms > 0) emulated_backward({});
+    else net->backward();
     const double t2 = now_s();
-    std::copy(g.begin(), g.end(), scratch.begin());
+    std::copy_n(g0.empty() ? g.data() : g0.data(), g.size(), scratch.begin());
     comm.barrier();
     const double t3 = now_s();
     whole->allreduce(std::span<float>(scratch), ReduceOp::average);
     const double t4 = now_s();
-    std::copy(g.begin(), g.end(), scratch.begin());
+    std::copy_n(g0.empty() ? g.data() : g0.data(), g.size(), scratch.begin());
     comm.barrier();
     const double t5 = now_s();
     whole_sleep->allreduce(std::span<float>(scratch), ReduceOp::average);
@@ -206,11 +243,13 @@ int run(int argc, char** argv) {
         continue;
       }
       Mode& md = modes[which];
+      if (!g0.empty()) std::copy(g0.begin(), g0.end(), g.begin());
       comm.barrier();
       const double t0 = now_s();
-      net->forward(x.data(), y.data(), true);
+      if (a.emulate_ms <= 0) net->forward(x.data(), y.data(), true);
       md.gr->begin_step();
-      net->backward(md.gr->ready_callback());
+      if (a.emulate_ms > 0) emulated_backward(md.gr->ready_callback());
+      else net->backward(md.gr->ready_callback());
       md.gr->wait();
       const double t1 = now_s();
       const StepTimes& st = md.gr->last_step();
@@ -227,6 +266,7 @@ int run(int argc, char** argv) {
              sa = stat(max_over_ranks(comm, ar_whole)), ss = stat(max_over_ranks(comm, ar_sleep));
   if (rank == 0) {
     std::printf("forward alone        %8.1f ms (%.1f-%.1f)\n", sf.med * 1e3, sf.lo * 1e3, sf.hi * 1e3);
+    if (a.emulate_ms > 0) std::printf("(forward skipped, backward emulated: %.1f ms of waiting)\n", a.emulate_ms);
     std::printf("backward alone       %8.1f ms (%.1f-%.1f)\n", sb.med * 1e3, sb.lo * 1e3, sb.hi * 1e3);
     std::printf("allreduce alone      %8.1f ms (%.1f-%.1f)  whole %.1f MiB buffer, %s: "
                 "comm / backward = %.2f\n", sa.med * 1e3, sa.lo * 1e3, sa.hi * 1e3, grad_mib,
