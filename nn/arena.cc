@@ -30,6 +30,16 @@ int Arena<T>::add_state(std::string name, size_t count, T init) {
 }
 
 template <class T>
+void Arena<T>::set_memory(const MemorySpace* space) {
+  if (finalized_) throw Error("arena memory chosen after finalize()");
+  if (space && !space->host_accessible())
+    throw Error("the parameter arena needs host-accessible memory, not " + space->name());
+  params_ = Buffer<T>(space);
+  grads_ = Buffer<T>(space);
+  state_ = Buffer<T>(space);
+}
+
+template <class T>
 void Arena<T>::finalize() {
   if (finalized_) return;
   constexpr size_t align = 64 / sizeof(T);  // each parameter starts on a cache line

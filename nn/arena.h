@@ -42,6 +42,9 @@ class Arena {
   // Registration (before finalize): returns an id used with param()/grad()/state_ptr().
   int add_param(std::string name, std::vector<int64_t> dims, ParamKind kind);
   int add_state(std::string name, size_t count, T init);
+  // Before finalize: where the three buffers live (nullptr: host). The optimizer, checkpoints
+  // and the allreduce read them on the host, so the space must be host accessible.
+  void set_memory(const MemorySpace* space);
   // Lays out parameters in reverse registration order and allocates the buffers.
   void finalize();
   bool finalized() const { return finalized_; }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
 namespace rt {
 namespace {
@@ -147,6 +146,7 @@ template <class T>
 Net<T>::Net(std::unique_ptr<Backend<T>> backend, Shape input) : backend_(std::move(backend)) {
   RT_SHAPE_CHECK(input.numel() > 0, "network input shape ", input.str(), " is empty");
   shapes_.push_back(input);
+  arena_.set_memory(backend_->param_memory());
 }
 
 template <class T>
@@ -338,7 +338,8 @@ void Net<T>::plan_activations() {
     }
     if (n.output >= 0) kept[n.output] |= n.keeps_output;
   }
-  acts_.resize(nt);
+  acts_.clear();
+  for (size_t t = 0; t < nt; ++t) acts_.emplace_back(backend_->act_memory());
   act_ptr_.assign(nt, nullptr);
   for (size_t t = 0; t < nt; ++t)
     if (kept[t]) {
@@ -396,12 +397,16 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
       slot_release(grad_slot_[n.output]);
       grad_slot_[n.output] = -1;
     }
-    if (on_ready && !n.params.empty()) on_ready(ready_after_[i]);
+    if (on_ready && !n.params.empty()) {
+      backend_->sync();
+      on_ready(ready_after_[i]);
+    }
   }
   for (int& s : grad_slot_) {  // the input's gradient is never requested; nothing else remains
     if (s >= 0) slot_release(s);
     s = -1;
   }
+  backend_->sync();  // the caller may read the gradients next
   if (on_ready) on_ready(arena_.size());
 }
 
@@ -419,7 +424,7 @@ int Net<T>::slot_alloc(size_t elems) {
     s = free_slots_[best];
     free_slots_.erase(free_slots_.begin() + best);
   } else {
-    slots_.emplace_back();
+    slots_.emplace_back(backend_->act_memory());
     s = int(slots_.size()) - 1;
     slots_[s].buf.resize(elems);
   }
@@ -438,7 +443,7 @@ int Net<T>::slot_unshare(int id) {
   if (slots_[s].refs > 1) {  // still another tensor's gradient: copy before accumulating into it
     size_t n = backend_->act_size(shapes_[id]);
     int c = slot_alloc(n);
-    std::memcpy(slots_[c].buf.data(), slots_[s].buf.data(), n * sizeof(T));
+    slots_[c].buf.copy_from(slots_[s].buf, n);
     slot_release(s);
     grad_slot_[id] = s = c;
   }

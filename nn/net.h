@@ -137,6 +137,7 @@ class Net {
   // time. Backward runs the same sequence every step, so after the first step the slots exist
   // and are handed out identically: no allocation in the step.
   struct Slot {
+    explicit Slot(const MemorySpace* space) : buf(space) {}
     Buffer<T> buf;
     int refs = 0;
   };

@@ -6,6 +6,9 @@
 #endif
 #include "nn/ref/ref_backend.h"
 
+#include <map>
+#include <mutex>
+
 namespace rt {
 
 void ConvDesc::validate() const {
@@ -56,12 +59,46 @@ void SoftmaxXentDesc::validate() const {
                  ": label smoothing must be in [0, 1), got ", label_smoothing);
 }
 
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, BackendFactory> factories;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory make) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.factories[name] = make;
+}
+
 template <>
 std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
   if (name == "reference") return make_reference_backend<float>();
 #ifndef RT_NO_ONEDNN
   if (name == "onednn" || name == "cpu") return make_onednn_backend();
 #endif
+  BackendFactory make = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    if (auto it = r.factories.find(name); it != r.factories.end()) make = it->second;
+  }
+  if (make) return make();
+  if (name == "cuda") {
+#ifdef RT_HAVE_CUDA
+    throw Error("backend 'cuda' is not registered: link rt_cuda and call "
+                "rt::cuda::register_backend() first");
+#else
+    throw Error("backend 'cuda' is not available: ringtrain was built without CUDA");
+#endif
+  }
   throw Error("unknown backend '" + name + "' (known: reference, onednn or cpu, cuda)");
 }
 

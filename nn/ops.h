@@ -204,6 +204,13 @@ class Backend {
   virtual void act_export(const T* src, const Shape& s, T* nchw) const = 0;
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
+  // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory, which
+  // must be host accessible). nullptr, the CPU backends' answer, is plain host memory.
+  virtual const MemorySpace* act_memory() const { return nullptr; }
+  virtual const MemorySpace* param_memory() const { return nullptr; }
+  // Waits until the ops' queued work is done, so that the host sees their results in the arena.
+  // The CPU backends compute synchronously: nothing to wait for.
+  virtual void sync() const {}
 
   virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;
@@ -216,9 +223,15 @@ class Backend {
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
 };
 
-// "reference" (plain loops, NCHW; float or double) or "onednn" (float only; alias "cpu").
-// Throws rt::Error naming the backend when unknown or unavailable for T.
+// "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu") or a
+// registered one ("cuda", float only). Throws rt::Error naming the backend when unknown or
+// unavailable for T.
 template <class T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& name);
+
+// Backends outside nn/ (cuda/ depends on nn/, not the other way round) register a factory under
+// their name; a program linking them calls their registration once (rt::cuda::register_backend).
+using BackendFactory = std::unique_ptr<Backend<float>> (*)();
+void register_backend(const std::string& name, BackendFactory make);
 
 }  // namespace rt

@@ -48,19 +48,38 @@ inline float from_bf16(bf16_t b) {
   return f;
 }
 
-// Owning, zero-initialised, 64-byte aligned array. Movable, not copyable: big buffers are
-// allocated once at set-up, never per step.
+// Memory other than the host heap (a GPU's), for Buffers a backend's ops read and write. Only
+// set-up allocates; copy and zero are for set-up and the rare gradient copy, not per element.
+class MemorySpace {
+ public:
+  virtual ~MemorySpace() = default;
+  virtual std::string name() const = 0;
+  virtual void* allocate(size_t bytes) const = 0;  // zero-filled; throws on failure
+  virtual void deallocate(void* p, size_t bytes) const noexcept = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) const = 0;  // both in this space
+  virtual void zero(void* p, size_t bytes) const = 0;
+  // Host code may dereference the pointers (e.g. CUDA managed memory), once sync()ed.
+  virtual bool host_accessible() const = 0;
+};
+
+// Owning, zero-initialised array, 64-byte aligned host memory unless given a MemorySpace (then
+// element access from the host is allowed only when the space is host accessible). Movable, not
+// copyable: big buffers are allocated once at set-up, never per step.
 template <class T>
 class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t n) { resize(n); }
-  Buffer(Buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  // space must outlive the buffer; nullptr is host memory.
+  explicit Buffer(const MemorySpace* space) : space_(space) {}
+  Buffer(Buffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), space_(o.space_) {}
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       release();
       p_ = std::exchange(o.p_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      space_ = o.space_;
     }
     return *this;
   }
@@ -74,12 +93,28 @@ class Buffer {
     release();
     if (n == 0) return;
     size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    if (space_) {
+      p_ = static_cast<T*>(space_->allocate(bytes));
+      n_ = n;
+      return;
+    }
     p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
     if (!p_) throw std::bad_alloc();
     std::memset(static_cast<void*>(p_), 0, bytes);
     n_ = n;
   }
-  void zero() { if (n_) std::memset(static_cast<void*>(p_), 0, n_ * sizeof(T)); }
+  void zero() {
+    if (!n_) return;
+    if (space_) space_->zero(p_, n_ * sizeof(T));
+    else std::memset(static_cast<void*>(p_), 0, n_ * sizeof(T));
+  }
+  // Copies the first n elements of src (same memory space) into this buffer.
+  void copy_from(const Buffer& src, size_t n) {
+    if (!n) return;
+    if (space_) space_->copy(p_, src.p_, n * sizeof(T));
+    else std::memcpy(static_cast<void*>(p_), src.p_, n * sizeof(T));
+  }
+  const MemorySpace* space() const { return space_; }
   T* data() { return p_; }
   const T* data() const { return p_; }
   size_t size() const { return n_; }
@@ -90,12 +125,14 @@ class Buffer {
 
  private:
   void release() {
-    std::free(p_);
+    if (space_ && p_) space_->deallocate(p_, (n_ * sizeof(T) + 63) / 64 * 64);
+    else std::free(p_);
     p_ = nullptr;
     n_ = 0;
   }
   T* p_ = nullptr;
   size_t n_ = 0;
+  const MemorySpace* space_ = nullptr;
 };
 
 // Non-owning view of a tensor: data pointer and logical shape.

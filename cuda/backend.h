@@ -1,0 +1,18 @@
+// The CUDA rt::Backend<float>: NCHW fp32 activations and gradients in device memory, the
+// parameter arena in managed memory, every op on one CudaContext's stream.
+#pragma once
+#include <memory>
+
+#include "cuda/context.h"
+#include "nn/ops.h"
+
+namespace rt::cuda {
+
+// Throws rt::Error naming the backend, with the runtime's reason, when no device is usable.
+std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {});
+
+// Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
+// configuration. Call once in programs that link rt_cuda; calling again is harmless.
+void register_backend();
+
+}  // namespace rt::cuda

@@ -1,0 +1,186 @@
+// The backend's small layer kernels: one thread per output element, grid-stride loops, 64-bit
+// indices (activations of a large batch exceed 2^31 elements in no layer here, but the loops
+// cost nothing extra for being safe).
+#include "cuda/check.h"
+#include "cuda/launch.h"
+#include "cuda/layer_kernels.h"
+
+namespace rt::cuda {
+namespace {
+
+__device__ inline int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
+__device__ inline float relu_value(float v) { return (v > 0.0f || isnan(v)) ? v : 0.0f; }
+
+uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
+
+__global__ void relu_forward_kernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = relu_value(x[i]);
+}
+
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void add_forward_kernel(const float* a, const float* b, float* y, int64_t n, bool relu) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float s = a[i] + b[i];
+    y[i] = relu ? relu_value(s) : s;
+  }
+}
+
+__global__ void maxpool_forward_kernel(const float* x, float* y, int32_t* argmax, PoolGeom g) {
+  const int64_t outs = g.planes * g.out_h * g.out_w;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t ow = q % g.out_w, oh = (q / g.out_w) % g.out_h, pl = q / (g.out_w * g.out_h);
+    const float* xp = x + pl * g.h * g.w;
+    float best = -INFINITY;
+    int64_t best_i = -1;
+    for (int64_t i = 0; i < g.kernel; ++i) {
+      const int64_t ih = oh * g.stride - g.pad + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int64_t j = 0; j < g.kernel; ++j) {
+        const int64_t iw = ow * g.stride - g.pad + j;
+        if (iw < 0 || iw >= g.w) continue;
+        const float v = xp[ih * g.w + iw];
+        if (best_i < 0 || v > best || isnan(v)) {
+          best = v;
+          best_i = ih * g.w + iw;
+        }
+      }
+    }
+    y[q] = best;
+    if (argmax) argmax[q] = int32_t(best_i);
+  }
+}
+
+// Outputs whose window covers input row ih: oh * stride - pad <= ih < oh * stride - pad + kernel.
+__device__ inline void window_range(int64_t i, int64_t kernel, int64_t stride, int64_t pad,
+                                    int64_t out, int64_t* lo, int64_t* hi) {
+  const int64_t t = i + pad - kernel + 1;  // smallest oh * stride allowed
+  *lo = t <= 0 ? 0 : (t + stride - 1) / stride;
+  const int64_t h = (i + pad) / stride + 1;
+  *hi = h < out ? h : out;
+}
+
+__global__ void maxpool_backward_kernel(const int32_t* argmax, const float* dy, float* dx,
+                                        PoolGeom g) {
+  const int64_t ins = g.planes * g.h * g.w;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t iw = e % g.w, ih = (e / g.w) % g.h, pl = e / (g.w * g.h);
+    const int32_t self = int32_t(ih * g.w + iw);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    const int64_t base = pl * g.out_h * g.out_w;
+    float s = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t q = base + oh * g.out_w + ow;
+        if (argmax[q] == self) s += dy[q];
+      }
+    dx[e] = s;
+  }
+}
+
+__global__ void avgpool_forward_kernel(const float* x, float* y, int64_t planes, int64_t hw) {
+  for (int64_t p = first_index(); p < planes; p += grid_stride()) {
+    double s = 0;
+    for (int64_t e = 0; e < hw; ++e) s += x[p * hw + e];
+    y[p] = float(s / double(hw));
+  }
+}
+
+__global__ void avgpool_backward_kernel(const float* dy, float* dx, int64_t planes, int64_t hw) {
+  const int64_t n = planes * hw;
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dx[i] = float(double(dy[i / hw]) / double(hw));
+}
+
+__global__ void pad_shortcut_forward_kernel(const float* x, float* y, ShortcutGeom g) {
+  const int64_t n = g.n * g.out_c * g.out_h * g.out_w;
+  for (int64_t q = first_index(); q < n; q += grid_stride()) {
+    const int64_t ow = q % g.out_w, oh = (q / g.out_w) % g.out_h;
+    const int64_t oc = (q / (g.out_w * g.out_h)) % g.out_c, b = q / (g.out_w * g.out_h * g.out_c);
+    const int64_t c = oc - g.before;
+    y[q] = (c < 0 || c >= g.c) ? 0.0f
+                               : x[((b * g.c + c) * g.h + oh * g.stride) * g.w + ow * g.stride];
+  }
+}
+
+__global__ void pad_shortcut_backward_kernel(const float* dy, float* dx, ShortcutGeom g) {
+  const int64_t n = g.n * g.c * g.h * g.w;
+  for (int64_t e = first_index(); e < n; e += grid_stride()) {
+    const int64_t iw = e % g.w, ih = (e / g.w) % g.h;
+    const int64_t c = (e / (g.w * g.h)) % g.c, b = e / (g.w * g.h * g.c);
+    const bool kept = ih % g.stride == 0 && iw % g.stride == 0;
+    dx[e] = kept ? dy[((b * g.out_c + c + g.before) * g.out_h + ih / g.stride) * g.out_w +
+                      iw / g.stride]
+                 : 0.0f;
+  }
+}
+
+}  // namespace
+
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_forward(const float* a, const float* b, float* y, int64_t n, bool relu,
+                 cudaStream_t stream) {
+  if (n <= 0) return;
+  add_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
+  CUDA_CHECK_LAUNCH();
+}
+
+void maxpool_forward(const float* x, float* y, int32_t* argmax, const PoolGeom& g,
+                     cudaStream_t stream) {
+  const int64_t outs = g.planes * g.out_h * g.out_w;
+  if (outs <= 0) return;
+  maxpool_forward_kernel<<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const PoolGeom& g,
+                      cudaStream_t stream) {
+  const int64_t ins = g.planes * g.h * g.w;
+  if (ins <= 0) return;
+  maxpool_backward_kernel<<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaStream_t stream) {
+  if (planes <= 0) return;
+  avgpool_forward_kernel<<<blocks_for(planes), kThreads, 0, stream>>>(x, y, planes, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cudaStream_t stream) {
+  if (planes * hw <= 0) return;
+  avgpool_backward_kernel<<<blocks_for(planes * hw), kThreads, 0, stream>>>(dy, dx, planes, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void pad_shortcut_forward(const float* x, float* y, const ShortcutGeom& g, cudaStream_t stream) {
+  const int64_t n = g.n * g.out_c * g.out_h * g.out_w;
+  if (n <= 0) return;
+  pad_shortcut_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void pad_shortcut_backward(const float* dy, float* dx, const ShortcutGeom& g, cudaStream_t stream) {
+  const int64_t n = g.n * g.c * g.h * g.w;
+  if (n <= 0) return;
+  pad_shortcut_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace rt::cuda

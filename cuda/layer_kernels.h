@@ -1,0 +1,45 @@
+// Launchers of the backend's small layer kernels (ReLU, residual add, pooling, padded
+// shortcut), fp32 NCHW, callable from host C++ (C++17-clean: nvcc includes it too). All pointers
+// are device pointers; every call is asynchronous on `stream`.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rt::cuda {
+
+// y = relu(x), NaN propagating as in PyTorch.
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+// dx = y > 0 ? dy : 0 (the mask from the output, as torch's threshold_backward). dx may alias dy.
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+// y = a + b, then relu when asked.
+void add_forward(const float* a, const float* b, float* y, int64_t n, bool relu,
+                 cudaStream_t stream);
+
+struct PoolGeom {
+  int64_t planes = 0;  // n * c
+  int64_t h = 0, w = 0, out_h = 0, out_w = 0;
+  int64_t kernel = 1, stride = 1, pad = 0;
+};
+// Max pooling with padding as -inf; argmax (in-plane input index per output) is written when
+// non-null. Rows then columns, replacing only on a strictly larger value or NaN: ties go to
+// the first maximum in window order.
+void maxpool_forward(const float* x, float* y, int32_t* argmax, const PoolGeom& g,
+                     cudaStream_t stream);
+// dx from dy and the forward's argmax, as a gather: each input element sums, in output order,
+// dy of the windows whose maximum it was (deterministic, no atomics).
+void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const PoolGeom& g,
+                      cudaStream_t stream);
+// y[p] = mean of plane p (summed in double, one thread per plane).
+void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaStream_t stream);
+void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cudaStream_t stream);
+
+struct ShortcutGeom {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input
+  int64_t out_c = 0, out_h = 0, out_w = 0, stride = 1;
+  int64_t before = 0;  // zero channels ahead of the copied ones
+};
+void pad_shortcut_forward(const float* x, float* y, const ShortcutGeom& g, cudaStream_t stream);
+void pad_shortcut_backward(const float* dy, float* dx, const ShortcutGeom& g, cudaStream_t stream);
+
+}  // namespace rt::cuda

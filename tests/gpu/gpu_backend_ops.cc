@@ -1,0 +1,222 @@
+// The CUDA backend's layers (batch norm, ReLU, residual add, pooling, padded shortcut) forward
+// and backward against the reference backend.
+#include <random>
+
+#include "cuda/backend.h"
+#include "gpu_test_util.h"
+#include "nn/ops.h"
+
+namespace rt::cuda {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// Small integers: many exact ties and exact zeros for the max pool and ReLU rules.
+std::vector<float> tie_vec(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(u(g));
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double atol,
+                  double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_LE(std::abs(double(got[i]) - ref[i]), atol + rtol * std::abs(double(ref[i])))
+        << what << " at " << i << ": " << got[i] << " vs " << ref[i];
+}
+
+void expect_equal(const std::vector<float>& got, const std::vector<float>& ref,
+                  const std::string& what) {
+  expect_close(got, ref, 0, 0, what);
+}
+
+struct Backends {
+  std::unique_ptr<Backend<float>> gpu = make_cuda_backend();
+  std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
+};
+
+TEST(GpuBackendOps, BatchNormTrainEvalBackward) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1}})
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
+      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+      const size_t n = size_t(s.numel()), c = size_t(s.c);
+      auto x = random_vec(n, 1, -3, 5), gamma = random_vec(c, 2, 0.5, 1.5),
+           beta = random_vec(c, 3), dy = random_vec(n, 4), rm = random_vec(c, 5),
+           rv = random_vec(c, 6, 0.5, 2);
+      std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
+      auto ref = b.ref->make_batchnorm(d);
+      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
+                         rv_ref.data());
+      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
+      ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+
+      auto gx = to_device(x), gg = to_device(gamma), gb = to_device(beta), gdy = to_device(dy),
+           grm = to_device(rm), grv = to_device(rv);
+      DeviceBuffer gy(n * 4), gdx(n * 4), gdg(c * 4), gdb(c * 4), gye(n * 4), erm = to_device(rm),
+          erv = to_device(rv);
+      auto op = b.gpu->make_batchnorm(d);
+      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
+                        grm.as<float>(), grv.as<float>());
+      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
+                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
+      op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
+                       erv.as<float>(), gye.as<float>());
+      b.gpu->sync();
+      expect_close(to_host<float>(gy, n), y, 1e-4, 1e-4, "y");
+      expect_close(to_host<float>(grm, c), rm_ref, 1e-5, 1e-5, "running mean");
+      expect_close(to_host<float>(grv, c), rv_ref, 1e-5, 1e-4, "running var (unbiased)");
+      expect_close(to_host<float>(gdx, n), dx, 2e-4, 1e-3, "dx");
+      expect_close(to_host<float>(gdg, c), dg, 2e-4, 1e-4, "dgamma");
+      expect_close(to_host<float>(gdb, c), db, 2e-4, 1e-4, "dbeta");
+      expect_close(to_host<float>(gye, n), ye, 1e-4, 1e-4, "eval y");
+    }
+}
+
+TEST(GpuBackendOps, BatchNormRefusesOneValuePerChannel) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  auto op = b.gpu->make_batchnorm({"bn1", {1, 3, 1, 1}});
+  DeviceBuffer x(12), y(12), p(12), q(12), rm(12), rv(12);
+  EXPECT_THROW(op->forward_train(x.as<float>(), p.as<float>(), q.as<float>(), y.as<float>(),
+                                 rm.as<float>(), rv.as<float>()),
+               ShapeError);
+}
+
+TEST(GpuBackendOps, ReluAndAdd) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    auto x = tie_vec(n, 7), x2 = random_vec(n, 8), dy = random_vec(n, 9);
+    std::vector<float> y(n), dx(n);
+    auto gx = to_device(x), gx2 = to_device(x2), gdy = to_device(dy);
+    DeviceBuffer gy(n * 4), gdx(n * 4);
+
+    auto rr = b.ref->make_relu({"relu", s});
+    auto gr = b.gpu->make_relu({"relu", s});
+    rr->forward(x.data(), y.data());
+    rr->backward(y.data(), dy.data(), dx.data());
+    gr->forward(gx.as<float>(), gy.as<float>());
+    gr->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+    expect_equal(to_host<float>(gy, n), y, "relu y");
+    expect_equal(to_host<float>(gdx, n), dx, "relu dx");
+
+    for (bool relu : {false, true}) {
+      auto ra = b.ref->make_add({"add", s, relu});
+      auto ga = b.gpu->make_add({"add", s, relu});
+      ra->forward(x.data(), x2.data(), y.data());
+      std::vector<float> g = dy;
+      ra->backward(y.data(), g.data(), g.data());
+      ga->forward(gx.as<float>(), gx2.as<float>(), gy.as<float>());
+      auto gg = to_device(dy);
+      ga->backward(gy.as<float>(), gg.as<float>(), gg.as<float>());  // in place, as the Net does
+      ga->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      expect_equal(to_host<float>(gy, n), y, "add y");
+      expect_equal(to_host<float>(gg, n), g, "add dx in place");
+      expect_equal(to_host<float>(gdx, n), g, "add dx");
+    }
+  }
+}
+
+TEST(GpuBackendOps, MaxPoolTiesAndGeometries) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  struct Case { Shape in; int64_t k, s, p; };
+  for (Case c : {Case{{1, 3, 7, 9}, 3, 2, 1}, Case{{2, 4, 8, 8}, 2, 2, 0},
+                 Case{{1, 1, 5, 5}, 3, 1, 1}, Case{{2, 2, 16, 16}, 3, 2, 1},
+                 Case{{1, 1, 1, 1}, 1, 1, 0}})
+    for (bool ties : {true, false}) {
+      MaxPoolDesc d{"pool", c.in, c.k, c.s, c.p};
+      SCOPED_TRACE(c.in.str() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) +
+                   (ties ? " ties" : ""));
+      const size_t n = size_t(c.in.numel()), m = size_t(d.out().numel());
+      auto x = ties ? tie_vec(n, 10) : random_vec(n, 10);
+      auto dy = random_vec(m, 11);
+      std::vector<float> y(m), dx(n);
+      auto ro = b.ref->make_maxpool(d);
+      ro->forward(x.data(), y.data(), true);
+      ro->backward(x.data(), y.data(), dy.data(), dx.data());
+      auto gx = to_device(x), gdy = to_device(dy);
+      DeviceBuffer gy(m * 4), gdx(n * 4);
+      auto go = b.gpu->make_maxpool(d);
+      go->forward(gx.as<float>(), gy.as<float>(), true);
+      go->backward(gx.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      expect_equal(to_host<float>(gy, m), y, "y");
+      // Gathered in output order, as the reference scatters: the same sums in the same order.
+      expect_equal(to_host<float>(gdx, n), dx, "dx");
+    }
+}
+
+TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
+    auto x = random_vec(n, 12), dy = random_vec(m, 13);
+    std::vector<float> y(m), dx(n);
+    auto ro = b.ref->make_global_avgpool({"gap", s});
+    auto go = b.gpu->make_global_avgpool({"gap", s});
+    ro->forward(x.data(), y.data());
+    ro->backward(dy.data(), dx.data());
+    auto gx = to_device(x), gdy = to_device(dy);
+    DeviceBuffer gy(m * 4), gdx(n * 4);
+    go->forward(gx.as<float>(), gy.as<float>());
+    go->backward(gdy.as<float>(), gdx.as<float>());
+    expect_equal(to_host<float>(gy, m), y, "gap y");
+    expect_equal(to_host<float>(gdx, n), dx, "gap dx");
+  }
+  struct Case { Shape in; int64_t out_c, stride; };
+  for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
+                 Case{{2, 5, 3, 3}, 5, 1}}) {
+    PadShortcutDesc d{"sc", c.in, c.out_c, c.stride};
+    SCOPED_TRACE(c.in.str() + " -> " + d.out().str());
+    const size_t n = size_t(c.in.numel()), m = size_t(d.out().numel());
+    auto x = random_vec(n, 14), dy = random_vec(m, 15);
+    std::vector<float> y(m), dx(n);
+    auto ro = b.ref->make_pad_shortcut(d);
+    auto go = b.gpu->make_pad_shortcut(d);
+    ro->forward(x.data(), y.data());
+    ro->backward(dy.data(), dx.data());
+    auto gx = to_device(x), gdy = to_device(dy);
+    DeviceBuffer gy(m * 4), gdx(n * 4);
+    go->forward(gx.as<float>(), gy.as<float>());
+    go->backward(gdy.as<float>(), gdx.as<float>());
+    expect_equal(to_host<float>(gy, m), y, "shortcut y");
+    expect_equal(to_host<float>(gdx, n), dx, "shortcut dx");
+  }
+}
+
+TEST(GpuBackendOps, AccumulateAndActivationCopies) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  const Shape s{2, 3, 5, 7};
+  const size_t n = size_t(s.numel());
+  auto x = random_vec(n, 16), y = random_vec(n, 17);
+  DeviceBuffer gx(n * 4), gy(n * 4);
+  b.gpu->act_import(x.data(), s, gx.as<float>());
+  b.gpu->act_import(y.data(), s, gy.as<float>());
+  b.gpu->accumulate(gy.as<float>(), gx.as<float>(), n);
+  std::vector<float> out(n);
+  b.gpu->act_export(gy.as<float>(), s, out.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], y[i] + x[i]) << i;
+}
+
+}  // namespace
+}  // namespace rt::cuda

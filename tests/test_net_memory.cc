@@ -1,0 +1,154 @@
+// A backend's memory spaces reach every buffer of the Net (activations, gradient slots, arena),
+// without changing a single result; make_backend("cuda") fails clearly where it is not usable.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "nn/net.h"
+#include "nn/resnet.h"
+
+namespace rt {
+namespace {
+
+// Host memory that counts, standing in for a device's.
+class CountingSpace final : public MemorySpace {
+ public:
+  CountingSpace(std::string name, bool host) : name_(std::move(name)), host_(host) {}
+  std::string name() const override { return name_; }
+  void* allocate(size_t bytes) const override {
+    void* p = std::aligned_alloc(64, bytes);
+    std::memset(p, 0, bytes);
+    ++allocs;
+    live += int64_t(bytes);
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) const noexcept override {
+    std::free(p);
+    live -= int64_t(bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) const override {
+    ++copies;
+    std::memcpy(dst, src, bytes);
+  }
+  void zero(void* p, size_t bytes) const override { std::memset(p, 0, bytes); }
+  bool host_accessible() const override { return host_; }
+  mutable int64_t allocs = 0, live = 0, copies = 0;
+
+ private:
+  std::string name_;
+  bool host_;
+};
+
+struct Spaces {
+  CountingSpace acts{"counted activations", false}, params{"counted arena", true};
+  int64_t syncs = 0;
+};
+
+// The reference backend with its memory in counted spaces.
+class SpacedBackend final : public Backend<float> {
+ public:
+  explicit SpacedBackend(Spaces& s) : s_(s), ref_(make_backend<float>("reference")) {}
+  std::string name() const override { return "spaced"; }
+  size_t act_size(const Shape& s) const override { return ref_->act_size(s); }
+  void act_import(const float* a, const Shape& s, float* d) const override { ref_->act_import(a, s, d); }
+  void act_export(const float* a, const Shape& s, float* d) const override { ref_->act_export(a, s, d); }
+  void accumulate(float* y, const float* x, size_t n) const override { ref_->accumulate(y, x, n); }
+  const MemorySpace* act_memory() const override { return &s_.acts; }
+  const MemorySpace* param_memory() const override { return &s_.params; }
+  void sync() const override { ++s_.syncs; }
+  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override { return ref_->make_conv(d); }
+  std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
+    return ref_->make_batchnorm(d);
+  }
+  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override { return ref_->make_relu(d); }
+  std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
+    return ref_->make_maxpool(d);
+  }
+  std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
+    return ref_->make_global_avgpool(d);
+  }
+  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override { return ref_->make_linear(d); }
+  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override { return ref_->make_add(d); }
+  std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut(const PadShortcutDesc& d) override {
+    return ref_->make_pad_shortcut(d);
+  }
+  std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
+    return ref_->make_softmax_xent(d);
+  }
+
+ private:
+  Spaces& s_;
+  std::unique_ptr<Backend<float>> ref_;
+};
+
+TEST(NetMemory, EveryBufferInTheBackendsSpacesSameResults) {
+  ResNetConfig c;
+  c.name = "resnet20";
+  c.num_classes = 10;
+  c.image_size = 16;
+  c.batch = 2;
+  c.width = 0.5;
+  Spaces s;
+  {
+    auto plain = build_resnet<float>(c, make_backend<float>("reference"));
+    auto spaced = build_resnet<float>(c, std::make_unique<SpacedBackend>(s));
+    EXPECT_EQ(s.params.allocs, 3);  // parameters, gradients, running statistics
+    std::mt19937 g(1);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(size_t(plain->shape(0).numel()));
+    for (auto& v : x) v = nd(g);
+    const std::vector<int32_t> labels = {1, 8};
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_EQ(spaced->forward(x.data(), labels.data(), true),
+                plain->forward(x.data(), labels.data(), true));
+      int64_t ready_calls = 0;
+      const int64_t syncs_before = s.syncs;
+      plain->backward();
+      spaced->backward([&](size_t) { ++ready_calls; });
+      EXPECT_EQ(s.syncs - syncs_before, ready_calls);  // the host waits before each report
+      auto gp = plain->arena().grads(), gs = spaced->arena().grads();
+      ASSERT_EQ(std::memcmp(gp.data(), gs.data(), gp.size_bytes()), 0);
+      auto sp = plain->arena().state(), ss = spaced->arena().state();
+      ASSERT_EQ(std::memcmp(sp.data(), ss.data(), sp.size_bytes()), 0);
+    }
+    EXPECT_GT(s.acts.allocs, 0);
+    // Every buffer went through the space (each rounded up to 64 bytes there).
+    EXPECT_GE(size_t(s.acts.live), spaced->activation_bytes());
+    EXPECT_LT(size_t(s.acts.live), spaced->activation_bytes() + 64 * size_t(s.acts.allocs));
+    const int64_t allocs = s.acts.allocs;
+    spaced->forward(x.data(), labels.data(), true);
+    spaced->backward();
+    EXPECT_EQ(s.acts.allocs, allocs);  // the step allocates nothing
+  }
+  EXPECT_EQ(s.acts.live, 0);
+  EXPECT_EQ(s.params.live, 0);
+}
+
+TEST(NetMemory, ArenaNeedsHostAccessibleMemory) {
+  CountingSpace device{"counted device memory", false};
+  Arena<float> a;
+  try {
+    a.set_memory(&device);
+    FAIL() << "accepted memory the host cannot read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("counted device memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NetMemory, CudaBackendUnavailableNamesIt) {
+  try {
+    make_backend<float>("cuda");
+    FAIL() << "no cuda backend is registered in this program";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("backend 'cuda'"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos ||
+                m.find("register_backend") != std::string::npos)
+        << m;
+  }
+}
+
+}  // namespace
+}  // namespace rt
