@@ -216,7 +216,8 @@ class Backend {
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
 };
 
-// "reference" (plain loops, NCHW; float or double) or "onednn" (float only; alias "cpu").
+// "reference" (plain loops, NCHW; float or double) or "onednn" (float only; alias "cpu";
+// "onednn-direct" and "onednn-winograd" force the 3x3 convolution algorithm).
 // Throws rt::Error naming the backend when unknown or unavailable for T.
 template <class T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& name);

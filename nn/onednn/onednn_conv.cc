@@ -2,6 +2,7 @@
 // primitives set up once; weights reordered from the arena's canonical layout into the
 // primitives' preferred blocked layouts before each use, weight gradients reordered back.
 #include "nn/onednn/onednn_common.h"
+#include "nn/onednn/winograd.h"
 
 namespace rt::dnn {
 namespace {
@@ -189,7 +190,11 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
 
 }  // namespace
 
-std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d) {
+std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d, ConvAlgo algo) {
+  const bool wino = algo == ConvAlgo::winograd ? winograd_applies(d)
+                    : algo == ConvAlgo::automatic ? winograd_pays(d)
+                                                  : false;
+  if (wino) return make_winograd_conv_op(ctx, d);
   return std::make_unique<DnnConv>(ctx, d);
 }
 
