@@ -64,11 +64,10 @@ class WinogradConv final : public ConvOp<float> {
       : ctx_(ctx), name_(d.name), c_(d.in.c), k_(d.out_c),
         g_{d.in.n, d.in.h, d.in.w, (d.in.h + 1) / 2, (d.in.w + 1) / 2},
         nthr_(std::max(1, omp_get_max_threads())) {
-    // Block: enough tiles for efficient GEMMs, few enough that a block's V and M (16 points of
-    // each) stay near the cache, and at least a few blocks per thread.
-    const int64_t ck = c_ + k_;
-    block_ = std::clamp<int64_t>((int64_t(1) << 20) / (kPoints * ck * 4), 32, 192) / 8 * 8;
-    block_ = std::min(block_, std::max<int64_t>(8, (g_.tiles() / (4 * nthr_) + 7) / 8 * 8));
+    // Block of 128 tiles: measured best or near it at every ResNet width (32 starves the GEMMs
+    // of rows, while larger blocks spill V and M out of L2); smaller when that leaves fewer than
+    // 4 blocks per thread.
+    block_ = std::min<int64_t>(128, std::max<int64_t>(8, (g_.tiles() / (4 * nthr_) + 7) / 8 * 8));
     blocks_ = (g_.tiles() + block_ - 1) / block_;
     const int64_t cmax = std::max(c_, k_);
     u_size_ = round64(kPoints * c_ * k_);
@@ -100,12 +99,18 @@ class WinogradConv final : public ConvOp<float> {
   float* thread_scratch(int t) { return ctx_->scratch.data() + u_size_ + t * per_thread_; }
 
   // Forward: u[p][c][k] from w[k][c]; backward data (rot180): u[p][k][c] from rot180(w[k][c]).
+  // The innermost loop runs along u's rows so that the 16 output streams are written in order.
   void transform_filters(const float* w, bool rot180, float* u) {
     const int64_t ps = c_ * k_, c = c_, k = k_;
+    if (rot180) {
 #pragma omp parallel for num_threads(nthr_) schedule(static)
-    for (int64_t ki = 0; ki < k; ++ki)
-      for (int64_t ci = 0; ci < c; ++ci)
-        filter_transform(w + (ki * c + ci) * 9, rot180, u + (rot180 ? ki * c + ci : ci * k + ki), ps);
+      for (int64_t ki = 0; ki < k; ++ki)
+        for (int64_t ci = 0; ci < c; ++ci) filter_transform(w + (ki * c + ci) * 9, true, u + ki * c + ci, ps);
+      return;
+    }
+#pragma omp parallel for num_threads(nthr_) schedule(static)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t ki = 0; ki < k; ++ki) filter_transform(w + (ki * c + ci) * 9, false, u + ci * k + ki, ps);
   }
 
   // out (cout channels) = the Winograd convolution of in (cin channels) with u[p][cin][cout].
