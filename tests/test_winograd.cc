@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct Case {
   Shape in;
   int64_t out_c;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.in.str() << " -> " << c.out_c; }
 
 class WinogradVsRef : public ::testing::TestWithParam<Case> {};
 
