@@ -82,7 +82,7 @@ template <>
 std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
   if (name == "reference") return make_reference_backend<float>();
 #ifndef RT_NO_ONEDNN
-  if (name == "onednn" || name == "cpu") return make_onednn_backend();
+  if (auto be = make_onednn_backend(name)) return be;
 #endif
   BackendFactory make = nullptr;
   {
@@ -99,7 +99,8 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
     throw Error("backend 'cuda' is not available: ringtrain was built without CUDA");
 #endif
   }
-  throw Error("unknown backend '" + name + "' (known: reference, onednn or cpu, cuda)");
+  throw Error("unknown backend '" + name +
+              "' (known: reference, onednn or cpu, onednn-direct, onednn-winograd, cuda)");
 }
 
 template <>

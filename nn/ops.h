@@ -223,9 +223,9 @@ class Backend {
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
 };
 
-// "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu") or a
-// registered one ("cuda", float only). Throws rt::Error naming the backend when unknown or
-// unavailable for T.
+// "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu";
+// "onednn-direct" and "onednn-winograd" force the 3x3 convolution algorithm) or a registered one
+// ("cuda", float only). Throws rt::Error naming the backend when unknown or unavailable for T.
 template <class T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& name);
 

@@ -172,8 +172,9 @@ TEST_F(OnednnVsRef, NoReferenceKernelsOnTinyMaps) {
        .stride_w = 2},
       {.name = "r18.layer3.conv", .in = {2, 256, 2, 2}, .out_c = 256, .kernel_h = 3, .kernel_w = 3,
        .pad_h = 1, .pad_w = 1}};
+  auto direct = make_backend<float>("onednn-direct");  // "onednn" picks Winograd for some
   for (const ConvDesc& d : descs) {
-    auto op = fast_->make_conv(d);
+    auto op = direct->make_conv(d);
     const std::string impls = rt::dnn::conv_impls(*op);
     EXPECT_EQ(impls.find("ref"), std::string::npos) << d.name << ": " << impls;
   }
@@ -476,16 +477,20 @@ TEST_F(OnednnVsRef, WholeResNets) {
     double width;
     int64_t size;
     double median_nmse, max_nmse;
+    std::string backend = "onednn";
   };
   // The bottleneck net has enough ReLUs that a flip somewhere near the top is likely, and it
   // disturbs everything below it, so it only gets a coarse bound (layout or plumbing errors give
   // O(1)).
+  // The basic-block nets also run with Winograd in every 3x3 stride-1 layer.
   for (const Case& c : {Case{"resnet20", 0.5, 12, 1e-6, 1e-3}, Case{"resnet18", 0.125, 32, 1e-6, 1e-3},
-                        Case{"resnet50", 0.125, 64, 5e-2, 5e-2}}) {
-    SCOPED_TRACE(c.name);
+                        Case{"resnet50", 0.125, 64, 5e-2, 5e-2},
+                        Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn-winograd"},
+                        Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"}}) {
+    SCOPED_TRACE(c.name + " on " + c.backend);
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .label_smoothing = 0.1, .seed = 5};
-    auto fast = build_resnet<float>(cfg, make_backend<float>("onednn"));
+    auto fast = build_resnet<float>(cfg, make_backend<float>(c.backend));
     auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
     ASSERT_EQ(fast->arena().params().size(), ref->arena().params().size());
     Vec x = rand(size_t(fast->shape(0).numel()));

@@ -1,8 +1,12 @@
 // Per-op benchmark of a backend on ResNet layer shapes: median milliseconds of forward and
 // backward per op over repeats (conv, BN with and without ReLU, add+ReLU, max pool, accumulate).
 //   bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock cpu]
+//                    [--compare BACKEND_A,BACKEND_B]
 // --clock cpu times process CPU seconds instead of wall time (meaningful with --threads 1 on a
-// machine shared with other work).
+// machine shared with other work). --compare times the 3x3 stride-1 convolutions of resnet18
+// (batch 64) and resnet50 (batch 32) at 224 on two backends, alternating A and B call by call
+// so that both see the same machine load: forward, backward data (full backward minus backward
+// without dx) and backward weights, median and range, and B's speed-up.
 #include <omp.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <ctime>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -133,10 +138,55 @@ Row accumulate_row(Shape in) {
           }};
 }
 
+// Median, min and max of samples.
+struct Stats {
+  double med, lo, hi;
+};
+Stats stats(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
+void compare_conv(rt::Backend<float>& a, rt::Backend<float>& b, rt::Shape in, int reps) {
+  rt::ConvDesc d{.name = "conv", .in = in, .out_c = in.c, .kernel_h = 3, .kernel_w = 3, .stride_h = 1,
+                 .stride_w = 1, .pad_h = 1, .pad_w = 1};
+  std::unique_ptr<rt::ConvOp<float>> ops[2] = {a.make_conv(d), b.make_conv(d)};
+  Vec x = rand_vec(a.act_size(in)), w = rand_vec(size_t(d.weight_count()), -0.05f, 0.05f),
+      y(x.size()), dy = rand_vec(x.size()), dx(x.size()), dw(w.size());
+  // Samples per backend: forward, full backward, backward without dx.
+  std::vector<double> t[2][3];
+  auto clock = [] { return g_cpu_clock ? cpu_s() : now_s(); };
+  for (int r = -1; r < reps; ++r)
+    for (int i = 0; i < 2; ++i) {
+      double t0 = clock();
+      ops[i]->forward(x.data(), w.data(), nullptr, y.data());
+      double t1 = clock();
+      ops[i]->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr);
+      double t2 = clock();
+      ops[i]->backward(x.data(), w.data(), dy.data(), nullptr, dw.data(), nullptr);
+      double t3 = clock();
+      if (r < 0) continue;  // warm-up
+      t[i][0].push_back(1e3 * (t1 - t0));
+      t[i][1].push_back(1e3 * (t2 - t1 - (t3 - t2)));
+      t[i][2].push_back(1e3 * (t3 - t2));
+    }
+  std::printf("conv3x3 %4lld @%3lld n%-3lld", (long long)in.c, (long long)in.h, (long long)in.n);
+  const char* part[3] = {"fwd", "bwd-d", "bwd-w"};
+  double sum[2] = {0, 0};
+  for (int k = 0; k < 3; ++k) {
+    Stats sa = stats(t[0][k]), sb = stats(t[1][k]);
+    sum[0] += sa.med, sum[1] += sb.med;
+    std::printf(" | %s %7.1f [%5.1f-%5.1f] %7.1f [%5.1f-%5.1f] x%.2f", part[k], sa.med, sa.lo, sa.hi, sb.med,
+                sb.lo, sb.hi, sa.med / sb.med);
+  }
+  std::printf(" | total %7.1f %7.1f x%.2f\n", sum[0], sum[1], sum[0] / sum[1]);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string backend = "onednn", filter;
+  std::string backend = "onednn", filter, compare;
   int reps = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -145,8 +195,10 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::stoi(v);
     else if (k == "--filter") filter = v;
     else if (k == "--clock") g_cpu_clock = v == "cpu";
+    else if (k == "--compare") compare = v;
     else {
-      std::fprintf(stderr, "usage: bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter S] [--clock wall|cpu]\n");
+      std::fprintf(stderr, "usage: bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter S] [--clock wall|cpu]\n"
+                   "                        [--compare A,B]\n");
       return 2;
     }
   }
@@ -171,6 +223,21 @@ int main(int argc, char** argv) {
       pool_row({n, 64, 112, 112}),
       accumulate_row({n, 256, 56, 56}),
   };
+  if (!compare.empty()) {
+    const size_t comma = compare.find(',');
+    auto a = rt::make_backend<float>(compare.substr(0, comma)),
+         b = rt::make_backend<float>(compare.substr(comma + 1));
+    std::printf("# %s vs %s, %d threads, %d alternating reps, %s clock: ms median [min-max]\n",
+                a->name().c_str(), b->name().c_str(), omp_get_max_threads(), reps,
+                g_cpu_clock ? "cpu" : "wall");
+    for (int64_t batch : {64, 32})
+      for (auto [c, hw] : {std::pair<int64_t, int64_t>{64, 56}, {128, 28}, {256, 14}, {512, 7}}) {
+        const std::string name = "conv3x3 " + std::to_string(c) + " @" + std::to_string(hw) + " n" +
+                                 std::to_string(batch);
+        if (filter.empty() || name.find(filter) != std::string::npos) compare_conv(*a, *b, {batch, c, hw, hw}, reps);
+      }
+    return 0;
+  }
   auto be = rt::make_backend<float>(backend);
   std::printf("# backend %s, %d threads, median of %d, %s clock\n", backend.c_str(), omp_get_max_threads(),
               reps, g_cpu_clock ? "cpu" : "wall");

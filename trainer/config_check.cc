@@ -132,8 +132,10 @@ void config_validate(const Config& c) {
   k.require(c.emulate.forward_fraction >= 0 && c.emulate.forward_fraction < 1, "emulate.forward_fraction",
             "must be in [0, 1)", c.emulate.forward_fraction);
 
-  k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "reference" || c.backend == "cuda",
-            "backend", "must be onednn (alias cpu), reference or cuda", c.backend);
+  k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "onednn-direct" ||
+                c.backend == "onednn-winograd" || c.backend == "reference" || c.backend == "cuda",
+            "backend", "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference or cuda",
+            c.backend);
   // The CUDA backend has no training path in the trainer yet: say so before anything is built.
   k.require(c.backend != "cuda", "backend",
             "'cuda' is not built into this trainer (CPU backends only: onednn, reference)", c.backend);

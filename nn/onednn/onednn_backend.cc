@@ -11,6 +11,7 @@
 
 #include "nn/onednn/clones.h"
 #include "nn/onednn/onednn_common.h"
+#include "nn/onednn/winograd.h"
 
 namespace rt {
 namespace dnn {
@@ -120,8 +121,9 @@ namespace {
 
 class OnednnBackend final : public Backend<float> {
  public:
-  OnednnBackend() : ctx_(std::make_shared<Context>()) {}
-  std::string name() const override { return "onednn"; }
+  OnednnBackend(std::string name, ConvAlgo algo)
+      : ctx_(std::make_shared<Context>()), name_(std::move(name)), algo_(algo) {}
+  std::string name() const override { return name_; }
 
   size_t act_size(const Shape& s) const override { return size_t(s.numel()); }
 
@@ -164,7 +166,7 @@ class OnednnBackend final : public Backend<float> {
 
   std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
     d.validate();
-    return make_conv_op(ctx_, d);
+    return make_conv_op(ctx_, d, algo_);
   }
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
     d.validate();
@@ -194,11 +196,20 @@ class OnednnBackend final : public Backend<float> {
 
  private:
   ContextPtr ctx_;
+  std::string name_;
+  ConvAlgo algo_;
 };
 
 }  // namespace
 }  // namespace dnn
 
-std::unique_ptr<Backend<float>> make_onednn_backend() { return std::make_unique<dnn::OnednnBackend>(); }
+std::unique_ptr<Backend<float>> make_onednn_backend(const std::string& name) {
+  if (name == "onednn" || name == "cpu")
+    return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::automatic);
+  if (name == "onednn-direct") return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::direct);
+  if (name == "onednn-winograd")
+    return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::winograd);
+  return nullptr;
+}
 
 }  // namespace rt

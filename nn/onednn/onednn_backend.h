@@ -1,6 +1,7 @@
 // The oneDNN CPU backend (fp32): primitives created once per shape, blocked layouts kept end to end.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "nn/ops.h"
 
@@ -11,6 +12,9 @@ namespace rt {
 // vectors); act_size is always n*c*h*w. Ops of one backend share scratch buffers, so they must
 // not run concurrently (use one backend per thread). oneDNN sizes its thread partitioning when
 // an op is made: call omp_set_num_threads before building the model, not after.
-std::unique_ptr<Backend<float>> make_onednn_backend();
+// name picks the 3x3 convolution algorithm: "onednn" (alias "cpu") Winograd F(2x2, 3x3) where
+// the shape rule in winograd.cc says it pays, oneDNN direct elsewhere; "onednn-direct" never
+// Winograd; "onednn-winograd" Winograd wherever it applies. Null for any other name.
+std::unique_ptr<Backend<float>> make_onednn_backend(const std::string& name);
 
 }  // namespace rt

@@ -119,10 +119,13 @@ void relu_forward(const float* x, float* y, size_t n);
 void relu_backward(const float* y, const float* dy, float* dx, size_t n);
 void add_forward(const float* a, const float* b, float* y, size_t n, bool relu);
 
-// Op factories, one per file.
-std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d);
+// Op factories, one per file. Convolution: oneDNN direct, or Winograd (winograd.h) where algo
+// and the layer allow it.
+enum class ConvAlgo;
+std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d, ConvAlgo algo);
 // The oneDNN kernels a convolution op from make_conv_op runs, forward / backward data / backward
-// weights, "(plain)" where it runs on plain-layout copies: for tests and benchmarks.
+// weights, "(plain)" where it runs on plain-layout copies; "winograd" for the Winograd op. For
+// tests and benchmarks.
 std::string conv_impls(const ConvOp<float>& op);
 std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d);
 std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr& ctx, const BatchNormDesc& d);

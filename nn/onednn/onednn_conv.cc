@@ -2,6 +2,7 @@
 // primitives set up once; weights reordered from the arena's canonical layout into the
 // primitives' preferred blocked layouts before each use, weight gradients reordered back.
 #include "nn/onednn/onednn_common.h"
+#include "nn/onednn/winograd.h"
 
 namespace rt::dnn {
 namespace {
@@ -269,13 +270,17 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
 
 }  // namespace
 
-std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d) {
+std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d, ConvAlgo algo) {
+  const bool wino = algo == ConvAlgo::winograd ? winograd_applies(d)
+                    : algo == ConvAlgo::automatic ? winograd_pays(d)
+                                                  : false;
+  if (wino) return make_winograd_conv_op(ctx, d);
   return std::make_unique<DnnConv>(ctx, d);
 }
 
 std::string conv_impls(const ConvOp<float>& op) {
   auto* c = dynamic_cast<const DnnConv*>(&op);
-  return c ? c->impls() : std::string("not a oneDNN convolution");
+  return c ? c->impls() : std::string("winograd");  // make_conv_op makes no third kind
 }
 
 std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d) {
