@@ -176,11 +176,14 @@ void disk_faults() {
   expect(r.rc == 0, "the kept checkpoint still evaluates", r);
   fs::remove_all(mnt + "/full");
 
-  // The folder becomes read-only after the first checkpoint: remounted while the job runs.
+  // The folder becomes read-only once checkpoints are being written: remounted while the job runs.
   cfg = config("ro", "{dir: " + mnt + "/ro, every_steps: 1, keep: 3}");
   mount("tmpfs", mnt.c_str(), "tmpfs", MS_REMOUNT, "size=64m");
-  const std::string cmd = "( timeout 60 sh -c 'while [ ! -e " + mnt +
-                          "/ro/ckpt-0000000001.rtck ]; do sleep 0.01; done'; mount -o remount,ro " + mnt + " ) & " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " +
+  // Waits for any checkpoint (with keep: 3 the first one lives only a few milliseconds); the
+  // remount fails with EBUSY while a checkpoint file is open for writing, so it is retried.
+  const std::string cmd = "( timeout 60 sh -c 'until ls " + mnt +
+                          "/ro/ckpt-*.rtck >/dev/null 2>&1; do sleep 0.01; done; until mount -o remount,ro " + mnt +
+                          " 2>/dev/null; do sleep 0.002; done' ) & " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " +
                           trainer + " --config " + cfg + " --set train.epochs=1000; rc=$?; wait; exit $rc";
   r = shell(cmd);
   ck = checkpoints(mnt + "/ro");
