@@ -115,8 +115,6 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("--set: key 'train.batch' must be >= 1 (got 0)"), std::string::npos) << e;
   e = invalid("model: {name: resnet51}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'model.name' must be resnet18"), std::string::npos) << e;
-  e = invalid("backend: cuda\n");
-  EXPECT_NE(e.find("'cuda' is not built"), std::string::npos) << e;
   e = invalid("backend: tpu\n");
   EXPECT_NE(e.find("key 'backend' must be onednn"), std::string::npos) << e;
   e = invalid("comm: {algorithm: tree}\n");

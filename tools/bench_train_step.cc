@@ -22,6 +22,9 @@
 
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
+#ifdef RT_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
 namespace {
 
@@ -54,7 +57,7 @@ struct Args {
 [[noreturn]] void usage(int rc) {
   std::printf(
       "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
-      "                        [--threads N] [--backend onednn|reference] [--warmup 2] [--iters 6]\n"
+      "                        [--threads N] [--backend onednn|onednn-direct|reference|cuda] [--warmup 2] [--iters 6]\n"
       "                        [--time-cap 150] [--peak] [--profile]\n"
       "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
       "during which other processes used the CPU is reported with '*' and left out when at least\n"
@@ -144,6 +147,9 @@ int main(int argc, char** argv) try {
   bool cifar = a.model == "resnet20" || a.model == "resnet32" || a.model == "resnet44" ||
                a.model == "resnet56" || a.model == "resnet110";
   cfg.num_classes = a.classes > 0 ? a.classes : cifar ? 10 : 1000;
+#ifdef RT_HAVE_CUDA
+  rt::cuda::register_backend();
+#endif
   auto net = rt::build_resnet<float>(cfg, rt::make_backend<float>(a.backend));
   rt::Sgd<float> opt(net->arena().layout(), rt::SgdConfig{});
 

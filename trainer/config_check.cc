@@ -136,9 +136,8 @@ void config_validate(const Config& c) {
                 c.backend == "onednn-winograd" || c.backend == "reference" || c.backend == "cuda",
             "backend", "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference or cuda",
             c.backend);
-  // The CUDA backend has no training path in the trainer yet: say so before anything is built.
-  k.require(c.backend != "cuda", "backend",
-            "'cuda' is not built into this trainer (CPU backends only: onednn, reference)", c.backend);
+  // Whether "cuda" is usable (built in, a device present) is for make_backend to say, with the
+  // runtime's reason, when the model is built.
 }
 
 double config_base_lr(const Config& c, int world) {

@@ -3,6 +3,9 @@
 
 #include "comm/communicator.h"
 #include "trainer/cli.h"
+#ifdef RT_HAVE_CUDA
+#include "cuda/backend.h"
+#endif
 
 int main(int argc, char** argv) {
   // SERIALIZED: the gradient reducer's communication thread makes MPI calls during a step while
@@ -12,6 +15,9 @@ int main(int argc, char** argv) {
     rt::comm::comm_abort("MPI_Init_thread failed");
   if (provided < MPI_THREAD_SERIALIZED)
     rt::comm::comm_abort("the MPI library does not provide MPI_THREAD_SERIALIZED, which the trainer needs");
+#ifdef RT_HAVE_CUDA
+  rt::cuda::register_backend();  // makes `backend: cuda` available to make_backend
+#endif
   const int rc = rt::comm::comm_run_or_abort([&] { return rt::trainer::cli_main(argc, argv); });
   MPI_Finalize();
   return rc;

@@ -50,7 +50,9 @@ void check_errors() {
                "wrong type in --set");
   expect_error(run(2, "--config " + dir + "/absent.yaml"), "absent.yaml: cannot read the config file",
                "missing config file");
-  expect_error(run(2, "--config " + cfg + " --set backend=cuda"), "'cuda' is not built", "cuda backend");
+  // Here either built without CUDA or without a device; both say why, on every rank.
+  expect_error(run(2, "--config " + cfg + " --set backend=cuda"),
+               "rank [01] of 2: backend 'cuda'.*(built without CUDA|no usable CUDA device)", "cuda backend");
   expect_error(run(2, "--config " + cfg + " --set data.synthetic=false --set data.root=" + dir + "/no-data"),
                "no-data", "missing data root");
   expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");

@@ -1,0 +1,66 @@
+// The trainer program on `backend: cuda` under mpirun, 1 and 2 ranks on one GPU, against the
+// same job on the oneDNN backend: each run must finish, and the loss of every step must agree
+// within float tolerance (same synthetic data, same initialisation; the averaged gradients cross
+// the ring allreduce in the arena's managed memory).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
+#include "tests/gpu/gpu_test_util.h"
+
+namespace {
+
+std::string run_dir(const std::string& tag) {
+  return (std::filesystem::temp_directory_path() / ("rt_gpu_trainer_" + tag)).string();
+}
+
+// Runs the trainer and returns rank 0's loss per step from its metrics file.
+std::map<long, double> train(const std::string& backend, int np, std::string* out) {
+  const std::string dir = run_dir(backend + "_np" + std::to_string(np));
+  std::filesystem::remove_all(dir);
+  const std::string cmd = std::string(RT_MPIEXEC) +
+                          " -np " + std::to_string(np) +
+                          " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
+                          " --config " RT_SOURCE_DIR "/configs/quickstart.yaml"
+                          " --set backend=" + backend + " --set run_dir=" + dir +
+                          " --set model.width=0.5 --set data.image_size=16 --set data.synthetic=true"
+                          " --set data.synthetic_classes=10 --set data.synthetic_samples=64"
+                          " --set train.batch=8 --set train.epochs=1 --set threads=1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << *out;
+  std::map<long, double> loss;
+  std::ifstream f(dir + "/metrics.jsonl");
+  const std::regex step_re("\"type\":\"step\".*\"step\":([0-9]+).*\"loss\":([-0-9.eE+]+)");
+  for (std::string line; std::getline(f, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, step_re)) loss[std::stol(m[1])] = std::stod(m[2]);
+  }
+  return loss;
+}
+
+TEST(GpuTrainer, CudaMatchesOnednnOnOneAndTwoRanks) {
+  RT_REQUIRE_GPU();
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // GPU machines often run their jobs as root
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  for (int np : {1, 2}) {
+    std::string out_gpu, out_cpu;
+    const auto gpu = train("cuda", np, &out_gpu), cpu = train("onednn", np, &out_cpu);
+    ASSERT_FALSE(cpu.empty()) << out_cpu;
+    ASSERT_EQ(gpu.size(), cpu.size()) << out_gpu;
+    for (const auto& [step, l] : cpu) {
+      ASSERT_TRUE(gpu.count(step)) << "step " << step;
+      EXPECT_NEAR(gpu.at(step), l, 1e-3 + 1e-3 * std::fabs(l)) << "np " << np << " step " << step;
+    }
+  }
+}
+
+}  // namespace
