@@ -93,8 +93,9 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
   if (make) return make();
   if (name == "cuda") {
 #ifdef RT_HAVE_CUDA
-    throw Error("backend 'cuda' is not registered: link rt_cuda and call "
-                "rt::cuda::register_backend() first");
+    throw Error("backend 'cuda' is not linked into this program: run its _cuda build "
+                "(build/bin/trainer_cuda, build/bin/bench_train_step_cuda), which links rt_cuda "
+                "and calls rt::cuda::register_backend()");
 #else
     throw Error("backend 'cuda' is not available: ringtrain was built without CUDA");
 #endif

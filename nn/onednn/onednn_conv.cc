@@ -181,12 +181,15 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
                         attr, c.eng, fwd_pd(p));
           },
           &wp);
-      xf_.set_up(src_md, fpd.src_desc(), c, true);
-      yf_.set_up(dst_md, fpd.dst_desc(), c, false);
-      dyd_.set_up(dst_md, bdpd.diff_dst_desc(), c, true);
-      dxd_.set_up(src_md, bdpd.diff_src_desc(), c, false);
-      xw_.set_up(src_md, bwpd.src_desc(), c, true);
-      dyw_.set_up(dst_md, bwpd.diff_dst_desc(), c, true);
+      // The descs the primitives were created with (a pd may report an equivalent desc that
+      // does not compare equal, which must not cost a copy).
+      const memory::desc src_p = plain(d.in), dst_p = plain(out);
+      xf_.set_up(src_md, fp ? src_p : src_md, c, true);
+      yf_.set_up(dst_md, fp ? dst_p : dst_md, c, false);
+      dyd_.set_up(dst_md, dp ? dst_p : dst_md, c, true);
+      dxd_.set_up(src_md, dp ? src_p : src_md, c, false);
+      xw_.set_up(src_md, wp ? src_p : src_md, c, true);
+      dyw_.set_up(dst_md, wp ? dst_p : dst_md, c, true);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);
@@ -240,12 +243,12 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
           dnnl::inner_product_backward_data::desc(src_md, w_any, dst_md), attr, c.eng, fpd);
       dnnl::inner_product_backward_weights::primitive_desc bwpd(
           dnnl::inner_product_backward_weights::desc(src_md, w_any, b_md, dst_md), attr, c.eng, fpd);
-      xf_.set_up(src_md, fpd.src_desc(), c, true);
-      yf_.set_up(dst_md, fpd.dst_desc(), c, false);
-      dyd_.set_up(dst_md, bdpd.diff_dst_desc(), c, true);
-      dxd_.set_up(src_md, bdpd.diff_src_desc(), c, false);
-      xw_.set_up(src_md, bwpd.src_desc(), c, true);
-      dyw_.set_up(dst_md, bwpd.diff_dst_desc(), c, true);
+      xf_.set_up(src_md, src_md, c, true);
+      yf_.set_up(dst_md, dst_md, c, false);
+      dyd_.set_up(dst_md, dst_md, c, true);
+      dxd_.set_up(src_md, src_md, c, false);
+      xw_.set_up(src_md, src_md, c, true);
+      dyw_.set_up(dst_md, dst_md, c, true);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);

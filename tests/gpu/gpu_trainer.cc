@@ -25,14 +25,17 @@ std::string run_dir(const std::string& tag) {
 std::map<long, double> train(const std::string& backend, int np, std::string* out) {
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::filesystem::remove_all(dir);
-  const std::string cmd = std::string(RT_MPIEXEC) +
-                          " -np " + std::to_string(np) +
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/job.yaml") << "model: {name: resnet20, classes: 10, width: 0.5}\n"
+                                      "data: {synthetic: true, synthetic_samples: 64, synthetic_classes: 10,"
+                                      " image_size: 16, threads: 1}\n"
+                                      "train: {epochs: 1, batch: 8}\n"
+                                      "log: {progress: false, print_config: false}\n"
+                                      "threads: 1\n"
+                                      "backend: " << backend << "\nrun_dir: " << dir << "\n";
+  const std::string cmd = std::string(RT_MPIEXEC) + " -np " + std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
-                          " --config " RT_SOURCE_DIR "/configs/quickstart.yaml"
-                          " --set backend=" + backend + " --set run_dir=" + dir +
-                          " --set model.width=0.5 --set data.image_size=16 --set data.synthetic=true"
-                          " --set data.synthetic_classes=10 --set data.synthetic_samples=64"
-                          " --set train.batch=8 --set train.epochs=1 --set threads=1 2>&1";
+                          " --config " + dir + "/job.yaml 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);

@@ -50,9 +50,9 @@ void check_errors() {
                "wrong type in --set");
   expect_error(run(2, "--config " + dir + "/absent.yaml"), "absent.yaml: cannot read the config file",
                "missing config file");
-  // Here either built without CUDA or without a device; both say why, on every rank.
+  // The CPU trainer points to trainer_cuda (or says it was built without CUDA), on every rank.
   expect_error(run(2, "--config " + cfg + " --set backend=cuda"),
-               "rank [01] of 2: backend 'cuda'.*(built without CUDA|no usable CUDA device)", "cuda backend");
+               "rank [01] of 2: backend 'cuda'.*(built without CUDA|build/bin/trainer_cuda)", "cuda backend");
   expect_error(run(2, "--config " + cfg + " --set data.synthetic=false --set data.root=" + dir + "/no-data"),
                "no-data", "missing data root");
   expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");
