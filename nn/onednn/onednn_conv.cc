@@ -47,30 +47,39 @@ struct WeightView {
 
 // An activation as one primitive sees it: the caller's buffer itself, or (when the primitive runs
 // on another layout, see plain_if_ref) a copy in that layout, reordered in before the call or out
-// after it. The copy is allocated at set-up.
+// after it. The copy is allocated on first use, so that a primitive never run (the first layer's
+// backward data) costs no memory; later steps allocate nothing.
 struct ActView {
   Mem mem;
   Reorder reorder;
   Buffer<float> copy;
-  bool copied = false;
+  size_t copy_elems = 0;  // 0: no copy, the caller's buffer is bound
 
   void set_up(const memory::desc& act, const memory::desc& used, Context& ctx, bool input) {
-    copied = act != used;
     mem = Mem(used, ctx.eng);
-    if (!copied) return;
-    copy.resize(used.get_size() / sizeof(float));
-    mem.bind(copy.data());
+    if (act == used) return;
+    copy_elems = used.get_size() / sizeof(float);
     reorder = input ? Reorder(act, used, ctx) : Reorder(used, act, ctx);
   }
   void in(Context& ctx, const std::string& layer, const float* p) {
-    if (copied) reorder.run(ctx, layer, p, copy.data());
+    if (copy_elems) reorder.run(ctx, layer, p, ensure_copy());
     else mem.bind(p);
   }
   void out_begin(float* p) {
-    if (!copied) mem.bind(p);
+    if (copy_elems) ensure_copy();
+    else mem.bind(p);
   }
   void out_end(Context& ctx, const std::string& layer, float* p) {
-    if (copied) reorder.run(ctx, layer, copy.data(), p);
+    if (copy_elems) reorder.run(ctx, layer, copy.data(), p);
+  }
+
+ private:
+  float* ensure_copy() {
+    if (copy.size() != copy_elems) {
+      copy.resize(copy_elems);
+      mem.bind(copy.data());
+    }
+    return copy.data();
   }
 };
 
