@@ -47,6 +47,22 @@ struct Backends {
   std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
 };
 
+// An op with forward(x, y) and backward(dy, dx) (global pooling, padded shortcut): the GPU's
+// outputs must equal the reference's bit for bit; y has dy's size, dx has x's.
+template <class Op>
+void expect_same_fwd_bwd(Op& ref, Op& gpu, const std::vector<float>& x, const std::vector<float>& dy,
+                         const std::string& tag) {
+  std::vector<float> y(dy.size()), dx(x.size());
+  ref.forward(x.data(), y.data());
+  ref.backward(dy.data(), dx.data());
+  auto gx = to_device(x), gdy = to_device(dy);
+  DeviceBuffer gy(dy.size() * 4), gdx(x.size() * 4);
+  gpu.forward(gx.as<float>(), gy.as<float>());
+  gpu.backward(gdy.as<float>(), gdx.as<float>());
+  expect_equal(to_host<float>(gy, dy.size()), y, tag + " y");
+  expect_equal(to_host<float>(gdx, x.size()), dx, tag + " dx");
+}
+
 TEST(GpuBackendOps, BatchNormTrainEvalBackward) {
   RT_REQUIRE_GPU();
   Backends b;
@@ -170,17 +186,8 @@ TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
     auto x = random_vec(n, 12), dy = random_vec(m, 13);
-    std::vector<float> y(m), dx(n);
-    auto ro = b.ref->make_global_avgpool({"gap", s});
-    auto go = b.gpu->make_global_avgpool({"gap", s});
-    ro->forward(x.data(), y.data());
-    ro->backward(dy.data(), dx.data());
-    auto gx = to_device(x), gdy = to_device(dy);
-    DeviceBuffer gy(m * 4), gdx(n * 4);
-    go->forward(gx.as<float>(), gy.as<float>());
-    go->backward(gdy.as<float>(), gdx.as<float>());
-    expect_equal(to_host<float>(gy, m), y, "gap y");
-    expect_equal(to_host<float>(gdx, n), dx, "gap dx");
+    expect_same_fwd_bwd(*b.ref->make_global_avgpool({"gap", s}), *b.gpu->make_global_avgpool({"gap", s}),
+                        x, dy, "gap");
   }
   struct Case { Shape in; int64_t out_c, stride; };
   for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
@@ -189,17 +196,7 @@ TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
     SCOPED_TRACE(c.in.str() + " -> " + d.out().str());
     const size_t n = size_t(c.in.numel()), m = size_t(d.out().numel());
     auto x = random_vec(n, 14), dy = random_vec(m, 15);
-    std::vector<float> y(m), dx(n);
-    auto ro = b.ref->make_pad_shortcut(d);
-    auto go = b.gpu->make_pad_shortcut(d);
-    ro->forward(x.data(), y.data());
-    ro->backward(dy.data(), dx.data());
-    auto gx = to_device(x), gdy = to_device(dy);
-    DeviceBuffer gy(m * 4), gdx(n * 4);
-    go->forward(gx.as<float>(), gy.as<float>());
-    go->backward(gdy.as<float>(), gdx.as<float>());
-    expect_equal(to_host<float>(gy, m), y, "shortcut y");
-    expect_equal(to_host<float>(gdx, n), dx, "shortcut dx");
+    expect_same_fwd_bwd(*b.ref->make_pad_shortcut(d), *b.gpu->make_pad_shortcut(d), x, dy, "shortcut");
   }
 }
 
