@@ -11,6 +11,7 @@
 #include "comm/allreduce.h"
 #include "data/loader.h"
 #include "nn/error.h"
+#include "nn/loss_scale.h"
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
 #include "nn/schedule.h"
@@ -95,6 +96,7 @@ struct Config {
   OptimConfig optimizer;
   ScheduleConfig schedule;            // schedule.*; base_lr and total_epochs are derived
   TrainConfig train;
+  LossScaleConfig loss_scale;         // loss_scale.*: mode, init, growth... (nn/loss_scale.h)
   comm::CommConfig comm;              // comm.*: algorithm, bucket_bytes, overlap, ...
   CheckpointConfig checkpoint;
   EvalConfig eval;

@@ -91,6 +91,7 @@ void config_validate(const Config& c) {
   k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
+  k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 
   const auto& algos = comm::allreduce_algorithms();

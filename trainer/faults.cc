@@ -26,6 +26,12 @@ size_t count_nonfinite(const float* v, size_t n) {
   return bad;
 }
 
+size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) {
+  if (s != 1.0f)
+    for (size_t i = 0; i < n; ++i) v[i] *= s;
+  return count ? count_nonfinite(v, n) : 0;
+}
+
 namespace {
 
 // The parameter debug.param names, or the first one registered (the stem convolution's weight):
@@ -68,9 +74,8 @@ void Trainer::inject_fault() {
   }
 }
 
-void Trainer::check_finite(double loss, double lr) {
+void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   auto g = net_->arena().grads();
-  const size_t bad_grads = cfg_.check.finite ? count_nonfinite(g.data(), g.size()) : 0;
   if (bad_grads == 0) {
     if (std::isfinite(loss)) return;
     // Only this rank's loss: its gradients were finite, so no other rank knows; it stops the job.
