@@ -26,12 +26,6 @@ size_t count_nonfinite(const float* v, size_t n) {
   return bad;
 }
 
-size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) {
-  if (s != 1.0f)
-    for (size_t i = 0; i < n; ++i) v[i] *= s;
-  return count ? count_nonfinite(v, n) : 0;
-}
-
 namespace {
 
 // The parameter debug.param names, or the first one registered (the stem convolution's weight):

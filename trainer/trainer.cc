@@ -76,7 +76,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
                          : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend));
   auto& arena = net_->arena();
-  opt_ = std::make_unique<Sgd<float>>(arena.layout(), cfg_.optimizer.sgd);
+  opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);
   // The reducer first: its agreement check proves every rank built the same model and settings
   // before the broadcast below relies on equal buffer sizes.
@@ -213,6 +213,9 @@ void Trainer::train_step() {
     log_line(str_cat("step ", step_ + 1, ": ", bad_grads, " gradient value(s) overflowed at loss scale ", scale,
                      ": update skipped, scale now ", scaler_.scale()));
   }
+  // A device backend queued the update: the host may read the parameters after this (checks,
+  // checkpoints, fault drills), and the step's time includes it.
+  net_->backend().sync();
   const double t4 = now_s();
   ++step_;
   losses_.push_back(loss);
@@ -241,7 +244,13 @@ void Trainer::train_step() {
 size_t Trainer::unscale_gradients() {
   auto g = net_->arena().grads();
   const bool count = cfg_.check.finite || scaler_.dynamic();
-  return scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
+  size_t bad = net_->backend().scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
+  // A device backend may only say "some": the message wants the number (rare path, host access).
+  if (bad > 0) {
+    net_->backend().sync();
+    bad = count_nonfinite(g.data(), g.size());
+  }
+  return bad;
 }
 
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end) {

@@ -68,7 +68,7 @@ class Trainer {
   void report(const JsonLine& line, const std::string& text);
 
   Net<float>& net() { return *net_; }
-  Sgd<float>& optimizer() { return *opt_; }
+  Optimizer<float>& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
@@ -104,7 +104,7 @@ class Trainer {
   std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
   std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
   std::unique_ptr<Net<float>> net_;
-  std::unique_ptr<Sgd<float>> opt_;
+  std::unique_ptr<Optimizer<float>> opt_;
   LossScaler scaler_;
   std::unique_ptr<comm::GradientReducer> reducer_;
   std::unique_ptr<data::Loader> train_loader_, val_loader_;
@@ -131,9 +131,6 @@ class Trainer {
 
 // Counts, for n samples of `classes` logits each, how many have the label first (top-1) and
 // within the first five (top-5); ties count against the label. Adds -log softmax[label] to loss.
-// Multiplies v[0, n) by s (skipped when s is 1) and returns the inf and NaN values among the
-// results when count is true (else 0). One pass.
-size_t scale_count_nonfinite(float* v, size_t n, float s, bool count);
 void count_correct(const float* logits, const int32_t* labels, int n, int64_t classes,
                    int64_t& top1, int64_t& top5, double& loss);
 // Inf and NaN values in v[0, n).
