@@ -206,7 +206,16 @@ class CudaBackend final : public Backend<float> {
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
 };
 
+// "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.
+// "cuda-tf32": TF32 tensor cores and algorithms timed once per shape (PyTorch's
+// allow_tf32 + cudnn.benchmark): the fast configuration.
 std::unique_ptr<Backend<float>> make_default() { return make_cuda_backend(); }
+std::unique_ptr<Backend<float>> make_tf32() {
+  ContextConfig cfg;
+  cfg.allow_tf32 = true;
+  cfg.benchmark_algos = true;
+  return make_cuda_backend(cfg);
+}
 
 }  // namespace
 
@@ -216,6 +225,9 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
   return std::make_unique<CudaBackend>(cfg);
 }
 
-void register_backend() { rt::register_backend("cuda", &make_default); }
+void register_backend() {
+  rt::register_backend("cuda", &make_default);
+  rt::register_backend("cuda-tf32", &make_tf32);
+}
 
 }  // namespace rt::cuda
