@@ -6,6 +6,8 @@
 // consistency checks and fault diagnosis read it on the host after Backend::sync().
 #include "cuda/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/check.h"
@@ -209,15 +211,33 @@ class CudaBackend final : public Backend<float> {
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.
 // "cuda-tf32": TF32 tensor cores and algorithms timed once per shape (PyTorch's
 // allow_tf32 + cudnn.benchmark): the fast configuration.
-std::unique_ptr<Backend<float>> make_default() { return make_cuda_backend(); }
+std::unique_ptr<Backend<float>> make_default() {
+  ContextConfig cfg;
+  cfg.device = local_rank_device();
+  return make_cuda_backend(cfg);
+}
 std::unique_ptr<Backend<float>> make_tf32() {
   ContextConfig cfg;
+  cfg.device = local_rank_device();
   cfg.allow_tf32 = true;
   cfg.benchmark_algos = true;
   return make_cuda_backend(cfg);
 }
 
 }  // namespace
+
+int local_rank_device() {
+  // The launchers' node-local rank (Open MPI, MPICH/Hydra, Slurm): rank k of a node takes GPU k
+  // (modulo the GPUs it sees), as Horovod and torchrun place ranks.
+  int local = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var); v && *v) {
+      local = std::atoi(v);
+      break;
+    }
+  const int n = device_count();
+  return n > 0 ? std::max(local, 0) % n : 0;
+}
 
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
   std::string why;
