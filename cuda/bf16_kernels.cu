@@ -1,0 +1,475 @@
+// The bf16 backend's kernels: one thread per output element with grid-stride loops and 64-bit
+// indices, fp32 arithmetic, one rounding to bf16 per stored value. Per-channel sums use a
+// fixed two-pass order (no atomics), so every run gives the same bits.
+#include "cuda/bf16_kernels.h"
+#include "cuda/check.h"
+
+namespace rt::cuda {
+namespace {
+
+__device__ inline int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
+__device__ inline float relu_value(float v) { return (v > 0.0f || isnan(v)) ? v : 0.0f; }
+__device__ inline float ld(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline bf16 rn(float v) { return __float2bfloat16_rn(v); }
+
+uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
+
+// ---- conversions ----
+
+__global__ void nchw_to_nhwc_kernel(const float* src, bf16* dst, Dims4 d) {
+  const int64_t n = d.numel();
+  for (int64_t q = first_index(); q < n; q += grid_stride()) {
+    const int64_t c = q % d.c, w = (q / d.c) % d.w, h = (q / (d.c * d.w)) % d.h,
+                  b = q / (d.c * d.w * d.h);
+    dst[q] = rn(src[nchw_index(b, c, h, w, d.c, d.h, d.w)]);
+  }
+}
+
+__global__ void nhwc_to_nchw_kernel(const bf16* src, float* dst, Dims4 d) {
+  const int64_t n = d.numel();
+  for (int64_t e = first_index(); e < n; e += grid_stride()) {
+    const int64_t w = e % d.w, h = (e / d.w) % d.h, c = (e / (d.w * d.h)) % d.c,
+                  b = e / (d.w * d.h * d.c);
+    dst[e] = ld(src, nhwc_index(b, c, h, w, d.c, d.h, d.w));
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = ld(src, i);
+}
+
+__global__ void weight_to_ohwi_kernel(const float* oihw, bf16* ohwi, WeightGeom g) {
+  const int64_t n = g.count();
+  for (int64_t e = first_index(); e < n; e += grid_stride()) ohwi[ohwi_from_oihw(e, g)] = rn(oihw[e]);
+}
+
+__device__ inline float as_f32(float v) { return v; }
+__device__ inline float as_f32(bf16 v) { return __bfloat162float(v); }
+
+template <class S>
+__global__ void weight_grad_kernel(const S* ohwi, float* oihw, WeightGeom g) {
+  const int64_t n = g.count();
+  for (int64_t e = first_index(); e < n; e += grid_stride())
+    oihw[e] = as_f32(ohwi[ohwi_from_oihw(e, g)]);
+}
+
+// ---- element-wise ----
+
+__global__ void relu_forward_kernel(const bf16* x, bf16* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn(relu_value(ld(x, i)));
+}
+
+__global__ void relu_backward_kernel(const bf16* y, const bf16* dy, bf16* dx, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    dx[i] = ld(y, i) > 0.0f ? dy[i] : rn(0.0f);
+}
+
+__global__ void add_forward_kernel(const bf16* a, const bf16* b, bf16* y, int64_t n, bool relu) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const float s = ld(a, i) + ld(b, i);
+    y[i] = rn(relu ? relu_value(s) : s);
+  }
+}
+
+__global__ void bias_add_kernel(bf16* y, const float* b, int64_t n, int64_t channels) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn(ld(y, i) + b[i % channels]);
+}
+
+__global__ void f32_bias_kernel(const float* y32, const float* b, bf16* y, int64_t n,
+                                int64_t channels) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = rn(y32[i] + (b ? b[i % channels] : 0.0f));
+}
+
+// ---- pooling and shortcut (NHWC) ----
+
+__global__ void maxpool_forward_kernel(const bf16* x, bf16* y, int32_t* argmax, NhwcPoolGeom g) {
+  const int64_t outs = g.n * g.out_h * g.out_w * g.c;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t c = q % g.c, ow = (q / g.c) % g.out_w, oh = (q / (g.c * g.out_w)) % g.out_h,
+                  b = q / (g.c * g.out_w * g.out_h);
+    const bf16* xp = x + b * g.h * g.w * g.c + c;
+    float best = -INFINITY;
+    int64_t best_i = -1;
+    for (int64_t i = 0; i < g.kernel; ++i) {
+      const int64_t ih = oh * g.stride - g.pad + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int64_t j = 0; j < g.kernel; ++j) {
+        const int64_t iw = ow * g.stride - g.pad + j;
+        if (iw < 0 || iw >= g.w) continue;
+        const float v = ld(xp, (ih * g.w + iw) * g.c);
+        if (best_i < 0 || v > best || isnan(v)) {
+          best = v;
+          best_i = ih * g.w + iw;
+        }
+      }
+    }
+    y[q] = rn(best);
+    if (argmax) argmax[q] = int32_t(best_i);
+  }
+}
+
+// Outputs whose window covers input row i: o * stride - pad <= i < o * stride - pad + kernel.
+__device__ inline void window_range(int64_t i, int64_t kernel, int64_t stride, int64_t pad,
+                                    int64_t out, int64_t* lo, int64_t* hi) {
+  const int64_t t = i + pad - kernel + 1;
+  *lo = t <= 0 ? 0 : (t + stride - 1) / stride;
+  const int64_t h = (i + pad) / stride + 1;
+  *hi = h < out ? h : out;
+}
+
+__global__ void maxpool_backward_kernel(const int32_t* argmax, const bf16* dy, bf16* dx,
+                                        NhwcPoolGeom g) {
+  const int64_t ins = g.n * g.h * g.w * g.c;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t c = e % g.c, iw = (e / g.c) % g.w, ih = (e / (g.c * g.w)) % g.h,
+                  b = e / (g.c * g.w * g.h);
+    const int32_t self = int32_t(ih * g.w + iw);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float s = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t q = nhwc_index(b, c, oh, ow, g.c, g.out_h, g.out_w);
+        if (argmax[q] == self) s += ld(dy, q);
+      }
+    dx[e] = rn(s);
+  }
+}
+
+__global__ void avgpool_forward_kernel(const bf16* x, bf16* y, int64_t n, int64_t c, int64_t hw) {
+  const int64_t planes = n * c;
+  for (int64_t p = first_index(); p < planes; p += grid_stride()) {
+    const int64_t b = p / c, ch = p % c;
+    float s = 0.0f;
+    for (int64_t e = 0; e < hw; ++e) s += ld(x, (b * hw + e) * c + ch);
+    y[p] = rn(s / float(hw));
+  }
+}
+
+__global__ void avgpool_backward_kernel(const bf16* dy, bf16* dx, int64_t n, int64_t c,
+                                        int64_t hw) {
+  const int64_t total = n * hw * c;
+  for (int64_t i = first_index(); i < total; i += grid_stride())
+    dx[i] = rn(ld(dy, (i / (hw * c)) * c + i % c) / float(hw));
+}
+
+__global__ void pad_shortcut_forward_kernel(const bf16* x, bf16* y, ShortcutGeom g) {
+  const int64_t n = g.n * g.out_h * g.out_w * g.out_c;
+  for (int64_t q = first_index(); q < n; q += grid_stride()) {
+    const int64_t oc = q % g.out_c, ow = (q / g.out_c) % g.out_w,
+                  oh = (q / (g.out_c * g.out_w)) % g.out_h, b = q / (g.out_c * g.out_w * g.out_h);
+    const int64_t c = oc - g.before;
+    y[q] = (c < 0 || c >= g.c) ? rn(0.0f)
+                               : x[nhwc_index(b, c, oh * g.stride, ow * g.stride, g.c, g.h, g.w)];
+  }
+}
+
+__global__ void pad_shortcut_backward_kernel(const bf16* dy, bf16* dx, ShortcutGeom g) {
+  const int64_t n = g.n * g.h * g.w * g.c;
+  for (int64_t e = first_index(); e < n; e += grid_stride()) {
+    const int64_t c = e % g.c, iw = (e / g.c) % g.w, ih = (e / (g.c * g.w)) % g.h,
+                  b = e / (g.c * g.w * g.h);
+    const bool kept = ih % g.stride == 0 && iw % g.stride == 0;
+    dx[e] = kept ? dy[nhwc_index(b, c + g.before, ih / g.stride, iw / g.stride, g.out_c, g.out_h,
+                                 g.out_w)]
+                 : rn(0.0f);
+  }
+}
+
+// ---- per-channel sums ----
+
+// Block (tile, chunk): threads (tx, ty) walk rows r0 + ty, r0 + ty + kRowThreads, ... of channel
+// tile * kChannelTile + tx; the kRowThreads row sums then add in ty order.
+template <ChannelSum K>
+__global__ void channel_partial_kernel(ChannelSumArgs a, ChannelReduceGeom g) {
+  __shared__ float sh1[kRowThreads][kChannelTile];
+  __shared__ float sh2[kRowThreads][kChannelTile];
+  const int64_t c = int64_t(blockIdx.x) * kChannelTile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  float s1 = 0.0f, s2 = 0.0f;
+  if (c < g.channels) {
+    const float mean = (K == ChannelSum::sq_dev || K == ChannelSum::bn_grad) ? a.mean[c] : 0.0f;
+    const float invstd = K == ChannelSum::bn_grad ? a.invstd[c] : 0.0f;
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) {
+      const int64_t i = r * g.channels + c;
+      if constexpr (K == ChannelSum::x) {
+        s1 += ld(a.x, i);
+      } else if constexpr (K == ChannelSum::sq_dev) {
+        const float d = ld(a.x, i) - mean;
+        s1 += d * d;
+      } else if constexpr (K == ChannelSum::dy) {
+        s1 += ld(a.dy, i);
+      } else {
+        const float gr = (a.relu && !(ld(a.y, i) > 0.0f)) ? 0.0f : ld(a.dy, i);
+        s1 += gr;
+        s2 += gr * (ld(a.x, i) - mean) * invstd;
+      }
+    }
+  }
+  sh1[threadIdx.y][threadIdx.x] = s1;
+  sh2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < g.channels) {
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int k = 0; k < kRowThreads; ++k) {
+      t1 += sh1[k][threadIdx.x];
+      t2 += sh2[k][threadIdx.x];
+    }
+    a.partial[int64_t(blockIdx.y) * g.channels + c] = t1;
+    a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c] = t2;
+  }
+}
+
+__global__ void channel_total_kernel(const float* partial, ChannelReduceGeom g, float* s1,
+                                     float* s2) {
+  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
+    double t1 = 0, t2 = 0;
+    for (int64_t k = 0; k < g.chunks; ++k) {
+      t1 += partial[k * g.channels + c];
+      t2 += partial[(g.chunks + k) * g.channels + c];
+    }
+    s1[c] = float(t1);
+    if (s2) s2[c] = float(t2);
+  }
+}
+
+// ---- batch norm ----
+
+__global__ void mean_from_sum_kernel(float* mean, int64_t channels, double m) {
+  for (int64_t c = first_index(); c < channels; c += grid_stride()) mean[c] = float(mean[c] / m);
+}
+
+__global__ void train_stats_kernel(BnStatsArgs a) {
+  const double m = double(a.m);
+  for (int64_t c = first_index(); c < a.channels; c += grid_stride()) {
+    const double var = double(a.var_sum[c]) / m;
+    const double invstd = 1.0 / sqrt(var + a.eps);
+    a.invstd[c] = float(invstd);
+    a.scale[c] = float(double(a.gamma[c]) * invstd);
+    a.running_mean[c] =
+        float((1.0 - a.momentum) * a.running_mean[c] + a.momentum * double(a.mean[c]));
+    a.running_var[c] =
+        float((1.0 - a.momentum) * a.running_var[c] + a.momentum * var * m / (m - 1.0));
+  }
+}
+
+__global__ void eval_scale_kernel(const float* gamma, const float* running_var, double eps,
+                                  float* scale, int64_t channels) {
+  for (int64_t c = first_index(); c < channels; c += grid_stride())
+    scale[c] = float(double(gamma[c]) / sqrt(double(running_var[c]) + eps));
+}
+
+__global__ void bn_apply_kernel(const bf16* x, const float* mean, const float* scale,
+                                const float* beta, bf16* y, int64_t n, int64_t channels,
+                                bool relu) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t c = i % channels;
+    const float v = (ld(x, i) - mean[c]) * scale[c] + beta[c];
+    y[i] = rn(relu ? relu_value(v) : v);
+  }
+}
+
+__global__ void bn_backward_kernel(BnBackwardArgs a) {
+  const int64_t n = a.rows * a.channels;
+  const float inv_m = 1.0f / float(a.rows);
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t c = i % a.channels;
+    const float g = (a.relu && !(ld(a.y, i) > 0.0f)) ? 0.0f : ld(a.dy, i);
+    const float invstd = a.invstd[c];
+    const float xhat = (ld(a.x, i) - a.mean[c]) * invstd;
+    a.dx[i] = rn(a.gamma[c] * invstd * (g - a.sum_g[c] * inv_m - xhat * a.sum_gxhat[c] * inv_m));
+  }
+}
+
+}  // namespace
+
+void nchw_f32_to_nhwc_bf16(const float* src, bf16* dst, const Dims4& d, cudaStream_t stream) {
+  if (d.numel() <= 0) return;
+  nchw_to_nhwc_kernel<<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
+  CUDA_CHECK_LAUNCH();
+}
+
+void nhwc_bf16_to_nchw_f32(const bf16* src, float* dst, const Dims4& d, cudaStream_t stream) {
+  if (d.numel() <= 0) return;
+  nhwc_to_nchw_kernel<<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
+  CUDA_CHECK_LAUNCH();
+}
+
+void f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void weight_to_ohwi_bf16(const float* oihw, bf16* ohwi, const WeightGeom& g, cudaStream_t stream) {
+  if (g.count() <= 0) return;
+  weight_to_ohwi_kernel<<<blocks_for(g.count()), kThreads, 0, stream>>>(oihw, ohwi, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void weight_grad_to_oihw(const bf16* ohwi, float* oihw, const WeightGeom& g, cudaStream_t stream) {
+  if (g.count() <= 0) return;
+  weight_grad_kernel<bf16><<<blocks_for(g.count()), kThreads, 0, stream>>>(ohwi, oihw, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void weight_grad_to_oihw(const float* ohwi, float* oihw, const WeightGeom& g, cudaStream_t stream) {
+  if (g.count() <= 0) return;
+  weight_grad_kernel<float><<<blocks_for(g.count()), kThreads, 0, stream>>>(ohwi, oihw, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_add_forward(const bf16* a, const bf16* b, bf16* y, int64_t n, bool relu,
+                      cudaStream_t stream) {
+  if (n <= 0) return;
+  add_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_bias_add(bf16* y, const float* b, int64_t rows, int64_t channels, cudaStream_t stream) {
+  if (rows * channels <= 0) return;
+  bias_add_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(y, b, rows * channels,
+                                                                       channels);
+  CUDA_CHECK_LAUNCH();
+}
+
+void f32_bias_to_bf16(const float* y32, const float* b, bf16* y, int64_t rows, int64_t channels,
+                      cudaStream_t stream) {
+  if (rows * channels <= 0) return;
+  f32_bias_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(y32, b, y,
+                                                                       rows * channels, channels);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_maxpool_forward(const bf16* x, bf16* y, int32_t* argmax, const NhwcPoolGeom& g,
+                          cudaStream_t stream) {
+  const int64_t outs = g.n * g.out_h * g.out_w * g.c;
+  if (outs <= 0) return;
+  maxpool_forward_kernel<<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_maxpool_backward(const int32_t* argmax, const bf16* dy, bf16* dx, const NhwcPoolGeom& g,
+                           cudaStream_t stream) {
+  const int64_t ins = g.n * g.h * g.w * g.c;
+  if (ins <= 0) return;
+  maxpool_backward_kernel<<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_avgpool_forward(const bf16* x, bf16* y, int64_t n, int64_t c, int64_t hw,
+                          cudaStream_t stream) {
+  if (n * c <= 0 || hw <= 0) return;
+  avgpool_forward_kernel<<<blocks_for(n * c), kThreads, 0, stream>>>(x, y, n, c, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_avgpool_backward(const bf16* dy, bf16* dx, int64_t n, int64_t c, int64_t hw,
+                           cudaStream_t stream) {
+  if (n * c * hw <= 0) return;
+  avgpool_backward_kernel<<<blocks_for(n * c * hw), kThreads, 0, stream>>>(dy, dx, n, c, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_pad_shortcut_forward(const bf16* x, bf16* y, const ShortcutGeom& g, cudaStream_t stream) {
+  const int64_t n = g.n * g.out_c * g.out_h * g.out_w;
+  if (n <= 0) return;
+  pad_shortcut_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bf16_pad_shortcut_backward(const bf16* dy, bf16* dx, const ShortcutGeom& g,
+                                cudaStream_t stream) {
+  const int64_t n = g.n * g.c * g.h * g.w;
+  if (n <= 0) return;
+  pad_shortcut_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void channel_sums(const ChannelSumArgs& a, const ChannelReduceGeom& g, float* s1, float* s2,
+                  cudaStream_t stream) {
+  if (g.channels <= 0 || g.rows <= 0) return;
+  // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
+  const dim3 grid(uint32_t(g.tiles), uint32_t(g.chunks)), block(kChannelTile, kRowThreads);
+  switch (a.kind) {
+    case ChannelSum::x:
+      channel_partial_kernel<ChannelSum::x><<<grid, block, 0, stream>>>(a, g);
+      break;
+    case ChannelSum::sq_dev:
+      channel_partial_kernel<ChannelSum::sq_dev><<<grid, block, 0, stream>>>(a, g);
+      break;
+    case ChannelSum::dy:
+      channel_partial_kernel<ChannelSum::dy><<<grid, block, 0, stream>>>(a, g);
+      break;
+    case ChannelSum::bn_grad:
+      channel_partial_kernel<ChannelSum::bn_grad><<<grid, block, 0, stream>>>(a, g);
+      break;
+  }
+  CUDA_CHECK_LAUNCH();
+  channel_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream) {
+  if (channels <= 0) return;
+  mean_from_sum_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(mean, channels, double(m));
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream) {
+  if (a.channels <= 0) return;
+  train_stats_kernel<<<blocks_for(a.channels), kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
+                   int64_t channels, cudaStream_t stream) {
+  if (channels <= 0) return;
+  eval_scale_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(gamma, running_var, eps, scale,
+                                                                  channels);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_apply(const bf16* x, const float* mean, const float* scale, const float* beta, bf16* y,
+              int64_t rows, int64_t channels, bool relu, cudaStream_t stream) {
+  const int64_t n = rows * channels;
+  if (n <= 0) return;
+  bn_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n, channels,
+                                                         relu);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_backward_dx(const BnBackwardArgs& a, cudaStream_t stream) {
+  const int64_t n = a.rows * a.channels;
+  if (n <= 0 || !a.dx) return;
+  bn_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace rt::cuda

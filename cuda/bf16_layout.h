@@ -1,0 +1,91 @@
+// Index arithmetic of the bf16 backend (cuda-bf16), in plain C++ so that the host tests check it
+// with no GPU: activation sizes in float units, NCHW/NHWC and OIHW/OHWI index maps, the
+// per-channel reduction's grid, and round-to-nearest-even to bf16. C++17-clean (nvcc includes it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cuda/launch.h"  // RT_HOST_DEVICE
+
+namespace rt::cuda {
+
+// Backend<float>::act_size counts floats, but the bf16 backend stores two bf16 per float:
+// ceil(numel / 2) floats, rounded up to whole 16-byte vectors (4 floats, 8 bf16) so that every
+// activation buffer the Net carves can be read with vector loads to its end.
+inline size_t bf16_act_floats(int64_t numel) {
+  if (numel <= 0) return 0;
+  const size_t vectors = (size_t(numel) + 7) / 8;  // 8 bf16 per 16 bytes
+  return vectors * 4;
+}
+
+// Element (n, c, h, w) of a logical (N, C, H, W) tensor in each layout.
+RT_HOST_DEVICE inline int64_t nchw_index(int64_t n, int64_t c, int64_t h, int64_t w, int64_t C,
+                                         int64_t H, int64_t W) {
+  return ((n * C + c) * H + h) * W + w;
+}
+RT_HOST_DEVICE inline int64_t nhwc_index(int64_t n, int64_t c, int64_t h, int64_t w, int64_t C,
+                                         int64_t H, int64_t W) {
+  return ((n * H + h) * W + w) * C + c;
+}
+
+// A weight of canonical layout OIHW ([out][in][kh][kw]; a linear layer's [out][C][H][W]) and its
+// private copy in OHWI (cuDNN's KRSC for NHWC filters; for a linear layer on an NHWC input, the
+// order of the input's own elements). The same map serves convolutions and linear layers.
+struct WeightGeom {
+  int64_t o = 0, i = 0, h = 1, w = 1;
+  RT_HOST_DEVICE int64_t count() const { return o * i * h * w; }
+};
+// OHWI offset of the element at OIHW offset `oihw`.
+RT_HOST_DEVICE inline int64_t ohwi_from_oihw(int64_t oihw, const WeightGeom& g) {
+  const int64_t kw = oihw % g.w, kh = (oihw / g.w) % g.h, ci = (oihw / (g.w * g.h)) % g.i,
+                co = oihw / (g.w * g.h * g.i);
+  return ((co * g.h + kh) * g.w + kw) * g.i + ci;
+}
+
+// Per-channel sums over the rows (N*H*W) of an NHWC tensor, deterministically: blocks of
+// kChannelTile channels x kRowThreads rows; block (tile, chunk) sums rows [chunk * rows_per_chunk,
+// +rows_per_chunk) of its channels into partial[chunk][c]; a second pass adds the chunks of each
+// channel in chunk order. The chunk count is capped so that the second pass stays short.
+constexpr int kChannelTile = 32;  // channels per block: one warp reads 32 neighbouring channels
+constexpr int kRowThreads = 8;    // rows a block walks at once
+constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kMinRowsPerChunk = 64;
+struct ChannelReduceGeom {
+  int64_t rows = 0, channels = 0;
+  int64_t rows_per_chunk = 0;
+  int64_t chunks = 0;       // grid.y
+  int64_t tiles = 0;        // grid.x = ceil(channels / kChannelTile)
+};
+inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
+  ChannelReduceGeom g;
+  g.rows = rows;
+  g.channels = channels;
+  if (rows <= 0 || channels <= 0) return g;
+  const int64_t even = (rows + kMaxChunks - 1) / kMaxChunks;
+  g.rows_per_chunk = even > kMinRowsPerChunk ? even : kMinRowsPerChunk;
+  g.chunks = (rows + g.rows_per_chunk - 1) / g.rows_per_chunk;
+  g.tiles = (channels + kChannelTile - 1) / kChannelTile;
+  return g;
+}
+
+// fp32 to bf16 bits, round to nearest even (NaN stays a quiet NaN), as __float2bfloat16_rn; and
+// back. The host tests use them to give the reference exactly the values the device sees.
+inline uint16_t bf16_bits_from_float(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return uint16_t((u >> 16) | 0x0040u);  // NaN: keep the sign, force quiet
+  const uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;
+  return uint16_t(u >> 16);
+}
+inline float float_from_bf16_bits(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline float bf16_round(float f) { return float_from_bf16_bits(bf16_bits_from_float(f)); }
+
+}  // namespace rt::cuda
