@@ -1,0 +1,118 @@
+// Batch normalisation on NHWC bf16 activations with fp32 statistics (PyTorch semantics, as
+// nn/ref): the per-channel sums of cuda/bf16_kernels.h, then small per-channel kernels.
+#include "cuda/check.h"
+#include "cuda/bf16_kernels.h"
+#include "cuda/bf16_ops.h"
+#include "cuda/memory.h"
+
+namespace rt::cuda {
+namespace {
+
+const bf16* as_bf16(const float* p) { return reinterpret_cast<const bf16*>(p); }
+bf16* as_bf16(float* p) { return reinterpret_cast<bf16*>(p); }
+
+class Bf16BatchNorm final : public BatchNormOp<float> {
+ public:
+  Bf16BatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch)
+      : d_(d), ctx_(ctx), scratch_(scratch) {
+    d_.validate();
+    rows_ = d_.in.n * d_.in.h * d_.in.w;
+    c_ = d_.in.c;
+    geom_ = channel_reduce_geom(rows_, c_);
+    scratch_.reserve(size_t(2 * geom_.chunks * geom_.channels) * sizeof(float));
+    stats_ = DeviceBuffer(size_t(kBuffers * c_) * sizeof(float));
+  }
+
+  void forward_train(const float* x, const float* gamma, const float* beta, float* y,
+                     float* running_mean, float* running_var) override {
+    // As PyTorch: the unbiased variance of one value per channel is undefined.
+    RT_SHAPE_CHECK(rows_ > 1, "layer ", d_.name,
+                   ": batch norm training needs more than one value per channel, got input ",
+                   d_.in.str());
+    cudaStream_t s = ctx_.stream();
+    ChannelSumArgs a;
+    a.x = as_bf16(x);
+    a.partial = partial();
+    a.kind = ChannelSum::x;
+    channel_sums(a, geom_, buf(kMean), nullptr, s);
+    bn_mean_from_sum(buf(kMean), c_, rows_, s);
+    a.kind = ChannelSum::sq_dev;
+    a.mean = buf(kMean);
+    channel_sums(a, geom_, buf(kVarSum), nullptr, s);
+    BnStatsArgs st;
+    st.channels = c_;
+    st.m = rows_;
+    st.eps = d_.eps;
+    st.momentum = d_.momentum;
+    st.gamma = gamma;
+    st.mean = buf(kMean);
+    st.var_sum = buf(kVarSum);
+    st.invstd = buf(kInvStd);
+    st.scale = buf(kScale);
+    st.running_mean = running_mean;
+    st.running_var = running_var;
+    bn_train_stats(st, s);
+    bn_apply(as_bf16(x), buf(kMean), buf(kScale), beta, as_bf16(y), rows_, c_, d_.relu, s);
+  }
+
+  void forward_eval(const float* x, const float* gamma, const float* beta,
+                    const float* running_mean, const float* running_var, float* y) override {
+    // Its own scale buffer: the batch statistics stay valid for a following backward.
+    bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
+    bn_apply(as_bf16(x), running_mean, buf(kEvalScale), beta, as_bf16(y), rows_, c_, d_.relu,
+             ctx_.stream());
+  }
+
+  // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them.
+  void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
+                float* dgamma, float* dbeta) override {
+    cudaStream_t s = ctx_.stream();
+    ChannelSumArgs a;
+    a.kind = ChannelSum::bn_grad;
+    a.x = as_bf16(x);
+    a.y = as_bf16(y);
+    a.dy = as_bf16(dy);
+    a.mean = buf(kMean);
+    a.invstd = buf(kInvStd);
+    a.relu = d_.relu;
+    a.partial = partial();
+    channel_sums(a, geom_, dbeta, dgamma, s);
+    if (!dx) return;
+    BnBackwardArgs b;
+    b.rows = rows_;
+    b.channels = c_;
+    b.relu = d_.relu;
+    b.x = as_bf16(x);
+    b.y = as_bf16(y);
+    b.dy = as_bf16(dy);
+    b.gamma = gamma;
+    b.mean = buf(kMean);
+    b.invstd = buf(kInvStd);
+    b.sum_g = dbeta;
+    b.sum_gxhat = dgamma;
+    b.dx = as_bf16(dx);
+    bn_backward_dx(b, s);
+  }
+
+ private:
+  // Per-channel fp32 vectors in stats_.
+  enum Buffer { kMean, kVarSum, kInvStd, kScale, kEvalScale, kBuffers };
+  float* buf(Buffer b) const { return stats_.as<float>() + int64_t(b) * c_; }
+  float* partial() const { return static_cast<float*>(scratch_.get()); }  // reserve() may move it
+
+  BatchNormDesc d_;
+  CudaContext& ctx_;
+  SharedScratch& scratch_;
+  int64_t rows_ = 0, c_ = 0;
+  ChannelReduceGeom geom_;
+  DeviceBuffer stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchNormOp<float>> make_bf16_batchnorm(const BatchNormDesc& d, CudaContext& ctx,
+                                                        SharedScratch& scratch) {
+  return std::make_unique<Bf16BatchNorm>(d, ctx, scratch);
+}
+
+}  // namespace rt::cuda

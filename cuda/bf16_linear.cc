@@ -1,0 +1,94 @@
+// Fully connected layer for the bf16 backend: row-major products as cuBLAS column-major GEMMs
+// (see cuda/cublas_linear.cc for the derivation), bf16 operands, fp32 accumulation.
+//
+// The input is NHWC, so sample n's features are in (h, w, c) order; the private bf16 weight
+// copy is reordered to match ([out][h][w][c], the OHWI map of cuda/bf16_layout.h), and the fp32
+// weight gradient is reordered back to the arena's [out][c][h][w]. With h = w = 1 (after global
+// pooling) both orders are the same.
+#include <climits>
+
+#include "cuda/bf16_kernels.h"
+#include "cuda/bf16_ops.h"
+#include "cuda/check.h"
+#include "cuda/memory.h"
+
+namespace rt::cuda {
+namespace {
+
+int narrow(int64_t v, const LinearDesc& d) {
+  RT_SHAPE_CHECK(v > 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
+                 " does not fit cuBLAS's int (input ", d.in.str(), ")");
+  return int(v);
+}
+
+class Bf16Linear final : public LinearOp<float> {
+ public:
+  Bf16Linear(const LinearDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
+    d_.validate();
+    n_ = narrow(d_.in.n, d_);
+    in_ = narrow(d_.in.chw(), d_);
+    out_ = narrow(d_.out_features, d_);
+    wg_ = {d_.out_features, d_.in.c, d_.in.h, d_.in.w};
+    w16_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(bf16));
+    dw32_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(float));
+    y32_ = DeviceBuffer(size_t(n_) * size_t(out_) * sizeof(float));
+    if (d_.bias) {
+      bias_geom_ = channel_reduce_geom(n_, out_);
+      bias_partial_ =
+          DeviceBuffer(size_t(2 * bias_geom_.chunks * bias_geom_.channels) * sizeof(float));
+    }
+  }
+
+  // Y^T (O x N) = op_T(W) X^T in fp32, then y = bf16(Y + b).
+  void forward(const float* x, const float* w, const float* b, float* y) override {
+    const float one = 1, zero = 0;
+    weight_to_ohwi_bf16(w, w16_.as<bf16>(), wg_, ctx_.stream());
+    CUBLAS_CHECK(cublasGemmEx(ctx_.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, out_, n_, in_, &one,
+                              w16_.get(), CUDA_R_16BF, in_, x, CUDA_R_16BF, in_, &zero,
+                              y32_.get(), CUDA_R_32F, out_, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    f32_bias_to_bf16(y32_.as<float>(), d_.bias ? b : nullptr, reinterpret_cast<bf16*>(y), n_,
+                     out_, ctx_.stream());
+  }
+
+  // dX^T (I x N) = W^T dY^T in bf16; dW^T (I x O) = X^T op_T(dY^T) in fp32; db = sums of dY.
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                float* db) override {
+    const float one = 1, zero = 0;
+    cublasHandle_t h = ctx_.cublas();
+    if (dx) {
+      weight_to_ohwi_bf16(w, w16_.as<bf16>(), wg_, ctx_.stream());
+      CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, in_, n_, out_, &one, w16_.get(),
+                                CUDA_R_16BF, in_, dy, CUDA_R_16BF, out_, &zero, dx, CUDA_R_16BF,
+                                in_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, in_, out_, n_, &one, x, CUDA_R_16BF,
+                              in_, dy, CUDA_R_16BF, out_, &zero, dw32_.get(), CUDA_R_32F, in_,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    weight_grad_to_oihw(dw32_.as<float>(), dw, wg_, ctx_.stream());
+    if (d_.bias) {
+      ChannelSumArgs a;
+      a.kind = ChannelSum::dy;
+      a.dy = reinterpret_cast<const bf16*>(dy);
+      a.partial = bias_partial_.as<float>();
+      channel_sums(a, bias_geom_, db, nullptr, ctx_.stream());
+    }
+  }
+
+ private:
+  LinearDesc d_;
+  CudaContext& ctx_;
+  int n_ = 0, in_ = 0, out_ = 0;
+  WeightGeom wg_;
+  DeviceBuffer w16_, dw32_, y32_;
+  ChannelReduceGeom bias_geom_;
+  DeviceBuffer bias_partial_;
+};
+
+}  // namespace
+
+std::unique_ptr<LinearOp<float>> make_bf16_linear(const LinearDesc& d, CudaContext& ctx) {
+  return std::make_unique<Bf16Linear>(d, ctx);
+}
+
+}  // namespace rt::cuda
