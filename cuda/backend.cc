@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/bf16_backend.h"
 #include "cuda/check.h"
 #include "cuda/cublas_linear.h"
 #include "cuda/cudnn_batchnorm.h"
@@ -248,6 +249,7 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
 void register_backend() {
   rt::register_backend("cuda", &make_default);
   rt::register_backend("cuda-tf32", &make_tf32);
+  register_bf16_backend();  // "cuda-bf16" (cuda/bf16_backend.h)
 }
 
 }  // namespace rt::cuda

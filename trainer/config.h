@@ -105,7 +105,7 @@ struct Config {
   DebugConfig debug;
   EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
-  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 (GPU builds)
+  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 | cuda-bf16 (GPU builds)
   std::string backend = "onednn";
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else
                                       //   the cores of this node divided among its ranks
