@@ -1,0 +1,383 @@
+// The cuda-bf16 backend's ops forward and backward against the reference backend (fp32 NCHW).
+//
+// Inputs are drawn already rounded to bf16 (bf16_round), so act_import and the weight casts are
+// exact and the reference sees exactly the values the device sees: what differs is only the
+// device's own arithmetic (fp32 accumulation in another order) and the one rounding of each
+// stored bf16 result. That rounding is at most 2^-8 of the value (bf16 keeps 8 significant bits),
+// so at most 2^-8 = 0.0039 of the largest reference value. Tolerances, as a normalised error
+// max|got - ref| / max|ref|:
+// - ops that only move or select values (ReLU, padded shortcut, max pool forward) and sums of
+//   two values or a fixed-order fp32 sum (residual add, max pool backward) must equal the
+//   reference rounded to bf16, bit for bit;
+// - single reductions rounded once (convolution, linear, pooling, batch norm outputs): 1e-2,
+//   2.5 times the rounding bound, leaving room for cuDNN/cuBLAS summation orders;
+// - batch norm's dx, a difference of three reductions (cancellation): 2e-2.
+// fp32 results (dw from bf16 accumulation in cuDNN, db, dgamma, dbeta, running statistics) are
+// held to the same normalised bounds or tighter, as commented at each check.
+#include <cmath>
+#include <random>
+
+#include "cuda/bf16_backend.h"
+#include "cuda/bf16_layout.h"
+#include "gpu_test_util.h"
+#include "nn/ops.h"
+
+namespace rt::cuda {
+namespace {
+
+using test::to_device;
+using test::to_host;
+
+std::vector<float> bf16_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = bf16_round(u(g));
+  return v;
+}
+
+// Small integers: exact in bf16, with many ties and zeros for max pool and ReLU.
+std::vector<float> tie_vec(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(u(g));
+  return v;
+}
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = bf16_round(x);
+  return v;
+}
+
+double normalised_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num = std::max(num, std::abs(double(got[i]) - double(ref[i])));
+    den = std::max(den, std::abs(double(ref[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+void expect_normalised(const std::vector<float>& got, const std::vector<float>& ref, double tol,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (float v : got) ASSERT_TRUE(std::isfinite(v)) << what;
+  EXPECT_LE(normalised_error(got, ref), tol) << what;
+}
+
+void expect_equal(const std::vector<float>& got, const std::vector<float>& ref,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_EQ(got[i], ref[i]) << what << " at " << i;
+}
+
+// The bf16 backend and the reference, with activation helpers that go through act_import and
+// act_export (NCHW fp32 on the host, bf16 NHWC on the device).
+struct Backends {
+  std::unique_ptr<Backend<float>> gpu = make_cuda_bf16_backend();
+  std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
+
+  DeviceBuffer act(const Shape& s) const { return DeviceBuffer(gpu->act_size(s) * sizeof(float)); }
+  DeviceBuffer import(const std::vector<float>& nchw, const Shape& s) const {
+    DeviceBuffer b = act(s);
+    gpu->act_import(nchw.data(), s, b.as<float>());
+    return b;
+  }
+  std::vector<float> export_act(const DeviceBuffer& b, const Shape& s) const {
+    std::vector<float> v(size_t(s.numel()));
+    gpu->act_export(b.as<float>(), s, v.data());
+    return v;
+  }
+  // fp32 device results (weights' gradients, statistics): after the stream is done.
+  std::vector<float> fp32(const DeviceBuffer& b, size_t n) const {
+    gpu->sync();
+    return to_host<float>(b, n);
+  }
+};
+
+TEST(GpuBf16Ops, ImportExportAndAccumulate) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  EXPECT_EQ(b.gpu->name(), "cuda-bf16");
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    EXPECT_EQ(b.gpu->act_size(s), bf16_act_floats(s.numel()));
+    auto x = bf16_vec(n, 1), y = bf16_vec(n, 2);
+    auto gx = b.import(x, s), gy = b.import(y, s);
+    expect_equal(b.export_act(gx, s), x, "round trip");
+    // Unrounded input: import rounds to nearest even.
+    std::mt19937 g(3);
+    std::normal_distribution<float> nd;
+    std::vector<float> raw(n);
+    for (auto& v : raw) v = nd(g);
+    expect_equal(b.export_act(b.import(raw, s), s), rounded(raw), "import rounds");
+    b.gpu->accumulate(gy.as<float>(), gx.as<float>(), b.gpu->act_size(s));
+    std::vector<float> sum(n);
+    for (size_t i = 0; i < n; ++i) sum[i] = bf16_round(x[i] + y[i]);
+    expect_equal(b.export_act(gy, s), sum, "accumulate");
+  }
+}
+
+TEST(GpuBf16Ops, ConvForwardBackward) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  struct Case { Shape in; int64_t out_c, k, s, p; bool bias; };
+  for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false},    // resnet's first layer: 3 channels
+                 Case{{2, 16, 8, 8}, 32, 3, 2, 1, false},
+                 Case{{1, 8, 7, 9}, 8, 1, 1, 0, false},
+                 Case{{2, 8, 6, 6}, 16, 1, 2, 0, false},   // 1x1 projection shortcut
+                 Case{{2, 4, 5, 5}, 6, 3, 1, 1, true}}) {
+    ConvDesc d{"conv", c.in, c.out_c, c.k, c.k, c.s, c.s, c.p, c.p, c.bias};
+    const Shape o = d.out();
+    SCOPED_TRACE(c.in.str() + " -> " + o.str());
+    const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()), nw = size_t(d.weight_count()),
+                 nb = size_t(c.out_c);
+    auto x = bf16_vec(nx, 4), w = bf16_vec(nw, 5, -0.5, 0.5), bias = bf16_vec(nb, 6),
+         dy = bf16_vec(ny, 7);
+    std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
+    auto ref = b.ref->make_conv(d);
+    ref->forward(x.data(), w.data(), bias.data(), y.data());
+    ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+
+    auto gx = b.import(x, c.in), gdy = b.import(dy, o);
+    auto gw = to_device(w), gb = to_device(bias);
+    DeviceBuffer gy = b.act(o), gdx = b.act(c.in), gdw(nw * 4), gdb(nb * 4);
+    auto op = b.gpu->make_conv(d);
+    op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+                 gdw.as<float>(), gdb.as<float>());
+    expect_normalised(b.export_act(gy, o), y, 1e-2, "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, 1e-2, "dx");
+    // dw leaves cuDNN as bf16 (one rounding of an fp32 accumulation), then widens: same bound.
+    expect_normalised(b.fp32(gdw, nw), dw, 1e-2, "dw");
+    if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db (fp32 sums)");
+    // A first-layer conv is called without dx.
+    op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
+                 gdb.as<float>());
+    expect_normalised(b.fp32(gdw, nw), dw, 1e-2, "dw without dx");
+  }
+}
+
+TEST(GpuBf16Ops, BatchNormTrainEvalBackward) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1},
+                  Shape{8, 40, 16, 16}})  // 2048 rows: several chunks, two channel tiles
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
+      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+      const size_t n = size_t(s.numel()), c = size_t(s.c);
+      auto x = bf16_vec(n, 1, -3, 5), gamma = bf16_vec(c, 2, 0.5, 1.5), beta = bf16_vec(c, 3),
+           dy = bf16_vec(n, 4), rm = bf16_vec(c, 5), rv = bf16_vec(c, 6, 0.5, 2);
+      std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
+      auto ref = b.ref->make_batchnorm(d);
+      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
+                         rv_ref.data());
+      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
+      ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+
+      auto gx = b.import(x, s), gdy = b.import(dy, s);
+      auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(rm), grv = to_device(rv),
+           erm = to_device(rm), erv = to_device(rv);
+      DeviceBuffer gy = b.act(s), gdx = b.act(s), gye = b.act(s), gdg(c * 4), gdb(c * 4);
+      auto op = b.gpu->make_batchnorm(d);
+      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
+                        grm.as<float>(), grv.as<float>());
+      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
+                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
+      op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
+                       erv.as<float>(), gye.as<float>());
+      expect_normalised(b.export_act(gy, s), y, 1e-2, "y");
+      // Statistics of exact inputs in fp32: no bf16 rounding at all.
+      expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
+      expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
+      expect_normalised(b.export_act(gdx, s), dx, 2e-2, "dx");
+      expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums)");
+      expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums)");
+      expect_normalised(b.export_act(gye, s), ye, 1e-2, "eval y");
+    }
+}
+
+TEST(GpuBf16Ops, BatchNormRefusesOneValuePerChannel) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  auto op = b.gpu->make_batchnorm({"bn1", {1, 3, 1, 1}});
+  DeviceBuffer x(16), y(16), p(12), q(12), rm(12), rv(12);
+  EXPECT_THROW(op->forward_train(x.as<float>(), p.as<float>(), q.as<float>(), y.as<float>(),
+                                 rm.as<float>(), rv.as<float>()),
+               ShapeError);
+}
+
+TEST(GpuBf16Ops, ReluAndAdd) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    auto x = tie_vec(n, 7), x2 = bf16_vec(n, 8), dy = bf16_vec(n, 9);
+    std::vector<float> y(n), dx(n);
+    auto gx = b.import(x, s), gx2 = b.import(x2, s), gdy = b.import(dy, s);
+    DeviceBuffer gy = b.act(s), gdx = b.act(s);
+
+    auto rr = b.ref->make_relu({"relu", s});
+    auto gr = b.gpu->make_relu({"relu", s});
+    rr->forward(x.data(), y.data());
+    rr->backward(y.data(), dy.data(), dx.data());
+    gr->forward(gx.as<float>(), gy.as<float>());
+    gr->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+    expect_equal(b.export_act(gy, s), y, "relu y");
+    expect_equal(b.export_act(gdx, s), dx, "relu dx");
+
+    for (bool relu : {false, true}) {
+      auto ra = b.ref->make_add({"add", s, relu});
+      auto ga = b.gpu->make_add({"add", s, relu});
+      ra->forward(x.data(), x2.data(), y.data());
+      std::vector<float> g = dy;
+      ra->backward(y.data(), g.data(), g.data());
+      ga->forward(gx.as<float>(), gx2.as<float>(), gy.as<float>());
+      auto gg = b.import(dy, s);
+      ga->backward(gy.as<float>(), gg.as<float>(), gg.as<float>());  // in place, as the Net does
+      ga->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      // One fp32 sum of two bf16 values, rounded once, is the reference's sum rounded.
+      expect_equal(b.export_act(gy, s), rounded(y), "add y");
+      expect_equal(b.export_act(gg, s), g, "add dx in place");
+      expect_equal(b.export_act(gdx, s), g, "add dx");
+    }
+  }
+}
+
+TEST(GpuBf16Ops, MaxPoolTiesAndGeometries) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  struct Case { Shape in; int64_t k, s, p; };
+  for (Case c : {Case{{1, 3, 7, 9}, 3, 2, 1}, Case{{2, 4, 8, 8}, 2, 2, 0},
+                 Case{{1, 1, 5, 5}, 3, 1, 1}, Case{{2, 2, 16, 16}, 3, 2, 1},
+                 Case{{1, 1, 1, 1}, 1, 1, 0}})
+    for (bool ties : {true, false}) {
+      MaxPoolDesc d{"pool", c.in, c.k, c.s, c.p};
+      SCOPED_TRACE(c.in.str() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) +
+                   (ties ? " ties" : ""));
+      const Shape o = d.out();
+      const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
+      auto x = ties ? tie_vec(n, 10) : bf16_vec(n, 10);
+      auto dy = bf16_vec(m, 11);
+      std::vector<float> y(m), dx(n);
+      auto ro = b.ref->make_maxpool(d);
+      ro->forward(x.data(), y.data(), true);
+      ro->backward(x.data(), y.data(), dy.data(), dx.data());
+      auto gx = b.import(x, c.in), gdy = b.import(dy, o);
+      DeviceBuffer gy = b.act(o), gdx = b.act(c.in);
+      auto go = b.gpu->make_maxpool(d);
+      go->forward(gx.as<float>(), gy.as<float>(), true);
+      go->backward(gx.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      expect_equal(b.export_act(gy, o), y, "y");
+      // The same first-maximum rule and the same fp32 sums in output order, rounded once.
+      expect_equal(b.export_act(gdx, c.in), rounded(dx), "dx");
+    }
+}
+
+TEST(GpuBf16Ops, GlobalAvgPoolAndPadShortcut) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}}) {
+    SCOPED_TRACE(s.str());
+    const Shape o{s.n, s.c, 1, 1};
+    const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
+    auto x = bf16_vec(n, 12), dy = bf16_vec(m, 13);
+    std::vector<float> y(m), dx(n);
+    auto ro = b.ref->make_global_avgpool({"gap", s});
+    ro->forward(x.data(), y.data());
+    ro->backward(dy.data(), dx.data());
+    auto gx = b.import(x, s), gdy = b.import(dy, o);
+    DeviceBuffer gy = b.act(o), gdx = b.act(s);
+    auto go = b.gpu->make_global_avgpool({"gap", s});
+    go->forward(gx.as<float>(), gy.as<float>());
+    go->backward(gdy.as<float>(), gdx.as<float>());
+    expect_normalised(b.export_act(gy, o), y, 1e-2, "gap y");
+    expect_normalised(b.export_act(gdx, s), dx, 1e-2, "gap dx");
+  }
+  struct Case { Shape in; int64_t out_c, stride; };
+  for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
+                 Case{{2, 5, 3, 3}, 5, 1}}) {
+    PadShortcutDesc d{"sc", c.in, c.out_c, c.stride};
+    const Shape o = d.out();
+    SCOPED_TRACE(c.in.str() + " -> " + o.str());
+    const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
+    auto x = bf16_vec(n, 14), dy = bf16_vec(m, 15);
+    std::vector<float> y(m), dx(n);
+    auto ro = b.ref->make_pad_shortcut(d);
+    ro->forward(x.data(), y.data());
+    ro->backward(dy.data(), dx.data());
+    auto gx = b.import(x, c.in), gdy = b.import(dy, o);
+    DeviceBuffer gy = b.act(o), gdx = b.act(c.in);
+    auto go = b.gpu->make_pad_shortcut(d);
+    go->forward(gx.as<float>(), gy.as<float>());
+    go->backward(gdy.as<float>(), gdx.as<float>());
+    expect_equal(b.export_act(gy, o), y, "shortcut y");
+    expect_equal(b.export_act(gdx, c.in), dx, "shortcut dx");
+  }
+}
+
+TEST(GpuBf16Ops, LinearForwardBackward) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  struct Case { Shape in; int64_t out; bool bias; };
+  for (Case c : {Case{{4, 16, 1, 1}, 10, true}, Case{{2, 3, 2, 2}, 5, true},  // h, w > 1: reorder
+                 Case{{3, 7, 3, 1}, 4, false}, Case{{1, 64, 1, 1}, 1000, true}}) {
+    LinearDesc d{"fc", c.in, c.out, c.bias};
+    const Shape o = d.out();
+    SCOPED_TRACE(c.in.str() + " -> " + o.str());
+    const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()),
+                 nw = size_t(c.out * c.in.chw()), nb = size_t(c.out);
+    auto x = bf16_vec(nx, 16), w = bf16_vec(nw, 17, -0.5, 0.5), bias = bf16_vec(nb, 18),
+         dy = bf16_vec(ny, 19);
+    std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
+    auto ref = b.ref->make_linear(d);
+    ref->forward(x.data(), w.data(), bias.data(), y.data());
+    ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+    auto gx = b.import(x, c.in), gdy = b.import(dy, o);
+    auto gw = to_device(w), gb = to_device(bias);
+    DeviceBuffer gy = b.act(o), gdx = b.act(c.in), gdw(nw * 4), gdb(nb * 4);
+    auto op = b.gpu->make_linear(d);
+    op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+                 gdw.as<float>(), gdb.as<float>());
+    expect_normalised(b.export_act(gy, o), y, 1e-2, "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, 1e-2, "dx");
+    // dw is an fp32 GEMM result of exact bf16 operands: fp32 summation order only.
+    expect_normalised(b.fp32(gdw, nw), dw, 1e-4, "dw");
+    if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db");
+  }
+}
+
+TEST(GpuBf16Ops, SoftmaxXent) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (double eps : {0.0, 0.1})
+    for (Shape s : {Shape{4, 10, 1, 1}, Shape{3, 1000, 1, 1}}) {
+      SCOPED_TRACE(s.str() + " eps " + std::to_string(eps));
+      SoftmaxXentDesc d{"loss", s, eps};
+      const size_t n = size_t(s.numel());
+      auto z = bf16_vec(n, 20, -4, 4);
+      std::vector<int32_t> labels(size_t(s.n));
+      for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((7 * i + 3) % size_t(s.c));
+      std::vector<float> dz(n);
+      auto ref = b.ref->make_softmax_xent(d);
+      const double lr = ref->forward(z.data(), labels.data());
+      ref->backward(labels.data(), dz.data(), 128.0);
+      auto gz = b.import(z, s);
+      DeviceBuffer gdz = b.act(s);
+      auto op = b.gpu->make_softmax_xent(d);
+      const double lg = op->forward(gz.as<float>(), labels.data());
+      op->backward(labels.data(), gdz.as<float>(), 128.0);
+      // The logits are exact: the loss is fp32 arithmetic only.
+      EXPECT_NEAR(lg, lr, 1e-5 * std::max(1.0, std::abs(lr)));
+      expect_normalised(b.export_act(gdz, s), dz, 1e-2, "dlogits");
+    }
+}
+
+}  // namespace
+}  // namespace rt::cuda
