@@ -124,15 +124,16 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
                                                                bwd_filter_algo_, &filter_ws));
     workspace_ = std::max({fwd_ws, data_ws, filter_ws});
     ctx_.reserve_workspace(workspace_);
-  } catch (...) {
+    w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
+    dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
+    if (d_.bias) {
+      bias_geom_ = channel_reduce_geom(out_rows_, d_.out_c);
+      bias_partial_ =
+          DeviceBuffer(size_t(2 * bias_geom_.chunks * bias_geom_.channels) * sizeof(float));
+    }
+  } catch (...) {  // the descriptors; the buffers free themselves
     release();
     throw;
-  }
-  w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
-  dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
-  if (d_.bias) {
-    bias_geom_ = channel_reduce_geom(out_rows_, d_.out_c);
-    bias_partial_ = DeviceBuffer(size_t(2 * bias_geom_.chunks * bias_geom_.channels) * sizeof(float));
   }
 }
 
