@@ -2,12 +2,17 @@
 # Builds the CUDA backend and its tests (sm_90) and runs them, on a GPU machine that may have
 # nothing but the CUDA toolkit, CMake and ninja: RT_GPU_ONLY needs no oneDNN, MPI, OpenCV or
 # yaml-cpp. Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
-# failed (and, where nvidia-smi sees a GPU, none was skipped), 1 otherwise.
+# failed (and, where nvidia-smi sees a GPU, none was skipped) and bench_gpu_step succeeded, 1
+# otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
+# tools/bench_torch_gpu.py) into $OUT/bench.md, within what is left of the time budget.
 #
 #   tools/gpu_check.sh [build-dir]     (default build-gpu)
 #   env: OUT, JOBS (default: all cores), CUDA_ARCH (default 90), GTEST_SOURCE (a googletest
 #        source tree; else /usr/src/googletest or .gpu-deps/googletest, else an installed GTest),
-#        CUDNN_ROOT (else beside the toolkit, else the nvidia-cudnn Python wheel)
+#        CUDNN_ROOT (else beside the toolkit, else the nvidia-cudnn Python wheel),
+#        BUDGET_S (wall seconds for the whole script, default 480: each benchmark's timeout is cut
+#        to end within it, and one left under 30 s is not started), BENCH_BATCH (default 256),
+#        BENCH_SIZE (default 224), PYTHON (the interpreter with torch; default python3)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -44,6 +49,7 @@ cudnn=${CUDNN_ROOT:-}
 if [ -z "$cudnn" ] && [ ! -f /usr/local/cuda/include/cudnn.h ] && [ ! -f /usr/include/cudnn.h ]; then
   cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
 fi
+ld_orig=${LD_LIBRARY_PATH-}  # PyTorch loads its own cuDNN: it runs without the path set below
 if [ -n "$cudnn" ]; then
   args+=("-DCUDNN_ROOT=$cudnn")
   # cuDNN 9 loads its engine libraries (libcudnn_cnn, ...) at run time from the loader's path.
@@ -72,11 +78,96 @@ say "gpu_check: gpu:  $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log"
 # ctest keeps a skipped test's output to itself: ask one test program for the reason.
 reason=$("$build/tests/gpu_smoke" 2>&1 | grep -m 1 -oE 'no CUDA device: .*' || true)
 [ "$skipped" -gt 0 ] && [ -n "$reason" ] && say "gpu_check: skip reason: $reason"
-say "gpu_check: done in $(( $(date +%s) - start )) s"
 
 rc=0
 [ $unit_rc -ne 0 ] && rc=1
 [ $gpu_rc -ne 0 ] && rc=1
+
+# Benchmark: ResNet-50 training steps, ours (fp32, tf32) against PyTorch (fp32, tf32, bf16), each
+# run in its own process under a timeout cut to the time left. Pairs of the same precision run
+# back to back, so that a budget cut still leaves a comparison. A failing bench_gpu_step (error,
+# timeout, or any allocation in the timed steps) fails the check; PyTorch problems are reported.
+rm -f "$out"/bench-* "$out/bench.md"
+if [ $gpu_present = 0 ]; then
+  say "gpu_check: benchmark skipped: no GPU ($("$build/bin/bench_gpu_step" 2>&1 | head -1))"
+else
+  deadline=$(( start + ${BUDGET_S:-480} - 15 ))  # 15 s kept for the table
+  bargs=(--batch "${BENCH_BATCH:-256}" --size "${BENCH_SIZE:-224}" --warmup 5 --steps 10 --repeats 3)
+  py=${PYTHON:-python3}
+  # bench NAME CAP CMD...: CMD under `timeout` (CAP s at most), log in bench-NAME.log.
+  bench() {
+    local name=$1 cap=$2 left=$(( deadline - $(date +%s) ))
+    shift 2
+    [ $left -lt $cap ] && cap=$left
+    if [ $cap -lt 30 ]; then
+      echo "not run: time budget spent" >"$out/bench-$name.log"; say "gpu_check: bench $name: not run (time budget spent)"
+      return 0
+    fi
+    timeout -k 10 "$cap" "$@" >"$out/bench-$name.log" 2>&1
+    local brc=$?
+    [ $brc = 124 ] || [ $brc = 137 ] && echo "timed out after $cap s" >>"$out/bench-$name.log"
+    say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $(tail -1 "$out/bench-$name.log")")"
+    if [ $brc -ne 0 ] && [ "${name%%-*}" = ringtrain ]; then say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1; fi
+  }
+  for p in fp32 tf32; do
+    bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
+    bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
+      "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
+  done
+  bench pytorch-bf16 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes bf16 \
+    "${bargs[@]}" --json "$out/bench-pytorch-bf16.json"
+  gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+  # The table: one row per run; a run without its JSON shows its log's last line instead.
+  if ! python3 - "$out" "$gpu_name" "${bargs[*]}" >"$out/bench.md" 2>"$out/bench-table.log" <<'EOF'
+import json, sys, time
+out, gpu, bargs = sys.argv[1:4]
+def load(name):
+    try:
+        with open(f"{out}/bench-{name}.json") as f:
+            return json.loads(f.readline())
+    except (OSError, ValueError):
+        try:
+            with open(f"{out}/bench-{name}.log") as f:
+                lines = [l.strip() for l in f if l.strip()]
+            return lines[-1][:120].replace("|", "/") if lines else "no output"
+        except OSError:
+            return "not run"
+def mib(v):  # None: a CPU smoke run of the PyTorch script
+    return "–" if v is None else f"{v:.0f}"
+names = ["ringtrain-fp32", "ringtrain-tf32", "ringtrain-bf16", "pytorch-fp32", "pytorch-tf32", "pytorch-bf16"]
+runs = {n: load(n) for n in names}
+runs["ringtrain-bf16"] = "not available (fp32 convolutions and GEMMs only)"
+pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})
+net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_torch_gpu.py's ResNet-50"
+print("# ResNet-50 training step on one GPU\n")
+print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {gpu}; {bargs}; "
+      f"PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}.\n")
+print("| run | img/s median [min–max] | peak memory in use, MiB | allocator peak, MiB "
+      "| allocations in timed steps | ringtrain / PyTorch |")
+print("|---|---|---|---|---|---|")
+for name in names:
+    who, prec = name.split("-")
+    label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
+    r = runs[name]
+    if not isinstance(r, dict):
+        print(f"| {label} | {r} | | | | |")
+        continue
+    ours = who == "ringtrain"
+    peer = runs[f"pytorch-{prec}"]
+    ratio = f"{r['img_per_s'] / peer['img_per_s']:.2f}" if ours and isinstance(peer, dict) else ""
+    alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
+             else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
+    print(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
+          f"| {mib(r['peak_used_mib'])} | {alloc} | {r['steady_allocs'] if ours else ''} | {ratio} |")
+print("\nPeak memory in use: cudaMemGetInfo's total − free after the first step (and at the end), "
+      "minus that before the model was built. Logs: bench-*.log; figures: bench-*.json.")
+EOF
+  then
+    say "gpu_check: FAILED to write bench.md (see bench-table.log)"
+  fi
+  [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
+fi
+say "gpu_check: done in $(( $(date +%s) - start )) s"
 if [ $gpu_present = 1 ] && [ "$skipped" -gt 0 ]; then
   say "gpu_check: FAILED: a GPU is present but $skipped GPU tests skipped"; rc=1
 fi

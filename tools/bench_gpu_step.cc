@@ -1,0 +1,268 @@
+// GPU training-step benchmark: images/s of ResNet forward + backward + the device SGD step on the
+// CUDA backend (median and spread over repeats), peak device memory, and the device and pinned
+// allocations made by the timed steps, which must be none.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/backend.h"
+#include "cuda/check.h"
+#include "cuda/device.h"
+#include "cuda/memory.h"
+#include "nn/resnet.h"
+
+namespace {
+
+struct Args {
+  std::string model = "resnet50", precision = "fp32", json;
+  int64_t batch = 256, size = 224;
+  int warmup = 5, steps = 10, repeats = 3;
+};
+
+[[noreturn]] void usage(int rc) {
+  std::printf(
+      "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32]\n"
+      "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE]\n"
+      "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
+      "batch kept on the device; convolution algorithms are timed once per layer at set-up. Each\n"
+      "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n");
+  std::exit(rc);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_gpu_step: %s needs a value\n", k.c_str());
+        usage(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--model") a.model = val();
+    else if (k == "--batch") a.batch = std::stoll(val());
+    else if (k == "--size") a.size = std::stoll(val());
+    else if (k == "--precision") a.precision = val();
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--steps") a.steps = std::stoi(val());
+    else if (k == "--repeats") a.repeats = std::stoi(val());
+    else if (k == "--json") a.json = val();
+    else if (k == "--help" || k == "-h") usage(0);
+    else {
+      std::fprintf(stderr, "bench_gpu_step: unknown option %s\n", k.c_str());
+      usage(2);
+    }
+  }
+  if (a.precision == "bf16") {
+    std::fprintf(stderr, "bench_gpu_step: precision bf16 is not available: the CUDA backend's "
+                         "convolutions and GEMMs are fp32 only\n");
+    std::exit(2);
+  }
+  if (a.precision != "fp32" && a.precision != "tf32") usage(2);
+  // The first step grows the gradient slots; it must be outside the allocation count.
+  if (a.warmup < 1 || a.steps < 1 || a.repeats < 1 || a.batch < 1 || a.size < 1) {
+    std::fprintf(stderr, "bench_gpu_step: --warmup, --steps, --repeats, --batch and --size must be >= 1\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+// The CUDA backend with one change: importing the batch does nothing. The benchmark writes its
+// synthetic batch into the input tensor once (a Net keeps that tensor to itself), as the PyTorch
+// peer keeps its batch on the device, so steps time compute and not a host-to-device copy.
+class ResidentInput final : public rt::Backend<float> {
+ public:
+  explicit ResidentInput(std::unique_ptr<rt::Backend<float>> in) : in_(std::move(in)) {}
+  void upload(const float* nchw, const rt::Shape& s, float* dst) const { in_->act_import(nchw, s, dst); }
+
+  std::string name() const override { return in_->name(); }
+  size_t act_size(const rt::Shape& s) const override { return in_->act_size(s); }
+  void act_import(const float*, const rt::Shape&, float*) const override {}
+  void act_export(const float* src, const rt::Shape& s, float* nchw) const override {
+    in_->act_export(src, s, nchw);
+  }
+  void accumulate(float* y, const float* x, size_t n) const override { in_->accumulate(y, x, n); }
+  const rt::MemorySpace* act_memory() const override { return in_->act_memory(); }
+  const rt::MemorySpace* param_memory() const override { return in_->param_memory(); }
+  void sync() const override { in_->sync(); }
+  std::unique_ptr<rt::Optimizer<float>> make_sgd(std::vector<rt::ParamInfo> l, rt::SgdConfig c) override {
+    return in_->make_sgd(std::move(l), c);
+  }
+  size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override {
+    return in_->scale_count_nonfinite(v, n, s, count);
+  }
+  std::unique_ptr<rt::ConvOp<float>> make_conv(const rt::ConvDesc& d) override { return in_->make_conv(d); }
+  std::unique_ptr<rt::BatchNormOp<float>> make_batchnorm(const rt::BatchNormDesc& d) override {
+    return in_->make_batchnorm(d);
+  }
+  std::unique_ptr<rt::ReluOp<float>> make_relu(const rt::ReluDesc& d) override { return in_->make_relu(d); }
+  std::unique_ptr<rt::MaxPoolOp<float>> make_maxpool(const rt::MaxPoolDesc& d) override {
+    return in_->make_maxpool(d);
+  }
+  std::unique_ptr<rt::GlobalAvgPoolOp<float>> make_global_avgpool(const rt::GlobalAvgPoolDesc& d) override {
+    return in_->make_global_avgpool(d);
+  }
+  std::unique_ptr<rt::LinearOp<float>> make_linear(const rt::LinearDesc& d) override {
+    return in_->make_linear(d);
+  }
+  std::unique_ptr<rt::AddOp<float>> make_add(const rt::AddDesc& d) override { return in_->make_add(d); }
+  std::unique_ptr<rt::PadShortcutOp<float>> make_pad_shortcut(const rt::PadShortcutDesc& d) override {
+    return in_->make_pad_shortcut(d);
+  }
+  std::unique_ptr<rt::SoftmaxXentOp<float>> make_softmax_xent(const rt::SoftmaxXentDesc& d) override {
+    return in_->make_softmax_xent(d);
+  }
+
+ private:
+  std::unique_ptr<rt::Backend<float>> in_;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Device memory in use by anyone (total - free), as nvidia-smi would count it.
+double device_used_mib() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return double(total - free) / (1 << 20);
+}
+
+int64_t allocs(const rt::cuda::AllocStats& s) { return s.device_allocs + s.pinned_allocs; }
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Args a = parse(argc, argv);
+  std::string why;
+  if (rt::cuda::device_count(&why) == 0) {
+    std::printf("bench_gpu_step: skipped: no CUDA device: %s\n", why.c_str());
+    return 0;
+  }
+  // The baseline is the bare CUDA context (made here by cudaFree(0)): what the model adds
+  // (library handles, workspaces, parameters, activations) is measured above it.
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaFree(nullptr));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double base_mib = device_used_mib();
+  const double t_setup = now_s();
+
+  rt::cuda::ContextConfig ctx;
+  ctx.allow_tf32 = a.precision == "tf32";
+  ctx.benchmark_algos = true;  // as PyTorch's cudnn.benchmark: the fastest measured algorithms
+  auto owned = std::make_unique<ResidentInput>(rt::cuda::make_cuda_backend(ctx));
+  const ResidentInput* backend = owned.get();
+  rt::ResNetConfig cfg;
+  cfg.name = a.model;
+  cfg.batch = a.batch;
+  cfg.image_size = a.size;
+  // CIFAR models have 10 classes, ImageNet ones 1000 (as bench_train_step and the PyTorch peer).
+  const bool cifar = a.model == "resnet20" || a.model == "resnet32" || a.model == "resnet44" ||
+                     a.model == "resnet56" || a.model == "resnet110";
+  cfg.num_classes = cifar ? 10 : 1000;
+  auto net = rt::build_resnet<float>(cfg, std::move(owned));
+  auto opt = net->backend().make_sgd(net->arena().layout(), rt::SgdConfig{});
+
+  std::mt19937_64 rng(0);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(net->shape(0).numel()));
+  for (auto& v : x) v = nd(rng);
+  std::vector<int32_t> y(size_t(a.batch));
+  for (auto& v : y) v = int32_t(rng() % uint64_t(cfg.num_classes));
+  backend->upload(x.data(), net->shape(0), net->act(0));
+
+  float* params = net->arena().params().data();
+  float* grads = net->arena().grads().data();
+  double loss = 0, first_loss = 0;
+  auto step = [&] {
+    loss = net->forward(nullptr, y.data(), true);  // the input is resident (see ResidentInput)
+    net->backward();
+    opt->step(params, grads, 0.01);
+  };
+  step();
+  net->backend().sync();
+  first_loss = loss;
+  // Nothing is freed in the steady state, so memory in use after the first step is the peak;
+  // sampled again at the end in case a library grew something later.
+  double peak_mib = device_used_mib() - base_mib;
+  for (int i = 1; i < a.warmup; ++i) step();
+  net->backend().sync();
+  const double setup_s = now_s() - t_setup;
+
+  const rt::cuda::AllocStats before = rt::cuda::alloc_stats();
+  const double used_before = device_used_mib();
+  std::vector<double> rate;  // images/s of each repeat
+  for (int r = 0; r < a.repeats; ++r) {
+    double t0 = now_s();
+    for (int s = 0; s < a.steps; ++s) step();
+    net->backend().sync();
+    rate.push_back(double(a.batch) * a.steps / (now_s() - t0));
+  }
+  const rt::cuda::AllocStats after = rt::cuda::alloc_stats();
+  const int64_t steady_allocs = allocs(after) - allocs(before);
+  const double used_after = device_used_mib();
+  peak_mib = std::max(peak_mib, used_after - base_mib);
+
+  // The steps must have read the batch uploaded once: check it is still there.
+  std::vector<float> back(x.size());
+  net->export_tensor(0, back.data());
+  if (std::memcmp(back.data(), x.data(), x.size() * sizeof(float)) != 0)
+    throw rt::Error("the resident input batch changed during the steps");
+  if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
+
+  std::vector<double> sorted = rate;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  const double arena_mib = double(net->arena().params().size() * 2 * sizeof(float)) / (1 << 20);
+  std::printf(
+      "RESULT,ringtrain,%s,train,precision=%s,batch=%lld,size=%lld,gpu=%s,warmup=%d,steps=%d,"
+      "repeats=%d,img_per_s=%.1f,img_per_s_min=%.1f,img_per_s_max=%.1f,step_ms=%.2f,"
+      "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f\n",
+      a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
+      a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), 1e3 * a.batch / med,
+      peak_mib, double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss);
+  std::printf("# per-repeat img/s:");
+  for (double r : rate) std::printf(" %.1f", r);
+  std::printf("\n# memory: %.0f MiB in use above the bare context (cudaMemGetInfo); %.0f MiB of it "
+              "counted by rt::cuda (activations, gradient slots, workspaces, momentum), %.0f MiB "
+              "managed arena (parameters + gradients) not counted there; in use changed by %+.0f MiB "
+              "during the timed steps\n",
+              peak_mib, double(after.device_bytes) / (1 << 20), arena_mib, used_after - used_before);
+  std::printf("# device+pinned allocations during the timed steps: %lld (must be 0); loss %.4f -> %.4f\n",
+              (long long)steady_allocs, first_loss, loss);
+
+  if (!a.json.empty()) {
+    FILE* f = std::fopen(a.json.c_str(), "w");
+    if (!f) throw rt::Error("cannot write " + a.json);
+    std::fprintf(f,
+                 "{\"name\": \"ringtrain\", \"model\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, "
+                 "\"size\": %lld, \"gpu\": \"%s\", \"warmup\": %d, \"steps\": %d, \"repeats\": %d, "
+                 "\"img_per_s\": %.2f, \"img_per_s_min\": %.2f, \"img_per_s_max\": %.2f, "
+                 "\"peak_used_mib\": %.1f, \"alloc_device_mib\": %.1f, \"steady_allocs\": %lld, "
+                 "\"setup_s\": %.2f, \"loss\": %.6f}\n",
+                 a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
+                 a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), peak_mib,
+                 double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss);
+    std::fclose(f);
+  }
+  if (steady_allocs != 0) {
+    std::fprintf(stderr, "bench_gpu_step: FAILED: %lld device/pinned allocations in the timed steps\n",
+                 (long long)steady_allocs);
+    return 1;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gpu_step: error: %s\n", e.what());
+  return 1;
+}
