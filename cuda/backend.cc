@@ -139,6 +139,22 @@ class CudaBackend final : public Backend<float> {
                                cudaMemcpyHostToDevice, ctx_.stream()));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
+  // The bytes go up (a quarter of the floats) into a staging buffer sized at the first call, and
+  // normalize_u8 writes the NCHW floats on the device: no device allocation after that call.
+  // The kernel rounds the product and the sum separately (the host rounds once, nn/normalize.h):
+  // the two agree within 1 ulp.
+  // Waits for the stream, as act_import does, before the caller reuses its host batch.
+  void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, float* dst) const override {
+    RT_SHAPE_CHECK(s.c == 3, "8-bit input needs 3 channels (RGB), got shape ", s.str());
+    const size_t bytes = size_t(s.numel());
+    if (u8_staging_.bytes() < bytes) u8_staging_ = DeviceBuffer(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(u8_staging_.get(), nhwc, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+    NormalizeParams np;
+    for (int c = 0; c < 3; ++c) np.scale[c] = p.scale[c], np.shift[c] = p.shift[c];
+    np.nchw = true;
+    normalize_u8(Elem::f32, u8_staging_.as<uint8_t>(), dst, s.n, s.h, s.w, np, ctx_.stream());
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
   void act_export(const float* src, const Shape& s, float* nchw) const override {
     CUDA_CHECK(cudaMemcpyAsync(nchw, src, size_t(s.numel()) * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
@@ -207,6 +223,7 @@ class CudaBackend final : public Backend<float> {
   DeviceSpace device_;
   ManagedSpace managed_;
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
+  mutable DeviceBuffer u8_staging_;  // act_import_u8's uploaded bytes (the input shape is fixed)
 };
 
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.

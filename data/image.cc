@@ -131,10 +131,7 @@ AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_s
   a.min_scale = min_scale;
   a.max_scale = max_scale;
   a.flip = flip && train;
-  for (int c = 0; c < 3; ++c) {
-    a.scale[c] = 1.0f / (255.0f * std[c]);
-    a.shift[c] = -mean[c] / std[c];
-  }
+  a.norm = norm_table(norm_params(mean, std));
   return a;
 }
 
@@ -149,8 +146,6 @@ void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const Augm
     cv::resize(roi, scratch.resized, cv::Size(s, s), 0, 0, big ? cv::INTER_AREA : cv::INTER_LINEAR);
     src = &scratch.resized;
   }
-  // Flip, split to planes, then scale + shift each plane into the float output: OpenCV's SIMD
-  // kernels for each step beat one scalar loop over interleaved pixels by about 4x.
   if (flip) {
     cv::flip(*src, scratch.flipped, 1);
     src = &scratch.flipped;
@@ -160,11 +155,20 @@ void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const Augm
     cv::cvtColor(*src, hwc, cv::COLOR_BGR2RGB);
   }
   if (out_chw) {
-    cv::split(*src, scratch.planes);  // B, G, R
+    // One table lookup per byte (nn/normalize.h): the same floats a backend's 8-bit import makes
+    // from out_hwc, on any CPU. Row by row: an unresized crop is a view with the source's stride.
     const size_t plane = static_cast<size_t>(s) * s;
-    for (int c = 0; c < 3; ++c) {
-      cv::Mat dst(s, s, CV_32F, out_chw + plane * c);
-      scratch.planes[2 - c].convertTo(dst, CV_32F, spec.scale[c], spec.shift[c]);
+    const NormTable& t = spec.norm;
+    for (int y = 0; y < s; ++y) {
+      const uint8_t* px = src->ptr<uint8_t>(y);  // B, G, R
+      float* r = out_chw + static_cast<size_t>(y) * s;
+      float* g = r + plane;
+      float* b = g + plane;
+      for (int x = 0; x < s; ++x, px += 3) {
+        b[x] = t.v[2][px[0]];
+        g[x] = t.v[1][px[1]];
+        r[x] = t.v[0][px[2]];
+      }
     }
   }
 }

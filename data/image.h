@@ -10,6 +10,7 @@
 #include <opencv2/core.hpp>
 
 #include "data/rng.h"
+#include "nn/normalize.h"
 
 namespace rt::data {
 
@@ -42,8 +43,7 @@ struct AugmentSpec {
   bool train = true;
   float min_scale = 0.08f, max_scale = 1.0f;
   bool flip = true;
-  float scale[3] = {1, 1, 1};  // out = pixel * scale[c] + shift[c]: (p / 255 - mean) / std fused
-  float shift[3] = {0, 0, 0};
+  NormTable norm = norm_table(NormParams{});  // float output: (p / 255 - mean) / std, fused per channel
 };
 AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,
                               const float mean[3], const float std[3]);
@@ -51,7 +51,6 @@ AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_s
 // Per-thread buffers reused across images (no per-image allocation once sizes settle).
 struct DecodeScratch {
   cv::Mat decoded, resized, flipped;
-  cv::Mat planes[3];
 };
 
 // Images above this many pixels (by their header) are not decoded.

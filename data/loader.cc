@@ -33,16 +33,16 @@ int available_cores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-// Synthetic image: uniform values with variance 1 (like a normalized image), from 16 bits each.
-void synthetic_image(Rng& rng, size_t count, float* out_f, uint8_t* out_u8) {
-  constexpr float kScale = 3.4641016f / 65536.0f;  // uniform on [-sqrt(3), sqrt(3)): variance 1
-  for (size_t i = 0; i < count; i += 4) {
-    uint64_t r = rng.next_u64();
-    for (size_t k = i; k < std::min(count, i + 4); ++k, r >>= 16) {
-      const uint32_t v = static_cast<uint32_t>(r & 0xffff);
-      if (out_f) out_f[k] = static_cast<float>(v) * kScale - 1.7320508f;
-      if (out_u8) out_u8[k] = static_cast<uint8_t>(v >> 8);
-    }
+// Synthetic image: uniformly random bytes (NHWC RGB), normalized like decoded pixels, so both
+// outputs carry the same image.
+void synthetic_image(Rng& rng, int size, const NormTable& t, float* out_f, uint8_t* out_u8) {
+  const size_t hw = static_cast<size_t>(size) * size;
+  uint64_t r = 0;
+  for (size_t k = 0; k < 3 * hw; ++k, r >>= 8) {
+    if (k % 8 == 0) r = rng.next_u64();
+    const uint8_t p = static_cast<uint8_t>(r);
+    if (out_u8) out_u8[k] = p;
+    if (out_f) out_f[(k % 3) * hw + k / 3] = t.v[k % 3][p];
   }
 }
 
@@ -115,7 +115,7 @@ class PipelineLoader final : public Loader {
     ready_cv_.wait(lock, [&] { return error_ || (slot.ready && slot.step == next_step_); });
     if (error_) std::rethrow_exception(error_);
     std::swap(out.images, slot.batch.images);
-    std::swap(out.images_u8, slot.batch.images_u8);
+    std::swap(out.pixels, slot.batch.pixels);
     std::swap(out.labels, slot.batch.labels);
     std::swap(out.indices, slot.batch.indices);
     out.n = slot.batch.n;
@@ -160,8 +160,8 @@ class PipelineLoader final : public Loader {
     s.remaining = n;
     s.ready = false;
     s.batch.n = n;
-    s.batch.images.resize(cfg_.output_float ? pixels * n : 0);
-    s.batch.images_u8.resize(cfg_.output_u8 ? pixels * n : 0);
+    s.batch.images.resize(cfg_.output == Output::f32 ? pixels * n : 0);
+    s.batch.pixels.resize(cfg_.output == Output::u8 ? pixels * n : 0);
     s.batch.labels.resize(static_cast<size_t>(n));
     s.batch.indices.resize(static_cast<size_t>(n));
     s.ok.assign(static_cast<size_t>(n), 1);
@@ -205,8 +205,8 @@ class PipelineLoader final : public Loader {
   // decodable sample of the share (wrapping), evaluation reports false.
   bool fill(Slot& slot, int j, DecodeScratch& scratch, std::vector<uint8_t>& bytes) {
     const size_t pixels = static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3;
-    float* out_f = cfg_.output_float ? slot.batch.images.data() + pixels * j : nullptr;
-    uint8_t* out_u8 = cfg_.output_u8 ? slot.batch.images_u8.data() + pixels * j : nullptr;
+    float* out_f = cfg_.output == Output::f32 ? slot.batch.images.data() + pixels * j : nullptr;
+    uint8_t* out_u8 = cfg_.output == Output::u8 ? slot.batch.pixels.data() + pixels * j : nullptr;
     const int64_t k = slot.first + j;
     int64_t index = share_.sample(k);
     bool ok = produce(index, out_f, out_u8, scratch, bytes);
@@ -237,7 +237,7 @@ class PipelineLoader final : public Loader {
                std::vector<uint8_t>& bytes) {
     if (!ds_) {
       Rng rng(cfg_.seed, epoch_, index, Stream::synthetic_image);
-      synthetic_image(rng, static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3, out_f, out_u8);
+      synthetic_image(rng, cfg_.image_size, aug_.norm, out_f, out_u8);
       return true;
     }
     std::atomic<uint8_t>& bad = bad_[static_cast<size_t>(index)];
@@ -262,7 +262,7 @@ class PipelineLoader final : public Loader {
       if (!s.ok[static_cast<size_t>(r)]) continue;
       if (w != r) {
         if (!b.images.empty()) std::memmove(&b.images[pixels * w], &b.images[pixels * r], pixels * sizeof(float));
-        if (!b.images_u8.empty()) std::memmove(&b.images_u8[pixels * w], &b.images_u8[pixels * r], pixels);
+        if (!b.pixels.empty()) std::memmove(&b.pixels[pixels * w], &b.pixels[pixels * r], pixels);
         b.labels[static_cast<size_t>(w)] = b.labels[static_cast<size_t>(r)];
         b.indices[static_cast<size_t>(w)] = b.indices[static_cast<size_t>(r)];
       }
@@ -271,7 +271,7 @@ class PipelineLoader final : public Loader {
     if (w == b.n) return;
     b.n = w;
     if (!b.images.empty()) b.images.resize(pixels * w);
-    if (!b.images_u8.empty()) b.images_u8.resize(pixels * w);
+    if (!b.pixels.empty()) b.pixels.resize(pixels * w);
     b.labels.resize(static_cast<size_t>(w));
     b.indices.resize(static_cast<size_t>(w));
   }

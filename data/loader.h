@@ -8,9 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "nn/normalize.h"
+
 namespace rt::data {
 
 enum class Split : uint8_t { train, val };
+
+// What a batch carries: normalized floats for a backend that takes them as they are, or the
+// augmented 8-bit pixels for one that normalizes them itself (a quarter of the bytes to copy, no
+// float pass on the CPU).
+enum class Output : uint8_t { f32, u8 };
 
 // Plain settings; the trainer fills them from YAML. Defaults written once, here.
 struct DataConfig {
@@ -31,17 +38,19 @@ struct DataConfig {
   float max_scale = 1.0f;
   bool flip = true;             // random horizontal flip (training only)
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
-  bool output_float = true;     // fill Batch::images (float NCHW, normalized)
-  bool output_u8 = false;       // also fill Batch::images_u8 (8-bit NHWC RGB, not normalized) for
-                                //   a device that normalizes itself
+  Output output = Output::f32;  // f32: Batch::images; u8: Batch::pixels (normalize with norm_params)
 };
 
-// One batch in the layout the CPU backend takes: float NCHW, RGB, normalized.
+// The normalization the float output applies and 8-bit pixels still need (mean/std fused).
+inline NormParams norm_params(const DataConfig& cfg) { return rt::norm_params(cfg.mean, cfg.std); }
+
+// One batch. Output::f32: images in the layout the CPU backends take (float NCHW, RGB,
+// normalized). Output::u8: pixels, the same crop and flip before normalization (out of the 8-bit
+// pixel p, channel c, the float output holds norm_value(p, scale[c], shift[c]) of norm_params).
 struct Batch {
-  std::vector<float> images;    // n * 3 * size * size
+  std::vector<float> images;    // n * 3 * size * size (Output::f32; else empty)
+  std::vector<uint8_t> pixels;  // n * size * size * 3, NHWC RGB (Output::u8; else empty)
   std::vector<int32_t> labels;  // n
-  std::vector<uint8_t> images_u8;  // n * size * size * 3 when DataConfig::output_u8: same crop and
-                                   //   flip, RGB, pixel values before mean/std
   std::vector<int64_t> indices; // n: global sample index of each image (a substitute's own index)
   int n = 0;                    // samples in this batch (the last evaluation batch may be short)
 };

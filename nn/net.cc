@@ -367,6 +367,19 @@ template <class T>
 double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
+  return run_forward(labels, train);
+}
+
+template <class T>
+double Net<T>::forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels,
+                          bool train) {
+  if (!finalized_) throw Error("network used before finalize()");
+  backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
+  return run_forward(labels, train);
+}
+
+template <class T>
+double Net<T>::run_forward(const int32_t* labels, bool train) {
   labels_ = labels;
   loss_ = 0.0;
   if (!profiling_) {
@@ -488,6 +501,19 @@ template <class T>
 int Net<T>::first_nonfinite_node(const T* input_nchw, const int32_t* labels) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
+  return run_nonfinite_search(labels);
+}
+
+template <class T>
+int Net<T>::first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm,
+                                    const int32_t* labels) {
+  if (!finalized_) throw Error("network used before finalize()");
+  backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
+  return run_nonfinite_search(labels);
+}
+
+template <class T>
+int Net<T>::run_nonfinite_search(const int32_t* labels) {
   labels_ = labels;
   loss_ = 0.0;
   std::vector<T> out;

@@ -59,6 +59,9 @@ class Net {
   // --- running ---
   // Imports the NCHW batch, runs all layers; returns the mean loss (0 without labels).
   double forward(const T* input_nchw, const int32_t* labels, bool train);
+  // The same from 8-bit pixels (NHWC RGB, the loader's Output::u8), normalized with `norm` by the
+  // backend's act_import_u8: equal to forward() on the loader's float output.
+  double forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
   // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
   // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()).
   void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0);
@@ -71,6 +74,7 @@ class Net {
   // (the loss node when only the loss does), or -1 when all stays finite. Allocates; not for
   // the step itself.
   int first_nonfinite_node(const T* input_nchw, const int32_t* labels);
+  int first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels);
 
   // --- access ---
   Arena<T>& arena() { return arena_; }
@@ -112,6 +116,8 @@ class Net {
   void set_loss(double l) { loss_ = l; }
 
  private:
+  double run_forward(const int32_t* labels, bool train);  // on the imported input
+  int run_nonfinite_search(const int32_t* labels);
   int push(std::unique_ptr<Node<T>> node, const Shape& out);
   int slot_alloc(size_t elems);
   void plan_activations();

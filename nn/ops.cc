@@ -97,6 +97,14 @@ size_t Backend<T>::scale_count_nonfinite(T* v, size_t n, float s, bool count) {
   return bad;
 }
 
+template <class T>
+void Backend<T>::act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, T* dst) const {
+  RT_SHAPE_CHECK(s.c == 3, "8-bit input needs 3 channels (RGB), got shape ", s.str());
+  u8_scratch_.resize(size_t(s.numel()));  // the input shape is fixed: allocates on the first call only
+  normalize_u8_nchw(nhwc, s.n, s.h, s.w, norm_table(p), u8_scratch_.data());
+  act_import(u8_scratch_.data(), s, dst);
+}
+
 template class Backend<float>;
 template class Backend<double>;
 

@@ -12,8 +12,10 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/error.h"
+#include "nn/normalize.h"
 #include "nn/optimizer.h"
 #include "nn/tensor.h"
 
@@ -203,6 +205,12 @@ class Backend {
   virtual size_t act_size(const Shape& s) const = 0;
   virtual void act_import(const T* nchw, const Shape& s, T* dst) const = 0;
   virtual void act_export(const T* src, const Shape& s, T* nchw) const = 0;
+  // The input from 8-bit pixels: s.n images of s.h x s.w x 3 bytes (NHWC, RGB; s.c must be 3),
+  // normalized per channel with norm_value (nn/normalize.h) into dst as act_import would place
+  // them. Default: normalizes on the host into a scratch buffer kept for the next call, then
+  // act_import; the floats equal the loader's float output bit for bit. A device backend
+  // overrides it to upload the bytes (a quarter of the floats) and normalize there.
+  virtual void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, T* dst) const;
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
   // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory, which
@@ -229,6 +237,9 @@ class Backend {
   virtual std::unique_ptr<AddOp<T>> make_add(const AddDesc&) = 0;
   virtual std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc&) = 0;
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
+
+ private:
+  mutable std::vector<T> u8_scratch_;  // act_import_u8's host NCHW floats, reused
 };
 
 // "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu";

@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "tests/data_u8_check.h"
 #include "nn/error.h"
 
 namespace fs = std::filesystem;
@@ -135,21 +136,29 @@ TEST_F(data_loader, EvaluationCoversEverySampleOnceAcrossRanks) {
   }
 }
 
-TEST_F(data_loader, EightBitOutputMatchesTheFloats) {
-  DataConfig cfg = folder_config(root(), 2);
-  cfg.output_u8 = true;
-  auto l = make_loader(cfg, Split::train, 0, 1, 3);
-  l->start_epoch({0, 0});
-  Batch b;
-  ASSERT_TRUE(l->next(b));
-  const int s = 16, plane = s * s;
-  ASSERT_EQ(b.images_u8.size(), size_t(3) * plane * 3);
-  for (int j = 0; j < 3; ++j)
-    for (int p = 0; p < plane; p += 37)
-      for (int c = 0; c < 3; ++c) {
-        const float f = b.images[(j * 3 + c) * plane + p] * cfg.std[c] + cfg.mean[c];
-        EXPECT_NEAR(f * 255.0f, b.images_u8[(j * plane + p) * 3 + c], 0.01f);
-      }
+TEST_F(data_loader, EightBitOutputNormalizesToTheFloatsFromFolderListAndShards) {
+  TempDir t;
+  // A list file naming the folder's images (labels as the folder numbers them).
+  std::ofstream list(t.path / "train.txt");
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 14; ++i)
+      list << (root() / "train" / ("c" + std::to_string(c)) / (std::to_string(i) + ".jpg")).string() << " " << c
+           << "\n";
+  list.close();
+  const auto folder = open_folder(root().string(), Split::train);
+  const PackStats st = pack_shards(*folder, "train", (t.path / "train").string(), 4000);
+  DataConfig from_list = folder_config(root(), 2), from_shards = folder_config(root(), 2);
+  from_list.root.clear();
+  from_list.train_list = (t.path / "train.txt").string();
+  from_shards.train_shards = st.index_path;
+  for (const DataConfig& cfg : {folder_config(root(), 2), from_list, from_shards}) {
+    SCOPED_TRACE(cfg.train_list.empty() ? cfg.train_shards.empty() ? "folder" : "shards" : "list");
+    test::expect_u8_normalizes_to_floats(cfg, Split::train);
+  }
+  // Evaluation (centre crops), another mean and std, one rank of three.
+  DataConfig cfg = folder_config(root(), 3);
+  cfg.mean[0] = 0.3f, cfg.std[2] = 0.31f;
+  test::expect_u8_normalizes_to_floats(cfg, Split::val, 2, 3, 2, 0);
 }
 
 TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {
@@ -201,6 +210,11 @@ TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {
     for (int j = 0; j < b.n; ++j) EXPECT_EQ(b.labels[j], vds->label(b.indices[j]));
   }
   EXPECT_EQ(total, 7);
+  // The 8-bit output is substituted and compacted like the floats.
+  ::testing::internal::CaptureStderr();
+  test::expect_u8_normalizes_to_floats(folder_config(t.path, 2), Split::train, 0, 1, 4, 0);
+  test::expect_u8_normalizes_to_floats(folder_config(t.path, 2), Split::val, 0, 1, 3, 0);
+  ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(v->skipped(), 1);
 }
 

@@ -3,6 +3,7 @@
 
 #include "data/loader.h"
 #include "nn/error.h"
+#include "tests/data_u8_check.h"
 
 namespace rt::data {
 namespace {
@@ -56,6 +57,11 @@ TEST(data_synthetic, DeterministicAcrossThreadCountsAndResume) {
   for (size_t s = 0; s < rest.size(); ++s) EXPECT_EQ(rest[s].images, ea[s + 5].images);
   const std::vector<Batch> other = run_epoch(*a, {3, 0});
   EXPECT_NE(other[0].indices, ea[0].indices);
+}
+
+TEST(data_synthetic, EightBitOutputNormalizesToTheFloats) {
+  test::expect_u8_normalizes_to_floats(synthetic_config(64, 2), Split::train, 1, 2, 4);
+  test::expect_u8_normalizes_to_floats(synthetic_config(37, 3), Split::val, 0, 2, 5, 0);
 }
 
 TEST(data_synthetic, FewerSamplesThanRanksIsAnError) {

@@ -1,12 +1,15 @@
 // bench_data: decoded + augmented images/s of the input pipeline, from a folder or a shard set.
 //
 //   bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64]
-//              [--size 224] [--batches N] [--passes P] [--queue 4] [--u8]
+//              [--size 224] [--batches N] [--passes P] [--queue 4] [--output float|u8|both]
 //
 // Each pass starts a new epoch (so the samples and crops differ), takes one batch untimed (the
 // threads start and fill the queue) and times the next N - 1; the first pass only warms up (page
 // cache, allocations). Prints the median and min-max images/s over the timed passes, the same
 // protocol as the torchvision DataLoader peer (/work/shared/peers/torch_dataloader.py).
+// --output both measures float and 8-bit batches in alternating passes of one run (each pass a
+// fresh loader, so no prefetch thread of the other output competes), one RESULT line each: on a
+// shared machine the two see the same load.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,18 +23,36 @@
 namespace {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_data: %s\nusage: bench_data --root DIR [--split train|val] [--shards INDEX] "
-               "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] [--u8]\n", why.c_str());
+               "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] "
+               "[--output float|u8|both]\n", why.c_str());
   std::exit(2);
+}
+
+// One pass: a fresh loader at epoch `epoch`, one batch untimed, then batches - 1 timed.
+double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch, int batches, int epoch) {
+  auto loader = rt::data::make_loader(cfg, sp, 0, 1, batch);
+  if (loader->steps_per_epoch() < batches)
+    throw rt::Error(rt::str_cat("bench_data: ", loader->size(), " images give ", loader->steps_per_epoch(),
+                                " batches per epoch; --batches ", batches, " needs more"));
+  rt::data::Batch b;
+  loader->start_epoch({epoch, 0});
+  loader->next(b);
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t images = 0;
+  for (int s = 1; s < batches; ++s) {
+    loader->next(b);
+    images += b.n;
+  }
+  return images / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   rt::data::DataConfig cfg;
-  std::string split = "train", shards;
+  std::string split = "train", shards, output = "float";
   int batch = 64, batches = 20, passes = 3;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--u8") { cfg.output_u8 = true; continue; }
     if (i + 1 >= argc) usage("missing value for " + k);
     const std::string v = argv[++i];
     const int n = std::atoi(v.c_str());
@@ -44,43 +65,38 @@ int main(int argc, char** argv) {
     else if (k == "--batches") batches = n;
     else if (k == "--passes") passes = n;
     else if (k == "--queue") cfg.queue_depth = n;
+    else if (k == "--output") output = v;
     else usage("unknown flag " + k);
   }
   if (split != "train" && split != "val") usage("--split must be train or val");
+  if (output != "float" && output != "u8" && output != "both") usage("--output must be float, u8 or both");
   if (cfg.root.empty() && shards.empty()) usage("--root or --shards is required");
   if (batches < 2 || passes < 1 || batch < 1) usage("need --batches >= 2, --passes >= 1, --batch >= 1");
   const rt::data::Split sp = split == "train" ? rt::data::Split::train : rt::data::Split::val;
   (sp == rt::data::Split::train ? cfg.train_shards : cfg.val_shards) = shards;
+  std::vector<std::string> outputs;
+  if (output != "u8") outputs.push_back("float");
+  if (output != "float") outputs.push_back("u8");
   try {
-    auto loader = rt::data::make_loader(cfg, sp, 0, 1, batch);
-    if (loader->steps_per_epoch() < batches)
-      throw rt::Error(rt::str_cat("bench_data: ", loader->size(), " images give ", loader->steps_per_epoch(),
-                                  " batches per epoch; --batches ", batches, " needs more"));
-    std::vector<double> rates;
-    double waited = 0;
-    rt::data::Batch b;
-    for (int p = 0; p <= passes; ++p) {
-      loader->start_epoch({p, 0});
-      loader->next(b);
-      const auto t0 = std::chrono::steady_clock::now();
-      int64_t images = 0;
-      for (int s = 1; s < batches; ++s) {
-        loader->next(b);
-        images += b.n;
-        if (p) waited += loader->last_wait_s();
+    const auto probe = rt::data::make_loader(cfg, sp, 0, 1, batch);  // size, and errors before timing
+    std::vector<std::vector<double>> rates(outputs.size());
+    for (int p = 0; p <= passes; ++p)
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        rt::data::DataConfig c = cfg;
+        c.output = outputs[o] == "u8" ? rt::data::Output::u8 : rt::data::Output::f32;
+        const double r = pass_rate(c, sp, batch, batches, p);
+        if (p) rates[o].push_back(r);  // pass 0 warms up
       }
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (p) rates.push_back(images / dt);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      std::vector<double> sorted = rates[o];
+      std::sort(sorted.begin(), sorted.end());
+      const size_t m = sorted.size();
+      const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+      std::printf("RESULT ringtrain_data source=%s threads=%d batch=%d size=%d mode=%s output=%s images=%lld "
+                  "img_per_s_median=%.1f min=%.1f max=%.1f\n",
+                  shards.empty() ? "folder" : "shards", cfg.threads, batch, cfg.image_size, split.c_str(),
+                  outputs[o].c_str(), static_cast<long long>(probe->size()), median, sorted.front(), sorted.back());
     }
-    std::vector<double> sorted = rates;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                            : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
-    std::printf("RESULT ringtrain_data source=%s threads=%d batch=%d size=%d mode=%s images=%lld "
-                "img_per_s_median=%.1f min=%.1f max=%.1f skipped=%lld\n",
-                shards.empty() ? "folder" : "shards", cfg.threads, batch, cfg.image_size, split.c_str(),
-                static_cast<long long>(loader->size()), median, sorted.front(), sorted.back(),
-                static_cast<long long>(loader->skipped()));
   } catch (const rt::Error& e) {
     std::fprintf(stderr, "bench_data: %s\n", e.what());
     return 1;

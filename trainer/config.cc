@@ -40,6 +40,7 @@ void config_fields(C& c, V&& v) {
   v("data.min_scale", c.data.min_scale);
   v("data.max_scale", c.data.max_scale);
   v("data.flip", c.data.flip);
+  v("data.output", c.data.output);
   v("data.generate.classes", c.generate.classes);
   v("data.generate.train_per_class", c.generate.train_per_class);
   v("data.generate.val_per_class", c.generate.val_per_class);
@@ -165,6 +166,12 @@ void read_value(const YAML::Node& n, float (&f)[3], const std::string& at, const
   if (!n.IsSequence() || n.size() != 3) bad_type(at, k, "a list of 3 numbers", n);
   for (size_t i = 0; i < 3; ++i) f[i] = scalar_as<float>(n[i], at, k, "a list of 3 numbers");
 }
+void read_value(const YAML::Node& n, data::Output& f, const std::string& at, const std::string& k) {
+  const std::string s = scalar_as<std::string>(n, at, k, "float or u8");
+  if (s == "float") f = data::Output::f32;
+  else if (s == "u8") f = data::Output::u8;
+  else throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not float or u8"));
+}
 void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, const std::string& k) {
   std::string s = scalar_as<std::string>(n, at, k, "a schedule kind");
   try {
@@ -197,6 +204,7 @@ YAML::Node to_node(uint64_t f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
+YAML::Node to_node(data::Output f) { return YAML::Node(f == data::Output::u8 ? "u8" : "float"); }
 template <class V>
 YAML::Node seq_node(const V& values, size_t n) {
   YAML::Node s(YAML::NodeType::Sequence);

@@ -46,18 +46,23 @@ EvalResult Trainer::evaluate() {
     const int n = batch_.n;
     if (n == 0) continue;
     if (n > batch) throw Error(str_cat("data: an evaluation batch of ", n, " images (at most ", batch, ")"));
+    const bool u8 = cfg_.data.output == data::Output::u8;
     const float* x = batch_.images.data();
+    const uint8_t* px = batch_.pixels.data();
     const int32_t* y = batch_.labels.data();
     if (n < batch) {
       // The network is set up for a fixed batch: pad with copies of nothing in particular (BN is
       // in inference mode, so padding cannot affect the real samples) and count only n.
-      std::memcpy(pad_images_.data(), x, size_t(n) * per_image * sizeof(float));
+      if (u8) std::memcpy(pad_pixels_.data(), px, size_t(n) * per_image);
+      else std::memcpy(pad_images_.data(), x, size_t(n) * per_image * sizeof(float));
       std::copy(y, y + n, pad_labels_.begin());
       std::fill(pad_labels_.begin() + n, pad_labels_.end(), 0);
       x = pad_images_.data();
+      px = pad_pixels_.data();
       y = pad_labels_.data();
     }
-    net_->forward(x, y, false);
+    if (u8) net_->forward_u8(px, norm_, y, false);
+    else net_->forward(x, y, false);
     net_->export_tensor(net_->logits(), logits_.data());
     counts[0] += n;
     count_correct(logits_.data(), batch_.labels.data(), n, classes, counts[1], counts[2], loss);

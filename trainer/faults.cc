@@ -79,7 +79,9 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   // The averaged gradients are identical on every rank, so every rank is here: diagnose together.
   Finding mine;
   mine.loss = loss;
-  mine.node = net_->first_nonfinite_node(batch_.images.data(), batch_.labels.data());
+  mine.node = cfg_.data.output == data::Output::u8
+                  ? net_->first_nonfinite_node_u8(batch_.pixels.data(), norm_, batch_.labels.data())
+                  : net_->first_nonfinite_node(batch_.images.data(), batch_.labels.data());
   if (mine.node >= 0) {
     auto p = net_->arena().params();
     for (int id : net_->node(size_t(mine.node)).params) {

@@ -95,6 +95,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   const int64_t classes = net_->shape(net_->logits()).c;
   logits_.resize(size_t(batch * classes));
   pad_images_.resize(size_t(net_->shape(0).numel()));
+  if (cfg_.data.output == data::Output::u8) pad_pixels_.resize(pad_images_.size());
+  norm_ = data::norm_params(cfg_.data);
   pad_labels_.assign(size_t(batch), 0);
   metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
@@ -183,6 +185,11 @@ void Trainer::train_step() {
                         " of ", steps_per_epoch_, " batches"));
   if (batch_.n != cfg_.train.batch)
     throw Error(str_cat("data: a training batch of ", batch_.n, " images (expected ", cfg_.train.batch, ")"));
+  if (const bool u8 = cfg_.data.output == data::Output::u8;
+      (u8 ? batch_.pixels.size() : batch_.images.size()) != pad_images_.size())
+    throw Error(str_cat("data: a training batch of ", u8 ? batch_.pixels.size() : batch_.images.size(),
+                        u8 ? " pixel bytes" : " floats", " for data.output ", u8 ? "u8" : "float", " (expected ",
+                        pad_images_.size(), ")"));
   const double t1 = now_s();
   inject_fault();
   reducer_->begin_step();
@@ -190,7 +197,9 @@ void Trainer::train_step() {
   if (cfg_.emulate.compute_ms > 0) {
     emulate_compute(cfg_.emulate, t1, net_->arena().grads(), emulate_points_, rank_, step_ + 1, ready_);
   } else {
-    loss = net_->forward(batch_.images.data(), batch_.labels.data(), true);
+    loss = cfg_.data.output == data::Output::u8
+               ? net_->forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true)
+               : net_->forward(batch_.images.data(), batch_.labels.data(), true);
     net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
     double unused = 0;
     count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,

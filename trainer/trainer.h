@@ -121,6 +121,8 @@ class Trainer {
   bool epoch_started_ = false;       // the train loader is positioned inside the current epoch
   data::Batch batch_;                // reused: no allocation per step
   std::vector<float> logits_, pad_images_;
+  std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8
+  NormParams norm_;                  // data.output u8: the normalization the backend applies
   std::vector<int32_t> pad_labels_;
   std::vector<double> losses_;
   std::vector<int64_t> skipped_;

@@ -1,8 +1,10 @@
 // The trainer under mpirun: replicas stay bitwise identical and a diverged rank is named; resume
 // is exact (bitwise) at an epoch boundary and mid-epoch; N ranks x batch b equal 1 rank x batch
-// N*b (a model without batch norm); evaluation counts every sample once; golden losses.
+// N*b (a model without batch norm); evaluation counts every sample once; data.output u8 trains and
+// evaluates exactly as float; golden losses.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -104,6 +106,42 @@ void check_eval_counts(MpiTest& t, const std::string& dir) {
              "N ranks: ", all.top1, "/", all.top5, " correct, 1 rank: ", one.top1, "/", one.top5);
 }
 
+// The loader's 8-bit pixels normalized by the backend (data.output u8) against its float output:
+// bitwise the same losses, parameters and evaluation (37 samples: short evaluation batches).
+void check_u8_input(MpiTest& t, const std::string& dir) {
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> params;
+    EvalResult eval;
+  };
+  auto run = [&](data::Output out, const std::string& sub) {
+    Config c = tiny(dir + sub);
+    c.data.output = out;
+    c.data.synthetic_samples = 37;
+    c.train.epochs = 1;
+    Trainer tr(c);
+    tr.train();
+    auto p = tr.net().arena().params();
+    return Run{tr.losses(), std::vector<float>(p.begin(), p.end()), tr.evaluate()};
+  };
+  const Run f = run(data::Output::f32, "/in_float"), u = run(data::Output::u8, "/in_u8");
+  MPI_EXPECT(t, !f.losses.empty() && f.losses.size() == u.losses.size(), f.losses.size(), " vs ", u.losses.size(),
+             " losses");
+  for (size_t i = 0; i < std::min(f.losses.size(), u.losses.size()); ++i)
+    if (std::memcmp(&f.losses[i], &u.losses[i], sizeof(double)) != 0) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.17g (u8) vs %.17g (float)", u.losses[i], f.losses[i]);
+      t.fail(str_cat("data.output u8 gives another loss than float at step ", i + 1, ": ", buf));
+      break;
+    }
+  MPI_EXPECT(t, std::memcmp(f.params.data(), u.params.data(), f.params.size() * sizeof(float)) == 0,
+             "data.output u8 gives other parameters than float");
+  MPI_EXPECT(t, f.eval.samples == 37 && u.eval.samples == 37 && f.eval.top1 == u.eval.top1 &&
+                    f.eval.top5 == u.eval.top5 && std::memcmp(&f.eval.loss, &u.eval.loss, sizeof(double)) == 0,
+             "evaluation: float ", f.eval.samples, " samples, loss ", f.eval.loss, "; u8 ", u.eval.samples,
+             " samples, loss ", u.eval.loss);
+}
+
 // A few steps on fixed data, losses against values recorded from a checked run (rank 0 alone).
 void check_golden_losses(MpiTest& t, const std::string& dir) {
   if (t.rank() != 0) return;
@@ -181,6 +219,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true);
     check_data_parallel_equivalence(t, dir);
     check_eval_counts(t, dir);
+    check_u8_input(t, dir);
     check_golden_losses(t, dir);
     check_emulated_compute(t, dir);
     MPI_Barrier(MPI_COMM_WORLD);
