@@ -6,8 +6,8 @@
 namespace rt::cuda {
 namespace {
 
-// One thread per pixel: reads its 3 bytes, writes 3 values. __fmul_rn/__fadd_rn keep nvcc from
-// fusing into an FMA, so the result is the CPU's p * scale + shift rounded twice.
+// One thread per pixel: reads its 3 bytes, writes 3 values. One fused multiply-add, rounded once,
+// as the loader's tables (nn/normalize.h, std::fmaf): the device input equals the host's bitwise.
 template <class T>
 __global__ void normalize_kernel(const uint8_t* in, T* out, int64_t pixels, int64_t hw,
                                  NormalizeParams p) {
@@ -15,7 +15,7 @@ __global__ void normalize_kernel(const uint8_t* in, T* out, int64_t pixels, int6
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pixels; i += stride) {
     const uint8_t* px = in + 3 * i;
     for (int c = 0; c < 3; ++c) {
-      const float v = __fadd_rn(__fmul_rn(float(px[c]), p.scale[c]), p.shift[c]);
+      const float v = __fmaf_rn(float(px[c]), p.scale[c], p.shift[c]);
       // NCHW: image n = i / hw, plane c, position i % hw.
       const int64_t o = p.nchw ? (i / hw * 3 + c) * hw + i % hw : 3 * i + c;
       out[o] = from_f32<T>(v);

@@ -48,7 +48,7 @@ TEST(GpuInputU8, MatchesTheHostDefaultWithinOneUlpAndAllocatesOnce) {
     int64_t worst = 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t d = ulps(want[i], got[i]);
-      ASSERT_LE(d, 1) << "call " << call << " at " << i << ": " << got[i] << " vs " << want[i];
+      ASSERT_EQ(d, 0) << "call " << call << " at " << i << ": " << got[i] << " vs " << want[i];
       worst = std::max(worst, d);
     }
     if (call == 0) RecordProperty("max_ulps", int(worst));

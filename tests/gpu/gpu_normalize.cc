@@ -1,4 +1,5 @@
 // Input normalization on the device against the CPU loader's fused p * scale + shift.
+#include <cmath>
 #include <random>
 
 #include "cuda/check.h"
@@ -33,8 +34,7 @@ TEST(GpuNormalize, U8NhwcToNchwAndNhwc) {
         for (int64_t x = 0; x < w; ++x)
           for (int c = 0; c < 3; ++c) {
             const uint8_t px = img[size_t(((i * h + y) * w + x) * 3 + c)];
-            const float prod = float(px) * p.scale[c];  // two roundings, as the kernel
-            const float want = prod + p.shift[c];
+            const float want = std::fma(float(px), p.scale[c], p.shift[c]);  // one rounding, as the kernel
             const size_t o = size_t(nchw ? ((i * 3 + c) * h + y) * w + x : ((i * h + y) * w + x) * 3 + c);
             ASSERT_EQ(got[o], want) << "nchw " << nchw << " at " << o;
             ASSERT_EQ(got16[o].bits, to_bf16(want).bits) << "bf16, nchw " << nchw << " at " << o;
