@@ -39,6 +39,9 @@ struct CommConfig {
   double stall_warning_s = 60;        // GradientReducer: a rank waiting this long in a step names
                                       // the ranks that have not reached it (0: never)
   double stall_abort_s = 600;         // ... and after this long stops the job (0: waits forever)
+  std::string device_path = "auto";   // gradients in GPU memory: direct (MPI reads the device
+                                      // buffer; needs CUDA-aware MPI), staged (through a pinned
+                                      // host mirror) or auto (direct if MPI is CUDA-aware)
 };
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).
@@ -58,9 +61,14 @@ class Allreducer {
   void allreduce(std::span<float> buf, ReduceOp op) {
     allreduce(buf.data(), buf.size(), DType::f32, op);
   }
+  // Sizes the receive scratch for calls of type t now (set-up), so that no later call allocates.
+  virtual void reserve(DType t);
 
  protected:
-  Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg);
+  // scratch: the memory space of the receive scratch (nullptr: host memory); device memory when
+  // the kernels add on the device.
+  Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
+             const MemorySpace* scratch);
   virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
 
   // Receives range r from `peer` in segments of `seg` elements into recv_depth scratch buffers
@@ -85,6 +93,7 @@ class Allreducer {
   Communicator& comm_;
   const ReduceKernels& kernels_;
   CommConfig cfg_;
+  const MemorySpace* scratch_space_;     // where scratch lives (nullptr: host)
   std::vector<Buffer<char>> scratch_;    // recv_depth buffers, persisting across calls
   std::vector<MPI_Request> sends_;
   struct PendingRecv {
@@ -102,7 +111,10 @@ class Allreducer {
 
 // Throws rt::CommError for an unknown name, for "nccl" in a CPU build, or for an element type the
 // kernels do not support. Collective only in that it must be called on every rank (no messages).
+// scratch: where receive scratch is allocated (nullptr: host memory; kernels on device memory
+// need device scratch).
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
-                                            const ReduceKernels& kernels = cpu_reduce_kernels());
+                                            const ReduceKernels& kernels = cpu_reduce_kernels(),
+                                            const MemorySpace* scratch = nullptr);
 
 }  // namespace rt::comm
