@@ -1,7 +1,10 @@
-// The Allreducer base (segment pipelines, call checks) and the mpi, reducer and nccl algorithms.
+// The Allreducer base (segment pipelines, call checks), the mpi and reducer algorithms, and the
+// registry through which cuda/ adds nccl.
 #include "comm/allreduce.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "comm/mpi_check.h"
 
@@ -26,6 +29,7 @@ Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const C
 }
 
 void Allreducer::reserve(DType t) {
+  if (!scratch_space_) return;
   // No call receives more than one segment into a scratch buffer, and buffers only ever grow.
   const size_t need = segment_for(t) * dtype_size(t);
   for (Buffer<char>& b : scratch_)
@@ -165,7 +169,29 @@ class ReducerAllreducer final : public Allreducer {
   }
 };
 
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, AllreducerFactory> factories;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+bool is_builtin(const std::string& name) {
+  return name == "ring" || name == "ring_pipelined" || name == "mpi" || name == "reducer";
+}
+
 }  // namespace
+
+void register_allreducer(const std::string& name, AllreducerFactory make) {
+  if (is_builtin(name) || !make)
+    throw CommError(
+        str_cat("register_allreducer: '", name, "' is built in or the factory is null"));
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.factories[name] = make;
+}
 
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
                                             const ReduceKernels& kernels, const MemorySpace* scratch) {
@@ -173,10 +199,25 @@ std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator&
     return make_ring_allreducer(comm, kernels, cfg, scratch);
   if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg, scratch);
   if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg, scratch);
-  if (cfg.algorithm == "nccl")
+  AllreducerFactory make = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    if (auto it = r.factories.find(cfg.algorithm); it != r.factories.end()) make = it->second;
+  }
+  if (make) return make(cfg, comm, kernels);  // registered ones keep their own scratch, if any
+  if (cfg.algorithm == "nccl") {
+#ifdef RT_HAVE_NCCL
     throw CommError(
-        "allreduce algorithm 'nccl' is GPU only and not built here (CPU build without CUDA/NCCL); "
-        "use ring, mpi or reducer");
+        "allreduce algorithm 'nccl' is GPU only and not linked into this program: run "
+        "build/bin/trainer_cuda (backend: cuda), which links rt_nccl and calls "
+        "rt::cuda::register_nccl_allreducer()");
+#else
+    throw CommError(
+        "allreduce algorithm 'nccl' is GPU only and not built here (ringtrain was built without "
+        "CUDA or without NCCL); use ring, mpi or reducer");
+#endif
+  }
   throw CommError(str_cat("unknown allreduce algorithm '", cfg.algorithm,
                           "' (known: ring, ring_pipelined, mpi, reducer, nccl)"));
 }

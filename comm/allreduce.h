@@ -1,6 +1,7 @@
 // Interchangeable allreduce algorithms behind one interface, chosen by name from the config:
 // "ring" (ours, the default), "mpi" (MPI_Allreduce), "reducer" (one rank sums, then sends the
-// result back: the baseline the ring replaced) and "nccl" (GPU builds only).
+// result back: the baseline the ring replaced) and "nccl" (registered by cuda/ where NCCL is
+// built).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -61,14 +62,15 @@ class Allreducer {
   void allreduce(std::span<float> buf, ReduceOp op) {
     allreduce(buf.data(), buf.size(), DType::f32, op);
   }
-  // Sizes the receive scratch for calls of type t now (set-up), so that no later call allocates.
+  // Sizes receive scratch in a non-host space for calls of type t now (set-up), so that no later
+  // call allocates there; host scratch is still allocated on first use.
   virtual void reserve(DType t);
 
  protected:
   // scratch: the memory space of the receive scratch (nullptr: host memory); device memory when
   // the kernels add on the device.
   Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
-             const MemorySpace* scratch);
+             const MemorySpace* scratch = nullptr);
   virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
 
   // Receives range r from `peer` in segments of `seg` elements into recv_depth scratch buffers
@@ -109,12 +111,22 @@ class Allreducer {
   void check_same_call(size_t count, DType t, ReduceOp op);
 };
 
-// Throws rt::CommError for an unknown name, for "nccl" in a CPU build, or for an element type the
-// kernels do not support. Collective only in that it must be called on every rank (no messages).
+// Throws rt::CommError for an unknown name, for "nccl" in a program that did not register it, or
+// for an element type the kernels do not support. Collective only in that it must be called on
+// every rank (no messages; a registered algorithm may add its own, as nccl's set-up does).
 // scratch: where receive scratch is allocated (nullptr: host memory; kernels on device memory
-// need device scratch).
+// need device scratch). Registered algorithms do not get it.
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
                                             const ReduceKernels& kernels = cpu_reduce_kernels(),
                                             const MemorySpace* scratch = nullptr);
+
+// Algorithms outside comm/ ("nccl" needs the CUDA and NCCL libraries, which comm/ does not link)
+// register a factory under their name; a program linking them calls their registration once
+// (rt::cuda::register_nccl_allreducer). Registering again replaces the factory; the built-in
+// names (ring, ring_pipelined, mpi, reducer) cannot be registered (CommError).
+using AllreducerFactory = std::unique_ptr<Allreducer> (*)(const CommConfig& cfg,
+                                                          Communicator& comm,
+                                                          const ReduceKernels& kernels);
+void register_allreducer(const std::string& name, AllreducerFactory make);
 
 }  // namespace rt::comm

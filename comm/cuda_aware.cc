@@ -30,21 +30,27 @@ const std::vector<std::string>& device_path_names() {
   return names;
 }
 
-DevicePath resolve_device_path(const std::string& setting, const CudaAwareness& mpi) {
-  if (setting == "auto") return mpi.aware ? DevicePath::direct : DevicePath::staged;
-  if (setting == "staged") return DevicePath::staged;
-  if (setting == "direct") {
-    if (!mpi.aware)
-      throw CommError(str_cat("comm.device_path: direct needs an MPI that takes device pointers, and "
-                              "this one is not CUDA-aware (", mpi.detail,
-                              "); use staged or auto, or a CUDA-aware MPI"));
+DevicePath resolve_device_path(const CommConfig& cfg, const CudaAwareness& mpi) {
+  const std::string& path = cfg.device_path;
+  if (path != "auto" && path != "staged" && path != "direct")
+    throw CommError(str_cat("comm.device_path: unknown value '", path, "' (known: auto, staged, direct)"));
+  if (cfg.algorithm == "nccl") {
+    if (path == "staged")
+      throw CommError("comm.device_path: staged cannot be used with comm.algorithm nccl, which "
+                      "reduces device memory itself; use auto or direct");
     return DevicePath::direct;
   }
-  throw CommError(str_cat("comm.device_path: unknown value '", setting, "' (known: auto, staged, direct)"));
+  if (path == "auto") return mpi.aware ? DevicePath::direct : DevicePath::staged;
+  if (path == "staged") return DevicePath::staged;
+  if (!mpi.aware)
+    throw CommError(str_cat("comm.device_path: direct needs an MPI that takes device pointers, and "
+                            "this one is not CUDA-aware (", mpi.detail,
+                            "); use staged or auto, or a CUDA-aware MPI"));
+  return DevicePath::direct;
 }
 
 DevicePath comm_device_path(const CommConfig& cfg) {
-  return resolve_device_path(cfg.device_path, mpi_cuda_awareness());
+  return resolve_device_path(cfg, mpi_cuda_awareness());
 }
 
 }  // namespace rt::comm

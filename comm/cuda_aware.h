@@ -22,11 +22,13 @@ CudaAwareness mpi_cuda_awareness();
 // The values comm.device_path takes: auto, staged, direct.
 const std::vector<std::string>& device_path_names();
 
-// "auto": direct if mpi.aware, else staged. "staged". "direct": throws rt::CommError naming
-// comm.device_path and what the library said unless mpi.aware. Any other value: CommError.
-DevicePath resolve_device_path(const std::string& setting, const CudaAwareness& mpi);
+// cfg.device_path given what MPI can do. "auto": direct if mpi.aware, else staged. "staged".
+// "direct": throws rt::CommError naming comm.device_path and what the library said unless
+// mpi.aware. Any other value: CommError. With algorithm nccl, which moves device memory itself
+// (MPI only starts it), auto and direct give direct whatever MPI is, and staged is an error.
+DevicePath resolve_device_path(const CommConfig& cfg, const CudaAwareness& mpi);
 
-// resolve_device_path(cfg.device_path, mpi_cuda_awareness()): the path a GPU run takes.
+// resolve_device_path(cfg, mpi_cuda_awareness()): the path a GPU run takes.
 DevicePath comm_device_path(const CommConfig& cfg);
 
 }  // namespace rt::comm

@@ -69,7 +69,7 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
   if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
   allreducer_ = make_allreducer(run_cfg, comm_, *k, scratch);
-  if (scratch) allreducer_->reserve(t);  // device scratch: allocated at set-up, not in a step
+  allreducer_->reserve(t);  // scratch in device memory: allocated now, not in a step
   if (comm_.size() > 1 && (cfg_.stall_warning_s > 0 || cfg_.stall_abort_s > 0)) {
     stall_ = std::make_unique<StallWatch>(comm_.mpi(), cfg_.stall_warning_s, cfg_.stall_abort_s);
     comm_.set_stall_watch(stall_.get());

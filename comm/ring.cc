@@ -89,7 +89,7 @@ class PipelinedRingAllreducer final : public Allreducer {
   const char* name() const override { return "ring_pipelined"; }
   void reserve(DType t) override {
     Allreducer::reserve(t);
-    size_window(segment_for(t) * dtype_size(t));
+    if (scratch_space_) size_window(segment_for(t) * dtype_size(t));
   }
 
  protected:

@@ -1,11 +1,13 @@
 // CudaBackend: memory spaces, activation import/export and the op factories.
 //
 // Where memory lives: activations and their gradients are device memory the host never reads
-// (act_import / act_export copy them). The arena is managed memory because the rest of the
-// trainer (optimizer, checkpoints, allreduce) still reads it on the host; Backend::sync() makes
-// the host wait for the stream before it does.
+// (act_import / act_export copy them). The arena is managed memory: the step's passes over it
+// (the gradient scale-and-check, the SGD update) run on the device, while checkpoints,
+// consistency checks and fault diagnosis read it on the host after Backend::sync().
 #include "cuda/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/check.h"
@@ -15,6 +17,7 @@
 #include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "cuda/layer_ops.h"
+#include "cuda/sgd.h"
 #include "cuda/softmax_xent.h"
 
 namespace rt::cuda {
@@ -102,6 +105,25 @@ class LabelUploadXent final : public SoftmaxXentOp<float> {
   DeviceBuffer labels_;
 };
 
+// The host Sgd (LARS) on the managed arena: waits for the stream before touching it.
+class HostSgdAfterSync final : public Optimizer<float> {
+ public:
+  HostSgdAfterSync(std::vector<ParamInfo> layout, SgdConfig cfg, cudaStream_t stream)
+      : sgd_(std::move(layout), cfg), stream_(stream) {}
+  void step(float* params, const float* grads, double lr) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sgd_.step(params, grads, lr);
+  }
+  std::span<const float> momentum() const override { return sgd_.momentum(); }
+  int64_t steps() const override { return sgd_.steps(); }
+  void restore(std::span<const float> m, int64_t steps) override { sgd_.restore(m, steps); }
+  size_t size() const override { return sgd_.size(); }
+
+ private:
+  Sgd<float> sgd_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public Backend<float> {
  public:
   explicit CudaBackend(const ContextConfig& cfg)
@@ -127,6 +149,27 @@ class CudaBackend final : public Backend<float> {
   const MemorySpace* act_memory() const override { return &device_; }
   const MemorySpace* param_memory() const override { return &managed_; }
   void sync() const override { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
+
+  // The fused device SGD; LARS (per-tensor norms) has no device version yet and runs on the host,
+  // on the managed arena, after a sync.
+  std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override {
+    if (cfg.lars) return std::make_unique<HostSgdAfterSync>(std::move(layout), cfg, ctx_.stream());
+    return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());
+  }
+  // One kernel scales and flags; only a flagged buffer is counted (on the host, a rare path).
+  size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override {
+    if (!count) {
+      if (s != 1.0f) scale(Elem::f32, v, n, s, ctx_.stream());
+      return 0;
+    }
+    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), ctx_.stream()));
+    if (s != 1.0f) unscale_check(Elem::f32, v, n, s, flag_.as<int>(), ctx_.stream());
+    else nonfinite_check(Elem::f32, v, n, flag_.as<int>(), ctx_.stream());
+    int flagged = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&flagged, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, ctx_.stream()));
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;
+  }
 
   std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
     return std::make_unique<CudnnConv>(d, ctx_);
@@ -162,11 +205,39 @@ class CudaBackend final : public Backend<float> {
   SharedScratch scratch_;
   DeviceSpace device_;
   ManagedSpace managed_;
+  DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
 };
 
-std::unique_ptr<Backend<float>> make_default() { return make_cuda_backend(); }
+// "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.
+// "cuda-tf32": TF32 tensor cores and algorithms timed once per shape (PyTorch's
+// allow_tf32 + cudnn.benchmark): the fast configuration.
+std::unique_ptr<Backend<float>> make_default() {
+  ContextConfig cfg;
+  cfg.device = local_rank_device();
+  return make_cuda_backend(cfg);
+}
+std::unique_ptr<Backend<float>> make_tf32() {
+  ContextConfig cfg;
+  cfg.device = local_rank_device();
+  cfg.allow_tf32 = true;
+  cfg.benchmark_algos = true;
+  return make_cuda_backend(cfg);
+}
 
 }  // namespace
+
+int local_rank_device() {
+  // The launchers' node-local rank (Open MPI, MPICH/Hydra, Slurm): rank k of a node takes GPU k
+  // (modulo the GPUs it sees), as Horovod and torchrun place ranks.
+  int local = 0;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var); v && *v) {
+      local = std::atoi(v);
+      break;
+    }
+  const int n = device_count();
+  return n > 0 ? std::max(local, 0) % n : 0;
+}
 
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
   std::string why;
@@ -174,6 +245,9 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
   return std::make_unique<CudaBackend>(cfg);
 }
 
-void register_backend() { rt::register_backend("cuda", &make_default); }
+void register_backend() {
+  rt::register_backend("cuda", &make_default);
+  rt::register_backend("cuda-tf32", &make_tf32);
+}
 
 }  // namespace rt::cuda

@@ -11,8 +11,12 @@ namespace rt::cuda {
 // Throws rt::Error naming the backend, with the runtime's reason, when no device is usable.
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {});
 
+// The device for this process: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
+// or SLURM_LOCALID; 0 without) modulo the visible devices. The registered backends use it.
+int local_rank_device();
+
 // Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
-// configuration. Call once in programs that link rt_cuda; calling again is harmless.
+// configuration, and "cuda-tf32" with TF32 and measured algorithm choice. Call once in programs that link rt_cuda; calling again is harmless.
 void register_backend();
 
 }  // namespace rt::cuda

@@ -1,5 +1,5 @@
-// Checks for every CUDA runtime, cuDNN and cuBLAS return value and every kernel launch: a failure
-// throws rt::Error with file:line, the call as written and the library's own error string.
+// Checks for every CUDA runtime, cuDNN, cuBLAS and NCCL return value and every kernel launch: a
+// failure throws rt::Error with file:line, the call as written and the library's own error string.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -45,3 +45,21 @@ namespace rt::cuda {
     if (rt_err_ != cudaSuccess)                                                             \
       ::rt::cuda::throw_cuda_error(__FILE__, __LINE__, "kernel launch", rt_err_);           \
   } while (0)
+
+// NCCL_CHECK exists only in code built with NCCL (RT_HAVE_NCCL: rt_nccl and what links it), so
+// that the rest of cuda/ neither needs nccl.h nor loads libnccl. throw_nccl_error is defined in
+// cuda/nccl_allreducer.cc, the one place that links NCCL.
+#ifdef RT_HAVE_NCCL
+#include <nccl.h>
+
+namespace rt::cuda {
+// Adds ncclGetLastError's detail (which peer, which transport) to the result's generic string.
+[[noreturn]] void throw_nccl_error(const char* file, int line, const char* call, ncclResult_t r);
+}  // namespace rt::cuda
+
+#define NCCL_CHECK(expr)                                                                    \
+  do {                                                                                      \
+    const ncclResult_t rt_nr_ = (expr);                                                     \
+    if (rt_nr_ != ncclSuccess) ::rt::cuda::throw_nccl_error(__FILE__, __LINE__, #expr, rt_nr_); \
+  } while (0)
+#endif

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "cuda/check.h"
 #include "cuda/sgd_plan.h"
 
 namespace rt::cuda {
@@ -41,6 +42,19 @@ void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
   if (steps < 0) throw Error(str_cat("cuda sgd: restoring a negative step count ", steps));
   momentum_.upload(host_momentum, n * sizeof(float));
   steps_ = steps;
+}
+
+std::span<const float> DeviceSgdOptimizer::momentum() const {
+  host_.resize(sgd_.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(host_.data(), const_cast<DeviceSgd&>(sgd_).momentum(), host_.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  return {host_.data(), host_.size()};
+}
+
+void DeviceSgdOptimizer::restore(std::span<const float> momentum, int64_t steps) {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // no queued step may run over the restored state
+  sgd_.restore(momentum.data(), momentum.size(), steps);
 }
 
 }  // namespace rt::cuda

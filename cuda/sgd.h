@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cuda/memory.h"
@@ -35,6 +36,26 @@ class DeviceSgd {
   uint64_t num_segments_ = 0;
   DeviceBuffer segments_, momentum_;
   int64_t steps_ = 0;
+};
+
+// DeviceSgd as the trainer's rt::Optimizer<float> (Backend::make_sgd of the CUDA backend): steps
+// are queued on `stream`; momentum() waits for it and copies the buffer out.
+class DeviceSgdOptimizer final : public Optimizer<float> {
+ public:
+  DeviceSgdOptimizer(const std::vector<ParamInfo>& layout, SgdConfig cfg, cudaStream_t stream)
+      : sgd_(layout, cfg), stream_(stream) {}
+  void step(float* params, const float* grads, double lr) override {
+    sgd_.step(params, grads, lr, stream_);
+  }
+  std::span<const float> momentum() const override;
+  int64_t steps() const override { return sgd_.steps(); }
+  void restore(std::span<const float> momentum, int64_t steps) override;
+  size_t size() const override { return sgd_.size(); }
+
+ private:
+  DeviceSgd sgd_;
+  cudaStream_t stream_;
+  mutable std::vector<float> host_;  // momentum() copies
 };
 
 }  // namespace rt::cuda

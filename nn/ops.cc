@@ -1,6 +1,9 @@
 // Shape validation of layer descriptions and the backend registry.
 #include "nn/ops.h"
 
+#include <cstring>
+#include <type_traits>
+
 #ifndef RT_NO_ONEDNN  // GPU-only builds (RT_GPU_ONLY) have no oneDNN
 #include "nn/onednn/onednn_backend.h"
 #endif
@@ -72,6 +75,31 @@ Registry& registry() {
 
 }  // namespace
 
+template <class T>
+std::unique_ptr<Optimizer<T>> Backend<T>::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
+  return std::make_unique<Sgd<T>>(std::move(layout), cfg);
+}
+
+template <class T>
+size_t Backend<T>::scale_count_nonfinite(T* v, size_t n, float s, bool count) {
+  if (s != 1.0f)
+    for (size_t i = 0; i < n; ++i) v[i] *= T(s);
+  if (!count) return 0;
+  // On the bits (an all-ones exponent is inf or NaN): integer work the compiler vectorises.
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr Bits exp = sizeof(T) == 4 ? Bits(0x7f800000u) : Bits(0x7ff0000000000000ull);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Bits b;
+    std::memcpy(&b, v + i, sizeof b);
+    bad += (b & exp) == exp;
+  }
+  return bad;
+}
+
+template class Backend<float>;
+template class Backend<double>;
+
 void register_backend(const std::string& name, BackendFactory make) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
@@ -91,7 +119,7 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
     if (auto it = r.factories.find(name); it != r.factories.end()) make = it->second;
   }
   if (make) return make();
-  if (name == "cuda") {
+  if (name == "cuda" || name == "cuda-tf32") {
 #ifdef RT_HAVE_CUDA
     throw Error("backend 'cuda' is not linked into this program: run its _cuda build "
                 "(build/bin/trainer_cuda, build/bin/bench_train_step_cuda), which links rt_cuda "
@@ -101,7 +129,7 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
 #endif
   }
   throw Error("unknown backend '" + name +
-              "' (known: reference, onednn or cpu, onednn-direct, onednn-winograd, cuda)");
+              "' (known: reference, onednn or cpu, onednn-direct, onednn-winograd, cuda, cuda-tf32)");
 }
 
 template <>

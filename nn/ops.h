@@ -14,6 +14,7 @@
 #include <string>
 
 #include "nn/error.h"
+#include "nn/optimizer.h"
 #include "nn/tensor.h"
 
 namespace rt {
@@ -211,6 +212,13 @@ class Backend {
   // Waits until the ops' queued work is done, so that the host sees their results in the arena.
   // The CPU backends compute synchronously: nothing to wait for.
   virtual void sync() const {}
+  // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host.
+  virtual std::unique_ptr<Optimizer<T>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg);
+  // The training loop's pass over the averaged gradients in param_memory(): v[i] *= s (skipped
+  // when s is 1), then, when count, the number of inf and NaN values among the results (a device
+  // backend may answer 0 or some positive count, then counts exactly only when something is
+  // non-finite). Default: a host loop.
+  virtual size_t scale_count_nonfinite(T* v, size_t n, float s, bool count);
 
   virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;

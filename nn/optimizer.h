@@ -25,6 +25,26 @@ struct SgdConfig {
 // Nesterov without momentum).
 void sgd_validate(const SgdConfig& cfg);
 
+// An optimizer over the flat parameter and gradient buffers, on the memory its backend keeps them
+// in (Backend::make_sgd): the host here, the device for the CUDA backend.
+template <class T>
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of params (in place) from grads; both laid out as the arena's layout(). lr finite
+  // and >= 0 (throws rt::Error otherwise). A device optimizer only queues the work.
+  virtual void step(T* params, const T* grads, double lr) = 0;
+  // Momentum buffer laid out like the parameters, read on the host (checkpoints, tests); a
+  // device optimizer copies it out, waiting for its queued work.
+  virtual std::span<const T> momentum() const = 0;
+  // Number of step() calls so far; 0 means the next step initialises the momentum buffer.
+  virtual int64_t steps() const = 0;
+  // Restores state saved from momentum() and steps(); throws rt::Error on a size mismatch or a
+  // negative step count.
+  virtual void restore(std::span<const T> momentum, int64_t steps) = 0;
+  virtual size_t size() const = 0;  // elements of the momentum buffer (= the arena's buffers)
+};
+
 // Stochastic gradient descent over one flat parameter buffer and its gradient buffer, with
 // exactly torch.optim.SGD's semantics (dampening 0). Per tensor, with wd = weight_decay unless
 // the tensor is excluded from decay (then 0) and s = 1 unless LARS applies to it:
@@ -42,7 +62,7 @@ void sgd_validate(const SgdConfig& cfg);
 // Only the elements [offset, offset + count) of each tensor are read or written: alignment
 // padding in the parameter buffer (and in the momentum buffer) stays as it is, i.e. zero.
 template <class T>
-class Sgd {
+class Sgd final : public Optimizer<T> {
  public:
   // layout: the arena's layout() (sorted by offset, non-overlapping; throws rt::Error otherwise).
   // The momentum buffer is allocated here, zeroed, with the same size as the arena's buffers.
@@ -50,16 +70,13 @@ class Sgd {
 
   // One update of params (in place) from grads; both point at buffers laid out as `layout`.
   // lr is the global learning rate for this step (finite, >= 0; throws rt::Error otherwise).
-  void step(T* params, const T* grads, double lr);
+  void step(T* params, const T* grads, double lr) override;
 
   // Momentum buffer, laid out like the parameters (for checkpoints).
   std::span<T> momentum() { return {momentum_.data(), momentum_.size()}; }
-  std::span<const T> momentum() const { return {momentum_.data(), momentum_.size()}; }
-  // Number of step() calls so far; 0 means the next step initialises the momentum buffer.
-  int64_t steps() const { return steps_; }
-  // Restores state saved from momentum() and steps(); throws rt::Error on a size mismatch or a
-  // negative step count.
-  void restore(std::span<const T> momentum, int64_t steps);
+  std::span<const T> momentum() const override { return {momentum_.data(), momentum_.size()}; }
+  int64_t steps() const override { return steps_; }
+  void restore(std::span<const T> momentum, int64_t steps) override;
 
   // LARS trust ratio s of each tensor (in layout order) in the last step; 1 where LARS did not
   // apply. For logging.
@@ -67,7 +84,7 @@ class Sgd {
 
   const SgdConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& layout() const { return layout_; }
-  size_t size() const { return momentum_.size(); }
+  size_t size() const override { return momentum_.size(); }
 
  private:
   // A contiguous piece of one tensor: the unit of parallel work and of norm accumulation.

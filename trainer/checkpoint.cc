@@ -96,6 +96,8 @@ std::vector<int64_t> meta_words(const CheckpointMeta& m) {
   w[11] = int64_t(m.model.state_hash);
   w[12] = int64_t(m.model.dtype);
   w[13] = int64_t(m.seed);
+  std::memcpy(&w[14], &m.loss_scale, 8);
+  w[15] = m.loss_scale_good;
   return w;
 }
 
@@ -114,6 +116,8 @@ CheckpointMeta meta_from(const int64_t* w) {
   m.model.state_hash = uint64_t(w[11]);
   m.model.dtype = DType(w[12]);
   m.seed = uint64_t(w[13]);
+  std::memcpy(&m.loss_scale, &w[14], 8);
+  m.loss_scale_good = w[15];
   return m;
 }
 

@@ -16,7 +16,8 @@
 //
 // Sections (in this order; a reader finds them by tag and refuses a file that lacks one):
 //   "meta"      20 x i64: format of CheckpointMeta below (step, epoch, data position, optimizer
-//               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, 5 x 0)
+//               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, the
+//               loss scale as f64 bits and its good-step count (both 0 without loss scaling), 3 x 0)
 //   "config"    the run's resolved configuration as YAML text (config_to_yaml)
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
@@ -55,6 +56,8 @@ struct CheckpointMeta {
   int64_t batch = 0;             // per-rank batch
   comm::ModelFingerprint model;  // refuses a checkpoint of another model
   uint64_t seed = 0;
+  double loss_scale = 0;         // LossScaler::scale() (0: none saved; a resume starts at init)
+  int64_t loss_scale_good = 0;   // LossScaler::good_steps()
 };
 
 struct Checkpoint {

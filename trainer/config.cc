@@ -66,6 +66,12 @@ void config_fields(C& c, V&& v) {
   v("train.steps", c.train.steps);
   v("train.batch", c.train.batch);
   v("train.label_smoothing", c.train.label_smoothing);
+  v("loss_scale.mode", c.loss_scale.mode);
+  v("loss_scale.init", c.loss_scale.init);
+  v("loss_scale.growth_factor", c.loss_scale.growth_factor);
+  v("loss_scale.backoff_factor", c.loss_scale.backoff_factor);
+  v("loss_scale.growth_interval", c.loss_scale.growth_interval);
+  v("loss_scale.min", c.loss_scale.min);
   v("comm.algorithm", c.comm.algorithm);
   v("comm.bucket_bytes", c.comm.bucket_bytes);
   v("comm.overlap", c.comm.overlap);

@@ -11,6 +11,7 @@
 #include "comm/allreduce.h"
 #include "data/loader.h"
 #include "nn/error.h"
+#include "nn/loss_scale.h"
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
 #include "nn/schedule.h"
@@ -95,6 +96,7 @@ struct Config {
   OptimConfig optimizer;
   ScheduleConfig schedule;            // schedule.*; base_lr and total_epochs are derived
   TrainConfig train;
+  LossScaleConfig loss_scale;         // loss_scale.*: mode, init, growth... (nn/loss_scale.h)
   comm::CommConfig comm;              // comm.*: algorithm, bucket_bytes, overlap, ...
   CheckpointConfig checkpoint;
   EvalConfig eval;
@@ -103,7 +105,7 @@ struct Config {
   DebugConfig debug;
   EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
-  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda (GPU builds)
+  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 (GPU builds)
   std::string backend = "onednn";
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else
                                       //   the cores of this node divided among its ranks

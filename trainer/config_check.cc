@@ -91,6 +91,7 @@ void config_validate(const Config& c) {
   k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
+  k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 
   const auto& algos = comm::allreduce_algorithms();
@@ -99,8 +100,9 @@ void config_validate(const Config& c) {
   const std::string algo_rule = "must be one of " + known;
   k.require(std::find(algos.begin(), algos.end(), c.comm.algorithm) != algos.end(), "comm.algorithm",
             algo_rule.c_str(), c.comm.algorithm);
-  k.require(c.comm.algorithm != "nccl" || c.backend == "cuda", "comm.algorithm",
-            "nccl needs backend: cuda", c.comm.algorithm);
+  const bool gpu = c.backend == "cuda" || c.backend == "cuda-tf32";
+  k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm", "nccl needs backend: cuda or cuda-tf32",
+            c.comm.algorithm);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
   k.require(c.comm.network_segment_bytes == 0 || c.comm.network_segment_bytes >= 4, "comm.network_segment_bytes",
@@ -116,6 +118,8 @@ void config_validate(const Config& c) {
             "must be >= 0 (0: never stop)", c.comm.stall_abort_s);
   k.require(c.comm.device_path == "auto" || c.comm.device_path == "staged" || c.comm.device_path == "direct",
             "comm.device_path", "must be auto, staged or direct", c.comm.device_path);
+  k.require(c.comm.algorithm != "nccl" || c.comm.device_path != "staged", "comm.device_path",
+            "staged cannot be used with comm.algorithm nccl (use auto or direct)", c.comm.device_path);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
@@ -135,8 +139,8 @@ void config_validate(const Config& c) {
             "must be in [0, 1)", c.emulate.forward_fraction);
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "onednn-direct" ||
-                c.backend == "onednn-winograd" || c.backend == "reference" || c.backend == "cuda",
-            "backend", "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference or cuda",
+                c.backend == "onednn-winograd" || c.backend == "reference" || gpu,
+            "backend", "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference, cuda or cuda-tf32",
             c.backend);
   // Whether "cuda" is usable (built in, a device present) is for make_backend to say, with the
   // runtime's reason, when the model is built.

@@ -68,9 +68,8 @@ void Trainer::inject_fault() {
   }
 }
 
-void Trainer::check_finite(double loss, double lr) {
+void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   auto g = net_->arena().grads();
-  const size_t bad_grads = cfg_.check.finite ? count_nonfinite(g.data(), g.size()) : 0;
   if (bad_grads == 0) {
     if (std::isfinite(loss)) return;
     // Only this rank's loss: its gradients were finite, so no other rank knows; it stops the job.

@@ -5,6 +5,9 @@
 #include "trainer/cli.h"
 #ifdef RT_HAVE_CUDA
 #include "cuda/backend.h"
+#ifdef RT_HAVE_NCCL
+#include "cuda/nccl_allreducer.h"
+#endif
 #endif
 
 int main(int argc, char** argv) {
@@ -17,6 +20,9 @@ int main(int argc, char** argv) {
     rt::comm::comm_abort("the MPI library does not provide MPI_THREAD_SERIALIZED, which the trainer needs");
 #ifdef RT_HAVE_CUDA
   rt::cuda::register_backend();  // makes `backend: cuda` available to make_backend
+#ifdef RT_HAVE_NCCL
+  rt::cuda::register_nccl_allreducer();  // and `comm.algorithm: nccl` to make_allreducer
+#endif
 #endif
   const int rc = rt::comm::comm_run_or_abort([&] { return rt::trainer::cli_main(argc, argv); });
   MPI_Finalize();

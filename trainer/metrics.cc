@@ -81,11 +81,12 @@ void Metrics::step(int rank, const StepRecord& r) {
   std::fprintf(f_,
                "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%lld,\"epoch_step\":%lld,"
                "\"loss\":%.6g,\"lr\":%.6g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
-               "\"exposed_comm_s\":%.6f,\"total_comm_s\":%.6f,\"optimizer_s\":%.6f,\"img_s\":%.2f}\n",
+               "\"exposed_comm_s\":%.6f,\"total_comm_s\":%.6f,\"optimizer_s\":%.6f,\"img_s\":%.2f,"
+               "\"loss_scale\":%.6g,\"skipped\":%d}\n",
                rank, (long long)r.step, (long long)r.epoch, (long long)r.epoch_step,
                std::isfinite(r.loss) ? r.loss : -1.0, r.lr, r.step_s, r.compute_s, r.data_wait_s,
                r.exposed_comm_s, r.total_comm_s, r.optimizer_s,
-               r.step_s > 0 ? double(r.global_images) / r.step_s : 0.0);
+               r.step_s > 0 ? double(r.global_images) / r.step_s : 0.0, r.loss_scale, int(r.skipped));
   if (++unflushed_ >= 50) {
     std::fflush(f_);
     unflushed_ = 0;

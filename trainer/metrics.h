@@ -23,6 +23,8 @@ struct StepRecord {
   double total_comm_s = 0;       // allreduce time, hidden or not
   double optimizer_s = 0;
   int64_t global_images = 0;     // images all ranks consumed in this step
+  double loss_scale = 1;         // the step's loss scale (1 without loss scaling)
+  bool skipped = false;          // a gradient overflowed: no update (dynamic loss scaling)
 };
 
 // A flat JSON object built field by field: {"type":"epoch","epoch":3,...}.

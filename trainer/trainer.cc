@@ -41,7 +41,7 @@ std::string metrics_path(const Config& c, int rank) {
 }  // namespace
 
 Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
-    : cfg_(std::move(cfg)), hooks_(std::move(hooks)) {
+    : cfg_(std::move(cfg)), hooks_(std::move(hooks)), scaler_(cfg_.loss_scale) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &world_));
   config_validate(cfg_);
@@ -76,7 +76,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
                          : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend));
   auto& arena = net_->arena();
-  opt_ = std::make_unique<Sgd<float>>(arena.layout(), cfg_.optimizer.sgd);
+  opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);
   // The reducer first: its agreement check proves every rank built the same model and settings
   // before the broadcast below relies on equal buffer sizes.
@@ -195,14 +195,27 @@ void Trainer::train_step() {
     double unused = 0;
     count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
                   epoch_top1_, epoch_top5_, unused);
-    net_->backward(ready_);
+    net_->backward(ready_, scaler_.scale());
   }
   const double t2 = now_s();
   reducer_->wait();
   const double t3 = now_s();
   const double lr = lr_at(schedule_, double(step_) / double(steps_per_epoch_));
-  check_finite(loss, lr);  // before the update: the parameters stay as the last good step left them
-  opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
+  const double scale = scaler_.scale();
+  const size_t bad_grads = unscale_gradients();
+  // The averaged gradients are bitwise equal on every rank, so every rank decides alike.
+  const bool apply = std::isfinite(loss) ? scaler_.update(bad_grads > 0) : true;
+  if (apply) {
+    check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
+    opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
+  } else {
+    skipped_.push_back(step_ + 1);
+    log_line(str_cat("step ", step_ + 1, ": ", bad_grads, " gradient value(s) overflowed at loss scale ", scale,
+                     ": update skipped, scale now ", scaler_.scale()));
+  }
+  // A device backend queued the update: the host may read the parameters after this (checks,
+  // checkpoints, fault drills), and the step's time includes it.
+  net_->backend().sync();
   const double t4 = now_s();
   ++step_;
   losses_.push_back(loss);
@@ -222,8 +235,22 @@ void Trainer::train_step() {
   r.total_comm_s = reducer_->last_step().total_comm_s;
   r.optimizer_s = t4 - t3;
   r.global_images = int64_t(world_) * cfg_.train.batch;
+  r.loss_scale = scale;
+  r.skipped = !apply;
   metrics_->step(rank_, r);
   progress_->step(r, epoch_samples_ ? 100.0 * double(epoch_top1_) / double(epoch_samples_) : 0.0);
+}
+
+size_t Trainer::unscale_gradients() {
+  auto g = net_->arena().grads();
+  const bool count = cfg_.check.finite || scaler_.dynamic();
+  size_t bad = net_->backend().scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
+  // A device backend may only say "some": the message wants the number (rare path, host access).
+  if (bad > 0) {
+    net_->backend().sync();
+    bad = count_nonfinite(g.data(), g.size());
+  }
+  return bad;
 }
 
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end) {

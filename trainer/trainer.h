@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "comm/gradient_reducer.h"
 #include "data/loader.h"
+#include "nn/loss_scale.h"
 #include "nn/net.h"
 #include "nn/optimizer.h"
 #include "trainer/checkpoint.h"
@@ -67,7 +68,7 @@ class Trainer {
   void report(const JsonLine& line, const std::string& text);
 
   Net<float>& net() { return *net_; }
-  Sgd<float>& optimizer() { return *opt_; }
+  Optimizer<float>& optimizer() { return *opt_; }
   const Config& config() const { return cfg_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
@@ -77,6 +78,9 @@ class Trainer {
   // Loss of each step this process ran (this rank's batch), for tests and the golden regression.
   const std::vector<double>& losses() const { return losses_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  // Steps (1-based) whose update this process skipped for a gradient overflow (dynamic scaling).
+  const std::vector<int64_t>& skipped_steps() const { return skipped_; }
   // Throws CommError naming the ranks whose parameters differ from rank 0's. Collective.
   void check_consistency();
 
@@ -84,7 +88,11 @@ class Trainer {
   void setup_threads(MPI_Comm world);
   void train_step();
   void inject_fault();                       // debug.fault, when this rank and step are due
-  void check_finite(double loss, double lr);  // throws naming step, ranks and layers
+  // Throws naming step, ranks and layers; bad_grads: the non-finite gradient values counted.
+  void check_finite(double loss, double lr, size_t bad_grads);
+  // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
+  // only when something needs them: check.finite or dynamic scaling).
+  size_t unscale_gradients();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
   void sync_bn_state();
   data::Loader& val_loader();
@@ -96,7 +104,8 @@ class Trainer {
   std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
   std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
   std::unique_ptr<Net<float>> net_;
-  std::unique_ptr<Sgd<float>> opt_;
+  std::unique_ptr<Optimizer<float>> opt_;
+  LossScaler scaler_;
   std::unique_ptr<comm::GradientReducer> reducer_;
   std::unique_ptr<data::Loader> train_loader_, val_loader_;
   std::unique_ptr<Metrics> metrics_;
@@ -114,6 +123,7 @@ class Trainer {
   std::vector<float> logits_, pad_images_;
   std::vector<int32_t> pad_labels_;
   std::vector<double> losses_;
+  std::vector<int64_t> skipped_;
   // This epoch's running training statistics on this rank.
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;

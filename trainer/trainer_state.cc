@@ -16,6 +16,8 @@ double now_s() {
 // The metadata every rank needs after a load, as one broadcastable block.
 struct LoadedMeta {
   int64_t step = 0, optimizer_steps = 0;
+  double loss_scale = 0;
+  int64_t loss_scale_good = 0;
 };
 
 }  // namespace
@@ -39,6 +41,10 @@ void Trainer::save_checkpoint() {
     m.batch = cfg_.train.batch;
     m.model = fingerprint_;
     m.seed = cfg_.seed;
+    if (scaler_.enabled()) {
+      m.loss_scale = scaler_.scale();
+      m.loss_scale_good = scaler_.good_steps();
+    }
     auto& a = net_->arena();
     try {
       checkpoint_write(path, m, config_yaml_, a.params(), a.state(), opt_->momentum());
@@ -80,12 +86,15 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     momentum = std::move(ck.momentum);
     lm.step = m.step;
     lm.optimizer_steps = m.optimizer_steps;
+    lm.loss_scale = m.loss_scale;
+    lm.loss_scale_good = m.loss_scale_good;
   }
   // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
   comm::broadcast_model(*ctl_comm_, arena, 0);
   ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
   opt_->restore(momentum, lm.optimizer_steps);
+  scaler_.restore(lm.loss_scale, lm.loss_scale_good);
   step_ = lm.step;
   epoch_started_ = false;
   last_checkpoint_ = path;

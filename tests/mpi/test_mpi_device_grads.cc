@@ -200,7 +200,7 @@ void check_cuda_awareness(MpiTest& t) {
 #else
   MPI_EXPECT(t, !a.aware, "no CUDA extension, yet aware: ", a.detail);
 #endif
-  MPI_EXPECT(t, resolve_device_path("auto", a) == (a.aware ? DevicePath::direct : DevicePath::staged),
+  MPI_EXPECT(t, resolve_device_path(CommConfig{}, a) == (a.aware ? DevicePath::direct : DevicePath::staged),
              "auto resolved wrongly");
   bool threw = false;
   try {

@@ -1,0 +1,34 @@
+// comm.algorithm "nccl": NCCL's allreduce on device buffers, the vendor baseline that our ring is
+// compared with on GPUs. Built as rt_nccl only where NCCL was found (RT_HAVE_NCCL).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "comm/allreduce.h"
+
+namespace rt::cuda {
+
+// One NCCL communicator over comm's ranks, each rank on the CUDA device current on the
+// constructing thread (one GPU per rank: NCCL refuses two ranks of a communicator on one GPU).
+// Collective over comm: rank 0 creates NCCL's unique id and broadcasts it with MPI, then every
+// rank joins (ncclCommInitRank), so all ranks must call it together.
+//
+// allreduce(buf, ...) needs buf in device (or managed) memory of that device; f32, bf16 and f16.
+// ReduceOp::average is NCCL's ncclAvg, which scales each input by 1/ranks (rounded to the element
+// type) before summing: exact where ranks is a power of two, otherwise within rounding of the
+// ring's sum-then-scale. It runs on `stream` (null: a stream of the allreducer's own) and returns
+// once the result is in buf; work that wrote buf on another stream must be finished before the
+// call. Any thread may call it (each call selects the device itself), one call at a time.
+//
+// After any failure the NCCL communicator is aborted (ncclCommAbort, which does not wait for
+// peers) and later calls throw; the caller's abort path (comm_abort) then ends the other ranks.
+std::unique_ptr<comm::Allreducer> make_nccl_allreducer(comm::Communicator& comm,
+                                                       const comm::CommConfig& cfg,
+                                                       cudaStream_t stream = nullptr);
+
+// Makes comm::make_allreducer build make_nccl_allreducer (own stream) for algorithm "nccl". Call
+// once in programs that link rt_nccl; calling again is harmless.
+void register_nccl_allreducer();
+
+}  // namespace rt::cuda

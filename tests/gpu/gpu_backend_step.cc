@@ -1,0 +1,99 @@
+// The CUDA backend's step passes the trainer calls on the managed arena: make_sgd (the fused
+// device SGD, or the host one after a sync for LARS) against Sgd<float> bit for bit, and
+// scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
+// counted exactly).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "cuda/backend.h"
+#include "cuda/check.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::cuda {
+namespace {
+
+std::vector<ParamInfo> layout_of(std::initializer_list<size_t> counts) {
+  std::vector<ParamInfo> l;
+  size_t off = 0;
+  for (size_t c : counts) {
+    ParamInfo p;
+    p.name = "p" + std::to_string(l.size());
+    p.kind = l.size() % 2 ? ParamKind::bn_gamma : ParamKind::conv_weight;
+    p.offset = off;
+    p.count = c;
+    l.push_back(p);
+    off += (c + 15) / 16 * 16;
+  }
+  return l;
+}
+
+// Managed memory, as the backend's param_memory() gives the arena.
+struct Managed {
+  explicit Managed(size_t n) : n(n) { CUDA_CHECK(cudaMallocManaged(&p, n * sizeof(float))); }
+  ~Managed() { cudaFree(p); }
+  float* p = nullptr;
+  size_t n;
+};
+
+void run_optimizer(SgdConfig cfg) {
+  auto be = make_cuda_backend();
+  const auto layout = layout_of({3000, 64, 9000, 10});
+  Sgd<float> cpu(layout, cfg);
+  auto dev = be->make_sgd(layout, cfg);
+  const size_t n = cpu.size();
+  ASSERT_EQ(dev->size(), n);
+  std::vector<float> params(n, 0.f), grads(n, 0.f);
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0, 1);
+  for (auto& v : params) v = d(g);
+  Managed mp(n), mg(n);
+  std::memcpy(mp.p, params.data(), n * 4);
+  for (int step = 0; step < 3; ++step) {
+    for (auto& v : grads) v = d(g);
+    std::memcpy(mg.p, grads.data(), n * 4);
+    cpu.step(params.data(), grads.data(), 0.05);
+    dev->step(mp.p, mg.p, 0.05);
+    be->sync();
+    ASSERT_EQ(std::memcmp(mp.p, params.data(), n * 4), 0) << "parameters after step " << step;
+    auto m = dev->momentum();
+    ASSERT_EQ(std::memcmp(m.data(), cpu.momentum().data(), n * 4), 0) << "momentum after step " << step;
+  }
+  EXPECT_EQ(dev->steps(), 3);
+  dev->restore(cpu.momentum(), 7);
+  EXPECT_EQ(dev->steps(), 7);
+}
+
+TEST(GpuBackendStep, DeviceSgdMatchesHost) {
+  RT_REQUIRE_GPU();
+  run_optimizer(SgdConfig{});
+}
+
+TEST(GpuBackendStep, LarsFallsBackToHostAfterSync) {
+  RT_REQUIRE_GPU();
+  SgdConfig cfg;
+  cfg.lars = true;
+  run_optimizer(cfg);
+}
+
+TEST(GpuBackendStep, ScaleAndCountNonfinite) {
+  RT_REQUIRE_GPU();
+  auto be = make_cuda_backend();
+  const size_t n = (1 << 20) + 3;
+  Managed v(n);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) v.p[i] = want[i] = float(int(i % 1000) - 500) * 0.37f;
+  EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0x1p-10f, true), 0u);
+  be->sync();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(v.p[i], want[i] * 0x1p-10f) << i;
+  v.p[17] = std::numeric_limits<float>::infinity();
+  v.p[n - 1] = std::nanf("");
+  v.p[n / 2] = -std::numeric_limits<float>::infinity();
+  EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 1.0f, true), 3u);
+  EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, true), 3u);
+  EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, false), 0u);  // not asked to count
+}
+
+}  // namespace
+}  // namespace rt::cuda
