@@ -11,20 +11,29 @@
 namespace rt::comm {
 
 std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
-                                                 const CommConfig& cfg);
+                                                 const CommConfig& cfg, const MemorySpace* scratch);
 
 const std::vector<std::string>& allreduce_algorithms() {
   static const std::vector<std::string> names = {"ring", "mpi", "reducer", "nccl"};
   return names;
 }
 
-Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg)
-    : comm_(comm), kernels_(kernels), cfg_(cfg) {
+Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
+                       const MemorySpace* scratch)
+    : comm_(comm), kernels_(kernels), cfg_(cfg), scratch_space_(scratch) {
   if (cfg_.segment_bytes == 0) throw CommError("comm: segment_bytes must be positive");
   if (cfg_.recv_depth < 2 || cfg_.recv_depth > 64)
     throw CommError(str_cat("comm: recv_depth must be in [2, 64], got ", cfg_.recv_depth));
-  scratch_.resize(size_t(cfg_.recv_depth));
+  for (int k = 0; k < cfg_.recv_depth; ++k) scratch_.emplace_back(scratch_space_);
   reduce_req_.assign(size_t(cfg_.recv_depth), MPI_REQUEST_NULL);
+}
+
+void Allreducer::reserve(DType t) {
+  if (!scratch_space_) return;
+  // No call receives more than one segment into a scratch buffer, and buffers only ever grow.
+  const size_t need = segment_for(t) * dtype_size(t);
+  for (Buffer<char>& b : scratch_)
+    if (b.size() < need) b.resize(need);
 }
 
 size_t Allreducer::segment_for(DType t) const {
@@ -110,8 +119,10 @@ constexpr int kReducerTag = 0x5245;
 // MPI_Allreduce in place, split into calls of at most the per-call limit. MPI has no bf16.
 class MpiAllreducer final : public Allreducer {
  public:
-  MpiAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
-      : Allreducer(comm, k, cfg) {}
+  MpiAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
+                const MemorySpace* scratch)
+      : Allreducer(comm, k, cfg, scratch) {}
+  void reserve(DType) override {}  // no scratch: MPI_Allreduce works in place
   const char* name() const override { return "mpi"; }
 
  protected:
@@ -133,8 +144,9 @@ class MpiAllreducer final : public Allreducer {
 // sends the result to every rank. Rank 0's link carries 2(N-1)·S bytes, which is the point.
 class ReducerAllreducer final : public Allreducer {
  public:
-  ReducerAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
-      : Allreducer(comm, k, cfg) {}
+  ReducerAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
+                    const MemorySpace* scratch)
+      : Allreducer(comm, k, cfg, scratch) {}
   const char* name() const override { return "reducer"; }
 
  protected:
@@ -182,18 +194,18 @@ void register_allreducer(const std::string& name, AllreducerFactory make) {
 }
 
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
-                                            const ReduceKernels& kernels) {
+                                            const ReduceKernels& kernels, const MemorySpace* scratch) {
   if (cfg.algorithm == "ring" || cfg.algorithm == "ring_pipelined")
-    return make_ring_allreducer(comm, kernels, cfg);
-  if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg);
-  if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg);
+    return make_ring_allreducer(comm, kernels, cfg, scratch);
+  if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg, scratch);
+  if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg, scratch);
   AllreducerFactory make = nullptr;
   {
     Registry& r = registry();
     std::lock_guard lock(r.mu);
     if (auto it = r.factories.find(cfg.algorithm); it != r.factories.end()) make = it->second;
   }
-  if (make) return make(cfg, comm, kernels);
+  if (make) return make(cfg, comm, kernels);  // registered ones keep their own scratch, if any
   if (cfg.algorithm == "nccl") {
 #ifdef RT_HAVE_NCCL
     throw CommError(

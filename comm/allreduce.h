@@ -40,6 +40,9 @@ struct CommConfig {
   double stall_warning_s = 60;        // GradientReducer: a rank waiting this long in a step names
                                       // the ranks that have not reached it (0: never)
   double stall_abort_s = 600;         // ... and after this long stops the job (0: waits forever)
+  std::string device_path = "auto";   // gradients in GPU memory: direct (MPI reads the device
+                                      // buffer; needs CUDA-aware MPI), staged (through a pinned
+                                      // host mirror) or auto (direct if MPI is CUDA-aware)
 };
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).
@@ -59,9 +62,15 @@ class Allreducer {
   void allreduce(std::span<float> buf, ReduceOp op) {
     allreduce(buf.data(), buf.size(), DType::f32, op);
   }
+  // Sizes receive scratch in a non-host space for calls of type t now (set-up), so that no later
+  // call allocates there; host scratch is still allocated on first use.
+  virtual void reserve(DType t);
 
  protected:
-  Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg);
+  // scratch: the memory space of the receive scratch (nullptr: host memory); device memory when
+  // the kernels add on the device.
+  Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
+             const MemorySpace* scratch = nullptr);
   virtual void run(void* buf, size_t count, DType t, ReduceOp op) = 0;
 
   // Receives range r from `peer` in segments of `seg` elements into recv_depth scratch buffers
@@ -86,6 +95,7 @@ class Allreducer {
   Communicator& comm_;
   const ReduceKernels& kernels_;
   CommConfig cfg_;
+  const MemorySpace* scratch_space_;     // where scratch lives (nullptr: host)
   std::vector<Buffer<char>> scratch_;    // recv_depth buffers, persisting across calls
   std::vector<MPI_Request> sends_;
   struct PendingRecv {
@@ -104,8 +114,11 @@ class Allreducer {
 // Throws rt::CommError for an unknown name, for "nccl" in a program that did not register it, or
 // for an element type the kernels do not support. Collective only in that it must be called on
 // every rank (no messages; a registered algorithm may add its own, as nccl's set-up does).
+// scratch: where receive scratch is allocated (nullptr: host memory; kernels on device memory
+// need device scratch). Registered algorithms do not get it.
 std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator& comm,
-                                            const ReduceKernels& kernels = cpu_reduce_kernels());
+                                            const ReduceKernels& kernels = cpu_reduce_kernels(),
+                                            const MemorySpace* scratch = nullptr);
 
 // Algorithms outside comm/ ("nccl" needs the CUDA and NCCL libraries, which comm/ does not link)
 // register a factory under their name; a program linking them calls their registration once

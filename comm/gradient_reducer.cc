@@ -19,32 +19,63 @@ const char* thread_level_name(int level) {
     default: return "MPI_THREAD_MULTIPLE";
   }
 }
+std::unique_ptr<DeviceGrads> non_null(std::unique_ptr<DeviceGrads> d) {
+  if (!d) throw CommError("GradientReducer: the device hooks are null");
+  return d;
+}
 }  // namespace
 
 GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg, void* grads,
                                  size_t count, DType t, const ModelFingerprint& model,
                                  const ReduceKernels& k)
-    : comm_(comm), cfg_(cfg), grads_(static_cast<char*>(grads)), count_(count), dtype_(t) {
+    : GradientReducer(comm, cfg, nullptr, grads, count, t, model, &k) {}
+
+GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
+                                 std::unique_ptr<DeviceGrads> device, void* grads, size_t count,
+                                 DType t, const ModelFingerprint& model)
+    : GradientReducer(comm, cfg, non_null(std::move(device)), grads, count, t, model, nullptr) {}
+
+GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
+                                 std::unique_ptr<DeviceGrads> device, void* grads, size_t count,
+                                 DType t, const ModelFingerprint& model, const ReduceKernels* k)
+    : comm_(comm), cfg_(cfg), grads_(static_cast<char*>(grads)), count_(count), dtype_(t),
+      dev_(std::move(device)), work_(grads_) {
   if (model.grad_elems != count || model.dtype != t)
     throw CommError(str_cat("GradientReducer: the buffer (", count, " ", dtype_name(t),
                             ") is not the model's gradient buffer (", model.grad_elems, " ",
                             dtype_name(model.dtype), ")"));
   if (cfg_.bucket_bytes == 0) throw CommError("comm: bucket_bytes must be positive");
   comm_check_agreement(comm_, model, cfg_);
-  CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
-  if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
-  allreducer_ = make_allreducer(run_cfg, comm_, k);
-  if (comm_.size() > 1 && (cfg_.stall_warning_s > 0 || cfg_.stall_abort_s > 0)) {
-    stall_ = std::make_unique<StallWatch>(comm_.mpi(), cfg_.stall_warning_s, cfg_.stall_abort_s);
-    comm_.set_stall_watch(stall_.get());
-  }
-  if (!k.supports(t))
-    throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
-
   // Buckets hold whole 64-byte lines, so every bucket but the last starts aligned.
   const size_t esz = dtype_size(t), line = 64 / esz;
   const size_t per = std::max(line, cfg_.bucket_bytes / esz / line * line);
   for (size_t off = 0; off < count; off += per) buckets_.push_back({off, std::min(per, count - off)});
+
+  // Device buffers: the hooks allocate what the steps use now; the staged ring runs on the host
+  // mirror with the CPU kernels, the direct one on the buffer with device kernels and scratch.
+  const MemorySpace* scratch = nullptr;
+  if (dev_) {
+    dev_->setup(grads_, count * esz, buckets_.size());
+    fence_.assign(buckets_.size(), 0);
+    if (staged()) {
+      ticket_.assign(buckets_.size(), 0);
+      work_ = dev_->host();
+      k = &cpu_reduce_kernels();
+    } else {
+      k = &dev_->kernels();
+      scratch = dev_->scratch_space();
+    }
+  }
+  CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
+  if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
+  allreducer_ = make_allreducer(run_cfg, comm_, *k, scratch);
+  allreducer_->reserve(t);  // scratch in device memory: allocated now, not in a step
+  if (comm_.size() > 1 && (cfg_.stall_warning_s > 0 || cfg_.stall_abort_s > 0)) {
+    stall_ = std::make_unique<StallWatch>(comm_.mpi(), cfg_.stall_warning_s, cfg_.stall_abort_s);
+    comm_.set_stall_watch(stall_.get());
+  }
+  if (!k->supports(t))
+    throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
 
   if (cfg_.overlap) {
     int provided = MPI_THREAD_SINGLE;
@@ -70,10 +101,35 @@ GradientReducer::~GradientReducer() {
 
 void GradientReducer::start_step_locked() {
   active_ = true;
+  fenced_ = 0;
   ready_ = 0;
   next_ = 0;
   comm_s_ = 0;
   step_start_ = Clock::now();
+}
+
+// The reporting thread is the only one that starts steps, so it may test active_ unlocked.
+void GradientReducer::start_step_if_idle() {
+  if (active_) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  start_step_locked();
+}
+
+// Device buffers: one fence for the buckets that grads[0, n) completes (none if it completes
+// none, so a step records at most one per bucket), and on the staged path their downloads queued
+// behind it at once, so that they overlap backward and the reduction of earlier buckets. Runs on
+// the reporting thread before ready_ publishes n, which is what makes fence_ and ticket_ visible.
+void GradientReducer::fence_upto(size_t n) {
+  size_t covered = fenced_;
+  while (covered < buckets_.size() && buckets_[covered].offset + buckets_[covered].len <= n) ++covered;
+  if (covered == fenced_) return;
+  const uint64_t token = dev_->record();
+  const size_t esz = dtype_size(dtype_);
+  for (size_t b = fenced_; b < covered; ++b) {
+    fence_[b] = token;
+    if (staged()) ticket_[b] = dev_->download(buckets_[b].offset * esz, buckets_[b].len * esz, token);
+  }
+  fenced_ = covered;
 }
 
 void GradientReducer::begin_step() {
@@ -83,6 +139,10 @@ void GradientReducer::begin_step() {
 }
 
 void GradientReducer::on_ready(size_t n) {
+  if (dev_) {
+    start_step_if_idle();
+    fence_upto(std::min(n, count_));
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!active_) start_step_locked();
@@ -93,9 +153,17 @@ void GradientReducer::on_ready(size_t n) {
 
 void GradientReducer::reduce_bucket(size_t b) {
   const Range r = buckets_[b];
+  const size_t esz = dtype_size(dtype_);
   const auto t0 = Clock::now();
+  // The device's own work first (this rank is not yet waiting for the others).
+  if (staged()) dev_->download_wait(ticket_[b]);
+  else if (dev_) dev_->wait(fence_[b]);
   if (stall_ && b == 0) stall_->arrive(++steps_);
-  allreducer_->allreduce(grads_ + r.offset * dtype_size(dtype_), r.len, dtype_, ReduceOp::average);
+  allreducer_->allreduce(work_ + r.offset * esz, r.len, dtype_, ReduceOp::average);
+  if (staged()) {
+    dev_->upload(r.offset * esz, r.len * esz);
+    if (b + 1 == buckets_.size()) dev_->upload_wait();  // before wait() may return
+  }
   if (stall_ && b + 1 == buckets_.size()) stall_->leave();
   comm_s_ += seconds(Clock::now() - t0);  // only the thread doing the reduce touches comm_s_ now
 }
@@ -125,6 +193,10 @@ void GradientReducer::comm_loop() {
 
 void GradientReducer::wait() {
   const auto t_wait = Clock::now();
+  if (dev_) {
+    start_step_if_idle();
+    fence_upto(count_);  // the buckets no report completed
+  }
   std::unique_lock<std::mutex> lk(mu_);
   if (!active_) start_step_locked();
   last_ = StepTimes{};

@@ -16,6 +16,7 @@
 #include "comm/agreement.h"
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
+#include "comm/device_grads.h"
 #include "comm/ring_schedule.h"
 #include "comm/stall.h"
 
@@ -25,7 +26,8 @@ namespace rt::comm {
 struct StepTimes {
   double compute_s = 0;       // begin_step() to wait(): backward (and whatever the caller did)
   double exposed_comm_s = 0;  // time wait() blocked: communication not hidden behind compute
-  double total_comm_s = 0;    // time spent inside bucket allreduces, hidden or not
+  double total_comm_s = 0;    // time spent inside bucket allreduces (with their device waits and
+                              // copies), hidden or not
   size_t buckets = 0;
   size_t buckets_done_before_wait = 0;  // how many finished while backward was still running
 };
@@ -46,6 +48,15 @@ class GradientReducer {
   GradientReducer(Communicator& comm, const CommConfig& cfg, std::span<float> grads,
                   const ModelFingerprint& model, const ReduceKernels& k = cpu_reduce_kernels())
       : GradientReducer(comm, cfg, grads.data(), grads.size(), DType::f32, model, k) {}
+  // The same for a buffer in device memory that the reducer reaches only through `device` (see
+  // comm/device_grads.h), which it owns and sets up here: the host never touches grads. on_ready(n)
+  // may come before the device has produced grads[0, n): it records a fence, and the bucket is
+  // reduced only after it. Direct path: the allreduce runs on grads with device.kernels() and
+  // scratch in device.scratch_space(). Staged path: each complete bucket is downloaded to the host
+  // mirror at once (behind its fence), averaged there with the CPU kernels and uploaded; wait()
+  // returns when every upload has landed.
+  GradientReducer(Communicator& comm, const CommConfig& cfg, std::unique_ptr<DeviceGrads> device,
+                  void* grads, size_t count, DType t, const ModelFingerprint& model);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -67,22 +78,37 @@ class GradientReducer {
   size_t num_buckets() const { return buckets_.size(); }
   Range bucket(size_t i) const { return buckets_[i]; }
   const char* algorithm() const { return allreducer_->name(); }
+  // The device path, or nullptr for a host buffer.
+  const char* device_path() const { return dev_ ? device_path_name(dev_->path()) : nullptr; }
 
  private:
   using Clock = std::chrono::steady_clock;
+  GradientReducer(Communicator& comm, const CommConfig& cfg, std::unique_ptr<DeviceGrads> device,
+                  void* grads, size_t count, DType t, const ModelFingerprint& model,
+                  const ReduceKernels* k);
   void comm_loop();
   void reduce_bucket(size_t b);
   void start_step_locked();
+  void start_step_if_idle();
+  void fence_upto(size_t n);
+  bool staged() const { return dev_ && dev_->path() == DevicePath::staged; }
 
   Communicator& comm_;
   CommConfig cfg_;
   char* grads_;
   size_t count_;
   DType dtype_;
+  std::unique_ptr<DeviceGrads> dev_;  // null: grads is host memory (before allreducer_, which
+                                      // may hold its kernels)
+  char* work_;                        // where the allreduce runs: grads_, or the staged mirror
   std::unique_ptr<Allreducer> allreducer_;
   std::vector<Range> buckets_;  // contiguous slices in buffer (= backward) order
   std::unique_ptr<StallWatch> stall_;  // names the ranks a step waits for (cfg stall_*_s)
   int64_t steps_ = 0;                  // steps whose reduction has begun
+  // Device buffers, per bucket: the fence of the report that completed it, and (staged) its
+  // download. Written by the reporting thread before it publishes ready_, read after.
+  std::vector<uint64_t> fence_, ticket_;
+  size_t fenced_ = 0;                  // buckets fenced in this step (reporting thread only)
 
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;

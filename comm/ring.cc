@@ -83,9 +83,14 @@ constexpr size_t kWindow = 4;  // reduce-scatter receives in flight (scratch seg
 
 class PipelinedRingAllreducer final : public Allreducer {
  public:
-  PipelinedRingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
-      : Allreducer(comm, k, cfg) {}
+  PipelinedRingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
+                          const MemorySpace* scratch)
+      : Allreducer(comm, k, cfg, scratch) {}
   const char* name() const override { return "ring_pipelined"; }
+  void reserve(DType t) override {
+    Allreducer::reserve(t);
+    if (scratch_space_) size_window(segment_for(t) * dtype_size(t));
+  }
 
  protected:
   // The ring pipelined by segments (see the essay above): the messages of one phase go out in
@@ -105,10 +110,7 @@ class PipelinedRingAllreducer final : public Allreducer {
       const Range rr = ring_step(r, n, count, s).recv;
       for (size_t k = 0, nk = segment_count(rr, seg); k < nk; ++k) rs_.push_back(segment_at(rr, seg, k));
     }
-    const size_t need = std::min(seg, ring_chunk(count, n, 0).len) * esz;
-    if (window_.size() < kWindow) window_.resize(kWindow);
-    for (Buffer<char>& w : window_)
-      if (w.size() < need) w.resize(need);
+    size_window(std::min(seg, ring_chunk(count, n, 0).len) * esz);
     // Step 0 sends the rank's own chunk, segment by segment; its requests are kept: an allgather
     // receive must not land in a range whose reduce-scatter send is still pending.
     sends_.clear();
@@ -174,6 +176,13 @@ class PipelinedRingAllreducer final : public Allreducer {
   }
 
  private:
+  // kWindow scratch segments of at least `bytes`, in the scratch space; they only ever grow.
+  void size_window(size_t bytes) {
+    while (window_.size() < kWindow) window_.emplace_back(scratch_space_);
+    for (Buffer<char>& w : window_)
+      if (w.size() < bytes) w.resize(bytes);
+  }
+
   std::vector<Range> rs_, ag_;            // reduce-scatter / allgather segments in order
   std::vector<Buffer<char>> window_;      // reduce-scatter scratch, kept between calls
   std::vector<MPI_Request> rs_req_, ag_req_, gather_sends_;
@@ -182,8 +191,9 @@ class PipelinedRingAllreducer final : public Allreducer {
 // The ring, step by step (the default).
 class RingAllreducer final : public Allreducer {
  public:
-  RingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg)
-      : Allreducer(comm, k, cfg) {}
+  RingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
+                 const MemorySpace* scratch)
+      : Allreducer(comm, k, cfg, scratch) {}
   const char* name() const override { return "ring"; }
 
  protected:
@@ -228,9 +238,10 @@ class RingAllreducer final : public Allreducer {
 }  // namespace
 
 std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
-                                                 const CommConfig& cfg) {
-  if (cfg.algorithm == "ring_pipelined") return std::make_unique<PipelinedRingAllreducer>(comm, k, cfg);
-  return std::make_unique<RingAllreducer>(comm, k, cfg);
+                                                 const CommConfig& cfg, const MemorySpace* scratch) {
+  if (cfg.algorithm == "ring_pipelined")
+    return std::make_unique<PipelinedRingAllreducer>(comm, k, cfg, scratch);
+  return std::make_unique<RingAllreducer>(comm, k, cfg, scratch);
 }
 
 }  // namespace rt::comm

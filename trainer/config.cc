@@ -83,6 +83,7 @@ void config_fields(C& c, V&& v) {
   v("comm.recv_depth", c.comm.recv_depth);
   v("comm.stall_warning_s", c.comm.stall_warning_s);
   v("comm.stall_abort_s", c.comm.stall_abort_s);
+  v("comm.device_path", c.comm.device_path);
   v("checkpoint.dir", c.checkpoint.dir);
   v("checkpoint.every_steps", c.checkpoint.every_steps);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);

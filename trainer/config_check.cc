@@ -116,6 +116,10 @@ void config_validate(const Config& c) {
             "must be >= 0 (0: no warning)", c.comm.stall_warning_s);
   k.require(c.comm.stall_abort_s >= 0 && std::isfinite(c.comm.stall_abort_s), "comm.stall_abort_s",
             "must be >= 0 (0: never stop)", c.comm.stall_abort_s);
+  k.require(c.comm.device_path == "auto" || c.comm.device_path == "staged" || c.comm.device_path == "direct",
+            "comm.device_path", "must be auto, staged or direct", c.comm.device_path);
+  k.require(c.comm.algorithm != "nccl" || c.comm.device_path != "staged", "comm.device_path",
+            "staged cannot be used with comm.algorithm nccl (use auto or direct)", c.comm.device_path);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);

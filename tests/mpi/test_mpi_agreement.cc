@@ -72,6 +72,10 @@ int run_checks() {
   no_overlap.overlap = false;
   expect_comm_error(t, "overlap", {str_cat("rank ", last, " has overlap false")},
                     [&] { GradientReducer gr(comm, t.rank() == last ? no_overlap : CommConfig{}, g, fp); });
+  CommConfig staged;
+  staged.device_path = "staged";
+  expect_comm_error(t, "device path", {str_cat("rank ", last, " has device_path 'staged'"), "rank 0: 'auto'"},
+                    [&] { GradientReducer gr(comm, t.rank() == last ? staged : CommConfig{}, g, fp); });
 
   // Another gradient buffer length on one rank: caught before a single element is summed.
   std::vector<float> g2(1001);

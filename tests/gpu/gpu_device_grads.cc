@@ -1,0 +1,125 @@
+// The CUDA gradient hooks on their own (no MPI): a fence waits for the work queued before it,
+// staged downloads run behind their fence and uploads land by upload_wait(), the direct path's
+// kernels and scratch are device ones, and nothing is allocated after set-up.
+#include <numeric>
+
+#include "cuda/check.h"
+#include "cuda/device_grads.h"
+#include "cuda/kernels.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace rt::cuda {
+namespace {
+
+using comm::DevicePath;
+using test::to_device;
+using test::to_host;
+
+// A stream and enough queued work on it (repeated passes over 64 MiB) that a copy or a wait
+// which does not order itself behind that work would see it unfinished.
+struct SlowStream {
+  SlowStream() : busy(size_t{64} << 20) { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~SlowStream() { cudaStreamDestroy(s); }
+  void queue_slow_work(int passes = 200) {
+    for (int i = 0; i < passes; ++i) scale(Elem::f32, busy.get(), busy.bytes() / 4, 1.0f, s);
+    CUDA_CHECK_LAUNCH();
+  }
+  cudaStream_t s = nullptr;
+  DeviceBuffer busy;
+};
+
+std::vector<float> iota_floats(size_t n, float from) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+TEST(GpuDeviceGrads, FenceWaitsForTheWorkQueuedBeforeIt) {
+  RT_REQUIRE_GPU();
+  SlowStream compute;
+  DeviceBuffer grads(4096);
+  auto hooks = make_device_grads(compute.s, DevicePath::direct);
+  hooks->setup(grads.get(), grads.bytes(), 4);
+  for (int round = 0; round < 6; ++round) {  // more fences than slots: reused events
+    compute.queue_slow_work();
+    const uint64_t token = hooks->record();
+    EXPECT_EQ(cudaStreamQuery(compute.s), cudaErrorNotReady) << "the slow work finished too soon to tell";
+    hooks->wait(token);
+    EXPECT_EQ(cudaStreamQuery(compute.s), cudaSuccess) << "round " << round;
+  }
+}
+
+TEST(GpuDeviceGrads, StagedDownloadsBehindTheFenceAndUploadsBack) {
+  RT_REQUIRE_GPU();
+  SlowStream compute;
+  const size_t n = 300007;  // three "buckets" of ragged sizes
+  const size_t cuts[4] = {0, 100000, 250000, n};
+  DeviceBuffer grads(n * 4), values = to_device(iota_floats(n, 1));
+  CUDA_CHECK(cudaMemset(grads.get(), 0, grads.bytes()));
+  auto hooks = make_device_grads(compute.s, DevicePath::staged);
+  EXPECT_EQ(hooks->path(), DevicePath::staged);
+  hooks->setup(grads.get(), grads.bytes(), 3);
+  const AllocStats after_setup = alloc_stats();
+  for (int step = 0; step < 3; ++step) {
+    // "Backward": slow work, then the values land in the gradient buffer, bucket by bucket.
+    uint64_t tickets[3];
+    for (int b = 2; b >= 0; --b) {
+      compute.queue_slow_work(20);
+      const size_t off = cuts[b] * 4, bytes = (cuts[b + 1] - cuts[b]) * 4;
+      CUDA_CHECK(cudaMemcpyAsync(grads.as<char>() + off, values.as<char>() + off, bytes,
+                                 cudaMemcpyDeviceToDevice, compute.s));
+      tickets[b] = hooks->download(off, bytes, hooks->record());
+    }
+    float* host = reinterpret_cast<float*>(hooks->host());
+    for (int b = 2; b >= 0; --b) {
+      hooks->download_wait(tickets[b]);
+      for (size_t i = cuts[b]; i < cuts[b + 1]; ++i)
+        ASSERT_EQ(host[i], float(i + 1)) << "step " << step << " bucket " << b << " at " << i;
+      for (size_t i = cuts[b]; i < cuts[b + 1]; ++i) host[i] = -host[i];
+      hooks->upload(cuts[b] * 4, (cuts[b + 1] - cuts[b]) * 4);
+    }
+    hooks->upload_wait();
+    const auto got = to_host<float>(grads, n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], -float(i + 1)) << "step " << step << " at " << i;
+  }
+  const AllocStats end = alloc_stats();
+  EXPECT_EQ(end.device_allocs, after_setup.device_allocs);
+  EXPECT_EQ(end.pinned_allocs, after_setup.pinned_allocs);
+  EXPECT_THROW(hooks->download(n * 4 - 4, 8, 0), Error);  // past the end
+}
+
+TEST(GpuDeviceGrads, SetupAllocatesOnlyWhatItsPathNeeds) {
+  RT_REQUIRE_GPU();
+  SlowStream compute;
+  DeviceBuffer grads(1 << 20);
+  const AllocStats before = alloc_stats();
+  {
+    auto staged = make_device_grads(compute.s, DevicePath::staged);
+    staged->setup(grads.get(), grads.bytes(), 8);
+    EXPECT_EQ(alloc_stats().pinned_allocs, before.pinned_allocs + 1);  // the mirror
+    EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes + int64_t(grads.bytes()));
+    EXPECT_EQ(alloc_stats().device_allocs, before.device_allocs);
+    EXPECT_THROW(staged->setup(grads.get(), grads.bytes(), 8), Error);
+  }
+  EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes);  // freed with the hooks
+  auto direct = make_device_grads(compute.s, DevicePath::direct);
+  direct->setup(grads.get(), grads.bytes(), 8);
+  EXPECT_EQ(alloc_stats().pinned_allocs, before.pinned_allocs + 1);  // none more
+  EXPECT_EQ(direct->host(), nullptr);
+  // Direct: device kernels and device scratch, counted.
+  const MemorySpace* space = direct->scratch_space();
+  ASSERT_NE(space, nullptr);
+  EXPECT_FALSE(space->host_accessible());
+  void* scratch = space->allocate(4096);
+  EXPECT_EQ(alloc_stats().device_allocs, before.device_allocs + 1);
+  const std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
+  DeviceBuffer da = to_device(a);
+  CUDA_CHECK(cudaMemcpy(scratch, b.data(), 12, cudaMemcpyHostToDevice));
+  direct->kernels().reduce_add(DType::f32, da.get(), scratch, 3);
+  EXPECT_EQ(to_host<float>(da, 3), (std::vector<float>{11, 22, 33}));
+  space->deallocate(scratch, 4096);
+  EXPECT_EQ(alloc_stats().device_bytes, before.device_bytes);
+}
+
+}  // namespace
+}  // namespace rt::cuda
