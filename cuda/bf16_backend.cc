@@ -7,6 +7,7 @@
 #include "cuda/bf16_kernels.h"
 #include "cuda/bf16_ops.h"
 #include "cuda/check.h"
+#include "cuda/device_backend.h"
 #include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "cuda/memory_spaces.h"
@@ -17,30 +18,9 @@ namespace {
 
 Dims4 dims(const Shape& s) { return {s.n, s.c, s.h, s.w}; }
 
-// The host Sgd (LARS) on the managed arena: waits for the stream before touching it.
-class HostSgdAfterSync final : public Optimizer<float> {
+class Bf16Backend final : public DeviceBackend {
  public:
-  HostSgdAfterSync(std::vector<ParamInfo> layout, SgdConfig cfg, cudaStream_t stream)
-      : sgd_(std::move(layout), cfg), stream_(stream) {}
-  void step(float* params, const float* grads, double lr) override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    sgd_.step(params, grads, lr);
-  }
-  std::span<const float> momentum() const override { return sgd_.momentum(); }
-  int64_t steps() const override { return sgd_.steps(); }
-  void restore(std::span<const float> m, int64_t steps) override { sgd_.restore(m, steps); }
-  size_t size() const override { return sgd_.size(); }
-
- private:
-  Sgd<float> sgd_;
-  cudaStream_t stream_;
-};
-
-class Bf16Backend final : public Backend<float> {
- public:
-  explicit Bf16Backend(const ContextConfig& cfg)
-      : ctx_(cfg), device_(ctx_.stream()), managed_(ctx_.stream()) {}
-  ~Bf16Backend() override { cudaStreamSynchronize(ctx_.stream()); }
+  explicit Bf16Backend(const ContextConfig& cfg) : DeviceBackend(cfg) {}
 
   std::string name() const override { return "cuda-bf16"; }
   size_t act_size(const Shape& s) const override { return bf16_act_floats(s.numel()); }
@@ -65,31 +45,6 @@ class Bf16Backend final : public Backend<float> {
   void accumulate(float* y, const float* x, size_t n) const override {
     reduce_add(Elem::bf16, y, x, 2 * n, ctx_.stream());
   }
-  const MemorySpace* act_memory() const override { return &device_; }
-  const MemorySpace* param_memory() const override { return &managed_; }
-  void sync() const override { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
-
-  // The arena is fp32 as in "cuda": the same fused device SGD (LARS on the host after a sync)
-  // and the same one-kernel gradient scale-and-check.
-  std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override {
-    if (cfg.lars) return std::make_unique<HostSgdAfterSync>(std::move(layout), cfg, ctx_.stream());
-    return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());
-  }
-  size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override {
-    if (!count) {
-      if (s != 1.0f) scale(Elem::f32, v, n, s, ctx_.stream());
-      return 0;
-    }
-    CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), ctx_.stream()));
-    if (s != 1.0f) unscale_check(Elem::f32, v, n, s, flag_.as<int>(), ctx_.stream());
-    else nonfinite_check(Elem::f32, v, n, flag_.as<int>(), ctx_.stream());
-    int flagged = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&flagged, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost,
-                               ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;
-  }
-
   std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
     return std::make_unique<Bf16Conv>(d, ctx_);
   }
@@ -128,12 +83,6 @@ class Bf16Backend final : public Backend<float> {
     return staging_.as<float>();
   }
 
-  // Ops keep references to these: a Net destroys its ops and buffers before its backend.
-  CudaContext ctx_;
-  SharedScratch scratch_;  // batch norm's per-channel partial sums
-  DeviceMemorySpace device_;
-  ManagedMemorySpace managed_;
-  DeviceBuffer flag_{sizeof(int)};      // scale_count_nonfinite's "saw inf or NaN"
   mutable DeviceBuffer staging_;        // act_import / act_export's fp32 NCHW
 };
 

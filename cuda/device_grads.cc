@@ -61,7 +61,9 @@ class EventRing {
 
 class CudaDeviceGrads final : public comm::DeviceGrads {
  public:
-  CudaDeviceGrads(cudaStream_t compute, DevicePath path) : compute_(compute), path_(path) {}
+  CudaDeviceGrads(cudaStream_t compute, DevicePath path) : compute_(compute), path_(path) {
+    CUDA_CHECK(cudaGetDevice(&gpu_));  // the backend's device: made current where it was built
+  }
   ~CudaDeviceGrads() override { release(); }
 
   DevicePath path() const override { return path_; }
@@ -93,7 +95,10 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
     CUDA_CHECK(cudaEventRecord(fences_.at(recorded_), compute_));
     return recorded_++;
   }
-  void wait(uint64_t token) override { CUDA_CHECK(cudaEventSynchronize(fences_.at(token))); }
+  void wait(uint64_t token) override {
+    bind();
+    CUDA_CHECK(cudaEventSynchronize(fences_.at(token)));
+  }
 
   const comm::ReduceKernels& kernels() const override {
     if (!kernels_) throw Error("cuda device grads: kernels() belong to the direct path");
@@ -112,15 +117,27 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
     return downloaded_++;
   }
   void download_wait(uint64_t ticket) override {
+    bind();
     CUDA_CHECK(cudaEventSynchronize(downloads_.at(ticket)));
   }
   void upload(size_t offset, size_t bytes) override {
+    bind();
     check_range("upload", offset, bytes);
     CUDA_CHECK(cudaMemcpyAsync(device_ + offset, mirror_ + offset, bytes, cudaMemcpyHostToDevice, up_));
   }
-  void upload_wait() override { CUDA_CHECK(cudaStreamSynchronize(up_)); }
+  void upload_wait() override {
+    bind();
+    CUDA_CHECK(cudaStreamSynchronize(up_));
+  }
 
  private:
+  // The current device is per thread: the communication thread starts on device 0, and the
+  // direct path's kernels must launch on the device their stream belongs to.
+  void bind() const {
+    int d = -1;
+    CUDA_CHECK(cudaGetDevice(&d));
+    if (d != gpu_) CUDA_CHECK(cudaSetDevice(gpu_));
+  }
   void check_range(const char* what, size_t offset, size_t bytes) const {
     if (!mirror_ || offset > bytes_ || bytes > bytes_ - offset)
       throw Error(str_cat("cuda device grads: ", what, " of ", bytes, " bytes at ", offset,
@@ -146,6 +163,7 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
   }
 
   cudaStream_t compute_;
+  int gpu_ = 0;
   DevicePath path_;
   bool set_up_ = false;
   char* device_ = nullptr;

@@ -1,7 +1,5 @@
 // The CUDA backends' rt::MemorySpace implementations: device memory for activations (ordered
 // with the backend's stream) and managed memory for the arena (host code reads it after a sync).
-// Used by the bf16 backend; cuda/backend.cc keeps its own copies of the same two classes for now
-// (to be folded into this header when nobody else is editing that file).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -411,7 +411,7 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
       grad_slot_[n.output] = -1;
     }
     if (on_ready && !n.params.empty()) {
-      backend_->sync();
+      if (ready_sync_) backend_->sync();
       on_ready(ready_after_[i]);
     }
   }
@@ -419,7 +419,7 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
     if (s >= 0) slot_release(s);
     s = -1;
   }
-  backend_->sync();  // the caller may read the gradients next
+  if (ready_sync_ || !on_ready) backend_->sync();  // the caller may read the gradients next
   if (on_ready) on_ready(arena_.size());
 }
 

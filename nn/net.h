@@ -63,8 +63,11 @@ class Net {
   // backend's act_import_u8: equal to forward() on the loader's float output.
   double forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
   // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
-  // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()).
+  // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()):
+  // final for the host (the backend synced first), or, with set_ready_sync(false), final in the
+  // backend's queue order (Backend::stream()), for a consumer that fences on that queue itself.
   void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0);
+  void set_ready_sync(bool sync) { ready_sync_ = sync; }
   // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
   // output feeding only a residual add) share memory and are valid only until backward().
   void export_tensor(int id, T* nchw) const;
@@ -136,6 +139,7 @@ class Net {
   bool finalized_ = false;
   const int32_t* labels_ = nullptr;
   double loss_scale_ = 1.0, loss_ = 0.0;
+  bool ready_sync_ = true;  // backend_->sync() before each on_ready report
   bool profiling_ = false;
   std::vector<NodeTime> node_times_;
 

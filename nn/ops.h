@@ -220,6 +220,9 @@ class Backend {
   // Waits until the ops' queued work is done, so that the host sees their results in the arena.
   // The CPU backends compute synchronously: nothing to wait for.
   virtual void sync() const {}
+  // The queue the ops run on (a cudaStream_t for the CUDA backends), for the gradient reducer's
+  // fences; nullptr for backends that compute synchronously.
+  virtual void* stream() const { return nullptr; }
   // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host.
   virtual std::unique_ptr<Optimizer<T>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg);
   // The training loop's pass over the averaged gradients in param_memory(): v[i] *= s (skipped

@@ -5,6 +5,8 @@
 #include "trainer/cli.h"
 #ifdef RT_HAVE_CUDA
 #include "cuda/backend.h"
+#include "cuda/device_grads.h"
+#include "trainer/trainer.h"
 #ifdef RT_HAVE_NCCL
 #include "cuda/nccl_allreducer.h"
 #endif
@@ -20,6 +22,10 @@ int main(int argc, char** argv) {
     rt::comm::comm_abort("the MPI library does not provide MPI_THREAD_SERIALIZED, which the trainer needs");
 #ifdef RT_HAVE_CUDA
   rt::cuda::register_backend();  // makes `backend: cuda` available to make_backend
+  // ... and keeps its gradients on the device through the reducer (comm.device_path).
+  rt::trainer::register_device_grads([](void* stream, rt::comm::DevicePath path) {
+    return rt::cuda::make_device_grads(static_cast<cudaStream_t>(stream), path);
+  });
 #ifdef RT_HAVE_NCCL
   rt::cuda::register_nccl_allreducer();  // and `comm.algorithm: nccl` to make_allreducer
 #endif

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 
 #include "comm/agreement.h"
+#include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
 #include "nn/resnet.h"
 
@@ -38,7 +40,15 @@ std::string metrics_path(const Config& c, int rank) {
   return p.substr(0, at) + std::to_string(rank) + p.substr(at + 6);
 }
 
+std::atomic<DeviceGradsFactory>& device_grads_slot() {
+  static std::atomic<DeviceGradsFactory> f{nullptr};
+  return f;
+}
+DeviceGradsFactory device_grads_factory() { return device_grads_slot().load(); }
+
 }  // namespace
+
+void register_device_grads(DeviceGradsFactory make) { device_grads_slot().store(make); }
 
 Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     : cfg_(std::move(cfg)), hooks_(std::move(hooks)), scaler_(cfg_.loss_scale) {
@@ -80,7 +90,16 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   fingerprint_ = comm::model_fingerprint(arena);
   // The reducer first: its agreement check proves every rank built the same model and settings
   // before the broadcast below relies on equal buffer sizes.
-  reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
+  if (void* stream = net_->backend().stream(); stream && device_grads_factory()) {
+    // Gradients stay on the device: backward reports them in stream order (no sync per layer)
+    // and the reducer fences, then reduces them there (CUDA-aware MPI) or through a host mirror.
+    auto hooks = device_grads_factory()(stream, comm::comm_device_path(cfg_.comm));
+    reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, std::move(hooks), arena.grads().data(),
+                                                       arena.grads().size(), DType::f32, fingerprint_);
+    net_->set_ready_sync(false);
+  } else {
+    reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
+  }
   ready_ = reducer_->ready_callback();
   if (cfg_.emulate.compute_ms > 0) {
     std::vector<size_t> offsets;
@@ -113,6 +132,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("total_steps", total_steps_)
                       .add("base_lr", schedule_.base_lr)
                       .add("comm", std::string(reducer_->algorithm()))
+                      .add("device_path", std::string(reducer_->device_path() ? reducer_->device_path() : "host"))
                       .add("buckets", int64_t(reducer_->num_buckets()))
                       .add("emulate_compute_ms", cfg_.emulate.compute_ms));
 }

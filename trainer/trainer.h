@@ -11,6 +11,7 @@
 
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
+#include "comm/device_grads.h"
 #include "comm/gradient_reducer.h"
 #include "data/loader.h"
 #include "nn/loss_scale.h"
@@ -39,6 +40,12 @@ struct TrainerHooks {
       make_loader;
   std::function<std::unique_ptr<Net<float>>(const Config&)> make_net;
 };
+
+// Makes the gradient reducer's device hooks for a backend whose ops run on a queue
+// (Backend::stream(), e.g. a cudaStream_t). A GPU program registers one at start (trainer_cuda:
+// cuda::make_device_grads); without it such a backend's gradients are reduced on the host.
+using DeviceGradsFactory = std::unique_ptr<comm::DeviceGrads> (*)(void* stream, comm::DevicePath path);
+void register_device_grads(DeviceGradsFactory make);
 
 class Trainer {
  public:

@@ -1,0 +1,53 @@
+// DeviceBackend: the CUDA backends' shared optimizer and gradient pass (see device_backend.h).
+#include "cuda/device_backend.h"
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/sgd.h"
+
+namespace rt::cuda {
+namespace {
+
+// The host Sgd (LARS) on the managed arena: waits for the stream before touching it.
+class HostSgdAfterSync final : public Optimizer<float> {
+ public:
+  HostSgdAfterSync(std::vector<ParamInfo> layout, SgdConfig cfg, cudaStream_t stream)
+      : sgd_(std::move(layout), cfg), stream_(stream) {}
+  void step(float* params, const float* grads, double lr) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sgd_.step(params, grads, lr);
+  }
+  std::span<const float> momentum() const override { return sgd_.momentum(); }
+  int64_t steps() const override { return sgd_.steps(); }
+  void restore(std::span<const float> m, int64_t steps) override { sgd_.restore(m, steps); }
+  size_t size() const override { return sgd_.size(); }
+
+ private:
+  Sgd<float> sgd_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+void DeviceBackend::sync() const { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
+
+std::unique_ptr<Optimizer<float>> DeviceBackend::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
+  if (cfg.lars) return std::make_unique<HostSgdAfterSync>(std::move(layout), cfg, ctx_.stream());
+  return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());
+}
+
+size_t DeviceBackend::scale_count_nonfinite(float* v, size_t n, float s, bool count) {
+  if (!count) {
+    if (s != 1.0f) scale(Elem::f32, v, n, s, ctx_.stream());
+    return 0;
+  }
+  CUDA_CHECK(cudaMemsetAsync(flag_.get(), 0, sizeof(int), ctx_.stream()));
+  if (s != 1.0f) unscale_check(Elem::f32, v, n, s, flag_.as<int>(), ctx_.stream());
+  else nonfinite_check(Elem::f32, v, n, flag_.as<int>(), ctx_.stream());
+  int flagged = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&flagged, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, ctx_.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;
+}
+
+}  // namespace rt::cuda
