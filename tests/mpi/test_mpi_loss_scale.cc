@@ -170,19 +170,10 @@ void check_resume(MpiTest& t, const std::string& dir) {
 }  // namespace rt::trainer
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  rt::test::MpiTest t;
-  const int rc = rt::comm::comm_run_or_abort([&] {
-    using namespace rt::trainer;
-    const std::string dir = test_trainer::shared_tmpdir(t);
+  using namespace rt::trainer;
+  return test_trainer::run_trainer_test(argc, argv, "test_mpi_loss_scale", [](rt::test::MpiTest& t, const std::string& dir) {
     check_exact(t, dir);
     check_overflow_skips(t, dir);
     check_resume(t, dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (t.rank() == 0) std::filesystem::remove_all(dir);
-    return t.finish("test_mpi_loss_scale");
   });
-  MPI_Finalize();
-  return rc;
 }

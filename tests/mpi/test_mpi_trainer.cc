@@ -208,12 +208,8 @@ void check_emulated_compute(MpiTest& t, const std::string& dir) {
 }  // namespace rt::trainer
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  rt::test::MpiTest t;
-  const int rc = rt::comm::comm_run_or_abort([&] {
-    using namespace rt::trainer;
-    const std::string dir = shared_tmpdir(t);
+  using namespace rt::trainer;
+  return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer", [](rt::test::MpiTest& t, const std::string& dir) {
     check_identical_and_divergence(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
@@ -222,10 +218,5 @@ int main(int argc, char** argv) {
     check_u8_input(t, dir);
     check_golden_losses(t, dir);
     check_emulated_compute(t, dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (t.rank() == 0) std::filesystem::remove_all(dir);
-    return t.finish("test_mpi_trainer");
   });
-  MPI_Finalize();
-  return rc;
 }

@@ -101,18 +101,9 @@ void check_staged_equals_host(MpiTest& t, const std::string& dir) {
 }  // namespace rt::trainer
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  rt::test::MpiTest t;
   rt::trainer::register_device_grads(&rt::trainer::fake_factory);
-  const int rc = rt::comm::comm_run_or_abort([&] {
-    using namespace rt::trainer;
-    const std::string dir = test_trainer::shared_tmpdir(t);
+  using namespace rt::trainer;
+  return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_device", [](rt::test::MpiTest& t, const std::string& dir) {
     check_staged_equals_host(t, dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (t.rank() == 0) std::filesystem::remove_all(dir);
-    return t.finish("test_mpi_trainer_device");
   });
-  MPI_Finalize();
-  return rc;
 }

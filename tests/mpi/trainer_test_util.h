@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_check.h"
 #include "nn/resnet.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "trainer/trainer.h"
@@ -156,6 +157,24 @@ inline std::string shared_tmpdir(MpiTest& t) {
 inline uint64_t params_hash(Trainer& tr) {
   auto p = tr.net().arena().params();
   return test::hash_bytes(p.data(), p.size_bytes());
+}
+
+// A trainer test program's main: MPI with the trainer's thread level, a shared temporary folder
+// for checks(t, dir), removed at the end; a failing rank stops the job. Returns main's status.
+template <class Checks>
+int run_trainer_test(int argc, char** argv, const char* name, Checks checks) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MpiTest t;
+  const int rc = comm::comm_run_or_abort([&] {
+    const std::string dir = shared_tmpdir(t);
+    checks(t, dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (t.rank() == 0) std::filesystem::remove_all(dir);
+    return t.finish(name);
+  });
+  MPI_Finalize();
+  return rc;
 }
 
 }  // namespace rt::trainer::test_trainer
