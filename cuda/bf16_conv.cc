@@ -3,44 +3,18 @@
 // Uses cuDNN's legacy convolution API, as cuda/cudnn_conv.cc.
 #include "cuda/bf16_conv.h"
 
-#include <algorithm>
-#include <vector>
-
-#include "cuda/algo_pick.h"
 #include "cuda/bf16_kernels.h"
 #include "cuda/check.h"
+#include "cuda/conv_algos.h"
 
 namespace rt::cuda {
 namespace {
 
-int narrow(int64_t v, const ConvDesc& d) {
-  RT_SHAPE_CHECK(v >= 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
-                 " does not fit cuDNN's int (input ", d.in.str(), ")");
-  return int(v);
-}
-
 void set_nhwc_bf16(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d) {
   // The logical dimensions are given as N, C, H, W whatever the format; NHWC sets the strides.
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16,
-                                         narrow(s.n, d), narrow(s.c, d), narrow(s.h, d),
-                                         narrow(s.w, d)));
-}
-
-// The policy's choice among cuDNN's ranked results for one direction (as cudnn_conv.cc).
-template <class Perf>
-const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextConfig& cfg,
-                   const ConvDesc& d, const char* direction) {
-  std::vector<AlgoCandidate> cands;
-  for (int i = 0; i < returned; ++i)
-    cands.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].memory,
-                     perf[i].determinism == CUDNN_DETERMINISTIC});
-  const int k = algo_pick(cands, cfg.workspace_limit, cfg.deterministic);
-  if (k < 0)
-    throw Error(str_cat("layer ", d.name, ": no cuDNN bf16 NHWC ", direction,
-                        " algorithm for input ", d.in.str(), " fits a workspace of ",
-                        cfg.workspace_limit, " bytes", cfg.deterministic ? " and is deterministic" : "",
-                        " (", returned, " candidates)"));
-  return perf[size_t(k)];
+                                         conv_narrow(s.n, d), conv_narrow(s.c, d),
+                                         conv_narrow(s.h, d), conv_narrow(s.w, d)));
 }
 
 }  // namespace
@@ -60,13 +34,13 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     set_nhwc_bf16(y_, out, d_);
     // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC,
-                                           narrow(d_.out_c, d_), narrow(d_.in.c, d_),
-                                           narrow(d_.kernel_h, d_), narrow(d_.kernel_w, d_)));
+                                           conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),
+                                           conv_narrow(d_.kernel_h, d_), conv_narrow(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
       CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-          *c, narrow(d_.pad_h, d_), narrow(d_.pad_w, d_), narrow(d_.stride_h, d_),
-          narrow(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+          *c, conv_narrow(d_.pad_h, d_), conv_narrow(d_.pad_w, d_), conv_narrow(d_.stride_h, d_),
+          conv_narrow(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       CUDNN_CHECK(cudnnSetConvolutionMathType(*c, CUDNN_TENSOR_OP_MATH));
     }
     int n = 0, c = 0, oh = 0, ow = 0;
@@ -75,54 +49,13 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
                    ": cuDNN computes output [", n, ",", c, ",", oh, ",", ow, "], expected ",
                    out.str());
 
-    // Each direction keeps the math type cuDNN reported for the algorithm it chose.
-    {
-      int max = 0, got = 0;
-      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (cfg.benchmark_algos)
-        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x_, w_, fwd_, y_, max, &got, perf.data()));
-      else
-        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x_, w_, fwd_, y_, max, &got, perf.data()));
-      const auto& p = choose(perf, got, cfg, d_, "forward");
-      fwd_algo_ = p.algo;
-      CUDNN_CHECK(cudnnSetConvolutionMathType(fwd_, p.mathType));
-    }
-    {
-      int max = 0, got = 0;
-      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (cfg.benchmark_algos)
-        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, w_, y_, bwd_data_, x_, max, &got,
-                                                              perf.data()));
-      else
-        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_, y_, bwd_data_, x_, max,
-                                                                &got, perf.data()));
-      const auto& p = choose(perf, got, cfg, d_, "backward-data");
-      bwd_data_algo_ = p.algo;
-      CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data_, p.mathType));
-    }
-    {
-      int max = 0, got = 0;
-      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (cfg.benchmark_algos)
-        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, x_, y_, bwd_filter_, w_, max,
-                                                                &got, perf.data()));
-      else
-        CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_, y_, bwd_filter_, w_, max,
-                                                                  &got, perf.data()));
-      const auto& p = choose(perf, got, cfg, d_, "backward-filter");
-      bwd_filter_algo_ = p.algo;
-      CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter_, p.mathType));
-    }
-    size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x_, w_, fwd_, y_, fwd_algo_, &fwd_ws));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_, y_, bwd_data_, x_,
-                                                             bwd_data_algo_, &data_ws));
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_, y_, bwd_filter_, w_,
-                                                               bwd_filter_algo_, &filter_ws));
-    workspace_ = std::max({fwd_ws, data_ws, filter_ws});
+    // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
+    const ConvAlgos a =
+        conv_choose_algos(h, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, cfg, d_, true, "bf16 NHWC ");
+    fwd_algo_ = a.fwd;
+    bwd_data_algo_ = a.bwd_data;
+    bwd_filter_algo_ = a.bwd_filter;
+    workspace_ = a.workspace;
     ctx_.reserve_workspace(workspace_);
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
     dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));

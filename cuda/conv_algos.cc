@@ -1,0 +1,97 @@
+// conv_choose_algos: cuDNN's ranked candidates per direction, the algo_pick policy, math types
+// and workspace sizes (see conv_algos.h).
+#include "cuda/conv_algos.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/algo_pick.h"
+#include "cuda/check.h"
+
+namespace rt::cuda {
+namespace {
+
+// The ranked perf results of one direction into candidates, then the policy's choice. The three
+// cudnn*AlgoPerf_t structs share these fields.
+template <class Perf>
+const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextConfig& cfg,
+                   const ConvDesc& d, const char* kind, const char* direction) {
+  std::vector<AlgoCandidate> cands;
+  for (int i = 0; i < returned; ++i)
+    cands.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].memory,
+                     perf[i].determinism == CUDNN_DETERMINISTIC});
+  const int k = algo_pick(cands, cfg.workspace_limit, cfg.deterministic);
+  if (k < 0)
+    throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
+                        d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",
+                        cfg.deterministic ? " and is deterministic" : "", " (", returned,
+                        " candidates)"));
+  return perf[size_t(k)];
+}
+
+}  // namespace
+
+int conv_narrow(int64_t v, const ConvDesc& d) {
+  RT_SHAPE_CHECK(v >= 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
+                 " does not fit cuDNN's int (input ", d.in.str(), ")");
+  return int(v);
+}
+
+ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                            cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                            cudnnConvolutionDescriptor_t bwd_data,
+                            cudnnConvolutionDescriptor_t bwd_filter, const ContextConfig& cfg,
+                            const ConvDesc& d, bool tensor_ops, const char* kind) {
+  auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
+  ConvAlgos a;
+  {
+    int max = 0, got = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max));
+    if (cfg.benchmark_algos)
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, w, fwd, y, max, &got, perf.data()));
+    else
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
+    const auto& p = choose(perf, got, cfg, d, kind, "forward");
+    a.fwd = p.algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, math(p.mathType)));
+  }
+  {
+    int max = 0, got = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
+    if (cfg.benchmark_algos)
+      CUDNN_CHECK(
+          cudnnFindConvolutionBackwardDataAlgorithm(h, w, y, bwd_data, x, max, &got, perf.data()));
+    else
+      CUDNN_CHECK(
+          cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
+    const auto& p = choose(perf, got, cfg, d, kind, "backward-data");
+    a.bwd_data = p.algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, math(p.mathType)));
+  }
+  {
+    int max = 0, got = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max));
+    if (cfg.benchmark_algos)
+      CUDNN_CHECK(
+          cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, bwd_filter, w, max, &got, perf.data()));
+    else
+      CUDNN_CHECK(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
+    const auto& p = choose(perf, got, cfg, d, kind, "backward-filter");
+    a.bwd_filter = p.algo;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, math(p.mathType)));
+  }
+  // Workspace sizes for the chosen algorithms under the final math types.
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws));
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws));
+  CUDNN_CHECK(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws));
+  a.workspace = std::max({fwd_ws, data_ws, filter_ws});
+  return a;
+}
+
+}  // namespace rt::cuda

@@ -1,0 +1,38 @@
+// The cuDNN side of choosing a convolution's three algorithms once per shape, shared by the fp32
+// (cudnn_conv) and bf16 (bf16_conv) convolutions: ranked candidates from cuDNN's heuristics or
+// timing, the policy of algo_pick.h, the math type, the workspace they need.
+#pragma once
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/context.h"
+#include "nn/ops.h"
+
+namespace rt::cuda {
+
+// cuDNN takes int dimensions: v, or rt::ShapeError naming the layer when it does not fit.
+int conv_narrow(int64_t v, const ConvDesc& d);
+
+struct ConvAlgos {
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t bwd_data{};
+  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
+  size_t workspace = 0;  // bytes: the largest of the three
+};
+
+// For descriptors already set (x, w, y; one convolution descriptor per direction): chooses each
+// direction's algorithm (cfg: timed or heuristic, deterministic or not, workspace limit), sets
+// that direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH
+// (fp32 without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and
+// returns them with the workspace they need under those math types. `kind` names the
+// convolution in errors ("", "bf16 NHWC "). Throws rt::Error naming the layer when no
+// algorithm fits.
+ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                            cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                            cudnnConvolutionDescriptor_t bwd_data,
+                            cudnnConvolutionDescriptor_t bwd_filter, const ContextConfig& cfg,
+                            const ConvDesc& d, bool tensor_ops, const char* kind);
+
+}  // namespace rt::cuda
