@@ -8,17 +8,6 @@
 #include "cuda/conv_algos.h"
 
 namespace rt::cuda {
-namespace {
-
-void set_nhwc_bf16(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d) {
-  // The logical dimensions are given as N, C, H, W whatever the format; NHWC sets the strides.
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16,
-                                         conv_narrow(s.n, d), conv_narrow(s.c, d),
-                                         conv_narrow(s.h, d), conv_narrow(s.w, d)));
-}
-
-}  // namespace
-
 Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
   const Shape out = d_.out();
@@ -30,8 +19,8 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
-    set_nhwc_bf16(x_, d_.in, d_);
-    set_nhwc_bf16(y_, out, d_);
+    conv_set_tensor(x_, d_.in, d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16);
+    conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16);
     // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC,
                                            conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),

@@ -10,24 +10,19 @@
 #include "cuda/bf16_kernels.h"
 #include "cuda/bf16_ops.h"
 #include "cuda/check.h"
+#include "cuda/cublas_linear.h"
 #include "cuda/memory.h"
 
 namespace rt::cuda {
 namespace {
 
-int narrow(int64_t v, const LinearDesc& d) {
-  RT_SHAPE_CHECK(v > 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
-                 " does not fit cuBLAS's int (input ", d.in.str(), ")");
-  return int(v);
-}
-
 class Bf16Linear final : public LinearOp<float> {
  public:
   Bf16Linear(const LinearDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     d_.validate();
-    n_ = narrow(d_.in.n, d_);
-    in_ = narrow(d_.in.chw(), d_);
-    out_ = narrow(d_.out_features, d_);
+    n_ = linear_narrow(d_.in.n, d_);
+    in_ = linear_narrow(d_.in.chw(), d_);
+    out_ = linear_narrow(d_.out_features, d_);
     wg_ = {d_.out_features, d_.in.c, d_.in.h, d_.in.w};
     w16_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(bf16));
     dw32_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(float));

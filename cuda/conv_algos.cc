@@ -37,6 +37,12 @@ int conv_narrow(int64_t v, const ConvDesc& d) {
   return int(v);
 }
 
+void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
+                     cudnnTensorFormat_t format, cudnnDataType_t type) {
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, format, type, conv_narrow(s.n, d), conv_narrow(s.c, d),
+                                         conv_narrow(s.h, d), conv_narrow(s.w, d)));
+}
+
 ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                             cudnnConvolutionDescriptor_t bwd_data,

@@ -15,6 +15,11 @@ namespace rt::cuda {
 // cuDNN takes int dimensions: v, or rt::ShapeError naming the layer when it does not fit.
 int conv_narrow(int64_t v, const ConvDesc& d);
 
+// Sets a 4-D tensor descriptor of logical shape s (N, C, H, W whatever the format: the format sets
+// the strides), checking each dimension with conv_narrow.
+void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
+                     cudnnTensorFormat_t format, cudnnDataType_t type);
+
 struct ConvAlgos {
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};

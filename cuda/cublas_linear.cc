@@ -13,21 +13,18 @@
 #include "cuda/check.h"
 
 namespace rt::cuda {
-namespace {
 
-int narrow(int64_t v, const LinearDesc& d) {
+int linear_narrow(int64_t v, const LinearDesc& d) {
   RT_SHAPE_CHECK(v > 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
                  " does not fit cuBLAS's int (input ", d.in.str(), ")");
   return int(v);
 }
 
-}  // namespace
-
 CublasLinear::CublasLinear(const LinearDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
-  n_ = narrow(d_.in.n, d_);
-  in_ = narrow(d_.in.chw(), d_);
-  out_ = narrow(d_.out_features, d_);
+  n_ = linear_narrow(d_.in.n, d_);
+  in_ = linear_narrow(d_.in.chw(), d_);
+  out_ = linear_narrow(d_.out_features, d_);
   if (d_.bias) {
     ones_ = DeviceBuffer(size_t(n_) * sizeof(float));
     const std::vector<float> ones(size_t(n_), 1.0f);

@@ -6,16 +6,6 @@
 #include "cuda/conv_algos.h"
 
 namespace rt::cuda {
-namespace {
-
-void set_nchw(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d) {
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                         conv_narrow(s.n, d), conv_narrow(s.c, d),
-                                         conv_narrow(s.h, d), conv_narrow(s.w, d)));
-}
-
-}  // namespace
-
 CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
   const Shape out = d_.out();
@@ -26,9 +16,9 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&bias_));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
-    set_nchw(x_, d_.in, d_);
-    set_nchw(y_, out, d_);
-    set_nchw(bias_, Shape{1, d_.out_c, 1, 1}, d_);
+    conv_set_tensor(x_, d_.in, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
+    conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
+    conv_set_tensor(bias_, Shape{1, d_.out_c, 1, 1}, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                                            conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),
                                            conv_narrow(d_.kernel_h, d_), conv_narrow(d_.kernel_w, d_)));
