@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend and its tests (sm_90) and runs them, on a GPU machine that may have
-# nothing but the CUDA toolkit, CMake and ninja: RT_GPU_ONLY needs no oneDNN, MPI, OpenCV or
-# yaml-cpp. Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
+# nothing but the CUDA toolkit, CMake and ninja: RT_GPU_ONLY needs no oneDNN, OpenCV or yaml-cpp,
+# and takes MPI from .gpu-deps/openmpi (tools/bundle_gpu_deps.sh) when the machine has none, for
+# the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks). Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
 # failed (and, where nvidia-smi sees a GPU, none was skipped) and bench_gpu_step succeeded, 1
 # otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
 # tools/bench_torch_gpu.py) into $OUT/bench.md, within what is left of the time budget.
@@ -9,10 +10,12 @@
 #   tools/gpu_check.sh [build-dir]     (default build-gpu)
 #   env: OUT, JOBS (default: all cores), CUDA_ARCH (default 90), GTEST_SOURCE (a googletest
 #        source tree; else /usr/src/googletest or .gpu-deps/googletest, else an installed GTest),
-#        CUDNN_ROOT (else beside the toolkit, else the nvidia-cudnn Python wheel),
+#        CUDNN_ROOT, NCCL_ROOT (else beside the toolkit, else the nvidia-cudnn / nvidia-nccl
+#        Python wheels),
 #        BUDGET_S (wall seconds for the whole script, default 480: each benchmark's timeout is cut
 #        to end within it, and one left under 30 s is not started), BENCH_BATCH (default 256),
-#        BENCH_SIZE (default 224), PYTHON (the interpreter with torch; default python3)
+#        BENCH_SIZE (default 224), PYTHON (the interpreter with torch; default python3),
+#        BUILD_TIMEOUT_S (default 360)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -45,22 +48,39 @@ for d in /usr/src/googletest "$root/.gpu-deps/googletest"; do
   [ -z "$gtest" ] && [ -f "$d/CMakeLists.txt" ] && gtest=$d
 done
 [ -n "$gtest" ] && args+=("-DRT_GTEST_SOURCE=$gtest")
-cudnn=${CUDNN_ROOT:-}
-if [ -z "$cudnn" ] && [ ! -f /usr/local/cuda/include/cudnn.h ] && [ ! -f /usr/include/cudnn.h ]; then
-  cudnn=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+ld_orig=${LD_LIBRARY_PATH-}  # PyTorch loads its own cuDNN and NCCL: it runs without the paths set below
+# wheel_root VAR HEADER MODULE: found=$VAR, else nothing where HEADER is beside the toolkit, else
+# the folder of the Python wheel MODULE; a root found is passed to CMake and put on the loader's
+# path (cuDNN 9 loads its engine libraries, libcudnn_cnn and the rest, at run time from there).
+wheel_root() {
+  local v=${!1:-}
+  if [ -z "$v" ] && [ ! -f "/usr/local/cuda/include/$2" ] && [ ! -f "/usr/include/$2" ]; then
+    v=$(python3 -c "import $3 as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+  fi
+  if [ -n "$v" ]; then
+    args+=("-D$1=$v")
+    export LD_LIBRARY_PATH=$v/lib:$v/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  found=${v:-beside the toolkit}
+}
+wheel_root CUDNN_ROOT cudnn.h nvidia.cudnn; cudnn=$found
+wheel_root NCCL_ROOT nccl.h nvidia.nccl; nccl=$found
+# MPI: the machine's own, else the bundle (which relocates through the variables env.sh sets).
+mpi=none
+if mpicxx -showme >/dev/null 2>&1 || mpicxx -show >/dev/null 2>&1; then  # Open MPI, MPICH
+  mpi=$(command -v mpicxx)
+elif [ -f "$root/.gpu-deps/openmpi/env.sh" ]; then
+  # shellcheck source=/dev/null
+  source "$root/.gpu-deps/openmpi/env.sh"
+  mpi="bundled $(command -v mpicxx)"
 fi
-ld_orig=${LD_LIBRARY_PATH-}  # PyTorch loads its own cuDNN: it runs without the path set below
-if [ -n "$cudnn" ]; then
-  args+=("-DCUDNN_ROOT=$cudnn")
-  # cuDNN 9 loads its engine libraries (libcudnn_cnn, ...) at run time from the loader's path.
-  export LD_LIBRARY_PATH=$cudnn/lib:$cudnn/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-say "gpu_check: googletest: ${gtest:-installed}; cuDNN: ${cudnn:-beside the toolkit}; sm_$arch"
+[ "$mpi" = none ] && args+=(-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+say "gpu_check: googletest: ${gtest:-installed}; cuDNN: $cudnn; NCCL: $nccl; MPI: $mpi; sm_$arch"
 
 if ! timeout 120 cmake -S "$root" -B "$build" "${args[@]}" >"$out/configure.log" 2>&1; then
   say "gpu_check: FAILED to configure (see configure.log)"; tail -20 "$out/configure.log"; exit 1
 fi
-if ! timeout 360 cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1; then
+if ! timeout "${BUILD_TIMEOUT_S:-360}" cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1; then
   say "gpu_check: FAILED to build (see build.log)"; grep -m 20 -E 'error|FAILED' "$out/build.log"; exit 1
 fi
 say "gpu_check: built in $(( $(date +%s) - start )) s"
