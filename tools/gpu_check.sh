@@ -86,10 +86,12 @@ fi
 say "gpu_check: built in $(( $(date +%s) - start )) s"
 
 # The CUDA host tests (label unit) and the GPU tests; each GPU test skips, saying why, without one.
-timeout 60 ctest --test-dir "$build" -L unit --output-on-failure >"$out/ctest-unit.log" 2>&1
+timeout 60 ctest --test-dir "$build" -L unit -j 4 --output-on-failure >"$out/ctest-unit.log" 2>&1
 unit_rc=$?
-timeout 240 ctest --test-dir "$build" -L gpu --output-on-failure --output-junit "$out/ctest-gpu.xml" \
-  >"$out/ctest-gpu.log" 2>&1
+# Four at a time (one GPU has room for all of them), each cut at 90 s: a hung test costs its own
+# result, not the rest's.
+timeout 240 ctest --test-dir "$build" -L gpu -j 4 --timeout 90 --output-on-failure \
+  --output-junit "$out/ctest-gpu.xml" >"$out/ctest-gpu.log" 2>&1
 gpu_rc=$?
 skipped=$(grep -c '(Skipped)$' "$out/ctest-gpu.log" || true)
 total=$(grep -oE 'tests failed out of [0-9]+' "$out/ctest-gpu.log" | grep -oE '[0-9]+$' || echo 0)
