@@ -1,12 +1,9 @@
-// Decode + augment of one image: header dims, crop geometry, reduced-size JPEG decode, one resize
-// straight to the output size, then flip, channel split and normalize into the batch layouts.
+// The decoder-free half of data/image.h: header dims, JPEG completeness, crop geometry. The
+// decode itself is in image_decode.cc (OpenCV) or image_decode_none.cc (builds without it).
 #include "data/image.h"
 
 #include <algorithm>
 #include <cmath>
-
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 
 namespace rt::data {
 
@@ -133,88 +130,6 @@ AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_s
   a.flip = flip && train;
   a.norm = norm_table(norm_params(mean, std));
   return a;
-}
-
-void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
-                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {
-  const int s = spec.size;
-  const cv::Mat roi = bgr(cv::Rect(box.x, box.y, box.w, box.h));
-  const cv::Mat* src = &roi;
-  if (box.w != s || box.h != s) {
-    // Shrinking by more than 2x with bilinear taps would alias; area averaging does not.
-    const bool big = box.w >= 2 * s && box.h >= 2 * s;
-    cv::resize(roi, scratch.resized, cv::Size(s, s), 0, 0, big ? cv::INTER_AREA : cv::INTER_LINEAR);
-    src = &scratch.resized;
-  }
-  if (flip) {
-    cv::flip(*src, scratch.flipped, 1);
-    src = &scratch.flipped;
-  }
-  if (out_hwc) {
-    cv::Mat hwc(s, s, CV_8UC3, out_hwc);
-    cv::cvtColor(*src, hwc, cv::COLOR_BGR2RGB);
-  }
-  if (out_chw) {
-    // One table lookup per byte (nn/normalize.h): the same floats a backend's 8-bit import makes
-    // from out_hwc, on any CPU. Row by row: an unresized crop is a view with the source's stride.
-    const size_t plane = static_cast<size_t>(s) * s;
-    const NormTable& t = spec.norm;
-    for (int y = 0; y < s; ++y) {
-      const uint8_t* px = src->ptr<uint8_t>(y);  // B, G, R
-      float* r = out_chw + static_cast<size_t>(y) * s;
-      float* g = r + plane;
-      float* b = g + plane;
-      for (int x = 0; x < s; ++x, px += 3) {
-        b[x] = t.v[2][px[0]];
-        g[x] = t.v[1][px[1]];
-        r[x] = t.v[0][px[2]];
-      }
-    }
-  }
-}
-
-bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
-                    DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {
-  if (len == 0) return false;
-  const cv::Mat buf(1, static_cast<int>(len), CV_8U, const_cast<uint8_t*>(data));
-  int w = 0, h = 0;
-  bool jpeg = false;
-  // Only bytes whose size a JPEG or PNG header states are decoded, and only up to kMaxImagePixels:
-  // OpenCV allocates whatever a header claims (a 27-byte PPM header asks for 2.7 GB), and a decode
-  // thread must not be made to do that by one bad file.
-  if (!image_dims(data, len, &w, &h, &jpeg) || int64_t{w} * h > kMaxImagePixels) return false;
-  if (jpeg && !jpeg_complete(data, len)) return false;
-  // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
-  const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
-                             : center_crop_box(w, h, spec.size);
-  const bool flip = spec.flip && (rng.next_u64() >> 63);
-  Box use = box;
-  {
-    const int f = jpeg ? reduction_for(box, spec.size) : 1;  // other formats would decode fully anyway
-    const int flag = f == 8 ? cv::IMREAD_REDUCED_COLOR_8 : f == 4 ? cv::IMREAD_REDUCED_COLOR_4
-                   : f == 2 ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_COLOR;
-    try {
-      // IGNORE_ORIENTATION: torchvision (PIL) does not apply EXIF rotation, and the header dims
-      // must describe the decoded pixels for the crop to be drawn before decoding.
-      // A fresh Mat each time: imdecode(buf, flags, &dst) leaves dst's old pixels in place when
-      // the header cannot be read, which would pass off the previous image as this one.
-      scratch.decoded = cv::imdecode(buf, flag | cv::IMREAD_IGNORE_ORIENTATION);
-    } catch (const cv::Exception&) {
-      return false;
-    }
-    if (scratch.decoded.empty()) return false;
-    const cv::Mat& d = scratch.decoded;
-    if (d.cols != w || d.rows != h) {  // reduced (libjpeg rounds the size up): scale the box
-      const double sx = double(d.cols) / w, sy = double(d.rows) / h;
-      use.x = std::min(static_cast<int>(box.x * sx), d.cols - 1);
-      use.y = std::min(static_cast<int>(box.y * sy), d.rows - 1);
-      use.w = std::clamp(static_cast<int>(std::lround(box.w * sx)), 1, d.cols - use.x);
-      use.h = std::clamp(static_cast<int>(std::lround(box.h * sy)), 1, d.rows - use.y);
-    }
-  }
-  if (scratch.decoded.type() != CV_8UC3) return false;
-  crop_resize_write(scratch.decoded, use, flip, spec, scratch, out_chw, out_hwc);
-  return true;
 }
 
 }  // namespace rt::data

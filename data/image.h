@@ -1,4 +1,5 @@
-// Decode + augment of one encoded image into the batch layouts (OpenCV). Training: random resized
+// Decode + augment of one encoded image into the batch layouts (OpenCV; a build without it has
+// only the geometry, and decode_augment throws). Training: random resized
 // crop (torchvision's algorithm) and horizontal flip; evaluation: resize the short side to
 // size * 256 / 224 and take the centre crop. Large images are decoded at 1/2, 1/4 or 1/8 size
 // by the JPEG decoder when the region used is still at least `size` after reduction.
@@ -6,8 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
-
-#include <opencv2/core.hpp>
+#include <memory>
 
 #include "data/rng.h"
 #include "nn/normalize.h"
@@ -48,10 +48,26 @@ struct AugmentSpec {
 AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,
                               const float mean[3], const float std[3]);
 
-// Per-thread buffers reused across images (no per-image allocation once sizes settle).
-struct DecodeScratch {
-  cv::Mat decoded, resized, flipped;
+// Per-thread buffers reused across images (no per-image allocation once sizes settle). Opaque:
+// the decoder's image types stay out of this header (data/image_cv.h has them).
+class DecodeScratch {
+ public:
+  struct Mats;
+  DecodeScratch();
+  ~DecodeScratch();
+  DecodeScratch(const DecodeScratch&) = delete;
+  DecodeScratch& operator=(const DecodeScratch&) = delete;
+  Mats& mats() { return *m_; }
+
+ private:
+  std::unique_ptr<Mats> m_;
 };
+
+// False in a build without OpenCV: only synthetic data can be loaded then.
+bool have_image_decoder();
+// Called once by each decode thread: the loader's pool is the parallelism, so the decoder must
+// not start threads of its own.
+void decode_thread_init();
 
 // Images above this many pixels (by their header) are not decoded.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
@@ -59,13 +75,9 @@ constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 // Decodes and augments one image. Writes 3 * size * size floats (CHW, RGB, normalized) to
 // out_chw and/or size * size * 3 bytes (HWC, RGB) to out_hwc (either may be null). Returns false
 // when the bytes cannot be decoded: no JPEG or PNG header image_dims can read, more than
-// kMaxImagePixels, or a decoder error. The crop and flip come from rng alone.
+// kMaxImagePixels, or a decoder error. The crop and flip come from rng alone. Throws rt::Error
+// where have_image_decoder() is false.
 bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rng& rng,
                     DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
-
-// Writes an already decoded BGR image's box, resized to size x size, into the outputs, mirrored
-// when flip (exposed for tests of the geometry).
-void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
-                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
 
 }  // namespace rt::data

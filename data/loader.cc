@@ -14,8 +14,6 @@
 #include <mutex>
 #include <thread>
 
-#include <opencv2/core.hpp>
-
 #include "data/dataset.h"
 #include "data/image.h"
 #include "data/loader.h"
@@ -57,6 +55,9 @@ class PipelineLoader final : public Loader {
       size_ = cfg.synthetic_samples;
       for (int c = 0; c < cfg.synthetic_classes; ++c) classes_.push_back(std::to_string(c));
     } else {
+      if (!have_image_decoder())
+        throw Error("data: this build has no image decoder (OpenCV was not found when it was built): "
+                    "only data.synthetic: true works, not data.root or data.*_list");
       ds_ = open_dataset(cfg, split);
       size_ = ds_->size();
       classes_ = ds_->class_names();
@@ -168,7 +169,7 @@ class PipelineLoader final : public Loader {
   }
 
   void worker() {
-    cv::setNumThreads(1);  // this pool is the parallelism; OpenCV must not start its own
+    decode_thread_init();
     DecodeScratch scratch;
     std::vector<uint8_t> bytes;
     std::unique_lock<std::mutex> lock(mu_);

@@ -8,7 +8,7 @@
 
 #include <opencv2/imgcodecs.hpp>
 
-#include "data/image.h"
+#include "data/image_cv.h"
 
 namespace rt::data {
 namespace {
@@ -148,7 +148,7 @@ TEST(data_image, ReducedDecodeMatchesFullDecodeClosely) {
   std::vector<float> fast(3 * 64 * 64), full(3 * 64 * 64);
   Rng rng(0);
   ASSERT_TRUE(decode_augment(jpg.data(), jpg.size(), spec, rng, scratch, fast.data(), nullptr));
-  EXPECT_LT(scratch.decoded.cols, 1024);  // it did decode reduced
+  EXPECT_LT(scratch.mats().decoded.cols, 1024);  // it did decode reduced
   const cv::Mat dec = cv::imdecode(jpg, cv::IMREAD_COLOR);
   crop_resize_write(dec, center_crop_box(1024, 768, 64), false, spec, scratch, full.data(), nullptr);
   double err = 0;

@@ -5,13 +5,14 @@
 #   googletest/  GoogleTest's source (Debian's googletest package), built there for the GPU tests;
 #   openmpi/     a relocatable Open MPI (Debian 12's, with its PMIx, hwloc and libevent): the
 #                headers and libraries the GPU build's comm/ links, and mpirun for the tests that
-#                run the ring allreduce on device buffers under `mpirun -np 2`.
-# Both come from this machine's packages (tools/setup.sh installs them). Open MPI is copied into
+#                run the ring allreduce on device buffers under `mpirun -np 2`;
+#   yaml-cpp/    yaml-cpp (headers, library, CMake package), for trainer_cuda's configuration.
+# All come from this machine's packages (tools/setup.sh installs them). Open MPI is copied into
 # the layout its install prefix implies, so that OPAL_PREFIX (and PMIX_PREFIX) relocate it
 # whole; openmpi/env.sh sets those, PATH and LD_LIBRARY_PATH. Components whose libraries are not
 # in the bundle (InfiniBand, libfabric, UCX) are left out: single-node runs use shared memory.
 #
-#   tools/bundle_gpu_deps.sh [dest]     (default .gpu-deps; about 17 MiB)
+#   tools/bundle_gpu_deps.sh [dest]     (default .gpu-deps; about 19 MiB)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest=${1:-$root/.gpu-deps}
@@ -28,10 +29,17 @@ ompi_inc=$(ompi_info --parsable --path incdir | cut -d: -f3)
 ompi_data=$(ompi_info --parsable --path pkgdatadir | cut -d: -f3)  # /usr/share/openmpi
 pmix=$sys/pmix2
 [ -f "$pmix/lib/libpmix.so.2" ] || die "no PMIx at $pmix (Debian's libpmix2)"
+[ -f "$sys/cmake/yaml-cpp/yaml-cpp-config.cmake" ] || die "no yaml-cpp CMake package (libyaml-cpp-dev)"
 
 mkdir -p "$dest"
-rm -rf "$dest/googletest" "$dest/openmpi"
+rm -rf "$dest/googletest" "$dest/openmpi" "$dest/yaml-cpp"
 cp -r /usr/src/googletest "$dest/googletest"
+# yaml-cpp's CMake package finds its files relative to itself: the /usr layout, moved.
+y=$dest/yaml-cpp
+mkdir -p "$y/include" "$y/lib/$multiarch/cmake"
+cp -r /usr/include/yaml-cpp "$y/include/"
+cp -r "$sys/cmake/yaml-cpp" "$y/lib/$multiarch/cmake/"
+cp -a "$sys"/libyaml-cpp.so* "$y/lib/$multiarch/"
 
 p=$dest/openmpi  # stands for /usr
 at() { echo "$p${1#/usr}"; }
@@ -85,5 +93,5 @@ export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_
 unset _rt_mpi _rt_pmix
 EOF
 sed -i "s|MULTIARCH|$multiarch|g" "$p/env.sh"
-echo "bundle_gpu_deps: $dest: googletest, Open MPI $(ompi_info --version | head -1 | grep -oE "[0-9.]+$") " \
+echo "bundle_gpu_deps: $dest: googletest, yaml-cpp, Open MPI $(ompi_info --version | head -1 | grep -oE "[0-9.]+$") " \
      "($kept components; left out: ${dropped[*]:-none}); $(du -sh "$dest" | cut -f1)"

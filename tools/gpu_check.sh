@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend and its tests (sm_90) and runs them, on a GPU machine that may have
 # nothing but the CUDA toolkit, CMake and ninja: RT_GPU_ONLY needs no oneDNN, OpenCV or yaml-cpp,
-# and takes MPI from .gpu-deps/openmpi (tools/bundle_gpu_deps.sh) when the machine has none, for
-# the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks). Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
+# and takes MPI and yaml-cpp from .gpu-deps (tools/bundle_gpu_deps.sh) when the machine has none,
+# for the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks,
+# trainer_cuda on synthetic data against the reference backend). Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
 # failed (and, where nvidia-smi sees a GPU, none was skipped) and bench_gpu_step succeeded, 1
 # otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
 # tools/bench_torch_gpu.py) into $OUT/bench.md, within what is left of the time budget.
@@ -75,6 +76,12 @@ elif [ -f "$root/.gpu-deps/openmpi/env.sh" ]; then
   mpi="bundled $(command -v mpicxx)"
 fi
 [ "$mpi" = none ] && args+=(-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+# yaml-cpp for trainer_cuda: the machine's, else the bundle's (its CMake package relocates).
+ycpp=$root/.gpu-deps/yaml-cpp
+if [ -d "$ycpp" ]; then
+  args+=("-DCMAKE_PREFIX_PATH=$ycpp")
+  export LD_LIBRARY_PATH=$(echo "$ycpp"/lib/*-linux-gnu)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 say "gpu_check: googletest: ${gtest:-installed}; cuDNN: $cudnn; NCCL: $nccl; MPI: $mpi; sm_$arch"
 
 if ! timeout 120 cmake -S "$root" -B "$build" "${args[@]}" >"$out/configure.log" 2>&1; then
