@@ -16,7 +16,8 @@
 #        BUDGET_S (wall seconds for the whole script, default 480: each benchmark's timeout is cut
 #        to end within it, and one left under 30 s is not started), BENCH_BATCH (default 256),
 #        BENCH_SIZE (default 224), PYTHON (the interpreter with torch; default python3),
-#        BUILD_TIMEOUT_S (default 360)
+#        BUILD_TIMEOUT_S (default 360), PACK (a folder for gpu-check.tgz, all of $OUT packed, and
+#        copies of summary.txt and bench.md)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-out}
@@ -144,6 +145,39 @@ else
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
   done
+  # The trainer program itself, one rank, bf16, the same batch: synthetic 8-bit images made by the
+  # loader's threads, uploaded and normalised on the device, the step and the one-rank reducer.
+  # Its figure: the median [min-max] of the per-step img_s after the first 5 steps. The run
+  # folder stays out of $out (a ResNet-50 checkpoint is 300 MB); its metrics are copied in.
+  if [ -x "$build/bin/trainer_cuda" ]; then
+    tb=${BENCH_BATCH:-256} trun=$(mktemp -d)
+    cat >"$trun/job.yaml" <<EOF2
+model: {name: resnet50, classes: 1000}
+data: {synthetic: true, synthetic_samples: $((tb * 30)), synthetic_classes: 1000, image_size: ${BENCH_SIZE:-224}, threads: 0, output: u8}
+train: {epochs: 1, steps: 25, batch: $tb}
+checkpoint: {at_epoch_end: false}
+eval: {every_epochs: 0, at_end: false}
+log: {progress: false, print_config: false}
+backend: cuda-bf16
+run_dir: $trun/run
+EOF2
+    bench ringtrain-trainer-bf16 120 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      mpirun -np 1 --bind-to none "$build/bin/trainer_cuda" --config "$trun/job.yaml"
+    cp "$trun/run/metrics.jsonl" "$out/trainer-bf16-metrics.jsonl" 2>/dev/null
+    if python3 - "$out/trainer-bf16-metrics.jsonl" >"$out/bench-ringtrain-trainer-bf16.json" 2>/dev/null <<'EOF2'
+import json, statistics, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step" and r["step"] > 5]
+v = [r["img_s"] for r in steps]
+print(json.dumps({"img_per_s": statistics.median(v), "img_per_s_min": min(v), "img_per_s_max": max(v),
+                  "data_wait_s": statistics.median(r["data_wait_s"] for r in steps), "steps": len(v)}))
+EOF2
+    then
+      say "gpu_check: trainer bf16: $(cat "$out/bench-ringtrain-trainer-bf16.json")"
+    else
+      rm -f "$out/bench-ringtrain-trainer-bf16.json"
+    fi
+    rm -rf "$trun"
+  fi
   gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   # The table: one row per run; a run without its JSON shows its log's last line instead.
   if ! python3 - "$out" "$gpu_name" "${bargs[*]}" >"$out/bench.md" 2>"$out/bench-table.log" <<'EOF'
@@ -163,6 +197,7 @@ def load(name):
 def mib(v):  # None: a CPU smoke run of the PyTorch script
     return "–" if v is None else f"{v:.0f}"
 names = ["ringtrain-fp32", "ringtrain-tf32", "ringtrain-bf16", "pytorch-fp32", "pytorch-tf32", "pytorch-bf16"]
+trainer = load("ringtrain-trainer-bf16")
 runs = {n: load(n) for n in names}
 pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})
 net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_torch_gpu.py's ResNet-50"
@@ -186,6 +221,14 @@ for name in names:
              else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
     print(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
           f"| {mib(r['peak_used_mib'])} | {alloc} | {r['steady_allocs'] if ours else ''} | {ratio} |")
+if isinstance(trainer, dict):
+    peer = runs["pytorch-bf16"]
+    ratio = f"{trainer['img_per_s'] / peer['img_per_s']:.2f}" if isinstance(peer, dict) else ""
+    print(f"| ringtrain bf16, the trainer (loader, upload, step; 1 rank) | {trainer['img_per_s']:.1f} "
+          f"[{trainer['img_per_s_min']:.1f}–{trainer['img_per_s_max']:.1f}] | | | "
+          f"| {ratio} (data wait {trainer['data_wait_s'] * 1e3:.1f} ms/step) |")
+elif trainer != "not run":
+    print(f"| ringtrain bf16, the trainer | {trainer} | | | | |")
 print("\nPeak memory in use: cudaMemGetInfo's total − free after the first step (and at the end), "
       "minus that before the model was built. Logs: bench-*.log; figures: bench-*.json.")
 EOF
@@ -195,6 +238,12 @@ EOF
   [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
 fi
 say "gpu_check: done in $(( $(date +%s) - start )) s"
+# PACK=<dir>: the whole of $out as one archive there, beside summary.txt (and bench.md): a GPU
+# machine's output folder may take back only a few files.
+if [ -n "${PACK:-}" ]; then
+  mkdir -p "$PACK" && tar czf "$PACK/gpu-check.tgz" -C "$out" . && cp "$summary" "$PACK/"
+  [ -f "$out/bench.md" ] && cp "$out/bench.md" "$PACK/"
+fi
 if [ $gpu_present = 1 ] && [ "$skipped" -gt 0 ]; then
   say "gpu_check: FAILED: a GPU is present but $skipped GPU tests skipped"; rc=1
 fi
