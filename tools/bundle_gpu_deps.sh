@@ -90,6 +90,9 @@ export PATH=$_rt_mpi/bin:$PATH
 export LD_LIBRARY_PATH=$_rt_mpi/lib/MULTIARCH/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Components left out of the bundle are not looked for; shared memory and TCP carry the messages.
 export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_pml=ob1 OMPI_MCA_mca_base_component_show_load_errors=0
+# Containers (GPU machines often are one) commonly forbid reading another process's memory, which
+# shared memory's single-copy path needs: copy through the shared segment instead.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 unset _rt_mpi _rt_pmix
 EOF
 sed -i "s|MULTIARCH|$multiarch|g" "$p/env.sh"
