@@ -41,8 +41,8 @@ class LowpBackend final : public DeviceBackend {
     CUDA_CHECK(cudaMemcpyAsync(nchw, stage, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
-  // n counts floats (act_size units): 2n values of T, sums in fp32 rounded once. The padding past an
-  // activation's end is added too; nothing reads it.
+  // n counts floats (act_size units): 2n values of T, sums in fp32 rounded once. The padding
+  // past an activation's end is added too; nothing reads it.
   void accumulate(float* y, const float* x, size_t n) const override {
     reduce_add(Lowp<T>::elem, y, x, 2 * n, ctx_.stream());
   }

@@ -54,7 +54,8 @@ __global__ void lowp_to_f32_kernel(const T* src, float* dst, int64_t n) {
 template <class T>
 __global__ void weight_to_ohwi_kernel(const float* oihw, T* ohwi, WeightGeom g) {
   const int64_t n = g.count();
-  for (int64_t e = first_index(); e < n; e += grid_stride()) ohwi[ohwi_from_oihw(e, g)] = rn<T>(oihw[e]);
+  for (int64_t e = first_index(); e < n; e += grid_stride())
+    ohwi[ohwi_from_oihw(e, g)] = rn<T>(oihw[e]);
 }
 
 template <class S>
@@ -87,7 +88,8 @@ __global__ void add_forward_kernel(const T* a, const T* b, T* y, int64_t n, bool
 
 template <class T>
 __global__ void bias_add_kernel(T* y, const float* b, int64_t n, int64_t channels) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn<T>(ld(y, i) + b[i % channels]);
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = rn<T>(ld(y, i) + b[i % channels]);
 }
 
 template <class T>
@@ -385,8 +387,8 @@ template <class T>
 void f32_bias_to_lowp(const float* y32, const float* b, T* y, int64_t rows, int64_t channels,
                       cudaStream_t stream) {
   if (rows * channels <= 0) return;
-  f32_bias_kernel<T><<<blocks_for(rows * channels), kThreads, 0, stream>>>(y32, b, y,
-                                                                          rows * channels, channels);
+  const int64_t n = rows * channels;
+  f32_bias_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(y32, b, y, n, channels);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/lowp_kernels.h"  // Lowp<T>
 #include "cuda/lowp_layout.h"
 #include "nn/tensor.h"
 
@@ -86,6 +87,17 @@ TEST(LowpLayout, ChannelReduceGridCoversEveryRowOnce) {
   const ChannelReduceGeom empty = channel_reduce_geom(0, 5);
   EXPECT_EQ(empty.chunks, 0);
   EXPECT_EQ(empty.tiles, 0);
+}
+
+// What the backends hand the libraries for each type (the cuDNN type is checked on a GPU).
+TEST(LowpLayout, StorageTypes) {
+  static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2);  // lowp_act_floats holds for both
+  EXPECT_STREQ(Lowp<bf16>::backend, "cuda-bf16");
+  EXPECT_EQ(Lowp<bf16>::elem, Elem::bf16);
+  EXPECT_EQ(Lowp<bf16>::blas, CUDA_R_16BF);
+  EXPECT_STREQ(Lowp<f16>::backend, "cuda-fp16");
+  EXPECT_EQ(Lowp<f16>::elem, Elem::f16);
+  EXPECT_EQ(Lowp<f16>::blas, CUDA_R_16F);
 }
 
 TEST(HostRounding, Bf16RoundToNearestEven) {

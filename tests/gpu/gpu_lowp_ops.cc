@@ -1,12 +1,12 @@
-// The 16-bit backends' ops (cuda-bf16, cuda-fp16; one typed suite) forward and backward against
+// The 16-bit backends' ops (cuda-bf16, cuda-fp16; one suite for both) forward and backward against
 // the reference backend (fp32 NCHW).
 //
-// Inputs are drawn already rounded to the type (K::round), so act_import and the weight casts
+// Inputs are drawn already rounded to the type (Kind::round), so act_import and the weight casts
 // are exact and the reference sees exactly the values the device sees: what differs is only the
 // device's own arithmetic (fp32 accumulation in another order) and the one rounding of each
 // stored 16-bit result. That rounding is at most one unit roundoff u of the value (bf16 keeps 8
 // significant bits, u = 2^-8; fp16 11, u = 2^-11), so at most u of the largest reference value.
-// Tolerances, as a normalised error max|got - ref| / max|ref|, in units of u (K::tol scales the
+// Tolerances, as a normalised error max|got - ref| / max|ref|, in units of u (tol() scales the
 // figures below, written for bf16, by u / 2^-8):
 // - ops that only move or select values (ReLU, padded shortcut, max pool forward) and sums of
 //   two values or a fixed-order fp32 sum (residual add, max pool backward) must equal the
@@ -18,6 +18,7 @@
 // rounding and keep fixed bounds; cuDNN's dw leaves it in the 16-bit type and scales. The fp16
 // figures are derived, not yet measured on a GPU.
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -33,33 +34,25 @@ using test::to_device;
 using test::to_host;
 
 // The two storage types: the backend, the host rounding and the unit roundoff.
-struct Bf16 {
-  static constexpr DType dtype = DType::bf16;
-  static constexpr const char* backend = "cuda-bf16";
-  static float round(float v) { return K::round(v); }
-  static constexpr double unit = 0x1p-8;
+struct Kind {
+  DType dtype;
+  const char* backend;
+  float (*round)(float);
+  double unit;
 };
-struct Fp16 {
-  static constexpr DType dtype = DType::f16;
-  static constexpr const char* backend = "cuda-fp16";
-  static float round(float v) { return f16_round(v); }
-  static constexpr double unit = 0x1p-11;
-};
-struct KindName {
-  template <class K>
-  static std::string GetName(int) { return K::dtype == DType::bf16 ? "bf16" : "fp16"; }
-};
+// gtest names the parameter by its backend.
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.backend; }
+const Kind kBf16{DType::bf16, "cuda-bf16", bf16_round, 0x1p-8};
+const Kind kFp16{DType::f16, "cuda-fp16", f16_round, 0x1p-11};
 
-// A bound written in bf16 units, for the type K.
-template <class K>
-double tol(double bf16_bound) { return bf16_bound * (K::unit / 0x1p-8); }
+// A bound written in bf16 units, for the type k.
+double tol(const Kind& k, double bf16_bound) { return bf16_bound * (k.unit / 0x1p-8); }
 
-template <class K>
-std::vector<float> lowp_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+std::vector<float> lowp_vec(const Kind& k, size_t n, uint32_t seed, float lo = -2, float hi = 2) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<float> v(n);
-  for (auto& x : v) x = K::round(u(g));
+  for (auto& x : v) x = k.round(u(g));
   return v;
 }
 
@@ -72,9 +65,8 @@ std::vector<float> tie_vec(size_t n, uint32_t seed) {
   return v;
 }
 
-template <class K>
-std::vector<float> rounded(std::vector<float> v) {
-  for (auto& x : v) x = K::round(x);
+std::vector<float> rounded(const Kind& k, std::vector<float> v) {
+  for (auto& x : v) x = k.round(x);
   return v;
 }
 
@@ -103,9 +95,9 @@ void expect_equal(const std::vector<float>& got, const std::vector<float>& ref,
 
 // The 16-bit backend and the reference, with activation helpers that go through act_import and
 // act_export (NCHW fp32 on the host, 16-bit NHWC on the device).
-template <class K>
 struct Backends {
-  std::unique_ptr<Backend<float>> gpu = make_cuda_lowp_backend(K::dtype);
+  explicit Backends(DType t) : gpu(make_cuda_lowp_backend(t)) {}
+  std::unique_ptr<Backend<float>> gpu;
   std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
 
   DeviceBuffer act(const Shape& s) const { return DeviceBuffer(gpu->act_size(s) * sizeof(float)); }
@@ -126,20 +118,22 @@ struct Backends {
   }
 };
 
-template <class K>
-class GpuLowpOps : public ::testing::Test {};
-TYPED_TEST_SUITE(GpuLowpOps, (::testing::Types<Bf16, Fp16>), KindName);
+class GpuLowpOps : public ::testing::TestWithParam<Kind> {};
+INSTANTIATE_TEST_SUITE_P(Types, GpuLowpOps, ::testing::Values(kBf16, kFp16),
+                         [](const ::testing::TestParamInfo<Kind>& i) {
+                           return std::string(i.param.dtype == DType::bf16 ? "bf16" : "fp16");
+                         });
 
-TYPED_TEST(GpuLowpOps, ImportExportAndAccumulate) {
+TEST_P(GpuLowpOps, ImportExportAndAccumulate) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
-  EXPECT_EQ(b.gpu->name(), K::backend);
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  EXPECT_EQ(b.gpu->name(), k.backend);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel());
     EXPECT_EQ(b.gpu->act_size(s), lowp_act_floats(s.numel()));
-    auto x = lowp_vec<K>(n, 1), y = lowp_vec<K>(n, 2);
+    std::vector<float> x = lowp_vec(k, n, 1), y = lowp_vec(k, n, 2);
     auto gx = b.import(x, s), gy = b.import(y, s);
     expect_equal(b.export_act(gx, s), x, "round trip");
     // Unrounded input: import rounds to nearest even.
@@ -147,27 +141,28 @@ TYPED_TEST(GpuLowpOps, ImportExportAndAccumulate) {
     std::normal_distribution<float> nd;
     std::vector<float> raw(n);
     for (auto& v : raw) v = nd(g);
-    expect_equal(b.export_act(b.import(raw, s), s), rounded<K>(raw), "import rounds");
+    expect_equal(b.export_act(b.import(raw, s), s), rounded(k, raw), "import rounds");
     b.gpu->accumulate(gy.as<float>(), gx.as<float>(), b.gpu->act_size(s));
     std::vector<float> sum(n);
-    for (size_t i = 0; i < n; ++i) sum[i] = K::round(x[i] + y[i]);
+    for (size_t i = 0; i < n; ++i) sum[i] = k.round(x[i] + y[i]);
     expect_equal(b.export_act(gy, s), sum, "accumulate");
   }
   // Past the type's range, import gives inf as the host rounding does (fp16: from 65520 up; no
   // saturation, so loss scaling sees the overflow), and sums that overflow become inf too.
   const Shape s{1, 8, 1, 1};
   const std::vector<float> big = {65504, 65519, 65520, -7e4f, 1e6f, 3e38f, -1e-9f, 6e-8f};
-  expect_equal(b.export_act(b.import(big, s), s), rounded<K>(big), "import range");
-  const std::vector<float> half_max(8, K::round(std::ldexp(1.0f, K::dtype == DType::f16 ? 15 : 127)));
-  auto ga = b.import(half_max, s), gb = b.import(half_max, s);
+  expect_equal(b.export_act(b.import(big, s), s), rounded(k, big), "import range");
+  const float top = std::ldexp(1.0f, k.dtype == DType::f16 ? 15 : 127);  // 2 * top overflows
+  const std::vector<float> tops(8, top);
+  auto ga = b.import(tops, s), gb = b.import(tops, s);
   b.gpu->accumulate(gb.as<float>(), ga.as<float>(), b.gpu->act_size(s));
   for (float v : b.export_act(gb, s)) EXPECT_TRUE(std::isinf(v)) << v;
 }
 
-TYPED_TEST(GpuLowpOps, ConvForwardBackward) {
+TEST_P(GpuLowpOps, ConvForwardBackward) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t out_c, k, s, p; bool bias; };
   for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false},    // resnet's first layer: 3 channels
                  Case{{2, 16, 8, 8}, 32, 3, 2, 1, false},
@@ -179,8 +174,8 @@ TYPED_TEST(GpuLowpOps, ConvForwardBackward) {
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()), nw = size_t(d.weight_count()),
                  nb = size_t(c.out_c);
-    auto x = lowp_vec<K>(nx, 4), w = lowp_vec<K>(nw, 5, -0.5, 0.5), bias = lowp_vec<K>(nb, 6),
-         dy = lowp_vec<K>(ny, 7);
+    std::vector<float> x = lowp_vec(k, nx, 4), w = lowp_vec(k, nw, 5, -0.5, 0.5),
+                       bias = lowp_vec(k, nb, 6), dy = lowp_vec(k, ny, 7);
     std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
     auto ref = b.ref->make_conv(d);
     ref->forward(x.data(), w.data(), bias.data(), y.data());
@@ -193,31 +188,32 @@ TYPED_TEST(GpuLowpOps, ConvForwardBackward) {
     op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
                  gdw.as<float>(), gdb.as<float>());
-    expect_normalised(b.export_act(gy, o), y, tol<K>(1e-2), "y");
-    expect_normalised(b.export_act(gdx, c.in), dx, tol<K>(1e-2), "dx");
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
     // dw leaves cuDNN in the 16-bit type (one rounding of an fp32 accumulation), then widens:
     // same bound.
-    expect_normalised(b.fp32(gdw, nw), dw, tol<K>(1e-2), "dw");
+    expect_normalised(b.fp32(gdw, nw), dw, tol(k, 1e-2), "dw");
     if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db (fp32 sums)");
     // A first-layer conv is called without dx.
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
                  gdb.as<float>());
-    expect_normalised(b.fp32(gdw, nw), dw, tol<K>(1e-2), "dw without dx");
+    expect_normalised(b.fp32(gdw, nw), dw, tol(k, 1e-2), "dw without dx");
   }
 }
 
-TYPED_TEST(GpuLowpOps, BatchNormTrainEvalBackward) {
+TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1},
                   Shape{8, 40, 16, 16}})  // 2048 rows: several chunks, two channel tiles
     for (bool relu : {false, true}) {
       SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
       BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
       const size_t n = size_t(s.numel()), c = size_t(s.c);
-      auto x = lowp_vec<K>(n, 1, -3, 5), gamma = lowp_vec<K>(c, 2, 0.5, 1.5), beta = lowp_vec<K>(c, 3),
-           dy = lowp_vec<K>(n, 4), rm = lowp_vec<K>(c, 5), rv = lowp_vec<K>(c, 6, 0.5, 2);
+      std::vector<float> x = lowp_vec(k, n, 1, -3, 5), gamma = lowp_vec(k, c, 2, 0.5, 1.5),
+                         beta = lowp_vec(k, c, 3), dy = lowp_vec(k, n, 4), rm = lowp_vec(k, c, 5),
+                         rv = lowp_vec(k, c, 6, 0.5, 2);
       std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
       auto ref = b.ref->make_batchnorm(d);
       ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
@@ -236,21 +232,21 @@ TYPED_TEST(GpuLowpOps, BatchNormTrainEvalBackward) {
                    gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
       op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
                        erv.as<float>(), gye.as<float>());
-      expect_normalised(b.export_act(gy, s), y, tol<K>(1e-2), "y");
+      expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
       // Statistics of exact inputs in fp32: no 16-bit rounding at all.
       expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
       expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
-      expect_normalised(b.export_act(gdx, s), dx, tol<K>(2e-2), "dx");
+      expect_normalised(b.export_act(gdx, s), dx, tol(k, 2e-2), "dx");
       expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums)");
       expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums)");
-      expect_normalised(b.export_act(gye, s), ye, tol<K>(1e-2), "eval y");
+      expect_normalised(b.export_act(gye, s), ye, tol(k, 1e-2), "eval y");
     }
 }
 
-TYPED_TEST(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
+TEST_P(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   auto op = b.gpu->make_batchnorm({"bn1", {1, 3, 1, 1}});
   DeviceBuffer x(16), y(16), p(12), q(12), rm(12), rv(12);
   EXPECT_THROW(op->forward_train(x.as<float>(), p.as<float>(), q.as<float>(), y.as<float>(),
@@ -258,14 +254,14 @@ TYPED_TEST(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
                ShapeError);
 }
 
-TYPED_TEST(GpuLowpOps, ReluAndAdd) {
+TEST_P(GpuLowpOps, ReluAndAdd) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel());
-    auto x = tie_vec(n, 7), x2 = lowp_vec<K>(n, 8), dy = lowp_vec<K>(n, 9);
+    std::vector<float> x = tie_vec(n, 7), x2 = lowp_vec(k, n, 8), dy = lowp_vec(k, n, 9);
     std::vector<float> y(n), dx(n);
     auto gx = b.import(x, s), gx2 = b.import(x2, s), gdy = b.import(dy, s);
     DeviceBuffer gy = b.act(s), gdx = b.act(s);
@@ -290,17 +286,17 @@ TYPED_TEST(GpuLowpOps, ReluAndAdd) {
       ga->backward(gy.as<float>(), gg.as<float>(), gg.as<float>());  // in place, as the Net does
       ga->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
       // One fp32 sum of two 16-bit values, rounded once, is the reference's sum rounded.
-      expect_equal(b.export_act(gy, s), rounded<K>(y), "add y");
+      expect_equal(b.export_act(gy, s), rounded(k, y), "add y");
       expect_equal(b.export_act(gg, s), g, "add dx in place");
       expect_equal(b.export_act(gdx, s), g, "add dx");
     }
   }
 }
 
-TYPED_TEST(GpuLowpOps, MaxPoolTiesAndGeometries) {
+TEST_P(GpuLowpOps, MaxPoolTiesAndGeometries) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t k, s, p; };
   for (Case c : {Case{{1, 3, 7, 9}, 3, 2, 1}, Case{{2, 4, 8, 8}, 2, 2, 0},
                  Case{{1, 1, 5, 5}, 3, 1, 1}, Case{{2, 2, 16, 16}, 3, 2, 1},
@@ -311,8 +307,8 @@ TYPED_TEST(GpuLowpOps, MaxPoolTiesAndGeometries) {
                    (ties ? " ties" : ""));
       const Shape o = d.out();
       const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
-      auto x = ties ? tie_vec(n, 10) : lowp_vec<K>(n, 10);
-      auto dy = lowp_vec<K>(m, 11);
+      std::vector<float> x = ties ? tie_vec(n, 10) : lowp_vec(k, n, 10);
+      std::vector<float> dy = lowp_vec(k, m, 11);
       std::vector<float> y(m), dx(n);
       auto ro = b.ref->make_maxpool(d);
       ro->forward(x.data(), y.data(), true);
@@ -324,19 +320,19 @@ TYPED_TEST(GpuLowpOps, MaxPoolTiesAndGeometries) {
       go->backward(gx.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>());
       expect_equal(b.export_act(gy, o), y, "y");
       // The same first-maximum rule and the same fp32 sums in output order, rounded once.
-      expect_equal(b.export_act(gdx, c.in), rounded<K>(dx), "dx");
+      expect_equal(b.export_act(gdx, c.in), rounded(k, dx), "dx");
     }
 }
 
-TYPED_TEST(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
+TEST_P(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}}) {
     SCOPED_TRACE(s.str());
     const Shape o{s.n, s.c, 1, 1};
     const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
-    auto x = lowp_vec<K>(n, 12), dy = lowp_vec<K>(m, 13);
+    std::vector<float> x = lowp_vec(k, n, 12), dy = lowp_vec(k, m, 13);
     std::vector<float> y(m), dx(n);
     auto ro = b.ref->make_global_avgpool({"gap", s});
     ro->forward(x.data(), y.data());
@@ -346,8 +342,8 @@ TYPED_TEST(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
     auto go = b.gpu->make_global_avgpool({"gap", s});
     go->forward(gx.as<float>(), gy.as<float>());
     go->backward(gdy.as<float>(), gdx.as<float>());
-    expect_normalised(b.export_act(gy, o), y, tol<K>(1e-2), "gap y");
-    expect_normalised(b.export_act(gdx, s), dx, tol<K>(1e-2), "gap dx");
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "gap y");
+    expect_normalised(b.export_act(gdx, s), dx, tol(k, 1e-2), "gap dx");
   }
   struct Case { Shape in; int64_t out_c, stride; };
   for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
@@ -356,7 +352,7 @@ TYPED_TEST(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
     const Shape o = d.out();
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
-    auto x = lowp_vec<K>(n, 14), dy = lowp_vec<K>(m, 15);
+    std::vector<float> x = lowp_vec(k, n, 14), dy = lowp_vec(k, m, 15);
     std::vector<float> y(m), dx(n);
     auto ro = b.ref->make_pad_shortcut(d);
     ro->forward(x.data(), y.data());
@@ -371,10 +367,10 @@ TYPED_TEST(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
   }
 }
 
-TYPED_TEST(GpuLowpOps, LinearForwardBackward) {
+TEST_P(GpuLowpOps, LinearForwardBackward) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t out; bool bias; };
   for (Case c : {Case{{4, 16, 1, 1}, 10, true}, Case{{2, 3, 2, 2}, 5, true},  // h, w > 1: reorder
                  Case{{3, 7, 3, 1}, 4, false}, Case{{1, 64, 1, 1}, 1000, true}}) {
@@ -383,8 +379,8 @@ TYPED_TEST(GpuLowpOps, LinearForwardBackward) {
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()),
                  nw = size_t(c.out * c.in.chw()), nb = size_t(c.out);
-    auto x = lowp_vec<K>(nx, 16), w = lowp_vec<K>(nw, 17, -0.5, 0.5), bias = lowp_vec<K>(nb, 18),
-         dy = lowp_vec<K>(ny, 19);
+    std::vector<float> x = lowp_vec(k, nx, 16), w = lowp_vec(k, nw, 17, -0.5, 0.5),
+                       bias = lowp_vec(k, nb, 18), dy = lowp_vec(k, ny, 19);
     std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
     auto ref = b.ref->make_linear(d);
     ref->forward(x.data(), w.data(), bias.data(), y.data());
@@ -396,24 +392,24 @@ TYPED_TEST(GpuLowpOps, LinearForwardBackward) {
     op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
                  gdw.as<float>(), gdb.as<float>());
-    expect_normalised(b.export_act(gy, o), y, tol<K>(1e-2), "y");
-    expect_normalised(b.export_act(gdx, c.in), dx, tol<K>(1e-2), "dx");
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
     // dw is an fp32 GEMM result of exact 16-bit operands: fp32 summation order only.
     expect_normalised(b.fp32(gdw, nw), dw, 1e-4, "dw");
     if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db");
   }
 }
 
-TYPED_TEST(GpuLowpOps, SoftmaxXent) {
+TEST_P(GpuLowpOps, SoftmaxXent) {
   RT_REQUIRE_GPU();
-  using K = TypeParam;
-  Backends<K> b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (double eps : {0.0, 0.1})
     for (Shape s : {Shape{4, 10, 1, 1}, Shape{3, 1000, 1, 1}}) {
       SCOPED_TRACE(s.str() + " eps " + std::to_string(eps));
       SoftmaxXentDesc d{"loss", s, eps};
       const size_t n = size_t(s.numel());
-      auto z = lowp_vec<K>(n, 20, -4, 4);
+      std::vector<float> z = lowp_vec(k, n, 20, -4, 4);
       std::vector<int32_t> labels(size_t(s.n));
       for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((7 * i + 3) % size_t(s.c));
       std::vector<float> dz(n);
@@ -427,7 +423,7 @@ TYPED_TEST(GpuLowpOps, SoftmaxXent) {
       op->backward(labels.data(), gdz.as<float>(), 128.0);
       // The logits are exact: the loss is fp32 arithmetic only.
       EXPECT_NEAR(lg, lr, 1e-5 * std::max(1.0, std::abs(lr)));
-      expect_normalised(b.export_act(gdz, s), dz, tol<K>(1e-2), "dlogits");
+      expect_normalised(b.export_act(gdz, s), dz, tol(k, 1e-2), "dlogits");
     }
 }
 

@@ -1,4 +1,4 @@
-// Whole small ResNets on the 16-bit backends (cuda-bf16, cuda-fp16; one typed suite) against the
+// Whole small ResNets on the 16-bit backends (cuda-bf16, cuda-fp16; one suite for both) against the
 // fp32 reference: two training steps' forward and backward with loss scaling, evaluation
 // through the running statistics, the backend by name, and no device allocation in a
 // steady-state step.
@@ -11,6 +11,7 @@
 // max |ref|) of at most 0.15 per tensor.
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -23,22 +24,19 @@
 namespace rt::cuda {
 namespace {
 
-struct Bf16 {
-  static constexpr DType dtype = DType::bf16;
-  static constexpr const char* backend = "cuda-bf16";
+// The storage type and its backend's name.
+struct Kind {
+  DType dtype;
+  const char* backend;
 };
-struct Fp16 {
-  static constexpr DType dtype = DType::f16;
-  static constexpr const char* backend = "cuda-fp16";
-};
-struct KindName {
-  template <class K>
-  static std::string GetName(int) { return K::dtype == DType::bf16 ? "bf16" : "fp16"; }
-};
-
-template <class K>
-class GpuLowpResNet : public ::testing::Test {};
-TYPED_TEST_SUITE(GpuLowpResNet, (::testing::Types<Bf16, Fp16>), KindName);
+// gtest names the parameter by its backend.
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.backend; }
+class GpuLowpResNet : public ::testing::TestWithParam<Kind> {};
+INSTANTIATE_TEST_SUITE_P(Types, GpuLowpResNet,
+                         ::testing::Values(Kind{DType::bf16, "cuda-bf16"}, Kind{DType::f16, "cuda-fp16"}),
+                         [](const ::testing::TestParamInfo<Kind>& i) {
+                           return std::string(i.param.dtype == DType::bf16 ? "bf16" : "fp16");
+                         });
 
 ResNetConfig cifar_resnet20() {
   ResNetConfig c;
@@ -144,20 +142,20 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
   EXPECT_LE(ev.normalised_max, 0.1) << "eval logits";
 }
 
-TYPED_TEST(GpuLowpResNet, Resnet20MatchesReference) {
+TEST_P(GpuLowpResNet, Resnet20MatchesReference) {
   RT_REQUIRE_GPU();
-  expect_matches_reference(cifar_resnet20(), TypeParam::dtype);
+  expect_matches_reference(cifar_resnet20(), GetParam().dtype);
 }
 
-TYPED_TEST(GpuLowpResNet, Resnet18MatchesReference) {
+TEST_P(GpuLowpResNet, Resnet18MatchesReference) {
   RT_REQUIRE_GPU();
-  expect_matches_reference(imagenet_resnet18(), TypeParam::dtype);
+  expect_matches_reference(imagenet_resnet18(), GetParam().dtype);
 }
 
-TYPED_TEST(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
+TEST_P(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
   RT_REQUIRE_GPU();
   const ResNetConfig cfg = cifar_resnet20();
-  auto net = build_resnet<float>(cfg, make_cuda_lowp_backend(TypeParam::dtype));
+  auto net = build_resnet<float>(cfg, make_cuda_lowp_backend(GetParam().dtype));
   auto sgd = net->backend().make_sgd(net->arena().layout(), SgdConfig{});
   const auto input = random_input(net->shape(0), 6);
   const auto labels = labels_for(cfg.batch, cfg.num_classes);
@@ -179,11 +177,11 @@ TYPED_TEST(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
   EXPECT_EQ(after.pinned_allocs, before.pinned_allocs);
 }
 
-TYPED_TEST(GpuLowpResNet, MakeBackendByName) {
+TEST_P(GpuLowpResNet, MakeBackendByName) {
   RT_REQUIRE_GPU();
   register_backend();
-  auto b = make_backend<float>(TypeParam::backend);
-  EXPECT_EQ(b->name(), TypeParam::backend);
+  auto b = make_backend<float>(GetParam().backend);
+  EXPECT_EQ(b->name(), GetParam().backend);
   EXPECT_EQ(b->act_size({2, 3, 5, 7}), 108u);  // 210 16-bit values in 27 16-byte vectors
 }
 
