@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/bf16_backend.h"
+#include "cuda/lowp_backend.h"
 #include "cuda/check.h"
 #include "cuda/cublas_linear.h"
 #include "cuda/cudnn_batchnorm.h"
@@ -157,7 +157,7 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
 void register_backend() {
   rt::register_backend("cuda", &make_default);
   rt::register_backend("cuda-tf32", &make_tf32);
-  register_bf16_backend();  // "cuda-bf16" (cuda/bf16_backend.h)
+  register_lowp_backends();  // "cuda-bf16", "cuda-fp16" (cuda/lowp_backend.h)
 }
 
 }  // namespace rt::cuda

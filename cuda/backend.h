@@ -16,8 +16,9 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {})
 int local_rank_device();
 
 // Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
-// configuration, "cuda-tf32" with TF32 and measured algorithm choice, and "cuda-bf16" (mixed
-// precision, cuda/bf16_backend.h). Call once in programs that link rt_cuda; calling again is harmless.
+// configuration, "cuda-tf32" with TF32 and measured algorithm choice, and "cuda-bf16" and
+// "cuda-fp16" (mixed precision, cuda/lowp_backend.h). Call once in programs that link rt_cuda;
+// calling again is harmless.
 void register_backend();
 
 }  // namespace rt::cuda

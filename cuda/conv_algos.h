@@ -1,5 +1,5 @@
 // The cuDNN side of choosing a convolution's three algorithms once per shape, shared by the fp32
-// (cudnn_conv) and bf16 (bf16_conv) convolutions: ranked candidates from cuDNN's heuristics or
+// (cudnn_conv) and 16-bit (lowp_conv) convolutions: ranked candidates from cuDNN's heuristics or
 // timing, the policy of algo_pick.h, the math type, the workspace they need.
 #pragma once
 #include <cudnn.h>
@@ -32,8 +32,8 @@ struct ConvAlgos {
 // that direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH
 // (fp32 without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and
 // returns them with the workspace they need under those math types. `kind` names the
-// convolution in errors ("", "bf16 NHWC "). Throws rt::Error naming the layer when no
-// algorithm fits.
+// convolution in errors ("", "bf16 NHWC ", "fp16 NHWC "). Throws rt::Error naming the layer
+// when no algorithm fits.
 ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                             cudnnConvolutionDescriptor_t bwd_data,

@@ -127,7 +127,7 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
     if (auto it = r.factories.find(name); it != r.factories.end()) make = it->second;
   }
   if (make) return make();
-  if (name == "cuda" || name == "cuda-tf32" || name == "cuda-bf16") {
+  if (name == "cuda" || name == "cuda-tf32" || name == "cuda-bf16" || name == "cuda-fp16") {
 #ifdef RT_HAVE_CUDA
     throw Error("backend 'cuda' is not linked into this program: run its _cuda build "
                 "(build/bin/trainer_cuda, build/bin/bench_train_step_cuda), which links rt_cuda "
@@ -137,7 +137,8 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
 #endif
   }
   throw Error("unknown backend '" + name +
-              "' (known: reference, onednn or cpu, onednn-direct, onednn-winograd, cuda, cuda-tf32, cuda-bf16)");
+              "' (known: reference, onednn or cpu, onednn-direct, onednn-winograd, cuda, cuda-tf32, "
+              "cuda-bf16, cuda-fp16)");
 }
 
 template <>

@@ -48,6 +48,51 @@ inline float from_bf16(bf16_t b) {
   return f;
 }
 
+// Round-to-nearest-even fp32 -> IEEE half, as the GPU's __float2half_rn: magnitudes from 65520
+// (halfway between the largest half, 65504, and 2^16) up become inf rather than saturating, which
+// is what dynamic loss scaling detects as an overflow; below 2^-14 the result is subnormal, below
+// 2^-25 zero. NaN stays a quiet NaN of the same sign.
+inline f16_t to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return {uint16_t(sign | 0x7e00u)};
+  if (a >= 0x477ff000u) return {uint16_t(sign | 0x7c00u)};  // >= 65520, inf included
+  if (a >= 0x38800000u) {                                    // normal: rebias 127 -> 15
+    const uint32_t v = a - 0x38000000u;
+    return {uint16_t(sign | ((v + 0x0fffu + ((v >> 13) & 1u)) >> 13))};
+  }
+  // Subnormal: units of 2^-24. A carry out of the mantissa gives the smallest normal, correctly.
+  const int e = int(a >> 23);
+  if (e < 102) return {sign};  // below 2^-25
+  const uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  const int shift = 126 - e;  // 14 .. 24
+  const uint32_t k = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  return {uint16_t(sign | (k + (rem > half || (rem == half && (k & 1u)))))};
+}
+inline float from_f16(f16_t h) {
+  const uint32_t sign = uint32_t(h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 0x1fu,
+                 m = h.bits & 0x3ffu;
+  uint32_t u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (m << 13);
+  } else if (e != 0) {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  } else {  // zero or subnormal: m * 2^-24, exact in fp32
+    const float v = float(m) * 0x1p-24f;
+    std::memcpy(&u, &v, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// fp32 values rounded once to the 16-bit types: what a device buffer of that type holds.
+inline float bf16_round(float f) { return from_bf16(to_bf16(f)); }
+inline float f16_round(float f) { return from_f16(to_f16(f)); }
+
 // Memory other than the host heap (a GPU's), for Buffers a backend's ops read and write. Only
 // set-up allocates; copy and zero are for set-up and the rare gradient copy, not per element.
 class MemorySpace {

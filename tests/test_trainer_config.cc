@@ -136,6 +136,35 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("data.train_list' needs its partner"), std::string::npos) << e;
 }
 
+TEST(trainer_config, Fp16BackendDefaultsToDynamicLossScaling) {
+  const std::string data = "data: {synthetic: true}\n";
+  EXPECT_EQ(config_parse(data, "a.yaml").loss_scale.mode, "none");
+  EXPECT_EQ(config_parse(data + "backend: cuda-bf16\n", "a.yaml").loss_scale.mode, "none");
+  Config c = config_parse(data + "backend: cuda-fp16\n", "a.yaml");
+  EXPECT_EQ(c.loss_scale.mode, "dynamic");
+  EXPECT_EQ(c.origin.at("loss_scale.mode"), "a.yaml (default for backend cuda-fp16)");
+  EXPECT_NO_THROW(config_validate(c));
+  // The backend from the command line resolves the same.
+  EXPECT_EQ(config_parse(data, "a.yaml", {"backend=cuda-fp16"}).loss_scale.mode, "dynamic");
+  // A mode given anywhere wins, none included.
+  for (const std::string mode : {"none", "static", "dynamic"}) {
+    SCOPED_TRACE(mode);
+    EXPECT_EQ(config_parse(data + "backend: cuda-fp16\nloss_scale: {mode: " + mode + "}\n", "a.yaml")
+                  .loss_scale.mode,
+              mode);
+    EXPECT_EQ(config_parse(data + "backend: cuda-fp16\n", "a.yaml", {"loss_scale.mode=" + mode})
+                  .loss_scale.mode,
+              mode);
+  }
+  // The printed configuration (what checkpoints keep) holds the resolved mode.
+  const Config back = config_parse(config_to_yaml(c), "printed", {"backend=cuda-bf16"});
+  EXPECT_EQ(back.loss_scale.mode, "dynamic");
+  // A GPU backend, as comm.algorithm nccl needs.
+  EXPECT_NO_THROW(config_validate(config_parse(data + "backend: cuda-fp16\ncomm: {algorithm: nccl}\n", "a.yaml")));
+  const std::string e = error_of([&] { config_validate(config_parse(data + "comm: {algorithm: nccl}\n", "a.yaml")); });
+  EXPECT_NE(e.find("nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16"), std::string::npos) << e;
+}
+
 TEST(trainer_config, PrintedYamlReadsBackTheSame) {
   Config c = config_parse("data: {synthetic: true}\n", "r.yaml",
                           {"optimizer.lr=0.123456789", "schedule.milestones=[1.5, 2]", "data.root=",

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "cuda/backend.h"
-#include "cuda/bf16_backend.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
 #include "nn/resnet.h"
 
@@ -30,11 +30,13 @@ struct Args {
 
 [[noreturn]] void usage(int rc) {
   std::printf(
-      "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32|bf16]\n"
+      "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32|bf16|fp16]\n"
       "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE]\n"
       "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
       "batch kept on the device; convolution algorithms are timed once per layer at set-up. Each\n"
-      "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n");
+      "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n"
+      "fp16 adds dynamic loss scaling's work: the loss gradient times 2^16, then the gradients\n"
+      "unscaled and checked for overflow on the device before the update (as GradScaler).\n");
   std::exit(rc);
 }
 
@@ -63,7 +65,8 @@ Args parse(int argc, char** argv) {
       usage(2);
     }
   }
-  if (a.precision != "fp32" && a.precision != "tf32" && a.precision != "bf16") usage(2);
+  if (a.precision != "fp32" && a.precision != "tf32" && a.precision != "bf16" && a.precision != "fp16")
+    usage(2);
   // The first step grows the gradient slots; it must be outside the allocation count.
   if (a.warmup < 1 || a.steps < 1 || a.repeats < 1 || a.batch < 1 || a.size < 1) {
     std::fprintf(stderr, "bench_gpu_step: --warmup, --steps, --repeats, --batch and --size must be >= 1\n");
@@ -156,9 +159,12 @@ int main(int argc, char** argv) try {
   rt::cuda::ContextConfig ctx;
   ctx.allow_tf32 = a.precision == "tf32";
   ctx.benchmark_algos = true;  // as PyTorch's cudnn.benchmark: the fastest measured algorithms
-  // bf16: the cuda-bf16 backend (bf16 NHWC activations, fp32 master weights and optimizer).
-  auto owned = std::make_unique<ResidentInput>(a.precision == "bf16" ? rt::cuda::make_cuda_bf16_backend(ctx)
-                                                                     : rt::cuda::make_cuda_backend(ctx));
+  // bf16, fp16: the cuda-bf16 and cuda-fp16 backends (16-bit NHWC activations, fp32 master
+  // weights and optimizer).
+  const bool lowp = a.precision == "bf16" || a.precision == "fp16";
+  auto owned = std::make_unique<ResidentInput>(
+      lowp ? rt::cuda::make_cuda_lowp_backend(a.precision == "bf16" ? rt::DType::bf16 : rt::DType::f16, ctx)
+           : rt::cuda::make_cuda_backend(ctx));
   const ResidentInput* backend = owned.get();
   rt::ResNetConfig cfg;
   cfg.name = a.model;
@@ -184,8 +190,14 @@ int main(int argc, char** argv) try {
   double loss = 0, first_loss = 0;
   auto step = [&] {
     loss = net->forward(nullptr, y.data(), true);  // the input is resident (see ResidentInput)
-    net->backward();
-    opt->step(params, grads, 0.01);
+    if (a.precision == "fp16") {
+      net->backward({}, 65536.0);
+      if (net->backend().scale_count_nonfinite(grads, net->arena().size(), 1.0f / 65536, true) == 0)
+        opt->step(params, grads, 0.01);
+    } else {
+      net->backward();
+      opt->step(params, grads, 0.01);
+    }
   };
   step();
   net->backend().sync();
@@ -214,9 +226,11 @@ int main(int argc, char** argv) try {
   // The steps must have read the batch uploaded once: check it is still there.
   std::vector<float> back(x.size());
   net->export_tensor(0, back.data());
-  // (bf16 storage rounds each value once: within 2^-8 relative.)
+  // (16-bit storage rounds each value once: within 2^-8 relative for bf16, 2^-11 for fp16, plus
+  // half of fp16's subnormal step, 2^-25, below 2^-14.)
+  const float rel = a.precision == "bf16" ? 0x1p-8f : 0x1p-11f, abs = a.precision == "fp16" ? 0x1p-25f : 0;
   for (size_t i = 0; i < x.size(); ++i)
-    if (a.precision == "bf16" ? std::abs(back[i] - x[i]) > 0x1p-8f * std::abs(x[i]) : back[i] != x[i])
+    if (lowp ? std::abs(back[i] - x[i]) > rel * std::abs(x[i]) + abs : back[i] != x[i])
       throw rt::Error("the resident input batch changed during the steps");
   if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
 

@@ -7,6 +7,7 @@ torch.backends.cudnn.benchmark = True. Modes:
   fp32  TF32 off for convolutions and matmuls (full fp32 products)
   tf32  torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
   bf16  torch.autocast(dtype=torch.bfloat16) around forward and loss, TF32 on for the rest
+  fp16  torch.autocast(dtype=torch.float16) likewise, with GradScaler's dynamic loss scaling
 After --warmup steps, --repeats repeats of --steps steps, each ended by torch.cuda.synchronize():
 images/s per repeat, reported as median [min, max]. Memory: torch.cuda.max_memory_allocated
 (what the caching allocator handed out) and the device memory in use (cudaMemGetInfo) above the
@@ -16,7 +17,7 @@ Prints one readable line and one JSON line (starting with '{') per mode; --json 
 JSON lines to FILE. Run one mode per process for clean memory figures (a later mode's baseline
 would include the earlier one's library handles and cached blocks).
 
-  tools/bench_torch_gpu.py --modes fp32,tf32,bf16 [--batch 256] [--size 224] [--json out.jsonl]
+  tools/bench_torch_gpu.py --modes fp32,tf32,bf16,fp16 [--batch 256] [--size 224] [--json out.jsonl]
   tools/bench_torch_gpu.py --device cpu --batch 2 --size 64 --steps 2      (smoke test, no GPU)
 Uses torchvision.models.resnet50 when torchvision is importable (or unless --no-torchvision),
 else the same network defined below.
@@ -128,12 +129,17 @@ def run(mode, a, dev):
     crit = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
+    lowp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
+    # Disabled, the scaler passes the loss through and calls opt.step() itself.
+    scaler = torch.amp.GradScaler(dev.type, enabled=mode == "fp16")
+
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=mode == "bf16"):
+        with torch.autocast(device_type=dev.type, dtype=lowp or torch.bfloat16, enabled=lowp is not None):
             loss = crit(model(x), y)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss
 
     def sync():
@@ -182,7 +188,7 @@ def run(mode, a, dev):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50", choices=["resnet50"])
-    ap.add_argument("--modes", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16")
+    ap.add_argument("--modes", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16, fp16")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps, the first included")
@@ -193,8 +199,8 @@ def main():
     ap.add_argument("--json", help="append one JSON line per mode to this file")
     a = ap.parse_args()
     modes = a.modes.split(",")
-    if any(m not in ("fp32", "tf32", "bf16") for m in modes) or min(a.warmup, a.steps, a.repeats) < 1:
-        ap.error("modes are fp32, tf32, bf16; --warmup, --steps and --repeats must be >= 1")
+    if any(m not in ("fp32", "tf32", "bf16", "fp16") for m in modes) or min(a.warmup, a.steps, a.repeats) < 1:
+        ap.error("modes are fp32, tf32, bf16, fp16; --warmup, --steps and --repeats must be >= 1")
     dev = torch.device(a.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit(f"bench_torch_gpu: no CUDA device for torch {torch.__version__} "

@@ -140,7 +140,7 @@ else
     if [ $brc -ne 0 ] && [ "${name%%-*}" = ringtrain ]; then say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1; fi
   }
   # bf16 first: its ratio is the target, and a budget cut should take fp32, not it.
-  for p in bf16 tf32 fp32; do
+  for p in bf16 fp16 tf32 fp32; do
     bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"

@@ -303,6 +303,12 @@ Config config_parse(const std::string& yaml, const std::string& name,
     walk(cfg, root, "", name);
   }
   for (const auto& o : overrides) config_set(cfg, o);
+  // fp16 gradients underflow without loss scaling (fp16's smallest normal is 2^-14), so
+  // cuda-fp16 scales dynamically unless loss_scale.mode was given; an explicit none stays none.
+  if (cfg.backend == "cuda-fp16" && !cfg.origin.count("loss_scale.mode")) {
+    cfg.loss_scale.mode = "dynamic";
+    cfg.origin["loss_scale.mode"] = name + " (default for backend cuda-fp16)";
+  }
   return cfg;
 }
 

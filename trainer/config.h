@@ -105,7 +105,8 @@ struct Config {
   DebugConfig debug;
   EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
-  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 | cuda-bf16 (GPU builds)
+  // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 | cuda-bf16 |
+  // cuda-fp16 (GPU builds)
   std::string backend = "onednn";
   int threads = 0;                    // OpenMP threads per rank; 0 = OMP_NUM_THREADS, else
                                       //   the cores of this node divided among its ranks
@@ -121,6 +122,8 @@ struct Config {
 // Does not validate ranges: see config_validate.
 Config config_load(const std::string& path, const std::vector<std::string>& overrides = {});
 // The same from YAML text (`name` stands in for the file in messages; used for checkpoints).
+// Both resolve the defaults that depend on other keys: with backend cuda-fp16, loss_scale.mode
+// unset in the text and the overrides becomes dynamic.
 Config config_parse(const std::string& yaml, const std::string& name,
                     const std::vector<std::string>& overrides = {});
 // Applies one "key=value" (value in YAML syntax: 0.1, true, [30, 60], text).

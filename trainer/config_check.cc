@@ -100,9 +100,10 @@ void config_validate(const Config& c) {
   const std::string algo_rule = "must be one of " + known;
   k.require(std::find(algos.begin(), algos.end(), c.comm.algorithm) != algos.end(), "comm.algorithm",
             algo_rule.c_str(), c.comm.algorithm);
-  const bool gpu = c.backend == "cuda" || c.backend == "cuda-tf32" || c.backend == "cuda-bf16";
-  k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm", "nccl needs backend: cuda, cuda-tf32 or cuda-bf16",
-            c.comm.algorithm);
+  const bool gpu = c.backend == "cuda" || c.backend == "cuda-tf32" || c.backend == "cuda-bf16" ||
+                   c.backend == "cuda-fp16";
+  k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
+            "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
   k.require(c.comm.network_segment_bytes == 0 || c.comm.network_segment_bytes >= 4, "comm.network_segment_bytes",
@@ -140,7 +141,9 @@ void config_validate(const Config& c) {
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "onednn-direct" ||
                 c.backend == "onednn-winograd" || c.backend == "reference" || gpu,
-            "backend", "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference, cuda, cuda-tf32 or cuda-bf16",
+            "backend",
+            "must be onednn (alias cpu), onednn-direct, onednn-winograd, reference, cuda, cuda-tf32, "
+            "cuda-bf16 or cuda-fp16",
             c.backend);
   // Whether "cuda" is usable (built in, a device present) is for make_backend to say, with the
   // runtime's reason, when the model is built.

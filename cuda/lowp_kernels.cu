@@ -1,8 +1,10 @@
-// The bf16 backend's kernels: one thread per output element with grid-stride loops and 64-bit
-// indices, fp32 arithmetic, one rounding to bf16 per stored value. Per-channel sums use a
-// fixed two-pass order (no atomics), so every run gives the same bits.
-#include "cuda/bf16_kernels.h"
+// The 16-bit backends' kernels, templates over the storage type T (bf16 or f16): one thread per
+// output element with grid-stride loops and 64-bit indices, fp32 arithmetic, one rounding to T
+// per stored value (to_f32 / from_f32 of elementwise.cuh). Per-channel sums use a fixed two-pass
+// order (no atomics), so every run gives the same bits.
 #include "cuda/check.h"
+#include "cuda/elementwise.cuh"  // to_f32, from_f32
+#include "cuda/lowp_kernels.h"
 
 namespace rt::cuda {
 namespace {
@@ -10,23 +12,27 @@ namespace {
 __device__ inline int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
 __device__ inline float relu_value(float v) { return (v > 0.0f || isnan(v)) ? v : 0.0f; }
-__device__ inline float ld(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ inline bf16 rn(float v) { return __float2bfloat16_rn(v); }
+template <class T>
+__device__ inline float ld(const T* p, int64_t i) { return to_f32(p[i]); }
+template <class T>
+__device__ inline T rn(float v) { return from_f32<T>(v); }
 
 uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
 
 // ---- conversions ----
 
-__global__ void nchw_to_nhwc_kernel(const float* src, bf16* dst, Dims4 d) {
+template <class T>
+__global__ void nchw_to_nhwc_kernel(const float* src, T* dst, Dims4 d) {
   const int64_t n = d.numel();
   for (int64_t q = first_index(); q < n; q += grid_stride()) {
     const int64_t c = q % d.c, w = (q / d.c) % d.w, h = (q / (d.c * d.w)) % d.h,
                   b = q / (d.c * d.w * d.h);
-    dst[q] = rn(src[nchw_index(b, c, h, w, d.c, d.h, d.w)]);
+    dst[q] = rn<T>(src[nchw_index(b, c, h, w, d.c, d.h, d.w)]);
   }
 }
 
-__global__ void nhwc_to_nchw_kernel(const bf16* src, float* dst, Dims4 d) {
+template <class T>
+__global__ void nhwc_to_nchw_kernel(const T* src, float* dst, Dims4 d) {
   const int64_t n = d.numel();
   for (int64_t e = first_index(); e < n; e += grid_stride()) {
     const int64_t w = e % d.w, h = (e / d.w) % d.h, c = (e / (d.w * d.h)) % d.c,
@@ -35,65 +41,73 @@ __global__ void nhwc_to_nchw_kernel(const bf16* src, float* dst, Dims4 d) {
   }
 }
 
-__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = rn(src[i]);
+template <class T>
+__global__ void f32_to_lowp_kernel(const float* src, T* dst, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = rn<T>(src[i]);
 }
 
-__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
+template <class T>
+__global__ void lowp_to_f32_kernel(const T* src, float* dst, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) dst[i] = ld(src, i);
 }
 
-__global__ void weight_to_ohwi_kernel(const float* oihw, bf16* ohwi, WeightGeom g) {
+template <class T>
+__global__ void weight_to_ohwi_kernel(const float* oihw, T* ohwi, WeightGeom g) {
   const int64_t n = g.count();
-  for (int64_t e = first_index(); e < n; e += grid_stride()) ohwi[ohwi_from_oihw(e, g)] = rn(oihw[e]);
+  for (int64_t e = first_index(); e < n; e += grid_stride())
+    ohwi[ohwi_from_oihw(e, g)] = rn<T>(oihw[e]);
 }
-
-__device__ inline float as_f32(float v) { return v; }
-__device__ inline float as_f32(bf16 v) { return __bfloat162float(v); }
 
 template <class S>
 __global__ void weight_grad_kernel(const S* ohwi, float* oihw, WeightGeom g) {
   const int64_t n = g.count();
   for (int64_t e = first_index(); e < n; e += grid_stride())
-    oihw[e] = as_f32(ohwi[ohwi_from_oihw(e, g)]);
+    oihw[e] = to_f32(ohwi[ohwi_from_oihw(e, g)]);
 }
 
 // ---- element-wise ----
 
-__global__ void relu_forward_kernel(const bf16* x, bf16* y, int64_t n) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn(relu_value(ld(x, i)));
+template <class T>
+__global__ void relu_forward_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn<T>(relu_value(ld(x, i)));
 }
 
-__global__ void relu_backward_kernel(const bf16* y, const bf16* dy, bf16* dx, int64_t n) {
+template <class T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    dx[i] = ld(y, i) > 0.0f ? dy[i] : rn(0.0f);
+    dx[i] = ld(y, i) > 0.0f ? dy[i] : rn<T>(0.0f);
 }
 
-__global__ void add_forward_kernel(const bf16* a, const bf16* b, bf16* y, int64_t n, bool relu) {
+template <class T>
+__global__ void add_forward_kernel(const T* a, const T* b, T* y, int64_t n, bool relu) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const float s = ld(a, i) + ld(b, i);
-    y[i] = rn(relu ? relu_value(s) : s);
+    y[i] = rn<T>(relu ? relu_value(s) : s);
   }
 }
 
-__global__ void bias_add_kernel(bf16* y, const float* b, int64_t n, int64_t channels) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = rn(ld(y, i) + b[i % channels]);
+template <class T>
+__global__ void bias_add_kernel(T* y, const float* b, int64_t n, int64_t channels) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    y[i] = rn<T>(ld(y, i) + b[i % channels]);
 }
 
-__global__ void f32_bias_kernel(const float* y32, const float* b, bf16* y, int64_t n,
+template <class T>
+__global__ void f32_bias_kernel(const float* y32, const float* b, T* y, int64_t n,
                                 int64_t channels) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    y[i] = rn(y32[i] + (b ? b[i % channels] : 0.0f));
+    y[i] = rn<T>(y32[i] + (b ? b[i % channels] : 0.0f));
 }
 
 // ---- pooling and shortcut (NHWC) ----
 
-__global__ void maxpool_forward_kernel(const bf16* x, bf16* y, int32_t* argmax, NhwcPoolGeom g) {
+template <class T>
+__global__ void maxpool_forward_kernel(const T* x, T* y, int32_t* argmax, NhwcPoolGeom g) {
   const int64_t outs = g.n * g.out_h * g.out_w * g.c;
   for (int64_t q = first_index(); q < outs; q += grid_stride()) {
     const int64_t c = q % g.c, ow = (q / g.c) % g.out_w, oh = (q / (g.c * g.out_w)) % g.out_h,
                   b = q / (g.c * g.out_w * g.out_h);
-    const bf16* xp = x + b * g.h * g.w * g.c + c;
+    const T* xp = x + b * g.h * g.w * g.c + c;
     float best = -INFINITY;
     int64_t best_i = -1;
     for (int64_t i = 0; i < g.kernel; ++i) {
@@ -109,7 +123,7 @@ __global__ void maxpool_forward_kernel(const bf16* x, bf16* y, int32_t* argmax, 
         }
       }
     }
-    y[q] = rn(best);
+    y[q] = rn<T>(best);
     if (argmax) argmax[q] = int32_t(best_i);
   }
 }
@@ -123,7 +137,8 @@ __device__ inline void window_range(int64_t i, int64_t kernel, int64_t stride, i
   *hi = h < out ? h : out;
 }
 
-__global__ void maxpool_backward_kernel(const int32_t* argmax, const bf16* dy, bf16* dx,
+template <class T>
+__global__ void maxpool_backward_kernel(const int32_t* argmax, const T* dy, T* dx,
                                         NhwcPoolGeom g) {
   const int64_t ins = g.n * g.h * g.w * g.c;
   for (int64_t e = first_index(); e < ins; e += grid_stride()) {
@@ -139,39 +154,43 @@ __global__ void maxpool_backward_kernel(const int32_t* argmax, const bf16* dy, b
         const int64_t q = nhwc_index(b, c, oh, ow, g.c, g.out_h, g.out_w);
         if (argmax[q] == self) s += ld(dy, q);
       }
-    dx[e] = rn(s);
+    dx[e] = rn<T>(s);
   }
 }
 
-__global__ void avgpool_forward_kernel(const bf16* x, bf16* y, int64_t n, int64_t c, int64_t hw) {
+template <class T>
+__global__ void avgpool_forward_kernel(const T* x, T* y, int64_t n, int64_t c, int64_t hw) {
   const int64_t planes = n * c;
   for (int64_t p = first_index(); p < planes; p += grid_stride()) {
     const int64_t b = p / c, ch = p % c;
     float s = 0.0f;
     for (int64_t e = 0; e < hw; ++e) s += ld(x, (b * hw + e) * c + ch);
-    y[p] = rn(s / float(hw));
+    y[p] = rn<T>(s / float(hw));
   }
 }
 
-__global__ void avgpool_backward_kernel(const bf16* dy, bf16* dx, int64_t n, int64_t c,
+template <class T>
+__global__ void avgpool_backward_kernel(const T* dy, T* dx, int64_t n, int64_t c,
                                         int64_t hw) {
   const int64_t total = n * hw * c;
   for (int64_t i = first_index(); i < total; i += grid_stride())
-    dx[i] = rn(ld(dy, (i / (hw * c)) * c + i % c) / float(hw));
+    dx[i] = rn<T>(ld(dy, (i / (hw * c)) * c + i % c) / float(hw));
 }
 
-__global__ void pad_shortcut_forward_kernel(const bf16* x, bf16* y, ShortcutGeom g) {
+template <class T>
+__global__ void pad_shortcut_forward_kernel(const T* x, T* y, ShortcutGeom g) {
   const int64_t n = g.n * g.out_h * g.out_w * g.out_c;
   for (int64_t q = first_index(); q < n; q += grid_stride()) {
     const int64_t oc = q % g.out_c, ow = (q / g.out_c) % g.out_w,
                   oh = (q / (g.out_c * g.out_w)) % g.out_h, b = q / (g.out_c * g.out_w * g.out_h);
     const int64_t c = oc - g.before;
-    y[q] = (c < 0 || c >= g.c) ? rn(0.0f)
+    y[q] = (c < 0 || c >= g.c) ? rn<T>(0.0f)
                                : x[nhwc_index(b, c, oh * g.stride, ow * g.stride, g.c, g.h, g.w)];
   }
 }
 
-__global__ void pad_shortcut_backward_kernel(const bf16* dy, bf16* dx, ShortcutGeom g) {
+template <class T>
+__global__ void pad_shortcut_backward_kernel(const T* dy, T* dx, ShortcutGeom g) {
   const int64_t n = g.n * g.h * g.w * g.c;
   for (int64_t e = first_index(); e < n; e += grid_stride()) {
     const int64_t c = e % g.c, iw = (e / g.c) % g.w, ih = (e / (g.c * g.w)) % g.h,
@@ -179,7 +198,7 @@ __global__ void pad_shortcut_backward_kernel(const bf16* dy, bf16* dx, ShortcutG
     const bool kept = ih % g.stride == 0 && iw % g.stride == 0;
     dx[e] = kept ? dy[nhwc_index(b, c + g.before, ih / g.stride, iw / g.stride, g.out_c, g.out_h,
                                  g.out_w)]
-                 : rn(0.0f);
+                 : rn<T>(0.0f);
   }
 }
 
@@ -187,8 +206,8 @@ __global__ void pad_shortcut_backward_kernel(const bf16* dy, bf16* dx, ShortcutG
 
 // Block (tile, chunk): threads (tx, ty) walk rows r0 + ty, r0 + ty + kRowThreads, ... of channel
 // tile * kChannelTile + tx; the kRowThreads row sums then add in ty order.
-template <ChannelSum K>
-__global__ void channel_partial_kernel(ChannelSumArgs a, ChannelReduceGeom g) {
+template <class T, ChannelSum K>
+__global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
   __shared__ float sh1[kRowThreads][kChannelTile];
   __shared__ float sh2[kRowThreads][kChannelTile];
   const int64_t c = int64_t(blockIdx.x) * kChannelTile + threadIdx.x;
@@ -267,17 +286,19 @@ __global__ void eval_scale_kernel(const float* gamma, const float* running_var, 
     scale[c] = float(double(gamma[c]) / sqrt(double(running_var[c]) + eps));
 }
 
-__global__ void bn_apply_kernel(const bf16* x, const float* mean, const float* scale,
-                                const float* beta, bf16* y, int64_t n, int64_t channels,
+template <class T>
+__global__ void bn_apply_kernel(const T* x, const float* mean, const float* scale,
+                                const float* beta, T* y, int64_t n, int64_t channels,
                                 bool relu) {
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i % channels;
     const float v = (ld(x, i) - mean[c]) * scale[c] + beta[c];
-    y[i] = rn(relu ? relu_value(v) : v);
+    y[i] = rn<T>(relu ? relu_value(v) : v);
   }
 }
 
-__global__ void bn_backward_kernel(BnBackwardArgs a) {
+template <class T>
+__global__ void bn_backward_kernel(BnBackwardArgs<T> a) {
   const int64_t n = a.rows * a.channels;
   const float inv_m = 1.0f / float(a.rows);
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
@@ -285,150 +306,160 @@ __global__ void bn_backward_kernel(BnBackwardArgs a) {
     const float g = (a.relu && !(ld(a.y, i) > 0.0f)) ? 0.0f : ld(a.dy, i);
     const float invstd = a.invstd[c];
     const float xhat = (ld(a.x, i) - a.mean[c]) * invstd;
-    a.dx[i] = rn(a.gamma[c] * invstd * (g - a.sum_g[c] * inv_m - xhat * a.sum_gxhat[c] * inv_m));
+    a.dx[i] = rn<T>(a.gamma[c] * invstd * (g - a.sum_g[c] * inv_m - xhat * a.sum_gxhat[c] * inv_m));
   }
 }
 
 }  // namespace
 
-void nchw_f32_to_nhwc_bf16(const float* src, bf16* dst, const Dims4& d, cudaStream_t stream) {
+template <class T>
+void nchw_f32_to_nhwc_lowp(const float* src, T* dst, const Dims4& d, cudaStream_t stream) {
   if (d.numel() <= 0) return;
-  nchw_to_nhwc_kernel<<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
+  nchw_to_nhwc_kernel<T><<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
   CUDA_CHECK_LAUNCH();
 }
 
-void nhwc_bf16_to_nchw_f32(const bf16* src, float* dst, const Dims4& d, cudaStream_t stream) {
+template <class T>
+void nhwc_lowp_to_nchw_f32(const T* src, float* dst, const Dims4& d, cudaStream_t stream) {
   if (d.numel() <= 0) return;
-  nhwc_to_nchw_kernel<<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
+  nhwc_to_nchw_kernel<T><<<blocks_for(d.numel()), kThreads, 0, stream>>>(src, dst, d);
   CUDA_CHECK_LAUNCH();
 }
 
-void f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream) {
+template <class T>
+void f32_to_lowp(const float* src, T* dst, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
+  f32_to_lowp_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
+template <class T>
+void lowp_to_f32(const T* src, float* dst, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
+  lowp_to_f32_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void weight_to_ohwi_bf16(const float* oihw, bf16* ohwi, const WeightGeom& g, cudaStream_t stream) {
+template <class T>
+void weight_to_ohwi_lowp(const float* oihw, T* ohwi, const WeightGeom& g, cudaStream_t stream) {
   if (g.count() <= 0) return;
-  weight_to_ohwi_kernel<<<blocks_for(g.count()), kThreads, 0, stream>>>(oihw, ohwi, g);
+  weight_to_ohwi_kernel<T><<<blocks_for(g.count()), kThreads, 0, stream>>>(oihw, ohwi, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void weight_grad_to_oihw(const bf16* ohwi, float* oihw, const WeightGeom& g, cudaStream_t stream) {
+template <class S>
+void weight_grad_to_oihw(const S* ohwi, float* oihw, const WeightGeom& g, cudaStream_t stream) {
   if (g.count() <= 0) return;
-  weight_grad_kernel<bf16><<<blocks_for(g.count()), kThreads, 0, stream>>>(ohwi, oihw, g);
+  weight_grad_kernel<S><<<blocks_for(g.count()), kThreads, 0, stream>>>(ohwi, oihw, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void weight_grad_to_oihw(const float* ohwi, float* oihw, const WeightGeom& g, cudaStream_t stream) {
-  if (g.count() <= 0) return;
-  weight_grad_kernel<float><<<blocks_for(g.count()), kThreads, 0, stream>>>(ohwi, oihw, g);
-  CUDA_CHECK_LAUNCH();
-}
-
-void bf16_relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream) {
+template <class T>
+void lowp_relu_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  relu_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream) {
+template <class T>
+void lowp_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  relu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_add_forward(const bf16* a, const bf16* b, bf16* y, int64_t n, bool relu,
-                      cudaStream_t stream) {
+template <class T>
+void lowp_add_forward(const T* a, const T* b, T* y, int64_t n, bool relu, cudaStream_t stream) {
   if (n <= 0) return;
-  add_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
+  add_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_bias_add(bf16* y, const float* b, int64_t rows, int64_t channels, cudaStream_t stream) {
+template <class T>
+void lowp_bias_add(T* y, const float* b, int64_t rows, int64_t channels, cudaStream_t stream) {
   if (rows * channels <= 0) return;
-  bias_add_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(y, b, rows * channels,
-                                                                       channels);
+  bias_add_kernel<T><<<blocks_for(rows * channels), kThreads, 0, stream>>>(y, b, rows * channels,
+                                                                          channels);
   CUDA_CHECK_LAUNCH();
 }
 
-void f32_bias_to_bf16(const float* y32, const float* b, bf16* y, int64_t rows, int64_t channels,
+template <class T>
+void f32_bias_to_lowp(const float* y32, const float* b, T* y, int64_t rows, int64_t channels,
                       cudaStream_t stream) {
   if (rows * channels <= 0) return;
-  f32_bias_kernel<<<blocks_for(rows * channels), kThreads, 0, stream>>>(y32, b, y,
-                                                                       rows * channels, channels);
+  const int64_t n = rows * channels;
+  f32_bias_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(y32, b, y, n, channels);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_maxpool_forward(const bf16* x, bf16* y, int32_t* argmax, const NhwcPoolGeom& g,
+template <class T>
+void lowp_maxpool_forward(const T* x, T* y, int32_t* argmax, const NhwcPoolGeom& g,
                           cudaStream_t stream) {
   const int64_t outs = g.n * g.out_h * g.out_w * g.c;
   if (outs <= 0) return;
-  maxpool_forward_kernel<<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
+  maxpool_forward_kernel<T><<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_maxpool_backward(const int32_t* argmax, const bf16* dy, bf16* dx, const NhwcPoolGeom& g,
+template <class T>
+void lowp_maxpool_backward(const int32_t* argmax, const T* dy, T* dx, const NhwcPoolGeom& g,
                            cudaStream_t stream) {
   const int64_t ins = g.n * g.h * g.w * g.c;
   if (ins <= 0) return;
-  maxpool_backward_kernel<<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  maxpool_backward_kernel<T><<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_avgpool_forward(const bf16* x, bf16* y, int64_t n, int64_t c, int64_t hw,
+template <class T>
+void lowp_avgpool_forward(const T* x, T* y, int64_t n, int64_t c, int64_t hw,
                           cudaStream_t stream) {
   if (n * c <= 0 || hw <= 0) return;
-  avgpool_forward_kernel<<<blocks_for(n * c), kThreads, 0, stream>>>(x, y, n, c, hw);
+  avgpool_forward_kernel<T><<<blocks_for(n * c), kThreads, 0, stream>>>(x, y, n, c, hw);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_avgpool_backward(const bf16* dy, bf16* dx, int64_t n, int64_t c, int64_t hw,
+template <class T>
+void lowp_avgpool_backward(const T* dy, T* dx, int64_t n, int64_t c, int64_t hw,
                            cudaStream_t stream) {
   if (n * c * hw <= 0) return;
-  avgpool_backward_kernel<<<blocks_for(n * c * hw), kThreads, 0, stream>>>(dy, dx, n, c, hw);
+  avgpool_backward_kernel<T><<<blocks_for(n * c * hw), kThreads, 0, stream>>>(dy, dx, n, c, hw);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_pad_shortcut_forward(const bf16* x, bf16* y, const ShortcutGeom& g, cudaStream_t stream) {
+template <class T>
+void lowp_pad_shortcut_forward(const T* x, T* y, const ShortcutGeom& g, cudaStream_t stream) {
   const int64_t n = g.n * g.out_c * g.out_h * g.out_w;
   if (n <= 0) return;
-  pad_shortcut_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, g);
+  pad_shortcut_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void bf16_pad_shortcut_backward(const bf16* dy, bf16* dx, const ShortcutGeom& g,
-                                cudaStream_t stream) {
+template <class T>
+void lowp_pad_shortcut_backward(const T* dy, T* dx, const ShortcutGeom& g, cudaStream_t stream) {
   const int64_t n = g.n * g.c * g.h * g.w;
   if (n <= 0) return;
-  pad_shortcut_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, g);
+  pad_shortcut_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, g);
   CUDA_CHECK_LAUNCH();
 }
 
-void channel_sums(const ChannelSumArgs& a, const ChannelReduceGeom& g, float* s1, float* s2,
+template <class T>
+void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
                   cudaStream_t stream) {
   if (g.channels <= 0 || g.rows <= 0) return;
   // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
   const dim3 grid(uint32_t(g.tiles), uint32_t(g.chunks)), block(kChannelTile, kRowThreads);
   switch (a.kind) {
     case ChannelSum::x:
-      channel_partial_kernel<ChannelSum::x><<<grid, block, 0, stream>>>(a, g);
+      channel_partial_kernel<T, ChannelSum::x><<<grid, block, 0, stream>>>(a, g);
       break;
     case ChannelSum::sq_dev:
-      channel_partial_kernel<ChannelSum::sq_dev><<<grid, block, 0, stream>>>(a, g);
+      channel_partial_kernel<T, ChannelSum::sq_dev><<<grid, block, 0, stream>>>(a, g);
       break;
     case ChannelSum::dy:
-      channel_partial_kernel<ChannelSum::dy><<<grid, block, 0, stream>>>(a, g);
+      channel_partial_kernel<T, ChannelSum::dy><<<grid, block, 0, stream>>>(a, g);
       break;
     case ChannelSum::bn_grad:
-      channel_partial_kernel<ChannelSum::bn_grad><<<grid, block, 0, stream>>>(a, g);
+      channel_partial_kernel<T, ChannelSum::bn_grad><<<grid, block, 0, stream>>>(a, g);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -456,20 +487,52 @@ void bn_eval_scale(const float* gamma, const float* running_var, double eps, flo
   CUDA_CHECK_LAUNCH();
 }
 
-void bn_apply(const bf16* x, const float* mean, const float* scale, const float* beta, bf16* y,
+template <class T>
+void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
               int64_t rows, int64_t channels, bool relu, cudaStream_t stream) {
   const int64_t n = rows * channels;
   if (n <= 0) return;
-  bn_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n, channels,
-                                                         relu);
+  bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n, channels,
+                                                            relu);
   CUDA_CHECK_LAUNCH();
 }
 
-void bn_backward_dx(const BnBackwardArgs& a, cudaStream_t stream) {
+template <class T>
+void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
   const int64_t n = a.rows * a.channels;
   if (n <= 0 || !a.dx) return;
-  bn_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a);
+  bn_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a);
   CUDA_CHECK_LAUNCH();
 }
+
+// The two storage types' launchers (and fp32 for the weight gradient of the linear layer).
+#define RT_LOWP_INSTANTIATE(T)                                                                   \
+  template void nchw_f32_to_nhwc_lowp(const float*, T*, const Dims4&, cudaStream_t);              \
+  template void nhwc_lowp_to_nchw_f32(const T*, float*, const Dims4&, cudaStream_t);              \
+  template void f32_to_lowp(const float*, T*, int64_t, cudaStream_t);                             \
+  template void lowp_to_f32(const T*, float*, int64_t, cudaStream_t);                             \
+  template void weight_to_ohwi_lowp(const float*, T*, const WeightGeom&, cudaStream_t);           \
+  template void weight_grad_to_oihw(const T*, float*, const WeightGeom&, cudaStream_t);           \
+  template void lowp_relu_forward(const T*, T*, int64_t, cudaStream_t);                           \
+  template void lowp_relu_backward(const T*, const T*, T*, int64_t, cudaStream_t);                \
+  template void lowp_add_forward(const T*, const T*, T*, int64_t, bool, cudaStream_t);            \
+  template void lowp_bias_add(T*, const float*, int64_t, int64_t, cudaStream_t);                  \
+  template void f32_bias_to_lowp(const float*, const float*, T*, int64_t, int64_t, cudaStream_t); \
+  template void lowp_maxpool_forward(const T*, T*, int32_t*, const NhwcPoolGeom&, cudaStream_t);  \
+  template void lowp_maxpool_backward(const int32_t*, const T*, T*, const NhwcPoolGeom&,          \
+                                      cudaStream_t);                                              \
+  template void lowp_avgpool_forward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);      \
+  template void lowp_avgpool_backward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);     \
+  template void lowp_pad_shortcut_forward(const T*, T*, const ShortcutGeom&, cudaStream_t);       \
+  template void lowp_pad_shortcut_backward(const T*, T*, const ShortcutGeom&, cudaStream_t);      \
+  template void channel_sums(const ChannelSumArgs<T>&, const ChannelReduceGeom&, float*, float*,  \
+                             cudaStream_t);                                                       \
+  template void bn_apply(const T*, const float*, const float*, const float*, T*, int64_t,         \
+                         int64_t, bool, cudaStream_t);                                            \
+  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);
+RT_LOWP_INSTANTIATE(bf16)
+RT_LOWP_INSTANTIATE(f16)
+#undef RT_LOWP_INSTANTIATE
+template void weight_grad_to_oihw(const float*, float*, const WeightGeom&, cudaStream_t);
 
 }  // namespace rt::cuda

@@ -1,24 +1,29 @@
-// The cuda-bf16 backend's ops forward and backward against the reference backend (fp32 NCHW).
+// The 16-bit backends' ops (cuda-bf16, cuda-fp16; one suite for both) forward and backward against
+// the reference backend (fp32 NCHW).
 //
-// Inputs are drawn already rounded to bf16 (bf16_round), so act_import and the weight casts are
-// exact and the reference sees exactly the values the device sees: what differs is only the
+// Inputs are drawn already rounded to the type (Kind::round), so act_import and the weight casts
+// are exact and the reference sees exactly the values the device sees: what differs is only the
 // device's own arithmetic (fp32 accumulation in another order) and the one rounding of each
-// stored bf16 result. That rounding is at most 2^-8 of the value (bf16 keeps 8 significant bits),
-// so at most 2^-8 = 0.0039 of the largest reference value. Tolerances, as a normalised error
-// max|got - ref| / max|ref|:
+// stored 16-bit result. That rounding is at most one unit roundoff u of the value (bf16 keeps 8
+// significant bits, u = 2^-8; fp16 11, u = 2^-11), so at most u of the largest reference value.
+// Tolerances, as a normalised error max|got - ref| / max|ref|, in units of u (tol() scales the
+// figures below, written for bf16, by u / 2^-8):
 // - ops that only move or select values (ReLU, padded shortcut, max pool forward) and sums of
 //   two values or a fixed-order fp32 sum (residual add, max pool backward) must equal the
-//   reference rounded to bf16, bit for bit;
+//   reference rounded to the type, bit for bit;
 // - single reductions rounded once (convolution, linear, pooling, batch norm outputs): 1e-2,
-//   2.5 times the rounding bound, leaving room for cuDNN/cuBLAS summation orders;
-// - batch norm's dx, a difference of three reductions (cancellation): 2e-2.
-// fp32 results (dw from bf16 accumulation in cuDNN, db, dgamma, dbeta, running statistics) are
-// held to the same normalised bounds or tighter, as commented at each check.
+//   2.5 u, leaving room for cuDNN/cuBLAS summation orders;
+// - batch norm's dx, a difference of three reductions (cancellation): 2e-2, 5 u.
+// fp32 results (db, dgamma, dbeta, running statistics, the linear layer's dw) have no 16-bit
+// rounding and keep fixed bounds; cuDNN's dw leaves it in the 16-bit type and scales. The fp16
+// figures are derived, not yet measured on a GPU.
 #include <cmath>
+#include <ostream>
 #include <random>
+#include <string>
 
-#include "cuda/bf16_backend.h"
-#include "cuda/bf16_layout.h"
+#include "cuda/lowp_backend.h"
+#include "cuda/lowp_layout.h"
 #include "gpu_test_util.h"
 #include "nn/ops.h"
 
@@ -28,15 +33,30 @@ namespace {
 using test::to_device;
 using test::to_host;
 
-std::vector<float> bf16_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+// The two storage types: the backend, the host rounding and the unit roundoff.
+struct Kind {
+  DType dtype;
+  const char* backend;
+  float (*round)(float);
+  double unit;
+};
+// gtest names the parameter by its backend.
+void PrintTo(const Kind& k, std::ostream* os) { *os << k.backend; }
+const Kind kBf16{DType::bf16, "cuda-bf16", bf16_round, 0x1p-8};
+const Kind kFp16{DType::f16, "cuda-fp16", f16_round, 0x1p-11};
+
+// A bound written in bf16 units, for the type k.
+double tol(const Kind& k, double bf16_bound) { return bf16_bound * (k.unit / 0x1p-8); }
+
+std::vector<float> lowp_vec(const Kind& k, size_t n, uint32_t seed, float lo = -2, float hi = 2) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<float> v(n);
-  for (auto& x : v) x = bf16_round(u(g));
+  for (auto& x : v) x = k.round(u(g));
   return v;
 }
 
-// Small integers: exact in bf16, with many ties and zeros for max pool and ReLU.
+// Small integers: exact in both types, with many ties and zeros for max pool and ReLU.
 std::vector<float> tie_vec(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
   std::uniform_int_distribution<int> u(-2, 2);
@@ -45,8 +65,8 @@ std::vector<float> tie_vec(size_t n, uint32_t seed) {
   return v;
 }
 
-std::vector<float> rounded(std::vector<float> v) {
-  for (auto& x : v) x = bf16_round(x);
+std::vector<float> rounded(const Kind& k, std::vector<float> v) {
+  for (auto& x : v) x = k.round(x);
   return v;
 }
 
@@ -73,10 +93,11 @@ void expect_equal(const std::vector<float>& got, const std::vector<float>& ref,
     ASSERT_EQ(got[i], ref[i]) << what << " at " << i;
 }
 
-// The bf16 backend and the reference, with activation helpers that go through act_import and
-// act_export (NCHW fp32 on the host, bf16 NHWC on the device).
+// The 16-bit backend and the reference, with activation helpers that go through act_import and
+// act_export (NCHW fp32 on the host, 16-bit NHWC on the device).
 struct Backends {
-  std::unique_ptr<Backend<float>> gpu = make_cuda_bf16_backend();
+  explicit Backends(DType t) : gpu(make_cuda_lowp_backend(t)) {}
+  std::unique_ptr<Backend<float>> gpu;
   std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
 
   DeviceBuffer act(const Shape& s) const { return DeviceBuffer(gpu->act_size(s) * sizeof(float)); }
@@ -97,15 +118,22 @@ struct Backends {
   }
 };
 
-TEST(GpuBf16Ops, ImportExportAndAccumulate) {
+class GpuLowpOps : public ::testing::TestWithParam<Kind> {};
+INSTANTIATE_TEST_SUITE_P(Types, GpuLowpOps, ::testing::Values(kBf16, kFp16),
+                         [](const ::testing::TestParamInfo<Kind>& i) {
+                           return std::string(i.param.dtype == DType::bf16 ? "bf16" : "fp16");
+                         });
+
+TEST_P(GpuLowpOps, ImportExportAndAccumulate) {
   RT_REQUIRE_GPU();
-  Backends b;
-  EXPECT_EQ(b.gpu->name(), "cuda-bf16");
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  EXPECT_EQ(b.gpu->name(), k.backend);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel());
-    EXPECT_EQ(b.gpu->act_size(s), bf16_act_floats(s.numel()));
-    auto x = bf16_vec(n, 1), y = bf16_vec(n, 2);
+    EXPECT_EQ(b.gpu->act_size(s), lowp_act_floats(s.numel()));
+    std::vector<float> x = lowp_vec(k, n, 1), y = lowp_vec(k, n, 2);
     auto gx = b.import(x, s), gy = b.import(y, s);
     expect_equal(b.export_act(gx, s), x, "round trip");
     // Unrounded input: import rounds to nearest even.
@@ -113,17 +141,28 @@ TEST(GpuBf16Ops, ImportExportAndAccumulate) {
     std::normal_distribution<float> nd;
     std::vector<float> raw(n);
     for (auto& v : raw) v = nd(g);
-    expect_equal(b.export_act(b.import(raw, s), s), rounded(raw), "import rounds");
+    expect_equal(b.export_act(b.import(raw, s), s), rounded(k, raw), "import rounds");
     b.gpu->accumulate(gy.as<float>(), gx.as<float>(), b.gpu->act_size(s));
     std::vector<float> sum(n);
-    for (size_t i = 0; i < n; ++i) sum[i] = bf16_round(x[i] + y[i]);
+    for (size_t i = 0; i < n; ++i) sum[i] = k.round(x[i] + y[i]);
     expect_equal(b.export_act(gy, s), sum, "accumulate");
   }
+  // Past the type's range, import gives inf as the host rounding does (fp16: from 65520 up; no
+  // saturation, so loss scaling sees the overflow), and sums that overflow become inf too.
+  const Shape s{1, 8, 1, 1};
+  const std::vector<float> big = {65504, 65519, 65520, -7e4f, 1e6f, 3e38f, -1e-9f, 6e-8f};
+  expect_equal(b.export_act(b.import(big, s), s), rounded(k, big), "import range");
+  const float top = std::ldexp(1.0f, k.dtype == DType::f16 ? 15 : 127);  // 2 * top overflows
+  const std::vector<float> tops(8, top);
+  auto ga = b.import(tops, s), gb = b.import(tops, s);
+  b.gpu->accumulate(gb.as<float>(), ga.as<float>(), b.gpu->act_size(s));
+  for (float v : b.export_act(gb, s)) EXPECT_TRUE(std::isinf(v)) << v;
 }
 
-TEST(GpuBf16Ops, ConvForwardBackward) {
+TEST_P(GpuLowpOps, ConvForwardBackward) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t out_c, k, s, p; bool bias; };
   for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false},    // resnet's first layer: 3 channels
                  Case{{2, 16, 8, 8}, 32, 3, 2, 1, false},
@@ -135,8 +174,8 @@ TEST(GpuBf16Ops, ConvForwardBackward) {
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()), nw = size_t(d.weight_count()),
                  nb = size_t(c.out_c);
-    auto x = bf16_vec(nx, 4), w = bf16_vec(nw, 5, -0.5, 0.5), bias = bf16_vec(nb, 6),
-         dy = bf16_vec(ny, 7);
+    std::vector<float> x = lowp_vec(k, nx, 4), w = lowp_vec(k, nw, 5, -0.5, 0.5),
+                       bias = lowp_vec(k, nb, 6), dy = lowp_vec(k, ny, 7);
     std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
     auto ref = b.ref->make_conv(d);
     ref->forward(x.data(), w.data(), bias.data(), y.data());
@@ -149,29 +188,32 @@ TEST(GpuBf16Ops, ConvForwardBackward) {
     op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
                  gdw.as<float>(), gdb.as<float>());
-    expect_normalised(b.export_act(gy, o), y, 1e-2, "y");
-    expect_normalised(b.export_act(gdx, c.in), dx, 1e-2, "dx");
-    // dw leaves cuDNN as bf16 (one rounding of an fp32 accumulation), then widens: same bound.
-    expect_normalised(b.fp32(gdw, nw), dw, 1e-2, "dw");
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
+    // dw leaves cuDNN in the 16-bit type (one rounding of an fp32 accumulation), then widens:
+    // same bound.
+    expect_normalised(b.fp32(gdw, nw), dw, tol(k, 1e-2), "dw");
     if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db (fp32 sums)");
     // A first-layer conv is called without dx.
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
                  gdb.as<float>());
-    expect_normalised(b.fp32(gdw, nw), dw, 1e-2, "dw without dx");
+    expect_normalised(b.fp32(gdw, nw), dw, tol(k, 1e-2), "dw without dx");
   }
 }
 
-TEST(GpuBf16Ops, BatchNormTrainEvalBackward) {
+TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1},
                   Shape{8, 40, 16, 16}})  // 2048 rows: several chunks, two channel tiles
     for (bool relu : {false, true}) {
       SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
       BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
       const size_t n = size_t(s.numel()), c = size_t(s.c);
-      auto x = bf16_vec(n, 1, -3, 5), gamma = bf16_vec(c, 2, 0.5, 1.5), beta = bf16_vec(c, 3),
-           dy = bf16_vec(n, 4), rm = bf16_vec(c, 5), rv = bf16_vec(c, 6, 0.5, 2);
+      std::vector<float> x = lowp_vec(k, n, 1, -3, 5), gamma = lowp_vec(k, c, 2, 0.5, 1.5),
+                         beta = lowp_vec(k, c, 3), dy = lowp_vec(k, n, 4), rm = lowp_vec(k, c, 5),
+                         rv = lowp_vec(k, c, 6, 0.5, 2);
       std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
       auto ref = b.ref->make_batchnorm(d);
       ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
@@ -190,20 +232,21 @@ TEST(GpuBf16Ops, BatchNormTrainEvalBackward) {
                    gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
       op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
                        erv.as<float>(), gye.as<float>());
-      expect_normalised(b.export_act(gy, s), y, 1e-2, "y");
-      // Statistics of exact inputs in fp32: no bf16 rounding at all.
+      expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
+      // Statistics of exact inputs in fp32: no 16-bit rounding at all.
       expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
       expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
-      expect_normalised(b.export_act(gdx, s), dx, 2e-2, "dx");
+      expect_normalised(b.export_act(gdx, s), dx, tol(k, 2e-2), "dx");
       expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums)");
       expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums)");
-      expect_normalised(b.export_act(gye, s), ye, 1e-2, "eval y");
+      expect_normalised(b.export_act(gye, s), ye, tol(k, 1e-2), "eval y");
     }
 }
 
-TEST(GpuBf16Ops, BatchNormRefusesOneValuePerChannel) {
+TEST_P(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   auto op = b.gpu->make_batchnorm({"bn1", {1, 3, 1, 1}});
   DeviceBuffer x(16), y(16), p(12), q(12), rm(12), rv(12);
   EXPECT_THROW(op->forward_train(x.as<float>(), p.as<float>(), q.as<float>(), y.as<float>(),
@@ -211,13 +254,14 @@ TEST(GpuBf16Ops, BatchNormRefusesOneValuePerChannel) {
                ShapeError);
 }
 
-TEST(GpuBf16Ops, ReluAndAdd) {
+TEST_P(GpuLowpOps, ReluAndAdd) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{3, 16, 9, 11}}) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel());
-    auto x = tie_vec(n, 7), x2 = bf16_vec(n, 8), dy = bf16_vec(n, 9);
+    std::vector<float> x = tie_vec(n, 7), x2 = lowp_vec(k, n, 8), dy = lowp_vec(k, n, 9);
     std::vector<float> y(n), dx(n);
     auto gx = b.import(x, s), gx2 = b.import(x2, s), gdy = b.import(dy, s);
     DeviceBuffer gy = b.act(s), gdx = b.act(s);
@@ -241,17 +285,18 @@ TEST(GpuBf16Ops, ReluAndAdd) {
       auto gg = b.import(dy, s);
       ga->backward(gy.as<float>(), gg.as<float>(), gg.as<float>());  // in place, as the Net does
       ga->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
-      // One fp32 sum of two bf16 values, rounded once, is the reference's sum rounded.
-      expect_equal(b.export_act(gy, s), rounded(y), "add y");
+      // One fp32 sum of two 16-bit values, rounded once, is the reference's sum rounded.
+      expect_equal(b.export_act(gy, s), rounded(k, y), "add y");
       expect_equal(b.export_act(gg, s), g, "add dx in place");
       expect_equal(b.export_act(gdx, s), g, "add dx");
     }
   }
 }
 
-TEST(GpuBf16Ops, MaxPoolTiesAndGeometries) {
+TEST_P(GpuLowpOps, MaxPoolTiesAndGeometries) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t k, s, p; };
   for (Case c : {Case{{1, 3, 7, 9}, 3, 2, 1}, Case{{2, 4, 8, 8}, 2, 2, 0},
                  Case{{1, 1, 5, 5}, 3, 1, 1}, Case{{2, 2, 16, 16}, 3, 2, 1},
@@ -262,8 +307,8 @@ TEST(GpuBf16Ops, MaxPoolTiesAndGeometries) {
                    (ties ? " ties" : ""));
       const Shape o = d.out();
       const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
-      auto x = ties ? tie_vec(n, 10) : bf16_vec(n, 10);
-      auto dy = bf16_vec(m, 11);
+      std::vector<float> x = ties ? tie_vec(n, 10) : lowp_vec(k, n, 10);
+      std::vector<float> dy = lowp_vec(k, m, 11);
       std::vector<float> y(m), dx(n);
       auto ro = b.ref->make_maxpool(d);
       ro->forward(x.data(), y.data(), true);
@@ -275,18 +320,19 @@ TEST(GpuBf16Ops, MaxPoolTiesAndGeometries) {
       go->backward(gx.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>());
       expect_equal(b.export_act(gy, o), y, "y");
       // The same first-maximum rule and the same fp32 sums in output order, rounded once.
-      expect_equal(b.export_act(gdx, c.in), rounded(dx), "dx");
+      expect_equal(b.export_act(gdx, c.in), rounded(k, dx), "dx");
     }
 }
 
-TEST(GpuBf16Ops, GlobalAvgPoolAndPadShortcut) {
+TEST_P(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}}) {
     SCOPED_TRACE(s.str());
     const Shape o{s.n, s.c, 1, 1};
     const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
-    auto x = bf16_vec(n, 12), dy = bf16_vec(m, 13);
+    std::vector<float> x = lowp_vec(k, n, 12), dy = lowp_vec(k, m, 13);
     std::vector<float> y(m), dx(n);
     auto ro = b.ref->make_global_avgpool({"gap", s});
     ro->forward(x.data(), y.data());
@@ -296,8 +342,8 @@ TEST(GpuBf16Ops, GlobalAvgPoolAndPadShortcut) {
     auto go = b.gpu->make_global_avgpool({"gap", s});
     go->forward(gx.as<float>(), gy.as<float>());
     go->backward(gdy.as<float>(), gdx.as<float>());
-    expect_normalised(b.export_act(gy, o), y, 1e-2, "gap y");
-    expect_normalised(b.export_act(gdx, s), dx, 1e-2, "gap dx");
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "gap y");
+    expect_normalised(b.export_act(gdx, s), dx, tol(k, 1e-2), "gap dx");
   }
   struct Case { Shape in; int64_t out_c, stride; };
   for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
@@ -306,7 +352,7 @@ TEST(GpuBf16Ops, GlobalAvgPoolAndPadShortcut) {
     const Shape o = d.out();
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
-    auto x = bf16_vec(n, 14), dy = bf16_vec(m, 15);
+    std::vector<float> x = lowp_vec(k, n, 14), dy = lowp_vec(k, m, 15);
     std::vector<float> y(m), dx(n);
     auto ro = b.ref->make_pad_shortcut(d);
     ro->forward(x.data(), y.data());
@@ -321,9 +367,10 @@ TEST(GpuBf16Ops, GlobalAvgPoolAndPadShortcut) {
   }
 }
 
-TEST(GpuBf16Ops, LinearForwardBackward) {
+TEST_P(GpuLowpOps, LinearForwardBackward) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   struct Case { Shape in; int64_t out; bool bias; };
   for (Case c : {Case{{4, 16, 1, 1}, 10, true}, Case{{2, 3, 2, 2}, 5, true},  // h, w > 1: reorder
                  Case{{3, 7, 3, 1}, 4, false}, Case{{1, 64, 1, 1}, 1000, true}}) {
@@ -332,8 +379,8 @@ TEST(GpuBf16Ops, LinearForwardBackward) {
     SCOPED_TRACE(c.in.str() + " -> " + o.str());
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()),
                  nw = size_t(c.out * c.in.chw()), nb = size_t(c.out);
-    auto x = bf16_vec(nx, 16), w = bf16_vec(nw, 17, -0.5, 0.5), bias = bf16_vec(nb, 18),
-         dy = bf16_vec(ny, 19);
+    std::vector<float> x = lowp_vec(k, nx, 16), w = lowp_vec(k, nw, 17, -0.5, 0.5),
+                       bias = lowp_vec(k, nb, 18), dy = lowp_vec(k, ny, 19);
     std::vector<float> y(ny), dx(nx), dw(nw), db(nb);
     auto ref = b.ref->make_linear(d);
     ref->forward(x.data(), w.data(), bias.data(), y.data());
@@ -345,23 +392,24 @@ TEST(GpuBf16Ops, LinearForwardBackward) {
     op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
     op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
                  gdw.as<float>(), gdb.as<float>());
-    expect_normalised(b.export_act(gy, o), y, 1e-2, "y");
-    expect_normalised(b.export_act(gdx, c.in), dx, 1e-2, "dx");
-    // dw is an fp32 GEMM result of exact bf16 operands: fp32 summation order only.
+    expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "y");
+    expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
+    // dw is an fp32 GEMM result of exact 16-bit operands: fp32 summation order only.
     expect_normalised(b.fp32(gdw, nw), dw, 1e-4, "dw");
     if (c.bias) expect_normalised(b.fp32(gdb, nb), db, 1e-4, "db");
   }
 }
 
-TEST(GpuBf16Ops, SoftmaxXent) {
+TEST_P(GpuLowpOps, SoftmaxXent) {
   RT_REQUIRE_GPU();
-  Backends b;
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
   for (double eps : {0.0, 0.1})
     for (Shape s : {Shape{4, 10, 1, 1}, Shape{3, 1000, 1, 1}}) {
       SCOPED_TRACE(s.str() + " eps " + std::to_string(eps));
       SoftmaxXentDesc d{"loss", s, eps};
       const size_t n = size_t(s.numel());
-      auto z = bf16_vec(n, 20, -4, 4);
+      std::vector<float> z = lowp_vec(k, n, 20, -4, 4);
       std::vector<int32_t> labels(size_t(s.n));
       for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((7 * i + 3) % size_t(s.c));
       std::vector<float> dz(n);
@@ -375,7 +423,7 @@ TEST(GpuBf16Ops, SoftmaxXent) {
       op->backward(labels.data(), gdz.as<float>(), 128.0);
       // The logits are exact: the loss is fp32 arithmetic only.
       EXPECT_NEAR(lg, lr, 1e-5 * std::max(1.0, std::abs(lr)));
-      expect_normalised(b.export_act(gdz, s), dz, 1e-2, "dlogits");
+      expect_normalised(b.export_act(gdz, s), dz, tol(k, 1e-2), "dlogits");
     }
 }
 

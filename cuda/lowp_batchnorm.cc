@@ -1,19 +1,23 @@
-// Batch normalisation on NHWC bf16 activations with fp32 statistics (PyTorch semantics, as
-// nn/ref): the per-channel sums of cuda/bf16_kernels.h, then small per-channel kernels.
+// Batch normalisation on NHWC 16-bit activations (T = bf16 or f16) with fp32 statistics (PyTorch
+// semantics, as nn/ref): the per-channel sums of cuda/lowp_kernels.h, then small per-channel
+// kernels.
 #include "cuda/check.h"
-#include "cuda/bf16_kernels.h"
-#include "cuda/bf16_ops.h"
+#include "cuda/lowp_kernels.h"
+#include "cuda/lowp_ops.h"
 #include "cuda/memory.h"
 
 namespace rt::cuda {
 namespace {
 
-const bf16* as_bf16(const float* p) { return reinterpret_cast<const bf16*>(p); }
-bf16* as_bf16(float* p) { return reinterpret_cast<bf16*>(p); }
+template <class T>
+const T* as(const float* p) { return reinterpret_cast<const T*>(p); }
+template <class T>
+T* as(float* p) { return reinterpret_cast<T*>(p); }
 
-class Bf16BatchNorm final : public BatchNormOp<float> {
+template <class T>
+class LowpBatchNorm final : public BatchNormOp<float> {
  public:
-  Bf16BatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch)
+  LowpBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch)
       : d_(d), ctx_(ctx), scratch_(scratch) {
     d_.validate();
     rows_ = d_.in.n * d_.in.h * d_.in.w;
@@ -30,8 +34,8 @@ class Bf16BatchNorm final : public BatchNormOp<float> {
                    ": batch norm training needs more than one value per channel, got input ",
                    d_.in.str());
     cudaStream_t s = ctx_.stream();
-    ChannelSumArgs a;
-    a.x = as_bf16(x);
+    ChannelSumArgs<T> a;
+    a.x = as<T>(x);
     a.partial = partial();
     a.kind = ChannelSum::x;
     channel_sums(a, geom_, buf(kMean), nullptr, s);
@@ -52,14 +56,14 @@ class Bf16BatchNorm final : public BatchNormOp<float> {
     st.running_mean = running_mean;
     st.running_var = running_var;
     bn_train_stats(st, s);
-    bn_apply(as_bf16(x), buf(kMean), buf(kScale), beta, as_bf16(y), rows_, c_, d_.relu, s);
+    bn_apply(as<T>(x), buf(kMean), buf(kScale), beta, as<T>(y), rows_, c_, d_.relu, s);
   }
 
   void forward_eval(const float* x, const float* gamma, const float* beta,
                     const float* running_mean, const float* running_var, float* y) override {
     // Its own scale buffer: the batch statistics stay valid for a following backward.
     bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
-    bn_apply(as_bf16(x), running_mean, buf(kEvalScale), beta, as_bf16(y), rows_, c_, d_.relu,
+    bn_apply(as<T>(x), running_mean, buf(kEvalScale), beta, as<T>(y), rows_, c_, d_.relu,
              ctx_.stream());
   }
 
@@ -67,30 +71,30 @@ class Bf16BatchNorm final : public BatchNormOp<float> {
   void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
                 float* dgamma, float* dbeta) override {
     cudaStream_t s = ctx_.stream();
-    ChannelSumArgs a;
+    ChannelSumArgs<T> a;
     a.kind = ChannelSum::bn_grad;
-    a.x = as_bf16(x);
-    a.y = as_bf16(y);
-    a.dy = as_bf16(dy);
+    a.x = as<T>(x);
+    a.y = as<T>(y);
+    a.dy = as<T>(dy);
     a.mean = buf(kMean);
     a.invstd = buf(kInvStd);
     a.relu = d_.relu;
     a.partial = partial();
     channel_sums(a, geom_, dbeta, dgamma, s);
     if (!dx) return;
-    BnBackwardArgs b;
+    BnBackwardArgs<T> b;
     b.rows = rows_;
     b.channels = c_;
     b.relu = d_.relu;
-    b.x = as_bf16(x);
-    b.y = as_bf16(y);
-    b.dy = as_bf16(dy);
+    b.x = as<T>(x);
+    b.y = as<T>(y);
+    b.dy = as<T>(dy);
     b.gamma = gamma;
     b.mean = buf(kMean);
     b.invstd = buf(kInvStd);
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
-    b.dx = as_bf16(dx);
+    b.dx = as<T>(dx);
     bn_backward_dx(b, s);
   }
 
@@ -110,9 +114,16 @@ class Bf16BatchNorm final : public BatchNormOp<float> {
 
 }  // namespace
 
-std::unique_ptr<BatchNormOp<float>> make_bf16_batchnorm(const BatchNormDesc& d, CudaContext& ctx,
+template <class T>
+std::unique_ptr<BatchNormOp<float>> make_lowp_batchnorm(const BatchNormDesc& d, CudaContext& ctx,
                                                         SharedScratch& scratch) {
-  return std::make_unique<Bf16BatchNorm>(d, ctx, scratch);
+  return std::make_unique<LowpBatchNorm<T>>(d, ctx, scratch);
 }
+template std::unique_ptr<BatchNormOp<float>> make_lowp_batchnorm<bf16>(const BatchNormDesc&,
+                                                                       CudaContext&,
+                                                                       SharedScratch&);
+template std::unique_ptr<BatchNormOp<float>> make_lowp_batchnorm<f16>(const BatchNormDesc&,
+                                                                      CudaContext&,
+                                                                      SharedScratch&);
 
 }  // namespace rt::cuda

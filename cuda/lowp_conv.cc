@@ -1,14 +1,25 @@
-// Bf16Conv: NHWC bf16 descriptors (cuDNN's "pseudo bf16" configuration: bf16 data, fp32
-// compute), algorithm choice once per shape, execution with the private KRSC weight copy.
-// Uses cuDNN's legacy convolution API, as cuda/cudnn_conv.cc.
-#include "cuda/bf16_conv.h"
+// LowpConv: NHWC 16-bit descriptors (cuDNN's "pseudo" 16-bit configurations: bf16 or half
+// data, fp32 compute), algorithm choice once per shape, execution with the private KRSC weight
+// copy. Uses cuDNN's legacy convolution API, as cuda/cudnn_conv.cc.
+#include "cuda/lowp_conv.h"
 
-#include "cuda/bf16_kernels.h"
+#include <string>
+
 #include "cuda/check.h"
 #include "cuda/conv_algos.h"
+#include "cuda/lowp_kernels.h"
 
 namespace rt::cuda {
-Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
+namespace {
+
+// The storage type's cuDNN data type (the compute type is CUDNN_DATA_FLOAT for both).
+template <class T> constexpr cudnnDataType_t kCudnnType = CUDNN_DATA_BFLOAT16;  // T = bf16
+template <> constexpr cudnnDataType_t kCudnnType<f16> = CUDNN_DATA_HALF;
+
+}  // namespace
+
+template <class T>
+LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
   const Shape out = d_.out();
   wg_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w};
@@ -19,10 +30,10 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
-    conv_set_tensor(x_, d_.in, d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16);
-    conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NHWC, CUDNN_DATA_BFLOAT16);
+    conv_set_tensor(x_, d_.in, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
+    conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
     // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC,
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, kCudnnType<T>, CUDNN_TENSOR_NHWC,
                                            conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),
                                            conv_narrow(d_.kernel_h, d_), conv_narrow(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
@@ -39,15 +50,16 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
                    out.str());
 
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
+    const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
     const ConvAlgos a =
-        conv_choose_algos(h, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, cfg, d_, true, "bf16 NHWC ");
+        conv_choose_algos(h, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, cfg, d_, true, kind.c_str());
     fwd_algo_ = a.fwd;
     bwd_data_algo_ = a.bwd_data;
     bwd_filter_algo_ = a.bwd_filter;
     workspace_ = a.workspace;
     ctx_.reserve_workspace(workspace_);
-    w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
-    dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(bf16));
+    w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
+    dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     if (d_.bias) {
       bias_geom_ = channel_reduce_geom(out_rows_, d_.out_c);
       bias_partial_ =
@@ -59,9 +71,11 @@ Bf16Conv::Bf16Conv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   }
 }
 
-Bf16Conv::~Bf16Conv() { release(); }
+template <class T>
+LowpConv<T>::~LowpConv() { release(); }
 
-void Bf16Conv::release() noexcept {
+template <class T>
+void LowpConv<T>::release() noexcept {
   for (cudnnConvolutionDescriptor_t c : {fwd_, bwd_data_, bwd_filter_})
     if (c) cudnnDestroyConvolutionDescriptor(c);
   if (w_) cudnnDestroyFilterDescriptor(w_);
@@ -72,20 +86,22 @@ void Bf16Conv::release() noexcept {
   x_ = y_ = nullptr;
 }
 
-void Bf16Conv::forward(const float* x, const float* w, const float* b, float* y) {
-  const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for bf16 data
-  weight_to_ohwi_bf16(w, w16_.as<bf16>(), wg_, ctx_.stream());
+template <class T>
+void LowpConv<T>::forward(const float* x, const float* w, const float* b, float* y) {
+  const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for 16-bit data
+  weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
   CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w16_.get(), fwd_, fwd_algo_,
                                       ctx_.workspace(), workspace_, &zero, y_, y));
-  if (d_.bias) bf16_bias_add(reinterpret_cast<bf16*>(y), b, out_rows_, d_.out_c, ctx_.stream());
+  if (d_.bias) lowp_bias_add(reinterpret_cast<T*>(y), b, out_rows_, d_.out_c, ctx_.stream());
 }
 
-void Bf16Conv::backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+template <class T>
+void LowpConv<T>::backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                         float* db) {
   const float one = 1, zero = 0;
   cudnnHandle_t h = ctx_.cudnn();
   if (dx) {
-    weight_to_ohwi_bf16(w, w16_.as<bf16>(), wg_, ctx_.stream());
+    weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,
                                              bwd_data_algo_, ctx_.workspace(), workspace_, &zero,
                                              x_, dx));
@@ -93,14 +109,17 @@ void Bf16Conv::backward(const float* x, const float* w, const float* dy, float* 
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
                                              bwd_filter_algo_, ctx_.workspace(), workspace_,
                                              &zero, w_, dw16_.get()));
-  weight_grad_to_oihw(dw16_.as<bf16>(), dw, wg_, ctx_.stream());
+  weight_grad_to_oihw(dw16_.as<T>(), dw, wg_, ctx_.stream());
   if (d_.bias) {
-    ChannelSumArgs a;
+    ChannelSumArgs<T> a;
     a.kind = ChannelSum::dy;
-    a.dy = reinterpret_cast<const bf16*>(dy);
+    a.dy = reinterpret_cast<const T*>(dy);
     a.partial = bias_partial_.as<float>();
     channel_sums(a, bias_geom_, db, nullptr, ctx_.stream());
   }
 }
+
+template class LowpConv<bf16>;
+template class LowpConv<f16>;
 
 }  // namespace rt::cuda

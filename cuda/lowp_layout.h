@@ -1,21 +1,21 @@
-// Index arithmetic of the bf16 backend (cuda-bf16), in plain C++ so that the host tests check it
-// with no GPU: activation sizes in float units, NCHW/NHWC and OIHW/OHWI index maps, the
-// per-channel reduction's grid, and round-to-nearest-even to bf16. C++17-clean (nvcc includes it).
+// Index arithmetic of the 16-bit backends (cuda-bf16, cuda-fp16), in plain C++ so that the host
+// tests check it with no GPU: activation sizes in float units, NCHW/NHWC and OIHW/OHWI index
+// maps and the per-channel reduction's grid. Both types are two bytes, so all of it is shared.
+// C++17-clean (nvcc includes it). Host rounding to either type is in nn/tensor.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "cuda/launch.h"  // RT_HOST_DEVICE
 
 namespace rt::cuda {
 
-// Backend<float>::act_size counts floats, but the bf16 backend stores two bf16 per float:
-// ceil(numel / 2) floats, rounded up to whole 16-byte vectors (4 floats, 8 bf16) so that every
+// Backend<float>::act_size counts floats, but the 16-bit backends store two values per float:
+// ceil(numel / 2) floats, rounded up to whole 16-byte vectors (4 floats, 8 values) so that every
 // activation buffer the Net carves can be read with vector loads to its end.
-inline size_t bf16_act_floats(int64_t numel) {
+inline size_t lowp_act_floats(int64_t numel) {
   if (numel <= 0) return 0;
-  const size_t vectors = (size_t(numel) + 7) / 8;  // 8 bf16 per 16 bytes
+  const size_t vectors = (size_t(numel) + 7) / 8;  // 8 two-byte values per 16 bytes
   return vectors * 4;
 }
 
@@ -68,24 +68,5 @@ inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
   g.tiles = (channels + kChannelTile - 1) / kChannelTile;
   return g;
 }
-
-// fp32 to bf16 bits, round to nearest even (NaN stays a quiet NaN), as __float2bfloat16_rn; and
-// back. The host tests use them to give the reference exactly the values the device sees.
-inline uint16_t bf16_bits_from_float(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
-    return uint16_t((u >> 16) | 0x0040u);  // NaN: keep the sign, force quiet
-  const uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7fffu + lsb;
-  return uint16_t(u >> 16);
-}
-inline float float_from_bf16_bits(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline float bf16_round(float f) { return float_from_bf16_bits(bf16_bits_from_float(f)); }
 
 }  // namespace rt::cuda

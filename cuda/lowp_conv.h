@@ -1,32 +1,34 @@
-// Convolution for the bf16 backend (cuda-bf16): cuDNN on NHWC bf16 activations with fp32
-// accumulation on tensor cores, as an rt::ConvOp<float> whose x, y, dy, dx are bf16 NHWC device
-// buffers (passed as float*) and whose w, b, dw, db are the arena's fp32 canonical tensors.
+// Convolution for the 16-bit backends (cuda-bf16, cuda-fp16): cuDNN on NHWC activations of
+// T = bf16 or f16 (CUDNN_DATA_BFLOAT16 / CUDNN_DATA_HALF) with fp32 compute on tensor cores, as
+// an rt::ConvOp<float> whose x, y, dy, dx are T NHWC device buffers (passed as float*) and whose
+// w, b, dw, db are the arena's fp32 canonical tensors. Instantiated for both types.
 #pragma once
 #include <cudnn.h>
 
 #include <cstddef>
 
-#include "cuda/bf16_layout.h"
+#include "cuda/lowp_layout.h"
 #include "cuda/context.h"
 #include "cuda/memory.h"
 #include "nn/ops.h"
 
 namespace rt::cuda {
 
-class Bf16Conv final : public ConvOp<float> {
+template <class T>
+class LowpConv final : public ConvOp<float> {
  public:
   // Chooses the three algorithms once for the shape (ctx.config(): timed or heuristic,
   // deterministic or not, workspace limit), grows the context's workspace and allocates the
-  // private bf16 weight and weight-gradient copies (KRSC). Throws rt::Error naming the layer
+  // private T weight and weight-gradient copies (KRSC). Throws rt::Error naming the layer
   // when no algorithm fits.
-  Bf16Conv(const ConvDesc& d, CudaContext& ctx);
-  ~Bf16Conv() override;
-  Bf16Conv(const Bf16Conv&) = delete;
-  Bf16Conv& operator=(const Bf16Conv&) = delete;
+  LowpConv(const ConvDesc& d, CudaContext& ctx);
+  ~LowpConv() override;
+  LowpConv(const LowpConv&) = delete;
+  LowpConv& operator=(const LowpConv&) = delete;
 
   // Asynchronous on the context's stream. Each call first casts w (fp32 OIHW) to the private
-  // bf16 KRSC copy, so the op never uses stale weights. dw (and db) are overwritten in fp32:
-  // cuDNN computes dw in bf16 (fp32 accumulation, one rounding), then it is widened.
+  // T KRSC copy, so the op never uses stale weights. dw (and db) are overwritten in fp32:
+  // cuDNN computes dw in T (fp32 accumulation, one rounding), then it is widened.
   void forward(const float* x, const float* w, const float* b, float* y) override;
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override;

@@ -1,0 +1,195 @@
+// The 16-bit backends' element-wise, pooling, shortcut and loss ops: set-up wrappers around
+// cuda/lowp_kernels.h on the context's stream, for T = bf16 and f16.
+#include <climits>
+
+#include "cuda/check.h"
+#include "cuda/lowp_kernels.h"
+#include "cuda/lowp_ops.h"
+#include "cuda/memory.h"
+#include "cuda/softmax_xent.h"
+
+namespace rt::cuda {
+namespace {
+
+template <class T>
+const T* as(const float* p) { return reinterpret_cast<const T*>(p); }
+template <class T>
+T* as(float* p) { return reinterpret_cast<T*>(p); }
+
+template <class T>
+class LowpRelu final : public ReluOp<float> {
+ public:
+  LowpRelu(const ReluDesc& d, CudaContext& ctx) : n_(d.in.numel()), ctx_(ctx) {}
+  void forward(const float* x, float* y) override {
+    lowp_relu_forward(as<T>(x), as<T>(y), n_, ctx_.stream());
+  }
+  void backward(const float* y, const float* dy, float* dx) override {
+    lowp_relu_backward(as<T>(y), as<T>(dy), as<T>(dx), n_, ctx_.stream());
+  }
+
+ private:
+  int64_t n_;
+  CudaContext& ctx_;
+};
+
+template <class T>
+class LowpAdd final : public AddOp<float> {
+ public:
+  LowpAdd(const AddDesc& d, CudaContext& ctx) : n_(d.in.numel()), relu_(d.relu), ctx_(ctx) {}
+  void forward(const float* a, const float* b, float* y) override {
+    lowp_add_forward(as<T>(a), as<T>(b), as<T>(y), n_, relu_, ctx_.stream());
+  }
+  // Element-wise, each dy[i] read before dx[i] is written: dx may alias dy.
+  void backward(const float* y, const float* dy, float* dx) override {
+    if (relu_) {
+      lowp_relu_backward(as<T>(y), as<T>(dy), as<T>(dx), n_, ctx_.stream());
+    } else if (dx != dy) {
+      CUDA_CHECK(cudaMemcpyAsync(dx, dy, size_t(n_) * sizeof(T), cudaMemcpyDeviceToDevice,
+                                 ctx_.stream()));
+    }
+  }
+
+ private:
+  int64_t n_;
+  bool relu_;
+  CudaContext& ctx_;
+};
+
+template <class T>
+class LowpMaxPool final : public MaxPoolOp<float> {
+ public:
+  LowpMaxPool(const MaxPoolDesc& d, CudaContext& ctx) : ctx_(ctx) {
+    d.validate();
+    const Shape o = d.out();
+    RT_SHAPE_CHECK(d.in.h * d.in.w <= INT32_MAX, "layer ", d.name, ": input plane ", d.in.str(),
+                   " too large for 32-bit argmax indices");
+    g_ = {d.in.n, d.in.c, d.in.h, d.in.w, o.h, o.w, d.kernel, d.stride, d.pad};
+    argmax_ = DeviceBuffer(size_t(o.numel()) * sizeof(int32_t));
+  }
+  // The argmax is recorded in evaluation too, so backward never recomputes it.
+  void forward(const float* x, float* y, bool) override {
+    lowp_maxpool_forward(as<T>(x), as<T>(y), argmax_.as<int32_t>(), g_, ctx_.stream());
+  }
+  void backward(const float*, const float*, const float* dy, float* dx) override {
+    lowp_maxpool_backward(argmax_.as<int32_t>(), as<T>(dy), as<T>(dx), g_, ctx_.stream());
+  }
+
+ private:
+  NhwcPoolGeom g_;
+  CudaContext& ctx_;
+  DeviceBuffer argmax_;
+};
+
+template <class T>
+class LowpGlobalAvgPool final : public GlobalAvgPoolOp<float> {
+ public:
+  LowpGlobalAvgPool(const GlobalAvgPoolDesc& d, CudaContext& ctx)
+      : n_(d.in.n), c_(d.in.c), hw_(d.in.h * d.in.w), ctx_(ctx) {
+    RT_SHAPE_CHECK(d.in.numel() > 0, "layer ", d.name, ": global average pool of an empty input ",
+                   d.in.str());
+  }
+  void forward(const float* x, float* y) override {
+    lowp_avgpool_forward(as<T>(x), as<T>(y), n_, c_, hw_, ctx_.stream());
+  }
+  void backward(const float* dy, float* dx) override {
+    lowp_avgpool_backward(as<T>(dy), as<T>(dx), n_, c_, hw_, ctx_.stream());
+  }
+
+ private:
+  int64_t n_, c_, hw_;
+  CudaContext& ctx_;
+};
+
+template <class T>
+class LowpPadShortcut final : public PadShortcutOp<float> {
+ public:
+  LowpPadShortcut(const PadShortcutDesc& d, CudaContext& ctx) : ctx_(ctx) {
+    d.validate();
+    const Shape o = d.out();
+    g_ = {d.in.n, d.in.c, d.in.h, d.in.w, o.c, o.h, o.w, d.stride, (d.out_c - d.in.c) / 2};
+  }
+  void forward(const float* x, float* y) override {
+    lowp_pad_shortcut_forward(as<T>(x), as<T>(y), g_, ctx_.stream());
+  }
+  void backward(const float* dy, float* dx) override {
+    lowp_pad_shortcut_backward(as<T>(dy), as<T>(dx), g_, ctx_.stream());
+  }
+
+ private:
+  ShortcutGeom g_;
+  CudaContext& ctx_;
+};
+
+// Logits (n, k, 1, 1) are the same in NHWC and NCHW: [n][k].
+template <class T>
+class LowpSoftmaxXent final : public SoftmaxXentOp<float> {
+ public:
+  LowpSoftmaxXent(const SoftmaxXentDesc& d, CudaContext& ctx)
+      : inner_(d, ctx.stream()), stream_(ctx.stream()), n_(d.in.n), k_(d.in.c),
+        labels_(size_t(d.in.n) * sizeof(int32_t)),
+        logits32_(size_t(d.in.n * d.in.c) * sizeof(float)),
+        dlogits32_(size_t(d.in.n * d.in.c) * sizeof(float)) {}
+  double forward(const float* logits, const int32_t* labels) override {
+    CUDA_CHECK(cudaMemcpyAsync(labels_.get(), labels, size_t(n_) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    lowp_to_f32(as<T>(logits), logits32_.as<float>(), n_ * k_, stream_);
+    return inner_.forward(logits32_.as<float>(), labels_.as<int32_t>());  // waits for the stream
+  }
+  void backward(const int32_t*, float* dlogits, double scale) override {
+    inner_.backward(labels_.as<int32_t>(), dlogits32_.as<float>(), scale);
+    f32_to_lowp(dlogits32_.as<float>(), as<T>(dlogits), n_ * k_, stream_);
+  }
+
+ private:
+  DeviceSoftmaxXent inner_;
+  cudaStream_t stream_;
+  int64_t n_, k_;
+  DeviceBuffer labels_, logits32_, dlogits32_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<ReluOp<float>> make_lowp_relu(const ReluDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpRelu<T>>(d, ctx);
+}
+template <class T>
+std::unique_ptr<AddOp<float>> make_lowp_add(const AddDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpAdd<T>>(d, ctx);
+}
+template <class T>
+std::unique_ptr<MaxPoolOp<float>> make_lowp_maxpool(const MaxPoolDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpMaxPool<T>>(d, ctx);
+}
+template <class T>
+std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool(const GlobalAvgPoolDesc& d,
+                                                                 CudaContext& ctx) {
+  return std::make_unique<LowpGlobalAvgPool<T>>(d, ctx);
+}
+template <class T>
+std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut(const PadShortcutDesc& d,
+                                                             CudaContext& ctx) {
+  return std::make_unique<LowpPadShortcut<T>>(d, ctx);
+}
+template <class T>
+std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDesc& d,
+                                                             CudaContext& ctx) {
+  return std::make_unique<LowpSoftmaxXent<T>>(d, ctx);
+}
+
+#define RT_LOWP_INSTANTIATE(T)                                                                  \
+  template std::unique_ptr<ReluOp<float>> make_lowp_relu<T>(const ReluDesc&, CudaContext&);     \
+  template std::unique_ptr<AddOp<float>> make_lowp_add<T>(const AddDesc&, CudaContext&);        \
+  template std::unique_ptr<MaxPoolOp<float>> make_lowp_maxpool<T>(const MaxPoolDesc&,           \
+                                                                  CudaContext&);                \
+  template std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool<T>(                 \
+      const GlobalAvgPoolDesc&, CudaContext&);                                                  \
+  template std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut<T>(                     \
+      const PadShortcutDesc&, CudaContext&);                                                    \
+  template std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent<T>(                     \
+      const SoftmaxXentDesc&, CudaContext&);
+RT_LOWP_INSTANTIATE(bf16)
+RT_LOWP_INSTANTIATE(f16)
+#undef RT_LOWP_INSTANTIATE
+
+}  // namespace rt::cuda
