@@ -139,18 +139,13 @@ else
     say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $(tail -1 "$out/bench-$name.log")")"
     if [ $brc -ne 0 ] && [ "${name%%-*}" = ringtrain ]; then say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1; fi
   }
-  # bf16 first: its ratio is the target, and a budget cut should take fp32, not it.
-  for p in bf16 fp16 tf32 fp32; do
-    bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
-    bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
-      "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
-  done
   # The trainer program itself, one rank, bf16, the same batch: synthetic 8-bit images made by the
   # loader's threads, uploaded and normalised on the device, the step and the one-rank reducer.
   # Its figure: the median [min-max] of the per-step img_s after the first 5 steps. The run
   # folder stays out of $out (a ResNet-50 checkpoint is 300 MB); its metrics are copied in.
-  if [ -x "$build/bin/trainer_cuda" ]; then
-    tb=${BENCH_BATCH:-256} trun=$(mktemp -d)
+  bench_trainer() {
+    local tb=${BENCH_BATCH:-256} trun
+    trun=$(mktemp -d)
     cat >"$trun/job.yaml" <<EOF2
 model: {name: resnet50, classes: 1000}
 data: {synthetic: true, synthetic_samples: $((tb * 30)), synthetic_classes: 1000, image_size: ${BENCH_SIZE:-224}, threads: 0, output: u8}
@@ -177,7 +172,15 @@ EOF2
       rm -f "$out/bench-ringtrain-trainer-bf16.json"
     fi
     rm -rf "$trun"
-  fi
+  }
+  # bf16 first: its ratio is the target, and a budget cut should take fp32, not it; the trainer
+  # right after it (where built), as it is the figure users see.
+  for p in bf16 fp16 tf32 fp32; do
+    bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
+    bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
+      "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
+    [ $p = bf16 ] && [ -x "$build/bin/trainer_cuda" ] && bench_trainer
+  done
   gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   # The table: one row per run; a run without its JSON shows its log's last line instead.
   if ! python3 - "$out" "$gpu_name" "${bargs[*]}" >"$out/bench.md" 2>"$out/bench-table.log" <<'EOF'
@@ -196,7 +199,7 @@ def load(name):
             return "not run"
 def mib(v):  # None: a CPU smoke run of the PyTorch script
     return "–" if v is None else f"{v:.0f}"
-names = ["ringtrain-fp32", "ringtrain-tf32", "ringtrain-bf16", "pytorch-fp32", "pytorch-tf32", "pytorch-bf16"]
+names = [f"{who}-{p}" for who in ("ringtrain", "pytorch") for p in ("fp32", "tf32", "bf16", "fp16")]
 trainer = load("ringtrain-trainer-bf16")
 runs = {n: load(n) for n in names}
 pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})

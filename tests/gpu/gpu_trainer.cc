@@ -22,7 +22,9 @@ std::string run_dir(const std::string& tag) {
 }
 
 // Runs the trainer and returns rank 0's loss per step from its metrics file.
-std::map<long, double> train(const std::string& backend, int np, std::string* out) {
+// `extra`: more YAML lines for the job.
+std::map<long, double> train(const std::string& backend, int np, std::string* out,
+                             const std::string& extra = "") {
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -32,7 +34,7 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
                                       "train: {epochs: 1, batch: 8}\n"
                                       "log: {progress: false, print_config: false}\n"
                                       "threads: 1\n"
-                                      "backend: " << backend << "\nrun_dir: " << dir << "\n";
+                                      "backend: " << backend << "\nrun_dir: " << dir << "\n" << extra;
   const std::string cmd = std::string(RT_MPIEXEC) + " -np " + std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
                           " --config " + dir + "/job.yaml 2>&1";
@@ -52,13 +54,13 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
 
 // Trains with `backend` on the GPU and with RT_CPU_BACKEND on 1 and 2 ranks: rank 0's loss of every
 // step must agree within tol + tol * |loss|.
-void expect_matches_cpu(const std::string& backend, double tol) {
+void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "") {
   RT_REQUIRE_GPU();
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // GPU machines often run their jobs as root
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   for (int np : {1, 2}) {
     std::string out_gpu, out_cpu;
-    const auto gpu = train(backend, np, &out_gpu), cpu = train(RT_CPU_BACKEND, np, &out_cpu);
+    const auto gpu = train(backend, np, &out_gpu, extra), cpu = train(RT_CPU_BACKEND, np, &out_cpu);
     ASSERT_FALSE(cpu.empty()) << out_cpu;
     ASSERT_EQ(gpu.size(), cpu.size()) << out_gpu;
     for (const auto& [step, l] : cpu) {
@@ -73,5 +75,11 @@ TEST(GpuTrainer, CudaMatchesCpuOnOneAndTwoRanks) { expect_matches_cpu("cuda", 1e
 // bf16 activations round each stored value to 8 significant bits: the loss stays within a few
 // percent over these few steps, where a broken layer or a lost gradient is far off.
 TEST(GpuTrainer, CudaBf16FollowsCpuOnOneAndTwoRanks) { expect_matches_cpu("cuda-bf16", 5e-2); }
+
+// fp16 (11 significant bits) with a static loss scale that cannot overflow this small network's
+// gradients, so that no step is skipped and every step's loss has a CPU counterpart.
+TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
+  expect_matches_cpu("cuda-fp16", 2e-2, "loss_scale: {mode: static, init: 128}\n");
+}
 
 }  // namespace
