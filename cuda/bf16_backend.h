@@ -1,6 +1,6 @@
 // The mixed-precision CUDA rt::Backend<float> "cuda-bf16": activations and their gradients are
 // bf16 in NHWC on the device (two per float of Backend::act_size); parameters, their gradients,
-// BN running statistics and the optimizer state stay fp32 in the managed arena, in canonical
+// BN running statistics and the optimizer state stay fp32 in the device arena, in canonical
 // layouts, so the optimizer, the allreduce and checkpoints are those of "cuda".
 #pragma once
 #include <memory>

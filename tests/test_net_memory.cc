@@ -33,6 +33,8 @@ class CountingSpace final : public MemorySpace {
     std::memcpy(dst, src, bytes);
   }
   void zero(void* p, size_t bytes) const override { std::memset(p, 0, bytes); }
+  void to_host(void* h, const void* src, size_t bytes) const override { std::memcpy(h, src, bytes); }
+  void from_host(void* dst, const void* h, size_t bytes) const override { std::memcpy(dst, h, bytes); }
   bool host_accessible() const override { return host_; }
   mutable int64_t allocs = 0, live = 0, copies = 0;
 
