@@ -60,7 +60,8 @@ void Arena<T>::finalize() {
 template <class T>
 void Arena<T>::check_range(size_t n, size_t offset, size_t size) {
   if (offset > size || n > size - offset)
-    throw Error("arena: a host copy of elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+    throw Error("arena: a host copy of elements [" + std::to_string(offset) + ", " +
+                std::to_string(offset + n) +
                 ") of a buffer of " + std::to_string(size));
 }
 

@@ -92,8 +92,9 @@ class SealedSpace final : public MemorySpace {
   static void install_fault_message() {
     struct sigaction sa {};
     sa.sa_handler = [](int) {
-      static const char m[] = "\nsealed test memory: the host dereferenced memory it may reach only through "
-                              "MemorySpace::to_host / from_host (a device's)\n";
+      static const char m[] =
+          "\nsealed test memory: the host dereferenced memory it may reach only through "
+          "MemorySpace::to_host / from_host (a device's)\n";
       (void)!::write(2, m, sizeof m - 1);
       ::signal(SIGSEGV, SIG_DFL);  // the faulting access runs again and ends the process
     };
@@ -131,19 +132,27 @@ class SealedBackend final : public Backend<float> {
   void* stream() const override { return queue_ ? const_cast<SealedBackend*>(this) : nullptr; }
   const SealedSpace& space() const { return space_; }
 
-  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override { return std::make_unique<Conv>(ref_->make_conv(d), space_); }
+  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
+    return std::make_unique<Conv>(ref_->make_conv(d), space_);
+  }
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
     return std::make_unique<Bn>(ref_->make_batchnorm(d), space_);
   }
-  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override { return std::make_unique<Relu>(ref_->make_relu(d), space_); }
+  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override {
+    return std::make_unique<Relu>(ref_->make_relu(d), space_);
+  }
   std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
     return std::make_unique<MaxPool>(ref_->make_maxpool(d), space_);
   }
   std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return std::make_unique<Gap>(ref_->make_global_avgpool(d), space_);
   }
-  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override { return std::make_unique<Linear>(ref_->make_linear(d), space_); }
-  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override { return std::make_unique<Add>(ref_->make_add(d), space_); }
+  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override {
+    return std::make_unique<Linear>(ref_->make_linear(d), space_);
+  }
+  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override {
+    return std::make_unique<Add>(ref_->make_add(d), space_);
+  }
   std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut(const PadShortcutDesc& d) override {
     return std::make_unique<Pad>(ref_->make_pad_shortcut(d), space_);
   }
@@ -161,7 +170,10 @@ class SealedBackend final : public Backend<float> {
   };
   struct Conv final : Held<ConvOp<float>> {
     using Held::Held;
-    void forward(const float* x, const float* w, const float* b, float* y) override { O o(s); in->forward(x, w, b, y); }
+    void forward(const float* x, const float* w, const float* b, float* y) override {
+      O o(s);
+      in->forward(x, w, b, y);
+    }
     void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db) override {
       O o(s);
       in->backward(x, w, dy, dx, dw, db);
@@ -169,7 +181,8 @@ class SealedBackend final : public Backend<float> {
   };
   struct Bn final : Held<BatchNormOp<float>> {
     using Held::Held;
-    void forward_train(const float* x, const float* g, const float* b, float* y, float* m, float* v) override {
+    void forward_train(const float* x, const float* g, const float* b, float* y, float* m,
+                       float* v) override {
       O o(s);
       in->forward_train(x, g, b, y, m, v);
     }
@@ -186,12 +199,21 @@ class SealedBackend final : public Backend<float> {
   };
   struct Relu final : Held<ReluOp<float>> {
     using Held::Held;
-    void forward(const float* x, float* y) override { O o(s); in->forward(x, y); }
-    void backward(const float* y, const float* dy, float* dx) override { O o(s); in->backward(y, dy, dx); }
+    void forward(const float* x, float* y) override {
+      O o(s);
+      in->forward(x, y);
+    }
+    void backward(const float* y, const float* dy, float* dx) override {
+      O o(s);
+      in->backward(y, dy, dx);
+    }
   };
   struct MaxPool final : Held<MaxPoolOp<float>> {
     using Held::Held;
-    void forward(const float* x, float* y, bool train) override { O o(s); in->forward(x, y, train); }
+    void forward(const float* x, float* y, bool train) override {
+      O o(s);
+      in->forward(x, y, train);
+    }
     void backward(const float* x, const float* y, const float* dy, float* dx) override {
       O o(s);
       in->backward(x, y, dy, dx);
@@ -199,12 +221,21 @@ class SealedBackend final : public Backend<float> {
   };
   struct Gap final : Held<GlobalAvgPoolOp<float>> {
     using Held::Held;
-    void forward(const float* x, float* y) override { O o(s); in->forward(x, y); }
-    void backward(const float* dy, float* dx) override { O o(s); in->backward(dy, dx); }
+    void forward(const float* x, float* y) override {
+      O o(s);
+      in->forward(x, y);
+    }
+    void backward(const float* dy, float* dx) override {
+      O o(s);
+      in->backward(dy, dx);
+    }
   };
   struct Linear final : Held<LinearOp<float>> {
     using Held::Held;
-    void forward(const float* x, const float* w, const float* b, float* y) override { O o(s); in->forward(x, w, b, y); }
+    void forward(const float* x, const float* w, const float* b, float* y) override {
+      O o(s);
+      in->forward(x, w, b, y);
+    }
     void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db) override {
       O o(s);
       in->backward(x, w, dy, dx, dw, db);
@@ -212,17 +243,32 @@ class SealedBackend final : public Backend<float> {
   };
   struct Add final : Held<AddOp<float>> {
     using Held::Held;
-    void forward(const float* a, const float* b, float* y) override { O o(s); in->forward(a, b, y); }
-    void backward(const float* y, const float* dy, float* dx) override { O o(s); in->backward(y, dy, dx); }
+    void forward(const float* a, const float* b, float* y) override {
+      O o(s);
+      in->forward(a, b, y);
+    }
+    void backward(const float* y, const float* dy, float* dx) override {
+      O o(s);
+      in->backward(y, dy, dx);
+    }
   };
   struct Pad final : Held<PadShortcutOp<float>> {
     using Held::Held;
-    void forward(const float* x, float* y) override { O o(s); in->forward(x, y); }
-    void backward(const float* dy, float* dx) override { O o(s); in->backward(dy, dx); }
+    void forward(const float* x, float* y) override {
+      O o(s);
+      in->forward(x, y);
+    }
+    void backward(const float* dy, float* dx) override {
+      O o(s);
+      in->backward(dy, dx);
+    }
   };
   struct Xent final : Held<SoftmaxXentOp<float>> {
     using Held::Held;
-    double forward(const float* logits, const int32_t* labels) override { O o(s); return in->forward(logits, labels); }
+    double forward(const float* logits, const int32_t* labels) override {
+      O o(s);
+      return in->forward(logits, labels);
+    }
     void backward(const int32_t* labels, float* dlogits, double scale) override {
       O o(s);
       in->backward(labels, dlogits, scale);
