@@ -132,8 +132,13 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
 }
 
 void broadcast_model(Communicator& comm, Arena<float>& arena, int root) {
-  comm.broadcast(arena.params().data(), arena.params().size(), DType::f32, root);
-  comm.broadcast(arena.state().data(), arena.state().size(), DType::f32, root);
+  // MPI works on host memory here: a device arena goes through host copies (set-up only).
+  auto bcast = [&](HostView<float> v) {
+    comm.broadcast(v.data(), v.size(), DType::f32, root);
+    if (comm.rank() != root) v.commit();
+  };
+  bcast(arena.host_params());
+  bcast(arena.host_state());
 }
 
 }  // namespace rt::comm

@@ -2,9 +2,9 @@
 // DeviceBackend (device_backend.h: where memory lives, the device optimizer and gradient pass).
 //
 // Activations and their gradients are device memory the host never reads (act_import /
-// act_export copy them). The arena is managed memory: the step's passes over it (the gradient
-// reduction through comm::DeviceGrads, the scale-and-check, the SGD update) run on the device,
-// while checkpoints, consistency checks and fault diagnosis read it on the host after sync().
+// act_export copy them). So is the arena: the step's passes over it (the gradient reduction
+// through comm::DeviceGrads, the scale-and-check, the SGD update) run on the device, while
+// checkpoints, consistency checks and fault diagnosis read it through host copies.
 #include "cuda/backend.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // The CUDA rt::Backend<float>: NCHW fp32 activations and gradients in device memory, the
-// parameter arena in managed memory, every op on one CudaContext's stream.
+// parameter arena too, every op on one CudaContext's stream.
 #pragma once
 #include <memory>
 

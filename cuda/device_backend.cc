@@ -6,33 +6,11 @@
 #include "cuda/sgd.h"
 
 namespace rt::cuda {
-namespace {
-
-// The host Sgd (LARS) on the managed arena: waits for the stream before touching it.
-class HostSgdAfterSync final : public Optimizer<float> {
- public:
-  HostSgdAfterSync(std::vector<ParamInfo> layout, SgdConfig cfg, cudaStream_t stream)
-      : sgd_(std::move(layout), cfg), stream_(stream) {}
-  void step(float* params, const float* grads, double lr) override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    sgd_.step(params, grads, lr);
-  }
-  std::span<const float> momentum() const override { return sgd_.momentum(); }
-  int64_t steps() const override { return sgd_.steps(); }
-  void restore(std::span<const float> m, int64_t steps) override { sgd_.restore(m, steps); }
-  size_t size() const override { return sgd_.size(); }
-
- private:
-  Sgd<float> sgd_;
-  cudaStream_t stream_;
-};
-
-}  // namespace
 
 void DeviceBackend::sync() const { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
 
 std::unique_ptr<Optimizer<float>> DeviceBackend::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
-  if (cfg.lars) return std::make_unique<HostSgdAfterSync>(std::move(layout), cfg, ctx_.stream());
+  if (cfg.lars) return Backend<float>::make_sgd(std::move(layout), cfg);  // StagedSgd: copies
   return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());
 }
 
@@ -47,7 +25,7 @@ size_t DeviceBackend::scale_count_nonfinite(float* v, size_t n, float s, bool co
   int flagged = 0;
   CUDA_CHECK(cudaMemcpyAsync(&flagged, flag_.get(), sizeof(int), cudaMemcpyDeviceToHost, ctx_.stream()));
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-  return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;
+  return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;  // counts on a host copy
 }
 
 }  // namespace rt::cuda

@@ -1,7 +1,7 @@
 // What the CUDA backends share: the context (stream, handles, workspace), where a Net's memory
-// lives (activations in device memory, the fp32 arena in managed memory) and the step's passes
-// over the arena on the device (the fused SGD, the gradient scale-and-check). The backends add
-// their activation layout and op factories.
+// lives (device memory for activations and the fp32 arena alike) and the step's passes over the
+// arena on the device (the fused SGD, the gradient scale-and-check). The backends add their
+// activation layout and op factories.
 #pragma once
 #include <memory>
 #include <vector>
@@ -17,18 +17,18 @@ namespace rt::cuda {
 class DeviceBackend : public Backend<float> {
  public:
   explicit DeviceBackend(const ContextConfig& cfg)
-      : ctx_(cfg), device_(ctx_.stream()), managed_(ctx_.stream()) {}
+      : ctx_(cfg), device_(ctx_.stream()) {}
   ~DeviceBackend() override { cudaStreamSynchronize(ctx_.stream()); }
 
   const MemorySpace* act_memory() const override { return &device_; }
-  const MemorySpace* param_memory() const override { return &managed_; }
+  const MemorySpace* param_memory() const override { return &device_; }
   void sync() const override;
   void* stream() const override { return ctx_.stream(); }
 
   // The fused device SGD; LARS (per-tensor norms) has no device version yet and runs on the
-  // host, on the managed arena, after a sync.
+  // host, on copies of the arena (StagedSgd).
   std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override;
-  // One kernel scales and flags; only a flagged buffer is counted (on the host, a rare path).
+  // One kernel scales and flags; only a flagged buffer is counted (on a host copy, a rare path).
   size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override;
 
  protected:
@@ -36,7 +36,6 @@ class DeviceBackend : public Backend<float> {
   CudaContext ctx_;
   SharedScratch scratch_;  // batch norm's shared scratch
   DeviceMemorySpace device_;
-  ManagedMemorySpace managed_;
 
  private:
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"

@@ -36,6 +36,12 @@ class ScratchSpace final : public MemorySpace {
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
   }
   void zero(void* p, size_t bytes) const override { CUDA_CHECK(cudaMemset(p, 0, bytes)); }
+  void to_host(void* host_dst, const void* src, size_t bytes) const override {
+    CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+  }
+  void from_host(void* dst, const void* host_src, size_t bytes) const override {
+    CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+  }
   bool host_accessible() const override { return false; }
 };
 

@@ -1,7 +1,7 @@
 // The mixed-precision CUDA rt::Backend<float>s "cuda-bf16" and "cuda-fp16": activations and their
 // gradients are 16-bit (bf16, or IEEE half) in NHWC on the device (two per float of
 // Backend::act_size); parameters, their gradients, BN running statistics and the optimizer state
-// stay fp32 in the managed arena, in canonical layouts, so the optimizer, the allreduce and
+// stay fp32 in the device arena, in canonical layouts, so the optimizer, the allreduce and
 // checkpoints are those of "cuda". One implementation, templated on the storage type.
 #pragma once
 #include <memory>

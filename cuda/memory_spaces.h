@@ -1,9 +1,9 @@
-// The CUDA backends' rt::MemorySpace implementations: device memory for activations (ordered
-// with the backend's stream) and managed memory for the arena (host code reads it after a sync).
+// The CUDA backends' rt::MemorySpace: plain device memory (cudaMalloc, through the counted
+// allocator), ordered with the backend's stream, for activations and the parameter arena alike;
+// host code reads and writes it only through to_host / from_host.
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 
 #include "cuda/check.h"
@@ -34,36 +34,18 @@ class DeviceMemorySpace final : public MemorySpace {
   void zero(void* p, size_t bytes) const override {
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
   }
+  // On the stream, after the work queued there; waits, so the host buffer is free on return.
+  void to_host(void* host_dst, const void* src, size_t bytes) const override {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void from_host(void* dst, const void* host_src, size_t bytes) const override {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   bool host_accessible() const override { return false; }
-
- private:
-  cudaStream_t stream_;
-};
-
-class ManagedMemorySpace final : public MemorySpace {
- public:
-  explicit ManagedMemorySpace(cudaStream_t stream) : stream_(stream) {}
-  std::string name() const override { return "CUDA managed memory"; }
-  void* allocate(size_t bytes) const override {
-    void* p = nullptr;
-    if (bytes == 0) return p;
-    CUDA_CHECK(cudaMallocManaged(&p, bytes));
-    std::memset(p, 0, bytes);
-    return p;
-  }
-  void deallocate(void* p, size_t) const noexcept override {
-    cudaStreamSynchronize(stream_);
-    cudaFree(p);
-  }
-  void copy(void* dst, const void* src, size_t bytes) const override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(dst, src, bytes);
-  }
-  void zero(void* p, size_t bytes) const override {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memset(p, 0, bytes);
-  }
-  bool host_accessible() const override { return true; }
 
  private:
   cudaStream_t stream_;

@@ -32,8 +32,6 @@ int Arena<T>::add_state(std::string name, size_t count, T init) {
 template <class T>
 void Arena<T>::set_memory(const MemorySpace* space) {
   if (finalized_) throw Error("arena memory chosen after finalize()");
-  if (space && !space->host_accessible())
-    throw Error("the parameter arena needs host-accessible memory, not " + space->name());
   params_ = Buffer<T>(space);
   grads_ = Buffer<T>(space);
   state_ = Buffer<T>(space);
@@ -55,8 +53,52 @@ void Arena<T>::finalize() {
   params_.resize(size_);
   grads_.resize(size_);
   state_.resize(state_init_.size());
-  for (size_t i = 0; i < state_init_.size(); ++i) state_[i] = state_init_[i];
+  state_.from_host(state_init_.data(), 0, state_init_.size());
   finalized_ = true;
+}
+
+template <class T>
+void Arena<T>::check_range(size_t n, size_t offset, size_t size) {
+  if (offset > size || n > size - offset)
+    throw Error("arena: a host copy of elements [" + std::to_string(offset) + ", " +
+                std::to_string(offset + n) +
+                ") of a buffer of " + std::to_string(size));
+}
+
+template <class T>
+void Arena<T>::params_to_host(std::span<T> host, size_t offset) const {
+  check_range(host.size(), offset, size_);
+  params_.to_host(host.data(), offset, host.size());
+}
+
+template <class T>
+void Arena<T>::params_from_host(std::span<const T> host, size_t offset) {
+  check_range(host.size(), offset, size_);
+  params_.from_host(host.data(), offset, host.size());
+}
+
+template <class T>
+void Arena<T>::grads_to_host(std::span<T> host, size_t offset) const {
+  check_range(host.size(), offset, size_);
+  grads_.to_host(host.data(), offset, host.size());
+}
+
+template <class T>
+void Arena<T>::grads_from_host(std::span<const T> host, size_t offset) {
+  check_range(host.size(), offset, size_);
+  grads_.from_host(host.data(), offset, host.size());
+}
+
+template <class T>
+void Arena<T>::state_to_host(std::span<T> host, size_t offset) const {
+  check_range(host.size(), offset, state_.size());
+  state_.to_host(host.data(), offset, host.size());
+}
+
+template <class T>
+void Arena<T>::state_from_host(std::span<const T> host, size_t offset) {
+  check_range(host.size(), offset, state_.size());
+  state_.from_host(host.data(), offset, host.size());
 }
 
 template class Arena<float>;

@@ -36,14 +36,48 @@ struct StateInfo {
   size_t count = 0;
 };
 
+// One arena buffer as host code sees it: the buffer itself where the host may dereference it (no
+// copy: the CPU backends), else a host copy taken at construction, which commit() writes back.
+// For set-up, checkpoints, checks and rare paths; not for a device backend's step.
+template <class T>
+class HostView {
+ public:
+  explicit HostView(Buffer<T>& buf) : buf_(buf), copied_(!buf.host_accessible()) {
+    if (copied_) {
+      copy_.resize(buf.size());
+      buf.to_host(copy_.data(), 0, buf.size());
+    }
+    data_ = copied_ ? copy_.data() : buf.data();
+  }
+  HostView(HostView&&) noexcept = default;  // a vector's move keeps its elements in place
+  HostView(const HostView&) = delete;
+  HostView& operator=(const HostView&) = delete;
+
+  std::span<T> span() { return {data_, buf_.size()}; }
+  T* data() { return data_; }
+  size_t size() const { return buf_.size(); }
+  T& operator[](size_t i) { return data_[i]; }
+  // Makes changes made through the view the buffer's (nothing to do without a copy).
+  void commit() {
+    if (copied_) buf_.from_host(copy_.data(), 0, buf_.size());
+  }
+  bool copied() const { return copied_; }
+
+ private:
+  Buffer<T>& buf_;
+  bool copied_;
+  std::vector<T> copy_;
+  T* data_ = nullptr;
+};
+
 template <class T>
 class Arena {
  public:
   // Registration (before finalize): returns an id used with param()/grad()/state_ptr().
   int add_param(std::string name, std::vector<int64_t> dims, ParamKind kind);
   int add_state(std::string name, size_t count, T init);
-  // Before finalize: where the three buffers live (nullptr: host). The optimizer, checkpoints
-  // and the allreduce read them on the host, so the space must be host accessible.
+  // Before finalize: where the three buffers live (nullptr: host). Any space: host code reads
+  // and writes them through the copies and host views below unless host_accessible().
   void set_memory(const MemorySpace* space);
   // Lays out parameters in reverse registration order and allocates the buffers.
   void finalize();
@@ -58,14 +92,33 @@ class Arena {
   const std::vector<ParamInfo>& layout() const { return layout_; }
   const std::vector<StateInfo>& state_layout() const { return state_info_; }
 
+  // The buffers in their memory space: for the backend's ops, the optimizer and the gradient
+  // reducer's device hooks. Host code may dereference them only when host_accessible() (after
+  // Backend::sync()); host_accessible() is true for host memory and false for a device's.
   std::span<T> params() { return {params_.data(), size_}; }
   std::span<T> grads() { return {grads_.data(), size_}; }
   std::span<T> state() { return {state_.data(), state_.size()}; }
+  bool host_accessible() const { return params_.host_accessible(); }
+  const MemorySpace* memory() const { return params_.space(); }
+
+  // Synchronous copies between elements [offset, offset + host.size()) of a buffer and the host.
+  void params_to_host(std::span<T> host, size_t offset = 0) const;
+  void params_from_host(std::span<const T> host, size_t offset = 0);
+  void grads_to_host(std::span<T> host, size_t offset = 0) const;
+  void grads_from_host(std::span<const T> host, size_t offset = 0);
+  void state_to_host(std::span<T> host, size_t offset = 0) const;
+  void state_from_host(std::span<const T> host, size_t offset = 0);
+  // Whole buffers as the host sees them (HostView: no copy when host accessible).
+  HostView<T> host_params() { return HostView<T>(params_); }
+  HostView<T> host_grads() { return HostView<T>(grads_); }
+  HostView<T> host_state() { return HostView<T>(state_); }
   // Number of trained scalars (excluding alignment padding).
   size_t param_count() const { return count_; }
   size_t size() const { return size_; }  // elements including alignment padding
 
  private:
+  static void check_range(size_t n, size_t offset, size_t size);
+
   std::vector<ParamInfo> params_info_;  // by id
   std::vector<ParamInfo> layout_;       // by offset
   std::vector<StateInfo> state_info_;

@@ -77,11 +77,26 @@ Registry& registry() {
 
 template <class T>
 std::unique_ptr<Optimizer<T>> Backend<T>::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
+  if (const MemorySpace* m = param_memory(); m && !m->host_accessible())
+    return std::make_unique<StagedSgd<T>>(std::move(layout), cfg, *m);
   return std::make_unique<Sgd<T>>(std::move(layout), cfg);
 }
 
 template <class T>
 size_t Backend<T>::scale_count_nonfinite(T* v, size_t n, float s, bool count) {
+  if (const MemorySpace* m = param_memory(); m && !m->host_accessible()) {
+    // A backend without a device pass of its own: through a host copy (allocates; a slow path).
+    std::vector<T> host(n);
+    m->to_host(host.data(), v, n * sizeof(T));
+    const size_t bad = scale_count_host(host.data(), n, s, count);
+    if (s != 1.0f) m->from_host(v, host.data(), n * sizeof(T));
+    return bad;
+  }
+  return scale_count_host(v, n, s, count);
+}
+
+template <class T>
+size_t Backend<T>::scale_count_host(T* v, size_t n, float s, bool count) {
   if (s != 1.0f)
     for (size_t i = 0; i < n; ++i) v[i] *= T(s);
   if (!count) return 0;

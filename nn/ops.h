@@ -213,8 +213,9 @@ class Backend {
   virtual void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, T* dst) const;
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
-  // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory, which
-  // must be host accessible). nullptr, the CPU backends' answer, is plain host memory.
+  // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory; host
+  // code reaches an arena it may not dereference through copies). nullptr, the CPU backends'
+  // answer, is plain host memory.
   virtual const MemorySpace* act_memory() const { return nullptr; }
   virtual const MemorySpace* param_memory() const { return nullptr; }
   // Waits until the ops' queued work is done, so that the host sees their results in the arena.
@@ -223,13 +224,17 @@ class Backend {
   // The queue the ops run on (a cudaStream_t for the CUDA backends), for the gradient reducer's
   // fences; nullptr for backends that compute synchronously.
   virtual void* stream() const { return nullptr; }
-  // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host.
+  // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host (StagedSgd<T>
+  // through host copies when the host may not dereference param_memory()).
   virtual std::unique_ptr<Optimizer<T>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg);
   // The training loop's pass over the averaged gradients in param_memory(): v[i] *= s (skipped
   // when s is 1), then, when count, the number of inf and NaN values among the results (a device
   // backend may answer 0 or some positive count, then counts exactly only when something is
-  // non-finite). Default: a host loop.
+  // non-finite). Default: a host loop (on a host copy when the host may not dereference
+  // param_memory()).
   virtual size_t scale_count_nonfinite(T* v, size_t n, float s, bool count);
+  // That host loop over host memory, for overrides that count on a copy of their own.
+  static size_t scale_count_host(T* v, size_t n, float s, bool count);
 
   virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;

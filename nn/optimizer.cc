@@ -143,7 +143,22 @@ void Sgd<T>::restore(std::span<const T> momentum, int64_t steps) {
   steps_ = steps;
 }
 
+template <class T>
+StagedSgd<T>::StagedSgd(std::vector<ParamInfo> layout, SgdConfig cfg, const MemorySpace& space)
+    : sgd_(std::move(layout), cfg), space_(space), params_(sgd_.size()), grads_(sgd_.size()) {}
+
+template <class T>
+void StagedSgd<T>::step(T* params, const T* grads, double lr) {
+  const size_t bytes = params_.size() * sizeof(T);
+  space_.to_host(params_.data(), params, bytes);
+  space_.to_host(grads_.data(), grads, bytes);
+  sgd_.step(params_.data(), grads_.data(), lr);
+  space_.from_host(params, params_.data(), bytes);
+}
+
 template class Sgd<float>;
 template class Sgd<double>;
+template class StagedSgd<float>;
+template class StagedSgd<double>;
 
 }  // namespace rt

@@ -104,7 +104,29 @@ class Sgd final : public Optimizer<T> {
   int64_t steps_ = 0;
 };
 
+// Sgd<T> over buffers the host may not dereference (in `space`): each step copies parameters and
+// gradients out, updates the copies on the host and copies the parameters back. Two full copies
+// per step: for configurations without a device optimizer (LARS on a device backend).
+template <class T>
+class StagedSgd final : public Optimizer<T> {
+ public:
+  // space must outlive the optimizer.
+  StagedSgd(std::vector<ParamInfo> layout, SgdConfig cfg, const MemorySpace& space);
+  void step(T* params, const T* grads, double lr) override;
+  std::span<const T> momentum() const override { return sgd_.momentum(); }
+  int64_t steps() const override { return sgd_.steps(); }
+  void restore(std::span<const T> momentum, int64_t steps) override { sgd_.restore(momentum, steps); }
+  size_t size() const override { return sgd_.size(); }
+
+ private:
+  Sgd<T> sgd_;
+  const MemorySpace& space_;
+  std::vector<T> params_, grads_;  // host copies, allocated once
+};
+
 extern template class Sgd<float>;
 extern template class Sgd<double>;
+extern template class StagedSgd<float>;
+extern template class StagedSgd<double>;
 
 }  // namespace rt

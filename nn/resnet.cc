@@ -127,10 +127,12 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
       for (size_t j = 0; j < net.num_nodes(); ++j)
         if (net.node(j).output == n.inputs[0]) last_bn.push_back(net.node(j).name + ".weight");
   }
-  // Registration order (forward order) so that the values do not depend on the arena layout.
+  // Drawn on the host (a device arena through a copy), in registration (forward) order so that
+  // the values do not depend on the arena layout.
+  HostView<T> params = a.host_params();
   for (int id = 0; id < int(a.layout().size()); ++id) {
     const ParamInfo& p = a.info(id);
-    T* w = a.param(id);
+    T* w = params.data() + p.offset;
     switch (p.kind) {
       case ParamKind::conv_weight: {
         double fan_out = double(p.dims[0] * p.dims[2] * p.dims[3]);
@@ -159,11 +161,13 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
         break;
     }
   }
-  auto st = a.state();
+  params.commit();
+  HostView<T> st = a.host_state();
   for (const StateInfo& s : a.state_layout()) {
     bool var = s.name.size() > 4 && s.name.compare(s.name.size() - 4, 4, "_var") == 0;
     for (size_t i = 0; i < s.count; ++i) st[s.offset + i] = var ? T(1) : T(0);
   }
+  st.commit();
 }
 
 template std::unique_ptr<Net<float>> build_resnet(const ResNetConfig&, std::unique_ptr<Backend<float>>);

@@ -95,6 +95,8 @@ inline float f16_round(float f) { return from_f16(to_f16(f)); }
 
 // Memory other than the host heap (a GPU's), for Buffers a backend's ops read and write. Only
 // set-up allocates; copy and zero are for set-up and the rare gradient copy, not per element.
+// to_host and from_host are how host code reads and writes memory it may not dereference: they
+// are synchronous (ordered after the backend's queued work, done when they return).
 class MemorySpace {
  public:
   virtual ~MemorySpace() = default;
@@ -103,13 +105,16 @@ class MemorySpace {
   virtual void deallocate(void* p, size_t bytes) const noexcept = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) const = 0;  // both in this space
   virtual void zero(void* p, size_t bytes) const = 0;
-  // Host code may dereference the pointers (e.g. CUDA managed memory), once sync()ed.
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  virtual void from_host(void* dst, const void* host_src, size_t bytes) const = 0;
+  // Host code may dereference the pointers (host memory in disguise), once the backend sync()ed.
   virtual bool host_accessible() const = 0;
 };
 
 // Owning, zero-initialised array, 64-byte aligned host memory unless given a MemorySpace (then
-// element access from the host is allowed only when the space is host accessible). Movable, not
-// copyable: big buffers are allocated once at set-up, never per step.
+// element access from the host is allowed only when the space is host accessible; otherwise the
+// host goes through to_host / from_host). Movable, not copyable: big buffers are allocated once
+// at set-up, never per step.
 template <class T>
 class Buffer {
  public:
@@ -159,6 +164,18 @@ class Buffer {
     if (space_) space_->copy(p_, src.p_, n * sizeof(T));
     else std::memcpy(static_cast<void*>(p_), src.p_, n * sizeof(T));
   }
+  // Synchronous copies of elements [offset, offset + n) to and from host memory.
+  void to_host(T* host_dst, size_t offset, size_t n) const {
+    if (!n) return;
+    if (space_) space_->to_host(host_dst, p_ + offset, n * sizeof(T));
+    else std::memcpy(static_cast<void*>(host_dst), p_ + offset, n * sizeof(T));
+  }
+  void from_host(const T* host_src, size_t offset, size_t n) {
+    if (!n) return;
+    if (space_) space_->from_host(p_ + offset, host_src, n * sizeof(T));
+    else std::memcpy(static_cast<void*>(p_ + offset), host_src, n * sizeof(T));
+  }
+  bool host_accessible() const { return !space_ || space_->host_accessible(); }
   const MemorySpace* space() const { return space_; }
   T* data() { return p_; }
   const T* data() const { return p_; }

@@ -238,7 +238,6 @@ int main(int argc, char** argv) try {
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
   const double med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  const double arena_mib = double(net->arena().params().size() * 2 * sizeof(float)) / (1 << 20);
   std::printf(
       "RESULT,ringtrain,%s,train,precision=%s,batch=%lld,size=%lld,gpu=%s,warmup=%d,steps=%d,"
       "repeats=%d,img_per_s=%.1f,img_per_s_min=%.1f,img_per_s_max=%.1f,step_ms=%.2f,"
@@ -249,10 +248,9 @@ int main(int argc, char** argv) try {
   std::printf("# per-repeat img/s:");
   for (double r : rate) std::printf(" %.1f", r);
   std::printf("\n# memory: %.0f MiB in use above the bare context (cudaMemGetInfo); %.0f MiB of it "
-              "counted by rt::cuda (activations, gradient slots, workspaces, momentum), %.0f MiB "
-              "managed arena (parameters + gradients) not counted there; in use changed by %+.0f MiB "
-              "during the timed steps\n",
-              peak_mib, double(after.device_bytes) / (1 << 20), arena_mib, used_after - used_before);
+              "counted by rt::cuda (the arena's parameters, gradients and momentum, activations, "
+              "gradient slots, workspaces); in use changed by %+.0f MiB during the timed steps\n",
+              peak_mib, double(after.device_bytes) / (1 << 20), used_after - used_before);
   std::printf("# device+pinned allocations during the timed steps: %lld (must be 0); loss %.4f -> %.4f\n",
               (long long)steady_allocs, first_loss, loss);
 

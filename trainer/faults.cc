@@ -57,8 +57,9 @@ void Trainer::inject_fault() {
   std::fflush(stderr);
   if (d.fault == "nan" || d.fault == "inf") {
     const ParamInfo& p = fault_param(net_->arena(), d.param);
-    net_->arena().params()[p.offset] =
+    const float bad =
         d.fault == "nan" ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+    net_->arena().params_from_host({&bad, 1}, p.offset);
   } else if (d.fault == "stall") {
     for (;;) ::pause();  // never reaches the allreduce; only a signal ends it
   } else if (d.fault == "kill") {
@@ -69,7 +70,6 @@ void Trainer::inject_fault() {
 }
 
 void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
-  auto g = net_->arena().grads();
   if (bad_grads == 0) {
     if (std::isfinite(loss)) return;
     // Only this rank's loss: its gradients were finite, so no other rank knows; it stops the job.
@@ -83,7 +83,7 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
                   ? net_->first_nonfinite_node_u8(batch_.pixels.data(), norm_, batch_.labels.data())
                   : net_->first_nonfinite_node(batch_.images.data(), batch_.labels.data());
   if (mine.node >= 0) {
-    auto p = net_->arena().params();
+    HostView<float> p = net_->arena().host_params();
     for (int id : net_->node(size_t(mine.node)).params) {
       const ParamInfo& pi = net_->arena().info(id);
       mine.bad_params += count_nonfinite(p.data() + pi.offset, pi.count);
@@ -103,6 +103,7 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
     }
   }
   if (where.empty()) where = "every rank's forward pass and loss are finite: they arose in backward";
+  HostView<float> g = net_->arena().host_grads();
   std::string first_grad;  // lowest offset = the first parameter backward finished
   for (const ParamInfo& pi : net_->arena().layout())
     if (count_nonfinite(g.data() + pi.offset, pi.count)) {

@@ -98,6 +98,10 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                                                        arena.grads().size(), DType::f32, fingerprint_);
     net_->set_ready_sync(false);
   } else {
+    if (!arena.host_accessible())
+      throw Error(str_cat("backend ", net_->backend().name(), ": the parameter arena is in ", arena.memory()->name(),
+                          ", which the host cannot read, and no device gradient hooks are registered "
+                          "(register_device_grads) to reduce the gradients there"));
     reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
   }
   ready_ = reducer_->ready_callback();
@@ -105,6 +109,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     std::vector<size_t> offsets;
     for (const auto& p : arena.layout()) offsets.push_back(p.offset);
     emulate_points_ = emulate_ready_points(offsets, arena.grads().size());
+    if (!arena.host_accessible()) emulate_host_.resize(arena.size());
   }
   comm::broadcast_model(*ctl_comm_, arena, 0);
 
@@ -215,7 +220,7 @@ void Trainer::train_step() {
   reducer_->begin_step();
   double loss = 0;  // emulated steps have none; 0 keeps the divergence check quiet
   if (cfg_.emulate.compute_ms > 0) {
-    emulate_compute(cfg_.emulate, t1, net_->arena().grads(), emulate_points_, rank_, step_ + 1, ready_);
+    emulate_step(t1);
   } else {
     loss = cfg_.data.output == data::Output::u8
                ? net_->forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true)
@@ -270,14 +275,30 @@ void Trainer::train_step() {
   progress_->step(r, epoch_samples_ ? 100.0 * double(epoch_top1_) / double(epoch_samples_) : 0.0);
 }
 
+void Trainer::emulate_step(double t0) {
+  auto& arena = net_->arena();
+  if (arena.host_accessible()) {
+    emulate_compute(cfg_.emulate, t0, arena.grads(), emulate_points_, rank_, step_ + 1, ready_);
+    return;
+  }
+  // Written on the host, each part uploaded before it is reported.
+  size_t done = 0;
+  emulate_compute(cfg_.emulate, t0, emulate_host_, emulate_points_, rank_, step_ + 1, [&](size_t end) {
+    arena.grads_from_host(std::span<const float>(emulate_host_).subspan(done, end - done), done);
+    done = end;
+    if (ready_) ready_(end);
+  });
+}
+
 size_t Trainer::unscale_gradients() {
   auto g = net_->arena().grads();
   const bool count = cfg_.check.finite || scaler_.dynamic();
   size_t bad = net_->backend().scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
-  // A device backend may only say "some": the message wants the number (rare path, host access).
+  // A device backend may only say "some": the message wants the number (rare path).
   if (bad > 0) {
     net_->backend().sync();
-    bad = count_nonfinite(g.data(), g.size());
+    HostView<float> h = net_->arena().host_grads();
+    bad = count_nonfinite(h.data(), h.size());
   }
   return bad;
 }
@@ -314,13 +335,15 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
 void Trainer::sync_bn_state() {
   // Each rank's running statistics saw only its own batches: average them so that evaluation
   // and checkpoints use one set, identical on every rank.
-  auto state = net_->arena().state();
-  if (world_ > 1 && !state.empty()) ctl_reduce_->allreduce(state, comm::ReduceOp::average);
+  if (world_ == 1 || net_->arena().state().empty()) return;
+  HostView<float> state = net_->arena().host_state();  // the ring reduces host memory
+  ctl_reduce_->allreduce(state.span(), comm::ReduceOp::average);
+  state.commit();
 }
 
 void Trainer::check_consistency() {
-  auto p = net_->arena().params();
-  const uint64_t mine = checkpoint_hash(p.data(), (p.size_bytes() / 8) * 8);
+  HostView<float> p = net_->arena().host_params();
+  const uint64_t mine = checkpoint_hash(p.data(), (p.size() * sizeof(float) / 8) * 8);
   std::vector<uint64_t> all(static_cast<size_t>(world_));
   ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
   std::string bad;

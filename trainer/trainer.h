@@ -94,6 +94,7 @@ class Trainer {
  private:
   void setup_threads(MPI_Comm world);
   void train_step();
+  void emulate_step(double t0);               // emulate.compute_ms: backward's stand-in
   void inject_fault();                       // debug.fault, when this rank and step are due
   // Throws naming step, ranks and layers; bad_grads: the non-finite gradient values counted.
   void check_finite(double loss, double lr, size_t bad_grads);
@@ -119,6 +120,7 @@ class Trainer {
   std::unique_ptr<Progress> progress_;
   std::function<void(size_t)> ready_;  // the reducer's callback, made once
   std::vector<size_t> emulate_points_;  // emulated backward's progress reports (emulate.compute_ms)
+  std::vector<float> emulate_host_;     // ... and its gradients, when the arena is a device's
   comm::ModelFingerprint fingerprint_;
   ScheduleConfig schedule_;
   std::string config_yaml_, ckpt_dir_, last_checkpoint_;

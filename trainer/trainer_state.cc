@@ -45,9 +45,9 @@ void Trainer::save_checkpoint() {
       m.loss_scale = scaler_.scale();
       m.loss_scale_good = scaler_.good_steps();
     }
-    auto& a = net_->arena();
+    HostView<float> params = net_->arena().host_params(), state = net_->arena().host_state();
     try {
-      checkpoint_write(path, m, config_yaml_, a.params(), a.state(), opt_->momentum());
+      checkpoint_write(path, m, config_yaml_, params.span(), state.span(), opt_->momentum());
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -81,8 +81,8 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
                                       " + ", m.position.step, " batches, which does not fit this run's ",
                                       steps_per_epoch_, " steps per epoch (did the dataset change?)"));
     }
-    std::copy(ck.params.begin(), ck.params.end(), arena.params().begin());
-    std::copy(ck.state.begin(), ck.state.end(), arena.state().begin());
+    arena.params_from_host(ck.params);
+    arena.state_from_host(ck.state);
     momentum = std::move(ck.momentum);
     lm.step = m.step;
     lm.optimizer_steps = m.optimizer_steps;

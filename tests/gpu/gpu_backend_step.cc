@@ -1,5 +1,5 @@
-// The CUDA backend's step passes the trainer calls on the managed arena: make_sgd (the fused
-// device SGD, or the host one after a sync for LARS) against Sgd<float> bit for bit, and
+// The CUDA backend's step passes the trainer calls on the device arena: make_sgd (the fused
+// device SGD, or StagedSgd on host copies for LARS) against Sgd<float> bit for bit, and
 // scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
 // counted exactly).
 #include <cmath>
@@ -29,10 +29,16 @@ std::vector<ParamInfo> layout_of(std::initializer_list<size_t> counts) {
   return l;
 }
 
-// Managed memory, as the backend's param_memory() gives the arena.
-struct Managed {
-  explicit Managed(size_t n) : n(n) { CUDA_CHECK(cudaMallocManaged(&p, n * sizeof(float))); }
-  ~Managed() { cudaFree(p); }
+// Device memory, as the backend's param_memory() gives the arena; the host reads it by copies.
+struct Device {
+  explicit Device(size_t n) : n(n) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(float))); }
+  ~Device() { cudaFree(p); }
+  void put(const float* h) const { CUDA_CHECK(cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice)); }
+  std::vector<float> get() const {
+    std::vector<float> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
   float* p = nullptr;
   size_t n;
 };
@@ -48,15 +54,15 @@ void run_optimizer(SgdConfig cfg) {
   std::mt19937 g(5);
   std::normal_distribution<float> d(0, 1);
   for (auto& v : params) v = d(g);
-  Managed mp(n), mg(n);
-  std::memcpy(mp.p, params.data(), n * 4);
+  Device mp(n), mg(n);
+  mp.put(params.data());
   for (int step = 0; step < 3; ++step) {
     for (auto& v : grads) v = d(g);
-    std::memcpy(mg.p, grads.data(), n * 4);
+    mg.put(grads.data());
     cpu.step(params.data(), grads.data(), 0.05);
     dev->step(mp.p, mg.p, 0.05);
     be->sync();
-    ASSERT_EQ(std::memcmp(mp.p, params.data(), n * 4), 0) << "parameters after step " << step;
+    ASSERT_EQ(mp.get(), params) << "parameters after step " << step;
     auto m = dev->momentum();
     ASSERT_EQ(std::memcmp(m.data(), cpu.momentum().data(), n * 4), 0) << "momentum after step " << step;
   }
@@ -70,7 +76,7 @@ TEST(GpuBackendStep, DeviceSgdMatchesHost) {
   run_optimizer(SgdConfig{});
 }
 
-TEST(GpuBackendStep, LarsFallsBackToHostAfterSync) {
+TEST(GpuBackendStep, LarsRunsOnHostCopies) {
   RT_REQUIRE_GPU();
   SgdConfig cfg;
   cfg.lars = true;
@@ -81,15 +87,17 @@ TEST(GpuBackendStep, ScaleAndCountNonfinite) {
   RT_REQUIRE_GPU();
   auto be = make_cuda_backend();
   const size_t n = (1 << 20) + 3;
-  Managed v(n);
+  Device v(n);
   std::vector<float> want(n);
-  for (size_t i = 0; i < n; ++i) v.p[i] = want[i] = float(int(i % 1000) - 500) * 0.37f;
+  for (size_t i = 0; i < n; ++i) want[i] = float(int(i % 1000) - 500) * 0.37f;
+  v.put(want.data());
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0x1p-10f, true), 0u);
-  be->sync();
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(v.p[i], want[i] * 0x1p-10f) << i;
-  v.p[17] = std::numeric_limits<float>::infinity();
-  v.p[n - 1] = std::nanf("");
-  v.p[n / 2] = -std::numeric_limits<float>::infinity();
+  std::vector<float> got = v.get();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i] * 0x1p-10f) << i;
+  got[17] = std::numeric_limits<float>::infinity();
+  got[n - 1] = std::nanf("");
+  got[n / 2] = -std::numeric_limits<float>::infinity();
+  v.put(got.data());
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 1.0f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, false), 0u);  // not asked to count

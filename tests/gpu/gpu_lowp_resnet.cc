@@ -97,8 +97,7 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
   auto gpu = build_resnet<float>(cfg, make_cuda_lowp_backend(t));
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
-  std::memcpy(gpu->arena().params().data(), ref->arena().params().data(),
-              ref->arena().size() * sizeof(float));
+  gpu->arena().params_from_host(ref->arena().params());  // the arena is device memory
   const auto input = random_input(ref->shape(0), 5);
   const auto labels = labels_for(cfg.batch, cfg.num_classes);
 
@@ -114,22 +113,26 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
     EXPECT_EQ(last_ready, gpu->arena().size());
     std::vector<float> gr(ref->arena().grads().begin(), ref->arena().grads().end());
     for (auto& v : gr) v *= 128.0f;  // the reference ran without loss scaling
-    const std::span<const float> gg = gpu->arena().grads();
+    std::vector<float> gg(gr.size()), sg(ref->arena().state().size());
+    gpu->arena().grads_to_host(gg);
+    gpu->arena().state_to_host(sg);
     for (const ParamInfo& p : ref->arena().layout()) {
-      const Agreement a = agreement(gg.subspan(p.offset, p.count),
+      const Agreement a = agreement(std::span<const float>(gg).subspan(p.offset, p.count),
                                     std::span<const float>(gr).subspan(p.offset, p.count));
       EXPECT_GE(a.cosine, 0.98) << p.name;
       EXPECT_LE(a.normalised_max, 0.15) << p.name;
     }
     EXPECT_GE(agreement(gg, gr).cosine, 0.99) << "whole gradient";
-    const Agreement st = agreement(gpu->arena().state(), ref->arena().state());
+    const Agreement st = agreement(sg, ref->arena().state());
     EXPECT_LE(st.normalised_max, 2e-2) << "BN running statistics";
 
     // Both take the same plain SGD step on their gradients (the 16-bit one's scaled back).
+    HostView<float> gp = gpu->arena().host_params();
     for (size_t i = 0; i < gr.size(); ++i) {
       ref->arena().params()[i] -= 0.01f * ref->arena().grads()[i];
-      gpu->arena().params()[i] -= 0.01f * gpu->arena().grads()[i] / 128.0f;
+      gp[i] -= 0.01f * gg[i] / 128.0f;
     }
+    gp.commit();
   }
   ref->forward(input.data(), nullptr, false);
   gpu->forward(input.data(), nullptr, false);

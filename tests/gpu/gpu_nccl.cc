@@ -109,7 +109,7 @@ TEST(GpuNccl, SumAndAverageAreExactOnDeviceMemory) {
       for (size_t n : kCounts) EXPECT_EQ(check_allreduce(*ar, buf.get(), t, n, op), 0u);
 }
 
-// The trainer's parameter and gradient arenas are managed memory (cuda/backend.cc).
+// Managed memory is accepted too (the trainer's arena is plain device memory).
 TEST(GpuNccl, ManagedMemoryOnTheCallersStream) {
   RT_REQUIRE_GPU();
   comm::Communicator comm(MPI_COMM_WORLD);

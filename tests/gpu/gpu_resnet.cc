@@ -1,5 +1,5 @@
 // A whole small ResNet on the CUDA backend against the reference backend: the Net's activations
-// and gradients in device memory, the arena in managed memory, two training steps' worth of
+// and gradients in device memory, the arena too (read by copies), two training steps' worth of
 // forward and backward.
 #include <cstring>
 #include <random>
@@ -37,8 +37,7 @@ TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
   auto gpu = build_resnet<float>(cfg, make_cuda_backend());
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
   // Same seed, same initialisation; copied anyway so that only the arithmetic differs.
-  std::memcpy(gpu->arena().params().data(), ref->arena().params().data(),
-              ref->arena().size() * sizeof(float));
+  gpu->arena().params_from_host(ref->arena().params());  // the arena is device memory
 
   std::mt19937 g(5);
   std::normal_distribution<float> nd;
@@ -64,9 +63,11 @@ TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
     // The reference ran without loss scaling: scale its gradients to compare.
     std::vector<float> gr(ref->arena().grads().begin(), ref->arena().grads().end());
     for (auto& v : gr) v *= 128.0f;
-    expect_close(gpu->arena().grads(), gr, 5e-3, 5e-3, "gradients");
-    expect_close(gpu->arena().state(), ref->arena().state(), 1e-4, 1e-4,
-                 "BN running statistics");
+    std::vector<float> gg(gr.size()), sg(ref->arena().state().size());
+    gpu->arena().grads_to_host(gg);
+    gpu->arena().state_to_host(sg);
+    expect_close(gg, gr, 5e-3, 5e-3, "gradients");
+    expect_close(sg, ref->arena().state(), 1e-4, 1e-4, "BN running statistics");
   }
   // Evaluation mode through the running statistics.
   ref->forward(input.data(), nullptr, false);

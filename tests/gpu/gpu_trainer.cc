@@ -1,7 +1,7 @@
 // The trainer program on `backend: cuda` under mpirun, 1 and 2 ranks on one GPU, against the
 // same job on a CPU backend (RT_CPU_BACKEND: oneDNN, or the reference in GPU-only builds): each run must finish, and the loss of every step must agree
 // within float tolerance (same synthetic data, same initialisation; the averaged gradients cross
-// the ring allreduce in the arena's managed memory).
+// the ring allreduce through the reducer's device hooks, the arena being device memory).
 #include <gtest/gtest.h>
 
 #include <cmath>

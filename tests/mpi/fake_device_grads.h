@@ -84,6 +84,8 @@ class CountingSpace final : public MemorySpace {
   void deallocate(void* p, size_t) const noexcept override { std::free(p); }
   void copy(void* dst, const void* src, size_t bytes) const override { std::memcpy(dst, src, bytes); }
   void zero(void* p, size_t bytes) const override { std::memset(p, 0, bytes); }
+  void to_host(void* h, const void* src, size_t bytes) const override { std::memcpy(h, src, bytes); }
+  void from_host(void* dst, const void* h, size_t bytes) const override { std::memcpy(dst, h, bytes); }
   bool host_accessible() const override { return true; }
   mutable int allocs = 0;
 };
