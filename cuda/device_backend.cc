@@ -10,7 +10,6 @@ namespace rt::cuda {
 void DeviceBackend::sync() const { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
 
 std::unique_ptr<Optimizer<float>> DeviceBackend::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
-  if (cfg.lars) return Backend<float>::make_sgd(std::move(layout), cfg);  // StagedSgd: copies
   return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());
 }
 

@@ -25,8 +25,7 @@ class DeviceBackend : public Backend<float> {
   void sync() const override;
   void* stream() const override { return ctx_.stream(); }
 
-  // The fused device SGD; LARS (per-tensor norms) has no device version yet and runs on the
-  // host, on copies of the arena (StagedSgd).
+  // The fused device SGD (cuda/sgd.h), LARS included, equal to the CPU's Sgd<float> bit for bit.
   std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override;
   // One kernel scales and flags; only a flagged buffer is counted (on a host copy, a rare path).
   size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override;

@@ -16,6 +16,17 @@ DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_
   segments_.upload(segs.data(), segs.size() * sizeof(SgdSegment));
   momentum_ = DeviceBuffer(size_ * sizeof(float));
   momentum_.zero();
+  const std::vector<LarsTensor> lars = lars_tensors(layout, cfg_);
+  if (!lars.empty()) {
+    num_lars_ = uint32_t(lars.size());
+    lars_ = DeviceBuffer(lars.size() * sizeof(LarsTensor));
+    lars_.upload(lars.data(), lars.size() * sizeof(LarsTensor));
+    lars_sums_ = DeviceBuffer(2 * segs.size() * sizeof(double));
+    // Segments of tensors LARS leaves alone keep the factor 1 for good.
+    const std::vector<float> ones(segs.size(), 1.0f);
+    segment_scale_ = DeviceBuffer(segs.size() * sizeof(float));
+    segment_scale_.upload(ones.data(), ones.size() * sizeof(float));
+  }
 }
 
 void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t stream) {
@@ -31,6 +42,12 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   a.momentum_coef = float(cfg_.momentum);
   a.first = steps_ == 0;
   a.nesterov = cfg_.nesterov;
+  a.lars = lars_.as<LarsTensor>();
+  a.num_lars = num_lars_;
+  a.lars_sums = lars_sums_.as<double>();
+  a.segment_scale = segment_scale_.as<float>();
+  a.lars_trust = cfg_.lars_trust;
+  a.lars_eps = cfg_.lars_eps;
   sgd_step_launch(a, stream);
   ++steps_;
 }

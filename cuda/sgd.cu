@@ -1,4 +1,5 @@
-// The fused SGD update: one block per segment, one pass over params, grads and momentum.
+// The fused SGD update: one block per segment, one pass over params, grads and momentum; with
+// LARS, two small passes before it for the trust ratios.
 #include "cuda/check.h"
 #include "cuda/launch.h"
 #include "cuda/sgd_kernel.h"
@@ -6,19 +7,50 @@
 namespace rt::cuda {
 namespace {
 
+// LARS, first pass: each thread sums one segment of one LARS tensor (block = tensor) in order,
+// as the CPU sums a chunk; a segment is 16 KiB, so the reads stay in cache lines a thread reuses.
+__global__ void lars_sums_kernel(const float* __restrict__ p, const float* __restrict__ grad,
+                                 const SgdSegment* __restrict__ segs,
+                                 const LarsTensor* __restrict__ lars, double* __restrict__ sums) {
+  const LarsTensor t = lars[blockIdx.x];
+  for (uint32_t k = threadIdx.x; k < t.num_segments; k += blockDim.x) {
+    const uint32_t j = t.first_segment + k;
+    const SgdSegment s = segs[j];
+    lars_segment_sums(p + s.begin, grad + s.begin, s.count, &sums[2 * j], &sums[2 * j + 1]);
+  }
+}
+
+// LARS, second pass: one thread per tensor adds its segments' sums in order and writes its
+// factor to each of its segments.
+__global__ void lars_scale_kernel(const LarsTensor* __restrict__ lars, uint32_t n,
+                                  const double* __restrict__ sums, float* __restrict__ scale,
+                                  double trust, double eps) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const LarsTensor t = lars[i];
+  double w2 = 0, g2 = 0;
+  for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) {
+    w2 = lars_add(w2, sums[2 * j]);
+    g2 = lars_add(g2, sums[2 * j + 1]);
+  }
+  const float s = lars_scale(w2, g2, t.weight_decay, trust, eps);
+  for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) scale[j] = s;
+}
+
 // The CPU's sgd_update (nn/optimizer.cc) term by term. The _rn intrinsics forbid FMA contraction,
 // which the CPU build (ISO C++, no FMA in baseline x86-64) does not do either, so both round the
-// same way. LARS is not supported on the device, so the CPU's factor s is 1 and is left out
-// (multiplying by 1 is exact).
-template <bool First, bool Nesterov>
+// same way. Without LARS the CPU's factor s is 1 and is left out (multiplying by 1 is exact).
+template <bool First, bool Nesterov, bool Lars>
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad,
                            float* __restrict__ buf, const SgdSegment* __restrict__ segs,
-                           float mu, float lr) {
+                           const float* __restrict__ segment_scale, float mu, float lr) {
   const SgdSegment s = segs[blockIdx.x];
   const float wd = s.weight_decay;
+  const float scale = Lars ? segment_scale[blockIdx.x] : 1.0f;
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
-    const float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    float g = __fadd_rn(grad[i], __fmul_rn(wd, p[i]));
+    if (Lars) g = __fmul_rn(g, scale);
     const float b = First ? g : __fadd_rn(__fmul_rn(mu, buf[i]), g);
     buf[i] = b;
     const float d = Nesterov ? __fadd_rn(g, __fmul_rn(mu, b)) : b;
@@ -26,11 +58,18 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad
   }
 }
 
-template <bool First, bool Nesterov>
-void launch(const SgdStepArgs& a, const SgdSegment* segs, uint32_t n, cudaStream_t stream) {
-  sgd_kernel<First, Nesterov><<<n, kThreads, 0, stream>>>(a.params, a.grads, a.momentum, segs,
-                                                          a.momentum_coef, a.lr);
+template <bool First, bool Nesterov, bool Lars>
+void launch(const SgdStepArgs& a, uint64_t first, uint32_t n, cudaStream_t stream) {
+  sgd_kernel<First, Nesterov, Lars><<<n, kThreads, 0, stream>>>(
+      a.params, a.grads, a.momentum, a.segments + first, Lars ? a.segment_scale + first : nullptr,
+      a.momentum_coef, a.lr);
   CUDA_CHECK_LAUNCH();
+}
+
+template <bool First, bool Nesterov>
+void launch(const SgdStepArgs& a, uint64_t first, uint32_t n, cudaStream_t stream) {
+  if (a.num_lars > 0) launch<First, Nesterov, true>(a, first, n, stream);
+  else launch<First, Nesterov, false>(a, first, n, stream);
 }
 
 }  // namespace
@@ -39,15 +78,22 @@ void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
   // gridDim.x allows 2^31 - 1 blocks; launch in pieces beyond that (2^43 elements: never, but
   // cheap to be right).
   constexpr uint64_t kMaxGrid = (uint64_t{1} << 31) - 1;
+  if (a.num_lars > 0) {  // one block per LARS tensor (far fewer than the grid limit)
+    lars_sums_kernel<<<a.num_lars, kThreads, 0, stream>>>(a.params, a.grads, a.segments, a.lars,
+                                                           a.lars_sums);
+    CUDA_CHECK_LAUNCH();
+    lars_scale_kernel<<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+        a.lars, a.num_lars, a.lars_sums, a.segment_scale, a.lars_trust, a.lars_eps);
+    CUDA_CHECK_LAUNCH();
+  }
   for (uint64_t first = 0; first < a.num_segments; first += kMaxGrid) {
     const uint32_t n = uint32_t(a.num_segments - first < kMaxGrid ? a.num_segments - first : kMaxGrid);
-    const SgdSegment* segs = a.segments + first;
     if (a.first) {
-      if (a.nesterov) launch<true, true>(a, segs, n, stream);
-      else launch<true, false>(a, segs, n, stream);
+      if (a.nesterov) launch<true, true>(a, first, n, stream);
+      else launch<true, false>(a, first, n, stream);
     } else {
-      if (a.nesterov) launch<false, true>(a, segs, n, stream);
-      else launch<false, false>(a, segs, n, stream);
+      if (a.nesterov) launch<false, true>(a, first, n, stream);
+      else launch<false, false>(a, first, n, stream);
     }
   }
 }

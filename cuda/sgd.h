@@ -1,5 +1,5 @@
-// SGD with momentum, Nesterov and masked weight decay on the device: Sgd<float>'s semantics
-// (nn/optimizer.h) in one fused kernel over the flat arena. No LARS.
+// SGD with momentum, Nesterov, masked weight decay and LARS on the device: Sgd<float>'s semantics
+// and rounding (nn/optimizer.h) in one fused kernel over the flat arena (LARS adds two small ones).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,8 +15,8 @@ namespace rt::cuda {
 
 class DeviceSgd {
  public:
-  // Uploads the segment list and allocates the zeroed momentum buffer (the only allocations).
-  // Throws rt::Error for LARS or a bad layout or config.
+  // Uploads the segment list (and LARS's tensor list) and allocates the zeroed momentum buffer
+  // (and LARS's scratch): the only allocations. Throws rt::Error for a bad layout or config.
   DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg);
 
   // One update of params (device, in place) from grads (device), laid out as `layout`;
@@ -35,6 +35,8 @@ class DeviceSgd {
   size_t size_ = 0;
   uint64_t num_segments_ = 0;
   DeviceBuffer segments_, momentum_;
+  uint32_t num_lars_ = 0;
+  DeviceBuffer lars_, lars_sums_, segment_scale_;
   int64_t steps_ = 0;
 };
 

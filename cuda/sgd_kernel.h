@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/lars.h"
 #include "cuda/sgd_segment.h"
 
 namespace rt::cuda {
@@ -17,9 +18,17 @@ struct SgdStepArgs {
   float lr = 0, momentum_coef = 0;
   bool first = false;     // the first step initialises the momentum buffer with g
   bool nesterov = false;
+  // LARS (num_lars > 0): the tensors it scales, scratch for 2 sums per segment, and each
+  // segment's factor s (1 for segments of tensors LARS leaves alone, set once by the caller).
+  const LarsTensor* lars = nullptr;  // device array
+  uint32_t num_lars = 0;
+  double* lars_sums = nullptr;       // 2 per segment
+  float* segment_scale = nullptr;    // 1 per segment
+  double lars_trust = 0, lars_eps = 0;
 };
 
-// One update, asynchronously on stream; see Sgd<T> in nn/optimizer.h for the arithmetic.
+// One update, asynchronously on stream; see Sgd<T> in nn/optimizer.h for the arithmetic. With
+// LARS, two small kernels first compute the trust ratios (cuda/lars.h).
 void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream);
 
 }  // namespace rt::cuda

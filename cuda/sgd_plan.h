@@ -1,24 +1,30 @@
 // The device SGD's work list: the flat arena's layout cut into per-tensor segments with each
-// tensor's weight decay. Plain host C++ (no CUDA), so the host tests check it without a GPU.
+// tensor's weight decay, and the tensors LARS scales. Plain host C++ (no CUDA), so the host tests
+// check it without a GPU.
 #pragma once
 #include <algorithm>
 #include <vector>
 
+#include "cuda/lars.h"
 #include "cuda/sgd_segment.h"
 #include "nn/error.h"
 #include "nn/optimizer.h"
 
 namespace rt::cuda {
 
+// A tensor's weight decay as Sgd<float> applies it: 0 for BN and bias when decay_bn_and_bias is
+// false.
+inline float sgd_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
+  return param_is_bn_or_bias(p.kind) && !cfg.decay_bn_and_bias ? 0.0f : float(cfg.weight_decay);
+}
+
 // Segments of at most max_elems elements covering exactly [offset, offset + count) of every
-// tensor, in layout order; weight decay as Sgd<float> applies it (0 for BN and bias when
-// decay_bn_and_bias is false). Throws rt::Error for a layout that is not sorted and disjoint
-// (as Sgd does) and for LARS, which the device step does not implement.
+// tensor, in layout order, with its weight decay: Sgd<float>'s chunks, one thread block each.
+// Throws rt::Error for a layout that is not sorted and disjoint (as Sgd does).
 inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout,
                                             const SgdConfig& cfg,
                                             uint32_t max_elems = kSgdSegmentElems) {
   sgd_validate(cfg);
-  if (cfg.lars) throw Error("cuda sgd: LARS is not implemented on the device (use lars: false)");
   if (max_elems == 0) throw Error("cuda sgd: segment size must be > 0");
   std::vector<SgdSegment> segs;
   size_t end = 0;
@@ -28,13 +34,28 @@ inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout
                           " overlaps the previous one (ends at ", end,
                           "); the layout must be sorted by offset"));
     end = p.offset + p.count;
-    const float wd = param_is_bn_or_bias(p.kind) && !cfg.decay_bn_and_bias
-                         ? 0.0f
-                         : float(cfg.weight_decay);
+    const float wd = sgd_weight_decay(p, cfg);
     for (size_t b = p.offset; b < end; b += max_elems)
       segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd});
   }
   return segs;
+}
+
+// The tensors LARS scales (none without cfg.lars; BN and bias only when not excluded), each with
+// its run of sgd_segments(layout, cfg, max_elems).
+inline std::vector<LarsTensor> lars_tensors(const std::vector<ParamInfo>& layout,
+                                            const SgdConfig& cfg,
+                                            uint32_t max_elems = kSgdSegmentElems) {
+  std::vector<LarsTensor> out;
+  if (!cfg.lars || max_elems == 0) return out;
+  uint32_t seg = 0;
+  for (const ParamInfo& p : layout) {
+    const auto n = uint32_t((p.count + max_elems - 1) / max_elems);
+    if (!(param_is_bn_or_bias(p.kind) && cfg.lars_exclude_bn_and_bias))
+      out.push_back({seg, n, sgd_weight_decay(p, cfg)});
+    seg += n;
+  }
+  return out;
 }
 
 // Elements of the momentum buffer: the arena's size, each tensor rounded up to 64 bytes as

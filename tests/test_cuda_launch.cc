@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
+#include <vector>
 
 #include "cuda/launch.h"
 #include "cuda/sgd_plan.h"
@@ -176,9 +178,6 @@ TEST(CudaSgdPlan, MomentumBufferMatchesTheCpuOptimizer) {
 TEST(CudaSgdPlan, RefusesWhatTheDeviceStepCannotDo) {
   const auto layout = layout_of({{ParamKind::conv_weight, 100}});
   SgdConfig cfg;
-  cfg.lars = true;
-  EXPECT_THROW(sgd_segments(layout, cfg), Error);
-  cfg.lars = false;
   cfg.nesterov = true;
   cfg.momentum = 0;
   EXPECT_THROW(sgd_segments(layout, cfg), Error);  // as sgd_validate
@@ -187,6 +186,76 @@ TEST(CudaSgdPlan, RefusesWhatTheDeviceStepCannotDo) {
   bad[1].offset = 50;  // overlaps the first tensor
   EXPECT_THROW(sgd_segments(bad, cfg), Error);
   EXPECT_TRUE(sgd_segments({}, cfg).empty());
+}
+
+TEST(CudaSgdPlan, LarsTensorsAreTheCpuOptimizersWithTheirSegments) {
+  const auto layout = layout_of({{ParamKind::conv_weight, 10000},
+                                 {ParamKind::bn_gamma, 3},
+                                 {ParamKind::linear_weight, 4096},
+                                 {ParamKind::bias, 17}});
+  SgdConfig cfg;
+  cfg.weight_decay = 1e-4;
+  EXPECT_TRUE(lars_tensors(layout, cfg).empty());  // no LARS
+  cfg.lars = true;
+  auto t = lars_tensors(layout, cfg);
+  ASSERT_EQ(t.size(), 2u);  // BN and bias excluded
+  EXPECT_EQ(t[0].first_segment, 0u);
+  EXPECT_EQ(t[0].num_segments, 3u);
+  EXPECT_EQ(t[1].first_segment, 4u);  // after the BN tensor's one segment
+  EXPECT_EQ(t[1].num_segments, 1u);
+  EXPECT_EQ(t[1].weight_decay, float(1e-4));
+  cfg.lars_exclude_bn_and_bias = false;
+  cfg.decay_bn_and_bias = false;
+  t = lars_tensors(layout, cfg);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[3].first_segment, 5u);
+  EXPECT_EQ(t[3].weight_decay, 0.0f);
+}
+
+// The device's LARS arithmetic (cuda/lars.h) run on the host over the device's segments gives
+// the CPU optimizer's trust ratios bit for bit: same sums in the same order, same rounding.
+TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
+  const auto layout = layout_of({{ParamKind::conv_weight, 10000},
+                                 {ParamKind::bn_gamma, 64},
+                                 {ParamKind::conv_weight, 4096},
+                                 {ParamKind::conv_weight, 300},  // all zero: the factor is 1
+                                 {ParamKind::linear_weight, 4097}});
+  for (bool exclude : {true, false}) {
+    SgdConfig cfg;
+    cfg.lars = true;
+    cfg.weight_decay = 5e-4;
+    cfg.lars_exclude_bn_and_bias = exclude;
+    Sgd<float> cpu(layout, cfg);
+    std::vector<float> p(cpu.size()), g(cpu.size());
+    std::mt19937 rng(3);
+    std::normal_distribution<float> d(0, 1);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = d(rng), g[i] = 0.01f * d(rng);
+    for (size_t i = layout[3].offset; i < layout[3].offset + 300; ++i) p[i] = 0;
+    const std::vector<float> p0 = p;
+    cpu.step(p.data(), g.data(), 0.1);
+
+    const auto segs = sgd_segments(layout, cfg);
+    std::vector<float> scale(segs.size(), 1.0f);
+    for (const LarsTensor& t : lars_tensors(layout, cfg)) {
+      double w2 = 0, g2 = 0;
+      for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) {
+        double sw = 0, sg = 0;
+        lars_segment_sums(p0.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &sw, &sg);
+        w2 = lars_add(w2, sw);
+        g2 = lars_add(g2, sg);
+      }
+      const float s = lars_scale(w2, g2, t.weight_decay, cfg.lars_trust, cfg.lars_eps);
+      for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) scale[j] = s;
+    }
+    // Each tensor's factor, read off its first segment, against the CPU's (rounded as it uses it).
+    size_t seg = 0;
+    for (size_t k = 0; k < layout.size(); ++k) {
+      EXPECT_EQ(scale[seg], float(cpu.trust_ratios()[k])) << "tensor " << k << " exclude " << exclude;
+      seg += (layout[k].count + kSgdSegmentElems - 1) / kSgdSegmentElems;
+    }
+    EXPECT_EQ(scale[5], 1.0f);                // the zero tensor: segments 0-2, 3, 4, then it
+    EXPECT_NE(cpu.trust_ratios()[0], 1.0);    // LARS did scale the first tensor
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The CUDA backend's step passes the trainer calls on the device arena: make_sgd (the fused
-// device SGD, or StagedSgd on host copies for LARS) against Sgd<float> bit for bit, and
+// device SGD, with and without LARS) against Sgd<float> bit for bit, and
 // scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
 // counted exactly).
 #include <cmath>
@@ -76,10 +76,14 @@ TEST(GpuBackendStep, DeviceSgdMatchesHost) {
   run_optimizer(SgdConfig{});
 }
 
-TEST(GpuBackendStep, LarsRunsOnHostCopies) {
+TEST(GpuBackendStep, DeviceLarsMatchesHost) {
   RT_REQUIRE_GPU();
   SgdConfig cfg;
   cfg.lars = true;
+  cfg.weight_decay = 5e-4;
+  run_optimizer(cfg);  // BN γ excluded (every other tensor), the 9000-element one in 3 segments
+  cfg.lars_exclude_bn_and_bias = false;
+  cfg.nesterov = true;
   run_optimizer(cfg);
 }
 

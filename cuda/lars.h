@@ -1,0 +1,66 @@
+// LARS trust ratios on the device in the CPU optimizer's exact arithmetic (Sgd<T> in
+// nn/optimizer.h), shared by the kernels and their host tests: per segment, Σp² and Σgrad² in
+// double, element by element in order; per tensor, its segments' sums in order, then
+// s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where a norm is 0, rounded once to float. The device
+// forms are _rn intrinsics, which forbid FMA contraction; the host build (ISO C++,
+// -ffp-contract=off) does not contract either, so both round alike. C++17-clean (nvcc includes it).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/launch.h"  // RT_HOST_DEVICE
+
+namespace rt::cuda {
+
+// A tensor LARS scales: its run of SGD segments (sgd_segments' order) and weight decay.
+struct LarsTensor {
+  uint32_t first_segment = 0;
+  uint32_t num_segments = 0;
+  float weight_decay = 0;
+};
+
+RT_HOST_DEVICE inline double lars_add(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+RT_HOST_DEVICE inline double lars_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Σp² and Σgrad² over [0, n), in order.
+RT_HOST_DEVICE inline void lars_segment_sums(const float* p, const float* grad, uint32_t n,
+                                             double* w2, double* g2) {
+  double w = 0, g = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    w = lars_add(w, lars_mul(double(p[i]), double(p[i])));
+    g = lars_add(g, lars_mul(double(grad[i]), double(grad[i])));
+  }
+  *w2 = w;
+  *g2 = g;
+}
+
+// The trust ratio from a tensor's summed squares.
+RT_HOST_DEVICE inline float lars_scale(double w2, double g2, float weight_decay, double trust,
+                                       double eps) {
+#ifdef __CUDA_ARCH__
+  const double wn = __dsqrt_rn(w2), gn = __dsqrt_rn(g2);
+#else
+  const double wn = std::sqrt(w2), gn = std::sqrt(g2);
+#endif
+  if (!(wn > 0 && gn > 0)) return 1.0f;  // also NaN: the plain global lr, as the CPU
+  const double den = lars_add(lars_add(gn, lars_mul(double(weight_decay), wn)), eps);
+#ifdef __CUDA_ARCH__
+  return float(__ddiv_rn(lars_mul(trust, wn), den));
+#else
+  return float(lars_mul(trust, wn) / den);
+#endif
+}
+
+}  // namespace rt::cuda
