@@ -10,11 +10,6 @@ namespace rt::cuda {
 namespace {
 
 template <class T>
-const T* as(const float* p) { return reinterpret_cast<const T*>(p); }
-template <class T>
-T* as(float* p) { return reinterpret_cast<T*>(p); }
-
-template <class T>
 class LowpBatchNorm final : public BatchNormOp<float> {
  public:
   LowpBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch)
@@ -35,7 +30,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
                    d_.in.str());
     cudaStream_t s = ctx_.stream();
     ChannelSumArgs<T> a;
-    a.x = as<T>(x);
+    a.x = lowp_data<T>(x);
     a.partial = partial();
     a.kind = ChannelSum::x;
     channel_sums(a, geom_, buf(kMean), nullptr, s);
@@ -56,14 +51,14 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     st.running_mean = running_mean;
     st.running_var = running_var;
     bn_train_stats(st, s);
-    bn_apply(as<T>(x), buf(kMean), buf(kScale), beta, as<T>(y), rows_, c_, d_.relu, s);
+    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), beta, lowp_data<T>(y), rows_, c_, d_.relu, s);
   }
 
   void forward_eval(const float* x, const float* gamma, const float* beta,
                     const float* running_mean, const float* running_var, float* y) override {
     // Its own scale buffer: the batch statistics stay valid for a following backward.
     bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
-    bn_apply(as<T>(x), running_mean, buf(kEvalScale), beta, as<T>(y), rows_, c_, d_.relu,
+    bn_apply(lowp_data<T>(x), running_mean, buf(kEvalScale), beta, lowp_data<T>(y), rows_, c_, d_.relu,
              ctx_.stream());
   }
 
@@ -73,9 +68,9 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     cudaStream_t s = ctx_.stream();
     ChannelSumArgs<T> a;
     a.kind = ChannelSum::bn_grad;
-    a.x = as<T>(x);
-    a.y = as<T>(y);
-    a.dy = as<T>(dy);
+    a.x = lowp_data<T>(x);
+    a.y = lowp_data<T>(y);
+    a.dy = lowp_data<T>(dy);
     a.mean = buf(kMean);
     a.invstd = buf(kInvStd);
     a.relu = d_.relu;
@@ -86,15 +81,15 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.rows = rows_;
     b.channels = c_;
     b.relu = d_.relu;
-    b.x = as<T>(x);
-    b.y = as<T>(y);
-    b.dy = as<T>(dy);
+    b.x = lowp_data<T>(x);
+    b.y = lowp_data<T>(y);
+    b.dy = lowp_data<T>(dy);
     b.gamma = gamma;
     b.mean = buf(kMean);
     b.invstd = buf(kInvStd);
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
-    b.dx = as<T>(dx);
+    b.dx = lowp_data<T>(dx);
     bn_backward_dx(b, s);
   }
 

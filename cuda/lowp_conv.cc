@@ -110,13 +110,7 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
                                              bwd_filter_algo_, ctx_.workspace(), workspace_,
                                              &zero, w_, dw16_.get()));
   weight_grad_to_oihw(dw16_.as<T>(), dw, wg_, ctx_.stream());
-  if (d_.bias) {
-    ChannelSumArgs<T> a;
-    a.kind = ChannelSum::dy;
-    a.dy = reinterpret_cast<const T*>(dy);
-    a.partial = bias_partial_.as<float>();
-    channel_sums(a, bias_geom_, db, nullptr, ctx_.stream());
-  }
+  if (d_.bias) bias_grad<T>(dy, bias_partial_.as<float>(), bias_geom_, db, ctx_.stream());
 }
 
 template class LowpConv<bf16>;

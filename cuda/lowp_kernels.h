@@ -125,6 +125,17 @@ struct ChannelSumArgs {
 template <class T>
 void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
                   cudaStream_t stream);
+// A convolution's or linear layer's bias gradient: db[c] = the sum of dy's rows (dy passed
+// through the float* interface, as the layers hold it).
+template <class T>
+void bias_grad(const float* dy, float* partial, const ChannelReduceGeom& g, float* db,
+               cudaStream_t stream) {
+  ChannelSumArgs<T> a;
+  a.kind = ChannelSum::dy;
+  a.dy = reinterpret_cast<const T*>(dy);
+  a.partial = partial;
+  channel_sums(a, g, db, nullptr, stream);
+}
 
 // Batch norm from per-channel sums (m = rows, the values per channel).
 // mean[c] = sum_x[c] / m, in place.

@@ -12,19 +12,14 @@ namespace rt::cuda {
 namespace {
 
 template <class T>
-const T* as(const float* p) { return reinterpret_cast<const T*>(p); }
-template <class T>
-T* as(float* p) { return reinterpret_cast<T*>(p); }
-
-template <class T>
 class LowpRelu final : public ReluOp<float> {
  public:
   LowpRelu(const ReluDesc& d, CudaContext& ctx) : n_(d.in.numel()), ctx_(ctx) {}
   void forward(const float* x, float* y) override {
-    lowp_relu_forward(as<T>(x), as<T>(y), n_, ctx_.stream());
+    lowp_relu_forward(lowp_data<T>(x), lowp_data<T>(y), n_, ctx_.stream());
   }
   void backward(const float* y, const float* dy, float* dx) override {
-    lowp_relu_backward(as<T>(y), as<T>(dy), as<T>(dx), n_, ctx_.stream());
+    lowp_relu_backward(lowp_data<T>(y), lowp_data<T>(dy), lowp_data<T>(dx), n_, ctx_.stream());
   }
 
  private:
@@ -37,12 +32,12 @@ class LowpAdd final : public AddOp<float> {
  public:
   LowpAdd(const AddDesc& d, CudaContext& ctx) : n_(d.in.numel()), relu_(d.relu), ctx_(ctx) {}
   void forward(const float* a, const float* b, float* y) override {
-    lowp_add_forward(as<T>(a), as<T>(b), as<T>(y), n_, relu_, ctx_.stream());
+    lowp_add_forward(lowp_data<T>(a), lowp_data<T>(b), lowp_data<T>(y), n_, relu_, ctx_.stream());
   }
   // Element-wise, each dy[i] read before dx[i] is written: dx may alias dy.
   void backward(const float* y, const float* dy, float* dx) override {
     if (relu_) {
-      lowp_relu_backward(as<T>(y), as<T>(dy), as<T>(dx), n_, ctx_.stream());
+      lowp_relu_backward(lowp_data<T>(y), lowp_data<T>(dy), lowp_data<T>(dx), n_, ctx_.stream());
     } else if (dx != dy) {
       CUDA_CHECK(cudaMemcpyAsync(dx, dy, size_t(n_) * sizeof(T), cudaMemcpyDeviceToDevice,
                                  ctx_.stream()));
@@ -68,10 +63,10 @@ class LowpMaxPool final : public MaxPoolOp<float> {
   }
   // The argmax is recorded in evaluation too, so backward never recomputes it.
   void forward(const float* x, float* y, bool) override {
-    lowp_maxpool_forward(as<T>(x), as<T>(y), argmax_.as<int32_t>(), g_, ctx_.stream());
+    lowp_maxpool_forward(lowp_data<T>(x), lowp_data<T>(y), argmax_.as<int32_t>(), g_, ctx_.stream());
   }
   void backward(const float*, const float*, const float* dy, float* dx) override {
-    lowp_maxpool_backward(argmax_.as<int32_t>(), as<T>(dy), as<T>(dx), g_, ctx_.stream());
+    lowp_maxpool_backward(argmax_.as<int32_t>(), lowp_data<T>(dy), lowp_data<T>(dx), g_, ctx_.stream());
   }
 
  private:
@@ -89,10 +84,10 @@ class LowpGlobalAvgPool final : public GlobalAvgPoolOp<float> {
                    d.in.str());
   }
   void forward(const float* x, float* y) override {
-    lowp_avgpool_forward(as<T>(x), as<T>(y), n_, c_, hw_, ctx_.stream());
+    lowp_avgpool_forward(lowp_data<T>(x), lowp_data<T>(y), n_, c_, hw_, ctx_.stream());
   }
   void backward(const float* dy, float* dx) override {
-    lowp_avgpool_backward(as<T>(dy), as<T>(dx), n_, c_, hw_, ctx_.stream());
+    lowp_avgpool_backward(lowp_data<T>(dy), lowp_data<T>(dx), n_, c_, hw_, ctx_.stream());
   }
 
  private:
@@ -109,10 +104,10 @@ class LowpPadShortcut final : public PadShortcutOp<float> {
     g_ = {d.in.n, d.in.c, d.in.h, d.in.w, o.c, o.h, o.w, d.stride, (d.out_c - d.in.c) / 2};
   }
   void forward(const float* x, float* y) override {
-    lowp_pad_shortcut_forward(as<T>(x), as<T>(y), g_, ctx_.stream());
+    lowp_pad_shortcut_forward(lowp_data<T>(x), lowp_data<T>(y), g_, ctx_.stream());
   }
   void backward(const float* dy, float* dx) override {
-    lowp_pad_shortcut_backward(as<T>(dy), as<T>(dx), g_, ctx_.stream());
+    lowp_pad_shortcut_backward(lowp_data<T>(dy), lowp_data<T>(dx), g_, ctx_.stream());
   }
 
  private:
@@ -132,12 +127,12 @@ class LowpSoftmaxXent final : public SoftmaxXentOp<float> {
   double forward(const float* logits, const int32_t* labels) override {
     CUDA_CHECK(cudaMemcpyAsync(labels_.get(), labels, size_t(n_) * sizeof(int32_t),
                                cudaMemcpyHostToDevice, stream_));
-    lowp_to_f32(as<T>(logits), logits32_.as<float>(), n_ * k_, stream_);
+    lowp_to_f32(lowp_data<T>(logits), logits32_.as<float>(), n_ * k_, stream_);
     return inner_.forward(logits32_.as<float>(), labels_.as<int32_t>());  // waits for the stream
   }
   void backward(const int32_t*, float* dlogits, double scale) override {
     inner_.backward(labels_.as<int32_t>(), dlogits32_.as<float>(), scale);
-    f32_to_lowp(dlogits32_.as<float>(), as<T>(dlogits), n_ * k_, stream_);
+    f32_to_lowp(dlogits32_.as<float>(), lowp_data<T>(dlogits), n_ * k_, stream_);
   }
 
  private:

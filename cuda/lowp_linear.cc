@@ -63,13 +63,7 @@ class LowpLinear final : public LinearOp<float> {
                               in_, dy, kType, out_, &zero, dw32_.get(), CUDA_R_32F, in_,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     weight_grad_to_oihw(dw32_.as<float>(), dw, wg_, ctx_.stream());
-    if (d_.bias) {
-      ChannelSumArgs<T> a;
-      a.kind = ChannelSum::dy;
-      a.dy = reinterpret_cast<const T*>(dy);
-      a.partial = bias_partial_.as<float>();
-      channel_sums(a, bias_geom_, db, nullptr, ctx_.stream());
-    }
+    if (d_.bias) bias_grad<T>(dy, bias_partial_.as<float>(), bias_geom_, db, ctx_.stream());
   }
 
  private:

@@ -12,6 +12,12 @@
 
 namespace rt::cuda {
 
+// A 16-bit activation buffer, passed through the float* interface, as its storage type.
+template <class T>
+const T* lowp_data(const float* p) { return reinterpret_cast<const T*>(p); }
+template <class T>
+T* lowp_data(float* p) { return reinterpret_cast<T*>(p); }
+
 // Our own kernels (cuDNN's legacy batch norm is not used for 16-bit data): per-channel
 // statistics in fp32, two passes (mean, then squared deviations), summed in a fixed order. The
 // chunk partials live in `scratch`, shared by all batch norms of a model.
