@@ -240,6 +240,27 @@ EOF
   fi
   [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
 fi
+
+# With time left and compute-sanitizer there (it needs a runtime that exposes the GPU's debug
+# interface; gVisor does not), the kernels' own op tests once more under memcheck: out-of-bounds
+# and misaligned accesses that results alone can miss. Errors it reports fail the check; a
+# sanitizer that cannot attach is only reported.
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+left=$(( start + ${BUDGET_S:-480} - $(date +%s) ))
+if [ $gpu_present = 1 ] && [ -n "$san" ] && [ $left -ge 60 ]; then
+  for t in gpu_lowp_ops gpu_backend_ops gpu_sgd gpu_reduce; do
+    left=$(( start + ${BUDGET_S:-480} - $(date +%s) ))
+    [ $left -lt 20 ] && { say "gpu_check: memcheck $t: not run (time budget spent)"; continue; }
+    timeout -k 5 $(( left - 10 )) "$san" --tool memcheck --error-exitcode 99 "$build/tests/$t" \
+      >"$out/memcheck-$t.log" 2>&1
+    mrc=$?
+    summary_line=$(grep -m 1 'ERROR SUMMARY' "$out/memcheck-$t.log" || tail -1 "$out/memcheck-$t.log")
+    say "gpu_check: memcheck $t: exit $mrc: $summary_line"
+    if [ $mrc = 99 ] || grep -qE 'ERROR SUMMARY: [1-9]' "$out/memcheck-$t.log"; then
+      say "gpu_check: FAILED: memcheck found errors in $t"; rc=1
+    fi
+  done
+fi
 say "gpu_check: done in $(( $(date +%s) - start )) s"
 # PACK=<dir>: the whole of $out as one archive there, beside summary.txt (and bench.md): a GPU
 # machine's output folder may take back only a few files.
