@@ -55,28 +55,21 @@ class CudaBackend final : public DeviceBackend {
 
   std::string name() const override { return "cuda"; }
   size_t act_size(const Shape& s) const override { return size_t(s.numel()); }
-  // Both wait for the stream: the caller reuses or reads its host buffer right after.
+  // A staged input is copied on the device; otherwise the upload is waited for, as the caller
+  // reuses its host buffer right after.
   void act_import(const float* nchw, const Shape& s, float* dst) const override {
-    CUDA_CHECK(cudaMemcpyAsync(dst, nchw, size_t(s.numel()) * sizeof(float),
-                               cudaMemcpyHostToDevice, ctx_.stream()));
+    const size_t bytes = size_t(s.numel()) * sizeof(float);
+    if (input_.consume(nchw, bytes, [&](const void* dev) {
+          CUDA_CHECK(cudaMemcpyAsync(dst, dev, bytes, cudaMemcpyDeviceToDevice, ctx_.stream()));
+        }))
+      return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, nchw, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
-  // The bytes go up (a quarter of the floats) into a staging buffer sized at the first call, and
-  // normalize_u8 writes the NCHW floats on the device: no device allocation after that call.
-  // The kernel rounds the product and the sum separately (the host rounds once, nn/normalize.h):
-  // the two agree within 1 ulp.
-  // Waits for the stream, as act_import does, before the caller reuses its host batch.
   void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, float* dst) const override {
-    RT_SHAPE_CHECK(s.c == 3, "8-bit input needs 3 channels (RGB), got shape ", s.str());
-    const size_t bytes = size_t(s.numel());
-    if (u8_staging_.bytes() < bytes) u8_staging_ = DeviceBuffer(bytes);
-    CUDA_CHECK(cudaMemcpyAsync(u8_staging_.get(), nhwc, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
-    NormalizeParams np;
-    for (int c = 0; c < 3; ++c) np.scale[c] = p.scale[c], np.shift[c] = p.shift[c];
-    np.nchw = true;
-    normalize_u8(Elem::f32, u8_staging_.as<uint8_t>(), dst, s.n, s.h, s.w, np, ctx_.stream());
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    import_u8(nhwc, s, p, Elem::f32, dst);
   }
+  // Waits for the stream: the caller reads its host buffer right after.
   void act_export(const float* src, const Shape& s, float* nchw) const override {
     CUDA_CHECK(cudaMemcpyAsync(nchw, src, size_t(s.numel()) * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
@@ -112,9 +105,6 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
     return std::make_unique<LabelUploadXent>(d, ctx_.stream());
   }
-
- private:
-  mutable DeviceBuffer u8_staging_;  // act_import_u8's uploaded bytes (the input shape is fixed)
 };
 
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.

@@ -27,4 +27,25 @@ size_t DeviceBackend::scale_count_nonfinite(float* v, size_t n, float s, bool co
   return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;  // counts on a host copy
 }
 
+void DeviceBackend::import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, Elem out,
+                              void* dst) const {
+  RT_SHAPE_CHECK(s.c == 3, "8-bit input needs 3 channels (RGB), got shape ", s.str());
+  const size_t bytes = size_t(s.numel());
+  NormalizeParams np;
+  for (int c = 0; c < 3; ++c) np.scale[c] = p.scale[c], np.shift[c] = p.shift[c];
+  np.nchw = out == Elem::f32;  // the 16-bit backends keep activations NHWC
+  auto run = [&](const void* dev) {
+    normalize_u8(out, static_cast<const uint8_t*>(dev), dst, s.n, s.h, s.w, np, ctx_.stream());
+  };
+  if (input_.consume(nhwc, bytes, run)) return;
+  if (u8_upload_.bytes() < bytes) {
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // the old buffer may still be read
+    u8_upload_ = DeviceBuffer();
+    u8_upload_ = DeviceBuffer(bytes);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(u8_upload_.get(), nhwc, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+  run(u8_upload_.get());
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+}
+
 }  // namespace rt::cuda

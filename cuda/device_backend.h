@@ -8,6 +8,8 @@
 
 #include "cuda/context.h"
 #include "cuda/cudnn_batchnorm.h"  // SharedScratch
+#include "cuda/input_stage.h"
+#include "cuda/kernels.h"          // Elem
 #include "cuda/memory.h"
 #include "cuda/memory_spaces.h"
 #include "nn/ops.h"
@@ -29,15 +31,27 @@ class DeviceBackend : public Backend<float> {
   std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override;
   // One kernel scales and flags; only a flagged buffer is counted (on a host copy, a rare path).
   size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override;
+  // The next batch's copy runs on a stream of its own while the current step computes.
+  bool can_stage_input() const override { return true; }
+  void stage_input(const void* host, size_t bytes) override { input_.stage(host, bytes); }
 
  protected:
+  // The 8-bit input (s.n images, NHWC RGB) normalized on the device into dst as `out`: fp32 NCHW
+  // or 16-bit NHWC. Reads the staged copy when there is one; else uploads the bytes (a quarter of
+  // the floats) into a buffer sized at the first call, and waits, as the caller reuses its host
+  // batch next. The kernel rounds the product and the sum separately (the host rounds once,
+  // nn/normalize.h): the two agree within 1 ulp of fp32.
+  void import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, Elem out, void* dst) const;
+
   // Ops keep references to these: a Net destroys its ops and buffers before its backend.
   CudaContext ctx_;
   SharedScratch scratch_;  // batch norm's shared scratch
   DeviceMemorySpace device_;
+  mutable InputStage input_{ctx_.stream()};  // taken from by the (const) imports
 
  private:
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
+  mutable DeviceBuffer u8_upload_;   // import_u8's bytes when nothing was staged
 };
 
 }  // namespace rt::cuda

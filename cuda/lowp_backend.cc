@@ -25,14 +25,24 @@ class LowpBackend final : public DeviceBackend {
 
   std::string name() const override { return Lowp<T>::backend; }
   size_t act_size(const Shape& s) const override { return lowp_act_floats(s.numel()); }
-  // Through an fp32 device staging buffer (grown on first use, then reused: the step allocates
-  // nothing); both wait for the stream, as the caller reuses or reads its host buffer next.
+  // From the staged copy when there is one; else through an fp32 device buffer (grown on first
+  // use, then reused: the step allocates nothing). Both host paths wait for the stream, as the
+  // caller reuses or reads its host buffer next.
   void act_import(const float* nchw, const Shape& s, float* dst) const override {
     const size_t bytes = size_t(s.numel()) * sizeof(float);
+    auto convert = [&](const void* dev) {
+      nchw_f32_to_nhwc_lowp(static_cast<const float*>(dev), reinterpret_cast<T*>(dst), dims(s), ctx_.stream());
+    };
+    if (input_.consume(nchw, bytes, convert)) return;
     float* stage = staging(bytes);
     CUDA_CHECK(cudaMemcpyAsync(stage, nchw, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
-    nchw_f32_to_nhwc_lowp(stage, reinterpret_cast<T*>(dst), dims(s), ctx_.stream());
+    convert(stage);
     CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
+  // Normalized on the device straight into the 16-bit NHWC input, each value rounded once from
+  // the kernel's fp32 (within one 16-bit rounding of the float path, which rounds the host's).
+  void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, float* dst) const override {
+    import_u8(nhwc, s, p, Lowp<T>::elem, dst);
   }
   void act_export(const float* src, const Shape& s, float* nchw) const override {
     const size_t bytes = size_t(s.numel()) * sizeof(float);

@@ -211,6 +211,13 @@ class Backend {
   // act_import; the floats equal the loader's float output bit for bit. A device backend
   // overrides it to upload the bytes (a quarter of the floats) and normalize there.
   virtual void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, T* dst) const;
+  // Input prefetch, for backends whose import copies to a device: stage_input takes the bytes of
+  // a host input (the next step's batch, handed over while the current step still runs) and
+  // starts their copy; the next act_import or act_import_u8 of that same host pointer then uses
+  // the staged copy instead of reading the host again (one use per staging). The host buffer may
+  // be reused once stage_input returns. Default: not supported (imports always read the host).
+  virtual bool can_stage_input() const { return false; }
+  virtual void stage_input(const void* host, size_t bytes) {}
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
   // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory; host

@@ -111,6 +111,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     emulate_points_ = emulate_ready_points(offsets, arena.grads().size());
     if (!arena.host_accessible()) emulate_host_.resize(arena.size());
   }
+  // A device backend copies the next batch while this step computes (not when compute is
+  // emulated: nothing is imported then).
+  prefetch_ = cfg_.emulate.compute_ms <= 0 && net_->backend().can_stage_input();
   comm::broadcast_model(*ctl_comm_, arena, 0);
 
   // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
@@ -184,6 +187,7 @@ void Trainer::train() {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
     if (!epoch_started_) {
       train_loader_->start_epoch({epoch, in_epoch});
+      has_next_ = false;
       epoch_started_ = true;
       epoch_loss_ = 0;
       epoch_top1_ = epoch_top5_ = epoch_samples_ = 0;
@@ -202,20 +206,48 @@ void Trainer::train() {
   }
 }
 
+void Trainer::check_batch(const data::Batch& b) const {
+  if (b.n != cfg_.train.batch)
+    throw Error(str_cat("data: a training batch of ", b.n, " images (expected ", cfg_.train.batch, ")"));
+  if (const bool u8 = cfg_.data.output == data::Output::u8;
+      (u8 ? b.pixels.size() : b.images.size()) != pad_images_.size())
+    throw Error(str_cat("data: a training batch of ", u8 ? b.pixels.size() : b.images.size(),
+                        u8 ? " pixel bytes" : " floats", " for data.output ", u8 ? "u8" : "float", " (expected ",
+                        pad_images_.size(), ")"));
+}
+
+void Trainer::prefetch_next() {
+  // Only the next step of this epoch and this run: past either, the loader would have to be
+  // repositioned first (start_epoch), which drops a prefetched batch anyway.
+  const int64_t next = step_ + 1;
+  if (!prefetch_ || next >= total_steps_ || next % steps_per_epoch_ == 0) return;
+  const double t = now_s();
+  if (!train_loader_->next(next_batch_))
+    throw Error(str_cat("data: the training loader ended epoch ", next / steps_per_epoch_, " after ",
+                        next % steps_per_epoch_, " of ", steps_per_epoch_, " batches"));
+  next_wait_s_ = now_s() - t;
+  check_batch(next_batch_);
+  const bool u8 = cfg_.data.output == data::Output::u8;
+  net_->backend().stage_input(u8 ? static_cast<const void*>(next_batch_.pixels.data()) : next_batch_.images.data(),
+                              u8 ? next_batch_.pixels.size() : next_batch_.images.size() * sizeof(float));
+  has_next_ = true;
+}
+
 void Trainer::train_step() {
   const double t0 = now_s();
   const int64_t epoch = step_ / steps_per_epoch_;
-  if (!train_loader_->next(batch_))
-    throw Error(str_cat("data: the training loader ended epoch ", epoch, " after ", step_ % steps_per_epoch_,
-                        " of ", steps_per_epoch_, " batches"));
-  if (batch_.n != cfg_.train.batch)
-    throw Error(str_cat("data: a training batch of ", batch_.n, " images (expected ", cfg_.train.batch, ")"));
-  if (const bool u8 = cfg_.data.output == data::Output::u8;
-      (u8 ? batch_.pixels.size() : batch_.images.size()) != pad_images_.size())
-    throw Error(str_cat("data: a training batch of ", u8 ? batch_.pixels.size() : batch_.images.size(),
-                        u8 ? " pixel bytes" : " floats", " for data.output ", u8 ? "u8" : "float", " (expected ",
-                        pad_images_.size(), ")"));
+  const bool prefetched = has_next_;
+  if (prefetched) {  // taken during the last step, its bytes already on their way to the device
+    std::swap(batch_, next_batch_);
+    has_next_ = false;
+  } else {
+    if (!train_loader_->next(batch_))
+      throw Error(str_cat("data: the training loader ended epoch ", epoch, " after ", step_ % steps_per_epoch_,
+                          " of ", steps_per_epoch_, " batches"));
+    check_batch(batch_);
+  }
   const double t1 = now_s();
+  const double data_wait = prefetched ? next_wait_s_ : t1 - t0;
   inject_fault();
   reducer_->begin_step();
   double loss = 0;  // emulated steps have none; 0 keeps the divergence check quiet
@@ -230,6 +262,7 @@ void Trainer::train_step() {
     count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
                   epoch_top1_, epoch_top5_, unused);
     net_->backward(ready_, scaler_.scale());
+    prefetch_next();  // while the device still runs backward
   }
   const double t2 = now_s();
   reducer_->wait();
@@ -264,7 +297,7 @@ void Trainer::train_step() {
   r.lr = lr;
   r.step_s = t4 - t0;
   r.compute_s = t2 - t1;
-  r.data_wait_s = t1 - t0;
+  r.data_wait_s = data_wait;
   r.exposed_comm_s = reducer_->last_step().exposed_comm_s;
   r.total_comm_s = reducer_->last_step().total_comm_s;
   r.optimizer_s = t4 - t3;

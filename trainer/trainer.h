@@ -101,6 +101,11 @@ class Trainer {
   // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
   // only when something needs them: check.finite or dynamic scaling).
   size_t unscale_gradients();
+  // Throws rt::Error for a training batch of the wrong size or kind.
+  void check_batch(const data::Batch& b) const;
+  // With a backend that stages inputs: takes the next step's batch while this step's backward
+  // runs on the device and hands its bytes to the backend (Backend::stage_input).
+  void prefetch_next();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
   void sync_bn_state();
   data::Loader& val_loader();
@@ -129,6 +134,9 @@ class Trainer {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   bool epoch_started_ = false;       // the train loader is positioned inside the current epoch
   data::Batch batch_;                // reused: no allocation per step
+  data::Batch next_batch_;           // prefetch_next's batch, when has_next_
+  bool prefetch_ = false, has_next_ = false;
+  double next_wait_s_ = 0;           // how long prefetch_next waited for it
   std::vector<float> logits_, pad_images_;
   std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8
   NormParams norm_;                  // data.output u8: the normalization the backend applies

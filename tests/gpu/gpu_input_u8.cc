@@ -1,11 +1,14 @@
-// The CUDA backend's 8-bit input import (upload + normalize_u8) against the host default that
-// the CPU backends use, and its staging buffer: allocated at the first call only.
+// The CUDA backends' input import: the 8-bit path (upload + normalize_u8) against the host
+// default that the CPU backends use, its buffer allocated at the first call only; the 16-bit
+// backends' 8-bit path against their float import; and staged inputs (Backend::stage_input),
+// which an import of the same host pointer takes once, whatever the host buffer holds by then.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "cuda/backend.h"
+#include "cuda/lowp_backend.h"
 #include "gpu_test_util.h"
 #include "nn/ops.h"
 
@@ -54,6 +57,91 @@ TEST(GpuInputU8, MatchesTheHostDefaultWithinOneUlpAndAllocatesOnce) {
     if (call == 0) RecordProperty("max_ulps", int(worst));
   }
   EXPECT_EQ(alloc_stats().device_allocs, allocs_after_first) << "act_import_u8 allocated after its first call";
+}
+
+std::vector<uint8_t> random_pixels(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> px(n);
+  for (uint8_t& b : px) b = uint8_t(g());
+  return px;
+}
+
+const NormParams& imagenet_norm() {
+  static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  static const NormParams p = norm_params(mean, std);
+  return p;
+}
+
+// Exported as NCHW floats.
+std::vector<float> exported(const Backend<float>& be, const DeviceBuffer& act, const Shape& s) {
+  std::vector<float> out(size_t(s.numel()));
+  be.act_export(act.as<float>(), s, out.data());
+  return out;
+}
+
+// The same fp32 values, rounded once to the 16-bit type either way: equal bit for bit.
+TEST(GpuInputU8, SixteenBitBackendsMatchTheirFloatImport) {
+  RT_REQUIRE_GPU();
+  auto ref = make_backend<float>("reference");
+  const Shape s{2, 3, 5, 11};
+  const auto px = random_pixels(size_t(s.numel()), 7);
+  std::vector<float> floats(size_t(s.numel()));
+  ref->act_import_u8(px.data(), s, imagenet_norm(), floats.data());
+  for (DType t : {DType::bf16, DType::f16}) {
+    auto be = make_cuda_lowp_backend(t);
+    DeviceBuffer a(be->act_size(s) * sizeof(float)), b(be->act_size(s) * sizeof(float));
+    be->act_import_u8(px.data(), s, imagenet_norm(), a.as<float>());
+    be->act_import(floats.data(), s, b.as<float>());
+    EXPECT_EQ(exported(*be, a, s), exported(*be, b, s)) << dtype_name(t);
+  }
+}
+
+// stage_input, then the host buffer overwritten: the import of that pointer still gives the
+// staged data, once; the next import of it reads the host again.
+void check_staged(Backend<float>& be, const Shape& s, bool u8) {
+  const size_t n = size_t(s.numel());
+  auto px = random_pixels(n, 11);
+  std::vector<float> floats(n);
+  for (size_t i = 0; i < n; ++i) floats[i] = float(px[i]) / 64 - 2;
+  DeviceBuffer want(be.act_size(s) * sizeof(float)), got(be.act_size(s) * sizeof(float));
+  auto import = [&](DeviceBuffer& dst) {
+    if (u8) be.act_import_u8(px.data(), s, imagenet_norm(), dst.as<float>());
+    else be.act_import(floats.data(), s, dst.as<float>());
+  };
+  import(want);
+  const auto expect = exported(be, want, s);
+  for (int round = 0; round < 3; ++round) {  // both slots, then the first again
+    if (u8) be.stage_input(px.data(), n);
+    else be.stage_input(floats.data(), n * sizeof(float));
+    const auto keep_px = px;
+    const auto keep_f = floats;
+    std::fill(px.begin(), px.end(), uint8_t(0));
+    std::fill(floats.begin(), floats.end(), 0.0f);
+    const int64_t allocs = alloc_stats().device_allocs;
+    import(got);
+    if (round > 1) {
+      EXPECT_EQ(alloc_stats().device_allocs, allocs) << "a staged import allocated";
+    }
+    EXPECT_EQ(exported(be, got, s), expect) << be.name() << (u8 ? " u8" : " float") << " round " << round;
+    import(got);  // nothing staged for it now: the zeros on the host
+    EXPECT_NE(exported(be, got, s), expect) << "a staging was used twice";
+    px = keep_px;
+    floats = keep_f;
+  }
+}
+
+TEST(GpuInputU8, StagedInputsAreTakenOnce) {
+  RT_REQUIRE_GPU();
+  const Shape s{2, 3, 6, 5};
+  auto fp32 = make_cuda_backend();
+  EXPECT_TRUE(fp32->can_stage_input());
+  check_staged(*fp32, s, false);
+  check_staged(*fp32, s, true);
+  for (DType t : {DType::bf16, DType::f16}) {
+    auto be = make_cuda_lowp_backend(t);
+    check_staged(*be, s, false);
+    check_staged(*be, s, true);
+  }
 }
 
 TEST(GpuInputU8, RefusesAnInputWithoutThreeChannels) {

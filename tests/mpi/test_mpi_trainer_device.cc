@@ -1,11 +1,15 @@
 // The trainer's device-gradient wiring without a GPU: a backend that says it runs on a queue
 // (Backend::stream()) and a registered DeviceGrads factory (the fake of fake_device_grads.h, a
 // host stand-in for a GPU) make the trainer reduce through the hooks' staged path, with backward
-// reporting in queue order; training must match the plain host path bit for bit.
+// reporting in queue order; training must match the plain host path bit for bit. With input
+// staging (Backend::stage_input) the trainer also prefetches each next batch during backward:
+// still bit for bit, and resume stays exact.
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -21,13 +25,35 @@ namespace {
 
 using namespace test_trainer;
 
-// The reference backend, claiming a queue: the trainer then asks for device hooks.
+std::atomic<int> stagings{0}, staged_imports{0};
+
+// The reference backend, claiming a queue: the trainer then asks for device hooks. With `stage`,
+// it takes staged inputs as a device would: the bytes are copied at once and the host buffer,
+// free from then on, is poisoned with NaN, so that an import reading the host instead of the
+// staged copy shows in the losses.
 class QueuedReference final : public Backend<float> {
  public:
-  QueuedReference() : in_(make_backend<float>("reference")) {}
+  explicit QueuedReference(bool stage = false) : in_(make_backend<float>("reference")), stage_(stage) {}
   std::string name() const override { return "queued-reference"; }
   size_t act_size(const Shape& s) const override { return in_->act_size(s); }
-  void act_import(const float* x, const Shape& s, float* d) const override { in_->act_import(x, s, d); }
+  bool can_stage_input() const override { return stage_; }
+  void stage_input(const void* host, size_t bytes) override {
+    const auto* x = static_cast<const float*>(host);
+    staged_.assign(x, x + bytes / sizeof(float));
+    staged_host_ = host;
+    std::fill_n(static_cast<float*>(const_cast<void*>(host)), bytes / sizeof(float),
+                std::numeric_limits<float>::quiet_NaN());
+    ++stagings;
+  }
+  void act_import(const float* x, const Shape& s, float* d) const override {
+    if (staged_host_ && x == staged_host_) {
+      staged_host_ = nullptr;
+      ++staged_imports;
+      in_->act_import(staged_.data(), s, d);
+      return;
+    }
+    in_->act_import(x, s, d);
+  }
   void act_export(const float* x, const Shape& s, float* d) const override { in_->act_export(x, s, d); }
   void accumulate(float* y, const float* x, size_t n) const override { in_->accumulate(y, x, n); }
   void* stream() const override { return const_cast<QueuedReference*>(this); }
@@ -51,6 +77,9 @@ class QueuedReference final : public Backend<float> {
 
  private:
   std::unique_ptr<Backend<float>> in_;
+  bool stage_;
+  std::vector<float> staged_;
+  mutable const void* staged_host_ = nullptr;
 };
 
 std::atomic<int> made{0};
@@ -64,19 +93,23 @@ std::unique_ptr<comm::DeviceGrads> fake_factory(void* stream, comm::DevicePath p
   return f;
 }
 
+TrainerHooks hooks(bool queued, bool stage) {
+  TrainerHooks h = fixed_data();
+  if (queued)
+    h.make_net = [stage](const Config& cfg) {
+      return build_resnet<float>(config_resnet(cfg), std::make_unique<QueuedReference>(stage));
+    };
+  else
+    h.make_net = [](const Config& cfg) { return build_resnet<float>(config_resnet(cfg), make_backend<float>("reference")); };
+  return h;
+}
+
 void check_staged_equals_host(MpiTest& t, const std::string& dir) {
   auto run = [&](bool queued, const std::string& sub) {
     Config c = tiny(dir + sub);
     c.train.steps = 4;
     c.comm.bucket_bytes = 4096;  // many buckets: many fences, downloads and uploads
-    TrainerHooks h = fixed_data();
-    if (queued)
-      h.make_net = [](const Config& cfg) {
-        return build_resnet<float>(config_resnet(cfg), std::make_unique<QueuedReference>());
-      };
-    else
-      h.make_net = [](const Config& cfg) { return build_resnet<float>(config_resnet(cfg), make_backend<float>("reference")); };
-    auto tr = std::make_unique<Trainer>(c, MPI_COMM_WORLD, h);
+    auto tr = std::make_unique<Trainer>(c, MPI_COMM_WORLD, hooks(queued, false));
     tr->train();
     return tr;
   };
@@ -95,6 +128,36 @@ void check_staged_equals_host(MpiTest& t, const std::string& dir) {
   auto a = host->net().arena().params(), b = staged->net().arena().params();
   MPI_EXPECT(t, std::memcmp(a.data(), b.data(), a.size_bytes()) == 0, "parameters differ from the host path");
   MPI_EXPECT(t, test::same_on_all_ranks(params_hash(*staged)), "parameters differ across ranks");
+  MPI_EXPECT(t, stagings == 0, "inputs staged for a backend that does not stage");
+}
+
+// Prefetching the next batch during backward: bit for bit the host path, every step after the
+// first of each epoch run from the staged copy; stopped mid-epoch and resumed, still exact.
+void check_prefetch(MpiTest& t, const std::string& dir) {
+  auto train = [&](bool queued, const std::string& sub, int64_t steps, bool resume) {
+    Config c = tiny(dir + sub);
+    c.train.steps = steps;
+    auto tr = std::make_unique<Trainer>(c, MPI_COMM_WORLD, hooks(queued, queued));
+    if (resume) tr->resume("auto");
+    tr->train();
+    return tr;
+  };
+  auto host = train(false, "/pf-host", 0, false);
+  const int64_t spe = host->steps_per_epoch(), total = host->step();
+  stagings = staged_imports = 0;
+  auto pre = train(true, "/pf", 0, false);
+  int64_t want = 0;  // steps 2.. of each epoch (0-based k with k % spe != 0)
+  for (int64_t k = 1; k < total; ++k) want += k % spe != 0;
+  MPI_EXPECT(t, stagings == want && staged_imports == want, stagings.load(), " staged and ", staged_imports.load(),
+             " used of ", want, " prefetched steps");
+  MPI_EXPECT(t, pre->losses() == host->losses(), "losses with prefetch differ from the host path");
+  auto a = host->net().arena().params(), b = pre->net().arena().params();
+  MPI_EXPECT(t, std::memcmp(a.data(), b.data(), a.size_bytes()) == 0, "parameters with prefetch differ");
+  // Stopped one step into the second epoch, then resumed.
+  train(true, "/pf-resumed", spe + 1, false);
+  auto resumed = train(true, "/pf-resumed", 0, true);
+  auto r = resumed->net().arena().params();
+  MPI_EXPECT(t, std::memcmp(a.data(), r.data(), a.size_bytes()) == 0, "resume with prefetch is not exact");
 }
 
 }  // namespace
@@ -105,5 +168,6 @@ int main(int argc, char** argv) {
   using namespace rt::trainer;
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_device", [](rt::test::MpiTest& t, const std::string& dir) {
     check_staged_equals_host(t, dir);
+    check_prefetch(t, dir);
   });
 }
