@@ -3,9 +3,9 @@
 # nothing but the CUDA toolkit, CMake and ninja: RT_GPU_ONLY needs no oneDNN, OpenCV or yaml-cpp,
 # and takes MPI and yaml-cpp from .gpu-deps (tools/bundle_gpu_deps.sh) when the machine has none,
 # for the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks,
-# trainer_cuda on synthetic data against the reference backend). Logs and a summary go to $OUT (default ./gpu-out). Exit status: 0 when no test
-# failed (and, where nvidia-smi sees a GPU, none was skipped) and bench_gpu_step succeeded, 1
-# otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
+# trainer_cuda on synthetic data against the reference backend). Logs and a summary go to $OUT
+# (default ./gpu-out). Exit status: 0 when no test failed (and, where nvidia-smi sees a GPU, none
+# was skipped) and bench_gpu_step succeeded, 1 otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
 # tools/bench_torch_gpu.py) into $OUT/bench.md, within what is left of the time budget.
 #
 #   tools/gpu_check.sh [build-dir]     (default build-gpu)
@@ -28,6 +28,15 @@ mkdir -p "$out"
 summary=$out/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
+# PACK=<dir>: on any exit, all of $out as one archive there beside copies of summary.txt (and
+# bench.md): a GPU machine's output folder may take back only a few files.
+pack() {
+  [ -n "${PACK:-}" ] || return 0
+  mkdir -p "$PACK" && tar czf "$PACK/gpu-check.tgz" -C "$out" . && cp "$summary" "$PACK/"
+  [ -f "$out/bench.md" ] && cp "$out/bench.md" "$PACK/"
+  return 0
+}
+trap pack EXIT
 start=$(date +%s)
 
 # What the machine offers, for the record.
@@ -262,12 +271,6 @@ if [ $gpu_present = 1 ] && [ -n "$san" ] && [ $left -ge 60 ]; then
   done
 fi
 say "gpu_check: done in $(( $(date +%s) - start )) s"
-# PACK=<dir>: the whole of $out as one archive there, beside summary.txt (and bench.md): a GPU
-# machine's output folder may take back only a few files.
-if [ -n "${PACK:-}" ]; then
-  mkdir -p "$PACK" && tar czf "$PACK/gpu-check.tgz" -C "$out" . && cp "$summary" "$PACK/"
-  [ -f "$out/bench.md" ] && cp "$out/bench.md" "$PACK/"
-fi
 if [ $gpu_present = 1 ] && [ "$skipped" -gt 0 ]; then
   say "gpu_check: FAILED: a GPU is present but $skipped GPU tests skipped"; rc=1
 fi
