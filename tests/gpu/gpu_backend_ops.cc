@@ -9,25 +9,10 @@
 namespace rt::cuda {
 namespace {
 
+using test::random_vec;
+using test::tie_vec;
 using test::to_device;
 using test::to_host;
-
-std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
-
-// Small integers: many exact ties and exact zeros for the max pool and ReLU rules.
-std::vector<float> tie_vec(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int> u(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(u(g));
-  return v;
-}
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double atol,
                   double rtol, const std::string& what) {

@@ -30,6 +30,7 @@
 namespace rt::cuda {
 namespace {
 
+using test::tie_vec;
 using test::to_device;
 using test::to_host;
 
@@ -48,26 +49,14 @@ const Kind kFp16{DType::f16, "cuda-fp16", f16_round, 0x1p-11};
 // A bound written in bf16 units, for the type k.
 double tol(const Kind& k, double bf16_bound) { return bf16_bound * (k.unit / 0x1p-8); }
 
-std::vector<float> lowp_vec(const Kind& k, size_t n, uint32_t seed, float lo = -2, float hi = 2) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = k.round(u(g));
-  return v;
-}
-
-// Small integers: exact in both types, with many ties and zeros for max pool and ReLU.
-std::vector<float> tie_vec(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int> u(-2, 2);
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(u(g));
-  return v;
-}
-
 std::vector<float> rounded(const Kind& k, std::vector<float> v) {
   for (auto& x : v) x = k.round(x);
   return v;
+}
+
+// Uniform values already representable in the type (so the import rounds nothing).
+std::vector<float> lowp_vec(const Kind& k, size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+  return rounded(k, test::random_vec(n, seed, lo, hi));
 }
 
 double normalised_error(const std::vector<float>& got, const std::vector<float>& ref) {

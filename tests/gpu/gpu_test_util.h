@@ -1,7 +1,9 @@
-// Shared by the GPU tests: skip (saying why) without a device; host <-> device vector copies.
+// Shared by the GPU tests: skip (saying why) without a device; host <-> device vector copies;
+// seeded test data.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,24 @@
   } while (0)
 
 namespace rt::cuda::test {
+
+// n uniform values in [lo, hi).
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// Small integers, exact in every type tested: many ties and zeros for the max pool and ReLU rules.
+inline std::vector<float> tie_vec(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(-2, 2);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(u(g));
+  return v;
+}
 
 template <class T>
 DeviceBuffer to_device(const std::vector<T>& v) {
