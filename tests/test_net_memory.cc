@@ -88,13 +88,19 @@ class SpacedBackend final : public Backend<float> {
   std::unique_ptr<Backend<float>> ref_;
 };
 
-TEST(NetMemory, EveryBufferInTheBackendsSpacesSameResults) {
+// A ResNet-20 small enough to train here in a blink.
+ResNetConfig small_resnet() {
   ResNetConfig c;
   c.name = "resnet20";
   c.num_classes = 10;
   c.image_size = 16;
   c.batch = 2;
   c.width = 0.5;
+  return c;
+}
+
+TEST(NetMemory, EveryBufferInTheBackendsSpacesSameResults) {
+  const ResNetConfig c = small_resnet();
   Spaces s;
   {
     auto plain = build_resnet<float>(c, make_backend<float>("reference"));
@@ -140,12 +146,7 @@ std::vector<float> host_params(Arena<float>& a) {
 // A device arena the host cannot dereference (tests/sealed_backend.h): set-up, training steps,
 // the optimizer and the gradient pass reach it only through copies, with the same results.
 TEST(NetMemory, SealedArenaReachedOnlyThroughCopies) {
-  ResNetConfig c;
-  c.name = "resnet20";
-  c.num_classes = 10;
-  c.image_size = 16;
-  c.batch = 2;
-  c.width = 0.5;
+  const ResNetConfig c = small_resnet();
   auto plain = build_resnet<float>(c, make_backend<float>("reference"));
   auto sealed = build_resnet<float>(c, std::make_unique<test::SealedBackend>());
   Arena<float>& pa = plain->arena();
