@@ -7,7 +7,11 @@
 
 namespace rt::cuda {
 
-void DeviceBackend::sync() const { CUDA_CHECK(cudaStreamSynchronize(ctx_.stream())); }
+// The input copy too: its host bytes are free once sync() returns (Backend::stage_input).
+void DeviceBackend::sync() const {
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  input_.sync();
+}
 
 std::unique_ptr<Optimizer<float>> DeviceBackend::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
   return std::make_unique<DeviceSgdOptimizer>(layout, cfg, ctx_.stream());

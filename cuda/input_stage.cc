@@ -37,6 +37,10 @@ void InputStage::stage(const void* host, size_t bytes) {
   bytes_ = bytes;
 }
 
+void InputStage::sync() {
+  if (copy_) CUDA_CHECK(cudaStreamSynchronize(copy_));
+}
+
 void InputStage::begin_use() { CUDA_CHECK(cudaStreamWaitEvent(compute_, copied_[cur_], 0)); }
 
 void InputStage::end_use() {

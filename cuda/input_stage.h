@@ -2,8 +2,10 @@
 // one of two device slots on a copy stream of their own while the compute stream still runs the
 // current step; the import of the same host pointer then waits for that copy (an event) and
 // reads the slot. A slot is refilled only after the compute stream has used it (another event).
-// From pageable memory the copy call returns once the driver has taken the bytes, so the host
-// buffer is free on return, as Backend::stage_input promises.
+// From page-locked memory (Backend::input_memory) the copy runs while the host goes on: its bytes
+// must stay until the backend's next sync(), which waits for the copy too (sync() here). From
+// pageable memory the call returns only once the driver has taken the bytes, the host waiting
+// for most of the copy.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,6 +27,8 @@ class InputStage {
   // When host (with bytes) is what was staged last: makes the compute stream wait for its copy,
   // calls use(device bytes) to queue the consumer on the compute stream, marks the slot free after
   // it, forgets the staging and returns true. Otherwise false (nothing staged for it).
+  // Waits for the copy last started (nothing when none was).
+  void sync();
   template <class F>
   bool consume(const void* host, size_t bytes, F&& use) {
     if (!host || host != host_ || bytes != bytes_) return false;

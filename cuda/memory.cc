@@ -2,6 +2,8 @@
 #include "cuda/memory.h"
 
 #include <atomic>
+#include <cstdio>
+#include <exception>
 
 #include "cuda/check.h"
 
@@ -77,6 +79,21 @@ void pinned_free(void* p, size_t bytes) {
   CUDA_CHECK(cudaFreeHost(p));
   ++counters().pinned_frees;
   counters().pinned_bytes -= int64_t(bytes);
+}
+
+HostMemory& pinned_memory() {
+  struct Pinned final : HostMemory {
+    void* allocate(size_t bytes) override { return pinned_malloc(bytes); }
+    void deallocate(void* p, size_t bytes) noexcept override {
+      try {
+        pinned_free(p, bytes);
+      } catch (const std::exception& e) {  // from a destructor: reported, not thrown
+        std::fprintf(stderr, "warning: %s\n", e.what());
+      }
+    }
+  };
+  static Pinned pinned;
+  return pinned;
 }
 
 void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "nn/host_memory.h"
+
 namespace rt::cuda {
 
 struct AllocStats {
@@ -24,6 +26,10 @@ void* device_malloc(size_t bytes);
 void device_free(void* p, size_t bytes);
 void* pinned_malloc(size_t bytes);
 void pinned_free(void* p, size_t bytes);
+
+// pinned_malloc / pinned_free as a HostMemory (the CUDA backends' input_memory()); process-wide,
+// so batches allocated there may outlive any backend.
+HostMemory& pinned_memory();
 
 // Owning device allocation, move-only.
 class DeviceBuffer {

@@ -81,6 +81,10 @@ class PipelineLoader final : public Loader {
   int64_t size() const override { return size_; }
   int num_classes() const override { return static_cast<int>(classes_.size()); }
   const std::vector<std::string>& class_names() const override { return classes_; }
+  void set_batch_memory(HostMemory* m) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch_memory_ = m;
+  }
   int64_t steps_per_epoch() const override { return steps_; }
   Position position() const override { return {epoch_, next_step_}; }
   double last_wait_s() const override { return last_wait_; }
@@ -161,6 +165,9 @@ class PipelineLoader final : public Loader {
     s.remaining = n;
     s.ready = false;
     s.batch.n = n;
+    // A buffer swapped in from a caller's fresh Batch may be on the heap: replaced once, here.
+    rehome(s.batch.images, batch_memory_);
+    rehome(s.batch.pixels, batch_memory_);
     s.batch.images.resize(cfg_.output == Output::f32 ? pixels * n : 0);
     s.batch.pixels.resize(cfg_.output == Output::u8 ? pixels * n : 0);
     s.batch.labels.resize(static_cast<size_t>(n));
@@ -298,6 +305,7 @@ class PipelineLoader final : public Loader {
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<Slot> slots_;
+  HostMemory* batch_memory_ = nullptr;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable work_cv_, ready_cv_;

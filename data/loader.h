@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/host_memory.h"
 #include "nn/normalize.h"
 
 namespace rt::data {
@@ -48,8 +49,8 @@ inline NormParams norm_params(const DataConfig& cfg) { return rt::norm_params(cf
 // normalized). Output::u8: pixels, the same crop and flip before normalization (out of the 8-bit
 // pixel p, channel c, the float output holds norm_value(p, scale[c], shift[c]) of norm_params).
 struct Batch {
-  std::vector<float> images;    // n * 3 * size * size (Output::f32; else empty)
-  std::vector<uint8_t> pixels;  // n * size * size * 3, NHWC RGB (Output::u8; else empty)
+  HostVector<float> images;     // n * 3 * size * size (Output::f32; else empty)
+  HostVector<uint8_t> pixels;   // n * size * size * 3, NHWC RGB (Output::u8; else empty)
   std::vector<int32_t> labels;  // n
   std::vector<int64_t> indices; // n: global sample index of each image (a substitute's own index)
   int n = 0;                    // samples in this batch (the last evaluation batch may be short)
@@ -88,6 +89,11 @@ class Loader {
   virtual int64_t skipped() const = 0;
   // Class names in label order (folder and shard sets; "0", "1", ... for lists and synthetic).
   virtual const std::vector<std::string>& class_names() const = 0;
+  // Where the batches' images and pixels are allocated (nullptr, the default: the heap), e.g. a
+  // backend's input_memory(), which it copies to the device from without the host waiting. Set
+  // before start_epoch(): the buffers move there as they are next filled, once. A loader that
+  // ignores it stays correct, only slower to copy from.
+  virtual void set_batch_memory(HostMemory* m) {}
 };
 
 // Builds the loader for one split, batch size and (rank, world). Errors (missing root, empty

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "nn/error.h"
+#include "nn/host_memory.h"
 #include "nn/normalize.h"
 #include "nn/optimizer.h"
 #include "nn/tensor.h"
@@ -214,10 +215,14 @@ class Backend {
   // Input prefetch, for backends whose import copies to a device: stage_input takes the bytes of
   // a host input (the next step's batch, handed over while the current step still runs) and
   // starts their copy; the next act_import or act_import_u8 of that same host pointer then uses
-  // the staged copy instead of reading the host again (one use per staging). The host buffer may
-  // be reused once stage_input returns. Default: not supported (imports always read the host).
+  // the staged copy instead of reading the host again (one use per staging). The copy may run
+  // while the host goes on (it does from input_memory()), so the host bytes must stay unchanged
+  // until the next sync(). Default: not supported (imports always read the host).
   virtual bool can_stage_input() const { return false; }
   virtual void stage_input(const void* host, size_t bytes) {}
+  // Where input batches should live for imports and stage_input to copy them fastest, without
+  // the host waiting (page-locked memory); it outlives every backend. nullptr: the heap is as good.
+  virtual HostMemory* input_memory() const { return nullptr; }
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
   // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory; host

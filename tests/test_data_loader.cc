@@ -1,6 +1,6 @@
 // The loader on real files: thread-count independence, resume, shards equal to the folder,
-// exactly-once evaluation across ranks, the skipped-image policy, errors from decode threads and
-// clean shutdown mid-epoch.
+// exactly-once evaluation across ranks, the skipped-image policy, errors from decode threads,
+// clean shutdown mid-epoch and batches in a given HostMemory.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +15,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "tests/counting_memory.h"
 #include "tests/data_u8_check.h"
 #include "nn/error.h"
 
@@ -159,6 +160,69 @@ TEST_F(data_loader, EightBitOutputNormalizesToTheFloatsFromFolderListAndShards) 
   DataConfig cfg = folder_config(root(), 3);
   cfg.mean[0] = 0.3f, cfg.std[2] = 0.31f;
   test::expect_u8_normalizes_to_floats(cfg, Split::val, 2, 3, 2, 0);
+}
+
+// set_batch_memory: every batch comes out in that memory, equal to heap batches; one lap of
+// buffers (the slots', and the caller's heap one once swapped in) is allocated there and then
+// reused for every later epoch; all of it is freed there.
+TEST_F(data_loader, BatchesLiveInTheMemoryGivenAndAreAllocatedOnce) {
+  rt::test::CountingMemory mem;
+  for (Output out : {Output::f32, Output::u8}) {
+    for (Split split : {Split::train, Split::val}) {
+      DataConfig cfg = folder_config(root(), 2);
+      cfg.output = out;
+      const auto want = run_epoch(*make_loader(cfg, split, 0, 1, 4), {0, 0});
+      {
+        auto l = make_loader(cfg, split, 0, 1, 4);
+        l->set_batch_memory(&mem);
+        Batch b;  // the caller's, on the heap until swapped into the loader
+        int64_t after_two = 0;
+        for (int64_t e = 0; e < 4; ++e) {
+          l->start_epoch({e, 0});
+          size_t s = 0;
+          for (; l->next(b); ++s) {
+            const bool f32 = out == Output::f32;
+            const void* p = f32 ? static_cast<const void*>(b.images.data()) : b.pixels.data();
+            const size_t bytes = f32 ? b.images.size() * sizeof(float) : b.pixels.size();
+            EXPECT_TRUE(bytes > 0 && mem.owns(p, bytes)) << "epoch " << e << " step " << s;
+            if (e == 0 && s < want.size()) {
+              EXPECT_EQ(b.labels, want[s].labels);
+              EXPECT_TRUE(b.images == want[s].images && b.pixels == want[s].pixels) << "step " << s;
+            }
+          }
+          if (e == 0) {
+            EXPECT_EQ(s, want.size());
+          }
+          if (e == 1) after_two = mem.allocs();
+        }
+        EXPECT_EQ(mem.allocs(), after_two) << "allocated in epochs 3 and 4";
+      }
+      EXPECT_EQ(mem.live(), 0u) << "batch buffers never freed";
+    }
+  }
+  EXPECT_GT(mem.allocs(), 0);
+}
+
+// What the loader relies on: the memory travels with the bytes when vectors are swapped or
+// moved, and each buffer is freed where it was allocated.
+TEST(host_vector, SwapAndMoveCarryTheMemory) {
+  rt::test::CountingMemory mem;
+  {
+    HostVector<float> a{HostAllocator<float>(&mem)}, heap(3, 1.0f);
+    a.resize(5, 2.0f);
+    std::swap(a, heap);
+    EXPECT_EQ(a.get_allocator().memory(), nullptr);
+    EXPECT_EQ(heap.get_allocator().memory(), &mem);
+    EXPECT_TRUE(mem.owns(heap.data(), 5 * sizeof(float)));
+    rehome(a, &mem);
+    EXPECT_TRUE(a.empty());
+    EXPECT_EQ(a.get_allocator().memory(), &mem);
+    HostVector<float> moved = std::move(heap);
+    EXPECT_EQ(moved.get_allocator().memory(), &mem);
+    EXPECT_EQ(moved, HostVector<float>(5, 2.0f));
+  }
+  EXPECT_EQ(mem.live(), 0u);
+  EXPECT_EQ(mem.allocs(), 1);
 }
 
 TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {

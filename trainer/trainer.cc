@@ -114,6 +114,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // A device backend copies the next batch while this step computes (not when compute is
   // emulated: nothing is imported then).
   prefetch_ = cfg_.emulate.compute_ms <= 0 && net_->backend().can_stage_input();
+  train_loader_->set_batch_memory(net_->backend().input_memory());  // page-locked for a GPU
   comm::broadcast_model(*ctl_comm_, arena, 0);
 
   // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
@@ -391,6 +392,7 @@ data::Loader& Trainer::val_loader() {
   if (!val_loader_) {
     auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
     val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
+    val_loader_->set_batch_memory(net_->backend().input_memory());
   }
   return *val_loader_;
 }

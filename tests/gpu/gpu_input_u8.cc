@@ -1,14 +1,20 @@
 // The CUDA backends' input import: the 8-bit path (upload + normalize_u8) against the host
 // default that the CPU backends use, its buffer allocated at the first call only; the 16-bit
 // backends' 8-bit path against their float import; and staged inputs (Backend::stage_input),
-// which an import of the same host pointer takes once, whatever the host buffer holds by then.
+// which an import of the same host pointer takes once, whatever the host buffer holds by then,
+// from the heap and from the backends' page-locked input_memory().
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <vector>
+
+#include <cuda_runtime.h>
 
 #include "cuda/backend.h"
 #include "cuda/lowp_backend.h"
+#include "cuda/memory.h"
 #include "gpu_test_util.h"
 #include "nn/ops.h"
 
@@ -96,12 +102,14 @@ TEST(GpuInputU8, SixteenBitBackendsMatchTheirFloatImport) {
   }
 }
 
-// stage_input, then the host buffer overwritten: the import of that pointer still gives the
-// staged data, once; the next import of it reads the host again.
-void check_staged(Backend<float>& be, const Shape& s, bool u8) {
+// stage_input, then (after sync(), as its contract asks) the host buffer overwritten: the import
+// of that pointer still gives the staged data, once; the next import of it reads the host again.
+// The host buffers on the heap (mem null) or in the backend's input_memory().
+void check_staged(Backend<float>& be, const Shape& s, bool u8, HostMemory* mem) {
   const size_t n = size_t(s.numel());
-  auto px = random_pixels(n, 11);
-  std::vector<float> floats(n);
+  const auto bytes = random_pixels(n, 11);
+  HostVector<uint8_t> px(bytes.begin(), bytes.end(), HostAllocator<uint8_t>(mem));
+  HostVector<float> floats(n, 0.0f, HostAllocator<float>(mem));
   for (size_t i = 0; i < n; ++i) floats[i] = float(px[i]) / 64 - 2;
   DeviceBuffer want(be.act_size(s) * sizeof(float)), got(be.act_size(s) * sizeof(float));
   auto import = [&](DeviceBuffer& dst) {
@@ -113,6 +121,7 @@ void check_staged(Backend<float>& be, const Shape& s, bool u8) {
   for (int round = 0; round < 3; ++round) {  // both slots, then the first again
     if (u8) be.stage_input(px.data(), n);
     else be.stage_input(floats.data(), n * sizeof(float));
+    be.sync();
     const auto keep_px = px;
     const auto keep_f = floats;
     std::fill(px.begin(), px.end(), uint8_t(0));
@@ -135,13 +144,32 @@ TEST(GpuInputU8, StagedInputsAreTakenOnce) {
   const Shape s{2, 3, 6, 5};
   auto fp32 = make_cuda_backend();
   EXPECT_TRUE(fp32->can_stage_input());
-  check_staged(*fp32, s, false);
-  check_staged(*fp32, s, true);
-  for (DType t : {DType::bf16, DType::f16}) {
-    auto be = make_cuda_lowp_backend(t);
-    check_staged(*be, s, false);
-    check_staged(*be, s, true);
+  std::vector<std::unique_ptr<Backend<float>>> all;
+  all.push_back(std::move(fp32));
+  for (DType t : {DType::bf16, DType::f16}) all.push_back(make_cuda_lowp_backend(t));
+  for (auto& be : all) {
+    ASSERT_EQ(be->input_memory(), &pinned_memory()) << be->name();
+    for (HostMemory* mem : {static_cast<HostMemory*>(nullptr), be->input_memory()}) {
+      check_staged(*be, s, false, mem);
+      check_staged(*be, s, true, mem);
+    }
   }
+}
+
+// Batches in input_memory() are page-locked and counted, so the loader's lap of buffers shows.
+TEST(GpuInputU8, InputMemoryIsCountedPinnedMemory) {
+  RT_REQUIRE_GPU();
+  const AllocStats before = alloc_stats();
+  {
+    HostVector<uint8_t> v(1 << 20, uint8_t(0), HostAllocator<uint8_t>(&pinned_memory()));
+    cudaPointerAttributes a{};
+    ASSERT_EQ(cudaPointerGetAttributes(&a, v.data()), cudaSuccess);
+    EXPECT_EQ(a.type, cudaMemoryTypeHost);
+    EXPECT_EQ(alloc_stats().pinned_allocs, before.pinned_allocs + 1);
+    EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes + (1 << 20));
+  }
+  EXPECT_EQ(alloc_stats().pinned_frees, before.pinned_frees + 1);
+  EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes);
 }
 
 TEST(GpuInputU8, RefusesAnInputWithoutThreeChannels) {

@@ -3,18 +3,20 @@
 // host stand-in for a GPU) make the trainer reduce through the hooks' staged path, with backward
 // reporting in queue order; training must match the plain host path bit for bit. With input
 // staging (Backend::stage_input) the trainer also prefetches each next batch during backward:
-// still bit for bit, and resume stays exact.
+// still bit for bit, and resume stays exact; the loader's batches then live in the backend's
+// input_memory(), allocated once.
 #include <mpi.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include "comm/mpi_check.h"
+#include "tests/counting_memory.h"
 #include "tests/mpi/fake_device_grads.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
@@ -25,27 +27,37 @@ namespace {
 
 using namespace test_trainer;
 
-std::atomic<int> stagings{0}, staged_imports{0};
+std::atomic<int> stagings{0}, staged_imports{0}, staged_in_memory{0};
+
+test::CountingMemory counting_memory;
 
 // The reference backend, claiming a queue: the trainer then asks for device hooks. With `stage`,
-// it takes staged inputs as a device would: the bytes are copied at once and the host buffer,
-// free from then on, is poisoned with NaN, so that an import reading the host instead of the
-// staged copy shows in the losses.
+// it takes staged inputs as a device would, at the latest legal moment: the bytes are copied at
+// the next sync() (or an import of them, if first), and the host buffer is then poisoned with
+// NaN. So a trainer that reused the buffer before that sync, or an import that read the host
+// instead of the staged copy, shows in the losses. With `mem`, that is its input_memory().
 class QueuedReference final : public Backend<float> {
  public:
-  explicit QueuedReference(bool stage = false) : in_(make_backend<float>("reference")), stage_(stage) {}
+  explicit QueuedReference(bool stage = false, HostMemory* mem = nullptr)
+      : in_(make_backend<float>("reference")), stage_(stage), mem_(mem) {}
   std::string name() const override { return "queued-reference"; }
   size_t act_size(const Shape& s) const override { return in_->act_size(s); }
   bool can_stage_input() const override { return stage_; }
+  HostMemory* input_memory() const override { return mem_; }
   void stage_input(const void* host, size_t bytes) override {
-    const auto* x = static_cast<const float*>(host);
-    staged_.assign(x, x + bytes / sizeof(float));
-    staged_host_ = host;
-    std::fill_n(static_cast<float*>(const_cast<void*>(host)), bytes / sizeof(float),
-                std::numeric_limits<float>::quiet_NaN());
+    finish_copy();
+    pending_ = host;
+    pending_bytes_ = bytes;
+    staged_host_ = nullptr;
     ++stagings;
+    if (mem_ == &counting_memory && counting_memory.owns(host, bytes)) ++staged_in_memory;
+  }
+  void sync() const override {
+    finish_copy();
+    in_->sync();
   }
   void act_import(const float* x, const Shape& s, float* d) const override {
+    if (pending_ && x == pending_) finish_copy();
     if (staged_host_ && x == staged_host_) {
       staged_host_ = nullptr;
       ++staged_imports;
@@ -76,10 +88,24 @@ class QueuedReference final : public Backend<float> {
   }
 
  private:
+  // The "device copy" of a pending staging, then the host buffer poisoned.
+  void finish_copy() const {
+    if (!pending_) return;
+    const auto* x = static_cast<const float*>(pending_);
+    const size_t n = pending_bytes_ / sizeof(float);
+    staged_.assign(x, x + n);
+    std::fill_n(const_cast<float*>(x), n, std::numeric_limits<float>::quiet_NaN());
+    staged_host_ = pending_;
+    pending_ = nullptr;
+  }
+
   std::unique_ptr<Backend<float>> in_;
   bool stage_;
-  std::vector<float> staged_;
+  HostMemory* mem_;
+  mutable std::vector<float> staged_;
   mutable const void* staged_host_ = nullptr;
+  mutable const void* pending_ = nullptr;
+  mutable size_t pending_bytes_ = 0;
 };
 
 std::atomic<int> made{0};
@@ -93,11 +119,12 @@ std::unique_ptr<comm::DeviceGrads> fake_factory(void* stream, comm::DevicePath p
   return f;
 }
 
-TrainerHooks hooks(bool queued, bool stage) {
-  TrainerHooks h = fixed_data();
+// fixed_data() unless real_loader (the synthetic data::make_loader, which honours input_memory).
+TrainerHooks hooks(bool queued, bool stage, HostMemory* mem = nullptr, bool real_loader = false) {
+  TrainerHooks h = real_loader ? TrainerHooks{} : fixed_data();
   if (queued)
-    h.make_net = [stage](const Config& cfg) {
-      return build_resnet<float>(config_resnet(cfg), std::make_unique<QueuedReference>(stage));
+    h.make_net = [stage, mem](const Config& cfg) {
+      return build_resnet<float>(config_resnet(cfg), std::make_unique<QueuedReference>(stage, mem));
     };
   else
     h.make_net = [](const Config& cfg) { return build_resnet<float>(config_resnet(cfg), make_backend<float>("reference")); };
@@ -160,6 +187,33 @@ void check_prefetch(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, std::memcmp(a.data(), r.data(), a.size_bytes()) == 0, "resume with prefetch is not exact");
 }
 
+// Batches in the backend's input_memory(): the data loader allocates there and every staged
+// batch lies in it; a lap of buffers allocated once (as many after five epochs as after two,
+// evaluation included), all freed there; training bit for bit as with heap batches.
+void check_input_memory(MpiTest& t, const std::string& dir) {
+  auto train = [&](HostMemory* mem, const std::string& sub, int64_t epochs) {
+    Config c = tiny(dir + sub);
+    c.train.epochs = epochs;
+    c.eval.every_epochs = 1;
+    auto tr = std::make_unique<Trainer>(c, MPI_COMM_WORLD, hooks(true, true, mem, true));
+    tr->train();
+    return tr->losses();
+  };
+  const auto heap = train(nullptr, "/mem-heap", 2);
+  stagings = staged_in_memory = 0;
+  const int64_t before = counting_memory.allocs();
+  const auto pinned = train(&counting_memory, "/mem", 2);
+  const int64_t two = counting_memory.allocs() - before;
+  MPI_EXPECT(t, pinned == heap, "losses with batches in input_memory differ from heap batches");
+  MPI_EXPECT(t, stagings > 0 && staged_in_memory == stagings, staged_in_memory.load(), " of ", stagings.load(),
+             " staged batches in input_memory");
+  MPI_EXPECT(t, counting_memory.live() == 0, counting_memory.live(), " blocks of input_memory never freed");
+  const int64_t mid = counting_memory.allocs();
+  train(&counting_memory, "/mem5", 5);
+  const int64_t five = counting_memory.allocs() - mid;
+  MPI_EXPECT(t, two > 0 && five == two, two, " input_memory allocations in 2 epochs, ", five, " in 5");
+}
+
 }  // namespace
 }  // namespace rt::trainer
 
@@ -169,5 +223,6 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_device", [](rt::test::MpiTest& t, const std::string& dir) {
     check_staged_equals_host(t, dir);
     check_prefetch(t, dir);
+    check_input_memory(t, dir);
   });
 }
