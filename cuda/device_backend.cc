@@ -7,6 +7,30 @@
 
 namespace rt::cuda {
 
+DeviceBackend::~DeviceBackend() {
+  cudaStreamSynchronize(ctx_.stream());
+  for (cudaEvent_t e : marks_)
+    if (e) cudaEventDestroy(e);
+}
+
+void DeviceBackend::mark_compute(int which) {
+  if (which != 0 && which != 1) throw Error(str_cat("mark_compute: mark 0 or 1, got ", which));
+  if (!marks_[which]) CUDA_CHECK(cudaEventCreate(&marks_[which]));  // with timing
+  CUDA_CHECK(cudaEventRecord(marks_[which], ctx_.stream()));
+  marked_[which] = true;
+  if (which == 0) marked_[1] = false;
+}
+
+double DeviceBackend::compute_seconds() const {
+  if (!marked_[0] || !marked_[1]) return -1;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, marks_[0], marks_[1]) != cudaSuccess) {
+    cudaGetLastError();  // not done yet (no sync since): no figure rather than a wrong one
+    return -1;
+  }
+  return ms / 1e3;
+}
+
 // The input copy too: its host bytes are free once sync() returns (Backend::stage_input).
 void DeviceBackend::sync() const {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));

@@ -20,12 +20,15 @@ class DeviceBackend : public Backend<float> {
  public:
   explicit DeviceBackend(const ContextConfig& cfg)
       : ctx_(cfg), device_(ctx_.stream()) {}
-  ~DeviceBackend() override { cudaStreamSynchronize(ctx_.stream()); }
+  ~DeviceBackend() override;
 
   const MemorySpace* act_memory() const override { return &device_; }
   const MemorySpace* param_memory() const override { return &device_; }
   void sync() const override;
   void* stream() const override { return ctx_.stream(); }
+  // Two timing events on the compute stream, created at the first mark.
+  void mark_compute(int which) override;
+  double compute_seconds() const override;
 
   // The fused device SGD (cuda/sgd.h), LARS included, equal to the CPU's Sgd<float> bit for bit.
   std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override;
@@ -53,6 +56,8 @@ class DeviceBackend : public Backend<float> {
  private:
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
   mutable DeviceBuffer u8_upload_;   // import_u8's bytes when nothing was staged
+  cudaEvent_t marks_[2] = {};
+  bool marked_[2] = {};  // since the last mark_compute(0)
 };
 
 }  // namespace rt::cuda

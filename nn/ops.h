@@ -236,6 +236,13 @@ class Backend {
   // The queue the ops run on (a cudaStream_t for the CUDA backends), for the gradient reducer's
   // fences; nullptr for backends that compute synchronously.
   virtual void* stream() const { return nullptr; }
+  // The device's own time for a stretch of queued work, for backends whose host calls return
+  // before the work is done (the host's clock would time the queueing): mark_compute(0) and
+  // mark_compute(1) put marks in the queue; after a sync() that follows both, compute_seconds()
+  // is the time between them. -1 without marks, and always for backends that compute
+  // synchronously (the host's clock is the truth there).
+  virtual void mark_compute(int which) {}
+  virtual double compute_seconds() const { return -1; }
   // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host (StagedSgd<T>
   // through host copies when the host may not dereference param_memory()).
   virtual std::unique_ptr<Optimizer<T>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg);

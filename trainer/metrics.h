@@ -17,7 +17,7 @@ struct StepRecord {
   int64_t epoch_step = 0;        // 1-based step within the epoch
   double loss = 0, lr = 0;
   double step_s = 0;             // whole step: data wait + compute + exposed comm + optimizer
-  double compute_s = 0;          // forward + backward
+  double compute_s = 0;          // forward + backward (a GPU backend: the device's own time)
   double data_wait_s = 0;        // blocked waiting for the next batch
   double exposed_comm_s = 0;     // allreduce time not hidden behind backward
   double total_comm_s = 0;       // allreduce time, hidden or not

@@ -255,6 +255,7 @@ void Trainer::train_step() {
   if (cfg_.emulate.compute_ms > 0) {
     emulate_step(t1);
   } else {
+    net_->backend().mark_compute(0);
     loss = cfg_.data.output == data::Output::u8
                ? net_->forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true)
                : net_->forward(batch_.images.data(), batch_.labels.data(), true);
@@ -263,6 +264,7 @@ void Trainer::train_step() {
     count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
                   epoch_top1_, epoch_top5_, unused);
     net_->backward(ready_, scaler_.scale());
+    net_->backend().mark_compute(1);
     prefetch_next();  // while the device still runs backward
   }
   const double t2 = now_s();
@@ -300,6 +302,13 @@ void Trainer::train_step() {
   r.compute_s = t2 - t1;
   r.data_wait_s = data_wait;
   r.exposed_comm_s = reducer_->last_step().exposed_comm_s;
+  // A device backend's host calls only queue the work: its own clock times forward + backward,
+  // which began on an idle device at t1 (the last step ended with a sync); what the reducer took
+  // past the end of both backward and the host's prefetch is the exposed communication.
+  if (const double dev = cfg_.emulate.compute_ms > 0 ? -1 : net_->backend().compute_seconds(); dev >= 0) {
+    r.compute_s = dev;
+    r.exposed_comm_s = std::max(0.0, t3 - std::max(t2, t1 + dev));
+  }
   r.total_comm_s = reducer_->last_step().total_comm_s;
   r.optimizer_s = t4 - t3;
   r.global_images = int64_t(world_) * cfg_.train.batch;

@@ -4,15 +4,18 @@
 // reporting in queue order; training must match the plain host path bit for bit. With input
 // staging (Backend::stage_input) the trainer also prefetches each next batch during backward:
 // still bit for bit, and resume stays exact; the loader's batches then live in the backend's
-// input_memory(), allocated once.
+// input_memory(), allocated once. Step records take the backend's device timing.
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
+#include <regex>
 #include <string>
 
 #include "comm/mpi_check.h"
@@ -55,7 +58,19 @@ class QueuedReference final : public Backend<float> {
   void sync() const override {
     finish_copy();
     in_->sync();
+    synced_ = true;
   }
+  // Device timing: always kDeviceCompute, but NaN (which fails the checks) when read without a
+  // sync() after both marks.
+  void mark_compute(int which) override {
+    marked_[which] = true;
+    if (which == 0) marked_[1] = false;
+    synced_ = false;
+  }
+  double compute_seconds() const override {
+    return marked_[0] && marked_[1] && synced_ ? kDeviceCompute : std::numeric_limits<double>::quiet_NaN();
+  }
+  static constexpr double kDeviceCompute = 0.125;
   void act_import(const float* x, const Shape& s, float* d) const override {
     if (pending_ && x == pending_) finish_copy();
     if (staged_host_ && x == staged_host_) {
@@ -106,6 +121,8 @@ class QueuedReference final : public Backend<float> {
   mutable const void* staged_host_ = nullptr;
   mutable const void* pending_ = nullptr;
   mutable size_t pending_bytes_ = 0;
+  bool marked_[2] = {};
+  mutable bool synced_ = false;
 };
 
 std::atomic<int> made{0};
@@ -214,6 +231,36 @@ void check_input_memory(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, two > 0 && five == two, two, " input_memory allocations in 2 epochs, ", five, " in 5");
 }
 
+// The step records of a backend with device timing: compute_s is the device's figure, read after
+// the step's sync, and exposed_comm_s counts only what the reducer took past the device's
+// compute (here never more than the step's time beyond it). A host backend keeps host times.
+void check_device_times(MpiTest& t, const std::string& dir) {
+  auto records = [&](bool queued, const std::string& sub) {
+    Config c = tiny(dir + sub);
+    c.train.steps = 5;
+    c.log.jsonl = "";  // rank 0's, in the run folder
+    Trainer(c, MPI_COMM_WORLD, hooks(queued, queued)).train();
+    std::vector<std::array<double, 3>> r;  // compute_s, exposed_comm_s, step_s
+    std::ifstream f(c.run_dir + "/metrics.jsonl");
+    const std::regex re("\"type\":\"step\".*\"step_s\":([-0-9.eE+a-z]+),\"compute_s\":([-0-9.eE+a-z]+),.*"
+                        "\"exposed_comm_s\":([-0-9.eE+a-z]+),");
+    for (std::string line; std::getline(f, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, re)) r.push_back({std::stod(m[2]), std::stod(m[3]), std::stod(m[1])});
+    }
+    return r;
+  };
+  const auto dev = records(true, "/times"), host = records(false, "/times-host");
+  if (t.rank() != 0) return;
+  MPI_EXPECT(t, dev.size() == 5 && host.size() == 5, dev.size(), " and ", host.size(), " step records");
+  for (const auto& [compute, exposed, step] : dev) {
+    MPI_EXPECT(t, compute == QueuedReference::kDeviceCompute, "compute_s ", compute, " is not the device's time");
+    MPI_EXPECT(t, exposed >= 0 && exposed <= std::max(0.0, step - compute) + 1e-6, "exposed_comm_s ", exposed,
+               " with step_s ", step, " and device compute ", compute);
+  }
+  for (const auto& rec : host) MPI_EXPECT(t, rec[0] != QueuedReference::kDeviceCompute, "host compute_s is the fake's");
+}
+
 }  // namespace
 }  // namespace rt::trainer
 
@@ -224,5 +271,6 @@ int main(int argc, char** argv) {
     check_staged_equals_host(t, dir);
     check_prefetch(t, dir);
     check_input_memory(t, dir);
+    check_device_times(t, dir);
   });
 }
