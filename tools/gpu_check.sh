@@ -173,7 +173,8 @@ import json, statistics, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step" and r["step"] > 5]
 v = [r["img_s"] for r in steps]
 print(json.dumps({"img_per_s": statistics.median(v), "img_per_s_min": min(v), "img_per_s_max": max(v),
-                  "data_wait_s": statistics.median(r["data_wait_s"] for r in steps), "steps": len(v)}))
+                  "data_wait_s": statistics.median(r["data_wait_s"] for r in steps),
+                  "compute_s": statistics.median(r["compute_s"] for r in steps), "steps": len(v)}))
 EOF2
     then
       say "gpu_check: trainer bf16: $(cat "$out/bench-ringtrain-trainer-bf16.json")"
