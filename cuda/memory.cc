@@ -4,6 +4,9 @@
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "cuda/check.h"
 
@@ -81,19 +84,39 @@ void pinned_free(void* p, size_t bytes) {
   counters().pinned_bytes -= int64_t(bytes);
 }
 
-HostMemory& pinned_memory() {
-  struct Pinned final : HostMemory {
-    void* allocate(size_t bytes) override { return pinned_malloc(bytes); }
+HostMemory& pinned_memory(int device) {
+  // Page-locked memory is so for every device (unified addressing), but a thread that calls the
+  // runtime without a device bound gets device 0, and a context there: a loader thread of a rank
+  // on device 3 binds device 3 first.
+  class Pinned final : public HostMemory {
+   public:
+    explicit Pinned(int device) : device_(device) {}
+    void* allocate(size_t bytes) override {
+      bind();
+      return pinned_malloc(bytes);
+    }
     void deallocate(void* p, size_t bytes) noexcept override {
       try {
+        bind();
         pinned_free(p, bytes);
       } catch (const std::exception& e) {  // from a destructor: reported, not thrown
         std::fprintf(stderr, "warning: %s\n", e.what());
       }
     }
+
+   private:
+    void bind() const {
+      int d = -1;
+      if (cudaGetDevice(&d) != cudaSuccess || d != device_) CUDA_CHECK(cudaSetDevice(device_));
+    }
+    int device_;
   };
-  static Pinned pinned;
-  return pinned;
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Pinned>> all;  // never erased: the addresses stay valid
+  std::lock_guard<std::mutex> lock(mu);
+  auto& p = all[device];
+  if (!p) p = std::make_unique<Pinned>(device);
+  return *p;
 }
 
 void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {

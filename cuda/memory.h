@@ -27,9 +27,10 @@ void device_free(void* p, size_t bytes);
 void* pinned_malloc(size_t bytes);
 void pinned_free(void* p, size_t bytes);
 
-// pinned_malloc / pinned_free as a HostMemory (the CUDA backends' input_memory()); process-wide,
-// so batches allocated there may outlive any backend.
-HostMemory& pinned_memory();
+// pinned_malloc / pinned_free as a HostMemory for the backends on `device` (their
+// input_memory()), callable from any thread; process-wide, so batches allocated there may
+// outlive any backend.
+HostMemory& pinned_memory(int device);
 
 // Owning device allocation, move-only.
 class DeviceBuffer {

@@ -148,7 +148,7 @@ TEST(GpuInputU8, StagedInputsAreTakenOnce) {
   all.push_back(std::move(fp32));
   for (DType t : {DType::bf16, DType::f16}) all.push_back(make_cuda_lowp_backend(t));
   for (auto& be : all) {
-    ASSERT_EQ(be->input_memory(), &pinned_memory()) << be->name();
+    ASSERT_EQ(be->input_memory(), &pinned_memory(0)) << be->name();
     for (HostMemory* mem : {static_cast<HostMemory*>(nullptr), be->input_memory()}) {
       check_staged(*be, s, false, mem);
       check_staged(*be, s, true, mem);
@@ -161,7 +161,7 @@ TEST(GpuInputU8, InputMemoryIsCountedPinnedMemory) {
   RT_REQUIRE_GPU();
   const AllocStats before = alloc_stats();
   {
-    HostVector<uint8_t> v(1 << 20, uint8_t(0), HostAllocator<uint8_t>(&pinned_memory()));
+    HostVector<uint8_t> v(1 << 20, uint8_t(0), HostAllocator<uint8_t>(&pinned_memory(0)));
     cudaPointerAttributes a{};
     ASSERT_EQ(cudaPointerGetAttributes(&a, v.data()), cudaSuccess);
     EXPECT_EQ(a.type, cudaMemoryTypeHost);
