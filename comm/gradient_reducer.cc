@@ -139,7 +139,7 @@ void GradientReducer::begin_step() {
 }
 
 void GradientReducer::on_ready(size_t n) {
-  if (dev_) {
+  if (dev_ && !solo()) {
     start_step_if_idle();
     fence_upto(std::min(n, count_));
   }
@@ -152,6 +152,7 @@ void GradientReducer::on_ready(size_t n) {
 }
 
 void GradientReducer::reduce_bucket(size_t b) {
+  if (solo()) return;  // the average over one rank is the buffer itself: nothing to wait for or copy
   const Range r = buckets_[b];
   const size_t esz = dtype_size(dtype_);
   const auto t0 = Clock::now();
@@ -193,7 +194,7 @@ void GradientReducer::comm_loop() {
 
 void GradientReducer::wait() {
   const auto t_wait = Clock::now();
-  if (dev_) {
+  if (dev_ && !solo()) {
     start_step_if_idle();
     fence_upto(count_);  // the buckets no report completed
   }

@@ -71,7 +71,9 @@ class GradientReducer {
     return [this](size_t n) { on_ready(n); };
   }
   // Ends the step: marks the whole buffer ready, blocks until every bucket is averaged over all
-  // ranks, and records the step's times. Rethrows a communication error of this step.
+  // ranks, and records the step's times. Rethrows a communication error of this step. With one
+  // rank there is nothing to average: no bucket is fenced, copied or reduced, and device
+  // gradients may still be being written when it returns (their consumers are queued after them).
   void wait();
 
   const StepTimes& last_step() const { return last_; }
@@ -92,6 +94,7 @@ class GradientReducer {
   void start_step_if_idle();
   void fence_upto(size_t n);
   bool staged() const { return dev_ && dev_->path() == DevicePath::staged; }
+  bool solo() const { return comm_.size() == 1; }
 
   Communicator& comm_;
   CommConfig cfg_;

@@ -128,6 +128,8 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
       written_ = end;
     });
   }
+  // The host waiting for backward's writes (a backend's sync()).
+  void sync() { compute_.sync(); }
   // Between steps (after wait()): nothing of backward's is written or fenced yet, the mirror
   // holds nothing valid (NaN, so that a missing download shows), and the log starts empty.
   void new_step() {
