@@ -53,8 +53,11 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
 
   // Device buffers: the hooks allocate what the steps use now; the staged ring runs on the host
   // mirror with the CPU kernels, the direct one on the buffer with device kernels and scratch.
+  // One rank never touches the buffer (reduce_bucket): no mirror, streams or scratch for it.
   const MemorySpace* scratch = nullptr;
-  if (dev_) {
+  if (dev_ && solo()) {
+    k = &cpu_reduce_kernels();
+  } else if (dev_) {
     dev_->setup(grads_, count * esz, buckets_.size());
     fence_.assign(buckets_.size(), 0);
     if (staged()) {

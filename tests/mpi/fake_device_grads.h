@@ -112,10 +112,16 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
   comm::DevicePath path() const override { return path_; }
 
   void setup(void* device, size_t bytes, size_t) override {
-    device_ = static_cast<char*>(device);
-    bytes_ = bytes;
+    attach(device, bytes);
+    ++setups;
     if (path_ == comm::DevicePath::staged) mirror_.assign(bytes, 0);
   }
+  // The buffer backward writes into, for a test whose reducer may not call setup (one rank).
+  void attach(void* device, size_t bytes) {
+    device_ = static_cast<char*>(device);
+    bytes_ = bytes;
+  }
+  int setups = 0;
 
   // Backward's side: the write fill(device + begin) of bytes [begin, end) runs on the compute
   // stream after `lag` (a slow kernel); the test reports on_ready at once.
