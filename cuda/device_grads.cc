@@ -139,11 +139,7 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
  private:
   // The current device is per thread: the communication thread starts on device 0, and the
   // direct path's kernels must launch on the device their stream belongs to.
-  void bind() const {
-    int d = -1;
-    CUDA_CHECK(cudaGetDevice(&d));
-    if (d != gpu_) CUDA_CHECK(cudaSetDevice(gpu_));
-  }
+  void bind() const { bind_device(gpu_); }
   void check_range(const char* what, size_t offset, size_t bytes) const {
     if (!mirror_ || offset > bytes_ || bytes > bytes_ - offset)
       throw Error(str_cat("cuda device grads: ", what, " of ", bytes, " bytes at ", offset,

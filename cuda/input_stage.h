@@ -24,11 +24,11 @@ class InputStage {
 
   // Starts copying bytes from host into the next slot (grown on first use only).
   void stage(const void* host, size_t bytes);
+  // Waits for the copy last started (nothing when none was).
+  void sync();
   // When host (with bytes) is what was staged last: makes the compute stream wait for its copy,
   // calls use(device bytes) to queue the consumer on the compute stream, marks the slot free after
   // it, forgets the staging and returns true. Otherwise false (nothing staged for it).
-  // Waits for the copy last started (nothing when none was).
-  void sync();
   template <class F>
   bool consume(const void* host, size_t bytes, F&& use) {
     if (!host || host != host_ || bytes != bytes_) return false;

@@ -84,10 +84,14 @@ void pinned_free(void* p, size_t bytes) {
   counters().pinned_bytes -= int64_t(bytes);
 }
 
+void bind_device(int device) {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess || d != device) CUDA_CHECK(cudaSetDevice(device));
+}
+
 HostMemory& pinned_memory(int device) {
-  // Page-locked memory is so for every device (unified addressing), but a thread that calls the
-  // runtime without a device bound gets device 0, and a context there: a loader thread of a rank
-  // on device 3 binds device 3 first.
+  // Page-locked memory is so for every device (unified addressing), but a loader thread of a rank
+  // on device 3 binds device 3 first (bind_device).
   class Pinned final : public HostMemory {
    public:
     explicit Pinned(int device) : device_(device) {}
@@ -105,10 +109,7 @@ HostMemory& pinned_memory(int device) {
     }
 
    private:
-    void bind() const {
-      int d = -1;
-      if (cudaGetDevice(&d) != cudaSuccess || d != device_) CUDA_CHECK(cudaSetDevice(device_));
-    }
+    void bind() const { bind_device(device_); }
     int device_;
   };
   static std::mutex mu;

@@ -27,6 +27,10 @@ void device_free(void* p, size_t bytes);
 void* pinned_malloc(size_t bytes);
 void pinned_free(void* p, size_t bytes);
 
+// Makes `device` the calling thread's current one (the current device is per thread, and a
+// thread that never chose one gets device 0, and a context there, at its first CUDA call).
+void bind_device(int device);
+
 // pinned_malloc / pinned_free as a HostMemory for the backends on `device` (their
 // input_memory()), callable from any thread; process-wide, so batches allocated there may
 // outlive any backend.

@@ -5,8 +5,9 @@
 # for the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks,
 # trainer_cuda on synthetic data against the reference backend). Logs and a summary go to $OUT
 # (default ./gpu-out). Exit status: 0 when no test failed (and, where nvidia-smi sees a GPU, none
-# was skipped) and bench_gpu_step succeeded, 1 otherwise. With a GPU it then benchmarks the training step (bench_gpu_step against
-# tools/bench_torch_gpu.py) into $OUT/bench.md, within what is left of the time budget.
+# was skipped) and bench_gpu_step succeeded, 1 otherwise. With a GPU it then benchmarks the
+# training step (bench_gpu_step against tools/bench_torch_gpu.py) into $OUT/bench.md, within what
+# is left of the time budget.
 #
 #   tools/gpu_check.sh [build-dir]     (default build-gpu)
 #   env: OUT, JOBS (default: all cores), CUDA_ARCH (default 90), GTEST_SOURCE (a googletest

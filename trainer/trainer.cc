@@ -207,7 +207,10 @@ void Trainer::train() {
   }
 }
 
-void Trainer::check_batch(const data::Batch& b) const {
+void Trainer::take_batch(data::Batch& b, int64_t step) {
+  if (!train_loader_->next(b))
+    throw Error(str_cat("data: the training loader ended epoch ", step / steps_per_epoch_, " after ",
+                        step % steps_per_epoch_, " of ", steps_per_epoch_, " batches"));
   if (b.n != cfg_.train.batch)
     throw Error(str_cat("data: a training batch of ", b.n, " images (expected ", cfg_.train.batch, ")"));
   if (const bool u8 = cfg_.data.output == data::Output::u8;
@@ -223,11 +226,8 @@ void Trainer::prefetch_next() {
   const int64_t next = step_ + 1;
   if (!prefetch_ || next >= total_steps_ || next % steps_per_epoch_ == 0) return;
   const double t = now_s();
-  if (!train_loader_->next(next_batch_))
-    throw Error(str_cat("data: the training loader ended epoch ", next / steps_per_epoch_, " after ",
-                        next % steps_per_epoch_, " of ", steps_per_epoch_, " batches"));
+  take_batch(next_batch_, next);
   next_wait_s_ = now_s() - t;
-  check_batch(next_batch_);
   const bool u8 = cfg_.data.output == data::Output::u8;
   net_->backend().stage_input(u8 ? static_cast<const void*>(next_batch_.pixels.data()) : next_batch_.images.data(),
                               u8 ? next_batch_.pixels.size() : next_batch_.images.size() * sizeof(float));
@@ -242,10 +242,7 @@ void Trainer::train_step() {
     std::swap(batch_, next_batch_);
     has_next_ = false;
   } else {
-    if (!train_loader_->next(batch_))
-      throw Error(str_cat("data: the training loader ended epoch ", epoch, " after ", step_ % steps_per_epoch_,
-                          " of ", steps_per_epoch_, " batches"));
-    check_batch(batch_);
+    take_batch(batch_, step_);
   }
   const double t1 = now_s();
   const double data_wait = prefetched ? next_wait_s_ : t1 - t0;

@@ -101,8 +101,9 @@ class Trainer {
   // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
   // only when something needs them: check.finite or dynamic scaling).
   size_t unscale_gradients();
-  // Throws rt::Error for a training batch of the wrong size or kind.
-  void check_batch(const data::Batch& b) const;
+  // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
+  // ends early or the batch has the wrong size or kind.
+  void take_batch(data::Batch& b, int64_t step);
   // With a backend that stages inputs: takes the next step's batch while this step's backward
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();
