@@ -65,8 +65,8 @@ class DecodeScratch {
 
 // False in a build without OpenCV: only synthetic data can be loaded then.
 bool have_image_decoder();
-// Called once by each decode thread: the loader's pool is the parallelism, so the decoder must
-// not start threads of its own.
+// Called by each decode thread before it decodes: the loader's pool is the parallelism, so the
+// decoder must not start threads of its own (set once per process; safe from any thread).
 void decode_thread_init();
 
 // Images above this many pixels (by their header) are not decoded.

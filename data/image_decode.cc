@@ -2,6 +2,7 @@
 // the output size, then flip, channel split and normalize into the batch layouts.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
@@ -15,7 +16,13 @@ DecodeScratch::~DecodeScratch() = default;
 
 bool have_image_decoder() { return true; }
 
-void decode_thread_init() { cv::setNumThreads(1); }
+// OpenCV's thread count is one process-wide setting (its TBB arena), and setting it from two
+// threads at once tears the arena down under the other and crashes: set once, by the first
+// decode thread, while the others wait.
+void decode_thread_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { cv::setNumThreads(1); });
+}
 
 void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
                        DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc) {

@@ -8,11 +8,13 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "data/dataset.h"
+#include "data/image.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "tests/counting_memory.h"
@@ -223,6 +225,16 @@ TEST(host_vector, SwapAndMoveCarryTheMemory) {
   }
   EXPECT_EQ(mem.live(), 0u);
   EXPECT_EQ(mem.allocs(), 1);
+}
+
+// Every loader's decode threads start at once; OpenCV's thread setting must survive that (set
+// concurrently, it crashed one run in a few thousand starts).
+TEST(data_loader_bad, DecodeThreadsStartingTogetherDoNotCrash) {
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<std::thread> t;
+    for (int i = 0; i < 3; ++i) t.emplace_back([] { decode_thread_init(); });
+    for (std::thread& x : t) x.join();
+  }
 }
 
 TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {
