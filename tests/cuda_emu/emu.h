@@ -1,0 +1,128 @@
+// A host emulator of the CUDA execution model, enough for the backend's own kernels (cuda/*.cu) to
+// run on a machine without a GPU, compiled by the host compiler: every block's threads run as
+// cooperative fibers on the calling thread, so __syncthreads and warp shuffles really wait for
+// the other threads, __shared__ memory is really shared by a block, and launch configurations are
+// checked against the device's limits. What it cannot show: timing, races between blocks (blocks
+// run one after another), and the library calls (cuDNN, cuBLAS), which stay untested here.
+//
+// The build force-includes this header into each kernel source after rewriting every
+// `kernel<<<grid, block, smem, stream>>>(args)` into `RT_EMU_LAUNCH(grid, block, ...)(kernel)(args)`
+// (tests/cuda_emu/cu_to_host.cmake); cuda_runtime.h then declares the runtime calls, which
+// tests/cuda_emu/runtime.cc defines on host memory.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// Under a host compiler cuda_runtime.h defines the execution-space keywords as nothing; a block's
+// shared memory becomes a function-local static, one instance that the block's fibers share (the
+// blocks of a launch run one after another, so they may reuse it).
+#undef __shared__
+#define __shared__ static
+
+namespace rt_emu {
+
+// The built-in variables of the thread now running (set by the scheduler at every switch).
+struct Builtins {
+  uint3 thread_idx{0, 0, 0};
+  uint3 block_idx{0, 0, 0};
+  dim3 block_dim{1, 1, 1};
+  dim3 grid_dim{1, 1, 1};
+};
+Builtins& builtins();
+
+// Runs body(thread) for every thread of every block of the grid, blocks in order, the threads of
+// a block as fibers. Throws rt::Error for a deadlock (a barrier some threads of the block never
+// reach) or a misuse of a warp operation. A configuration the device would refuse is not run:
+// it becomes the error cudaGetLastError returns, as on the device.
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+
+// Barriers: the block's (__syncthreads) and the running thread's warp's.
+void sync_block();
+void sync_warp();
+// The running thread's linear index in its block, and its scratch slot for warp exchanges.
+unsigned linear_thread();
+unsigned char* warp_slot(unsigned linear);
+constexpr size_t kWarpSlotBytes = 16;
+
+template <class Kernel>
+struct Launch {
+  dim3 grid, block;
+  size_t shared_bytes;
+  Kernel kernel;
+  // Kernel parameters are copied for every thread, as each device thread has its own.
+  template <class... Args>
+  void operator()(Args&&... args) {
+    std::tuple<std::decay_t<Args>...> params(std::forward<Args>(args)...);
+    run_grid(grid, block, shared_bytes, [&] { std::apply(kernel, params); });
+  }
+};
+
+struct Config {
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+  Config(dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr)
+      : grid(g), block(b), shared_bytes(smem) {}
+  template <class Kernel>
+  Launch<Kernel> operator()(Kernel k) const {
+    return {grid, block, shared_bytes, std::move(k)};
+  }
+};
+
+}  // namespace rt_emu
+
+#define RT_EMU_LAUNCH(...) ::rt_emu::Config(__VA_ARGS__)
+#define threadIdx (::rt_emu::builtins().thread_idx)
+#define blockIdx (::rt_emu::builtins().block_idx)
+#define blockDim (::rt_emu::builtins().block_dim)
+#define gridDim (::rt_emu::builtins().grid_dim)
+
+inline void __syncthreads() { ::rt_emu::sync_block(); }
+
+// The warp exchanges every lane's value, then each reads its partner's; the second barrier keeps
+// a fast lane's next shuffle from overwriting a value not yet read.
+template <class T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  static_assert(sizeof(T) <= ::rt_emu::kWarpSlotBytes && std::is_trivially_copyable_v<T>);
+  if (mask != 0xffffffffu || width != 32)
+    throw std::logic_error("cuda emulator: shuffles of full warps only");
+  const unsigned self = ::rt_emu::linear_thread();
+  std::memcpy(::rt_emu::warp_slot(self), &v, sizeof v);
+  ::rt_emu::sync_warp();
+  T r;
+  std::memcpy(&r, ::rt_emu::warp_slot((self & ~31u) | ((self & 31u) ^ unsigned(lane_mask))),
+              sizeof r);
+  ::rt_emu::sync_warp();
+  return r;
+}
+
+// One OS thread runs all fibers, so read-modify-write is atomic already.
+inline int atomicCAS(int* p, int compare, int val) {
+  const int old = *p;
+  if (old == compare) *p = val;
+  return old;
+}
+
+// Correctly rounded single operations: the host compiler neither contracts these (ISO C++ mode,
+// no FMA in baseline x86-64) nor reorders them.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+
+using std::isfinite;
+using std::isnan;

@@ -1,0 +1,209 @@
+// The emulator's scheduler: a block's threads as ucontext fibers on the calling OS thread. A fiber
+// runs until it reaches a barrier or ends; when none can run, the barriers whose threads have all
+// arrived open, and if none can open, the block is deadlocked and the launch fails.
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "nn/error.h"
+#include "tests/cuda_emu/emu.h"
+#include "tests/cuda_emu/runtime.h"
+
+namespace rt_emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 << 10;  // per fiber; kernels keep a few hundred bytes of locals
+constexpr unsigned kMaxThreads = 1024;     // per block, as every GPU since Fermi
+constexpr size_t kMaxSharedBytes = 48 << 10;
+
+enum class State { runnable, at_block_barrier, at_warp_barrier, done };
+
+struct Fiber {
+  ucontext_t ctx;
+  State state = State::runnable;
+};
+
+// Stacks for kMaxThreads fibers, reserved once per OS thread; pages are touched only as used.
+class Stacks {
+ public:
+  Stacks() {
+    base_ = mmap(nullptr, kStackBytes * kMaxThreads, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base_ == MAP_FAILED) throw rt::Error("cuda emulator: cannot reserve fiber stacks");
+  }
+  ~Stacks() { munmap(base_, kStackBytes * kMaxThreads); }
+  void* stack(unsigned i) const { return static_cast<char*>(base_) + size_t(i) * kStackBytes; }
+
+ private:
+  void* base_;
+};
+
+struct Block {
+  const std::function<void()>* body = nullptr;
+  dim3 dim;
+  unsigned threads = 0;
+  std::vector<Fiber> fibers;
+  std::vector<unsigned char> slots;  // kWarpSlotBytes per thread, for shuffles
+  ucontext_t scheduler;
+  unsigned current = 0;
+  std::exception_ptr error;
+};
+
+thread_local Builtins tl_builtins;
+thread_local Block* tl_block = nullptr;
+
+Block& block() {
+  if (!tl_block) throw rt::Error("cuda emulator: a device-only call outside a kernel");
+  return *tl_block;
+}
+
+// The fiber's entry: runs the kernel body for the current thread; an exception ends the fiber
+// and is rethrown by the scheduler (it cannot unwind past the fiber's first frame).
+void fiber_main() {
+  Block& b = *tl_block;
+  try {
+    (*b.body)();
+  } catch (...) {
+    if (!b.error) b.error = std::current_exception();
+  }
+  b.fibers[b.current].state = State::done;
+  // Returning resumes uc_link: the scheduler.
+}
+
+void set_thread(Block& b, unsigned t) {
+  b.current = t;
+  tl_builtins.thread_idx = {t % b.dim.x, (t / b.dim.x) % b.dim.y, t / (b.dim.x * b.dim.y)};
+}
+
+void wait(State s) {
+  Block& b = block();
+  const unsigned self = b.current;
+  b.fibers[self].state = s;
+  swapcontext(&b.fibers[self].ctx, &b.scheduler);  // the scheduler resumes it as `self` again
+}
+
+// Opens every barrier whose threads have all arrived; false when none could open.
+bool open_barriers(Block& b) {
+  unsigned live = 0, at_block = 0;
+  for (const Fiber& f : b.fibers) {
+    live += f.state != State::done;
+    at_block += f.state == State::at_block_barrier;
+  }
+  bool opened = false;
+  if (at_block > 0 && at_block == live) {
+    // Every thread still running waits here; threads that already ended cannot arrive, which on
+    // the device is undefined (a hang or a barrier that ignores them): an error here, unless none
+    // ended.
+    if (live != b.threads)
+      throw rt::Error(rt::str_cat("cuda emulator: __syncthreads reached by ", live, " of ",
+                                  b.threads, " threads of block (", tl_builtins.block_idx.x, ",",
+                                  tl_builtins.block_idx.y, ",", tl_builtins.block_idx.z,
+                                  "); the others had returned"));
+    for (Fiber& f : b.fibers) f.state = State::runnable;
+    return true;
+  }
+  for (unsigned w = 0; w * 32 < b.threads; ++w) {
+    const unsigned lo = w * 32, hi = std::min(b.threads, lo + 32);
+    unsigned arrived = 0;
+    for (unsigned t = lo; t < hi; ++t) arrived += b.fibers[t].state == State::at_warp_barrier;
+    // A partial warp, or lanes that ended or wait elsewhere: reported if nothing else can move.
+    if (hi - lo != 32 || arrived != 32) continue;
+    for (unsigned t = lo; t < hi; ++t) b.fibers[t].state = State::runnable;
+    opened = true;
+  }
+  return opened;
+}
+
+[[noreturn]] void deadlock(const Block& b) {
+  unsigned at_block = 0, at_warp = 0, done = 0;
+  for (const Fiber& f : b.fibers) {
+    at_block += f.state == State::at_block_barrier;
+    at_warp += f.state == State::at_warp_barrier;
+    done += f.state == State::done;
+  }
+  throw rt::Error(rt::str_cat("cuda emulator: block (", tl_builtins.block_idx.x, ",",
+                              tl_builtins.block_idx.y, ",", tl_builtins.block_idx.z,
+                              ") deadlocked: of ", b.threads, " threads ", at_block,
+                              " wait at __syncthreads, ", at_warp,
+                              " at a warp shuffle (which needs all 32 lanes), ", done, " ended"));
+}
+
+void run_block(Block& b, const Stacks& stacks) {
+  for (unsigned t = 0; t < b.threads; ++t) {
+    Fiber& f = b.fibers[t];
+    f.state = State::runnable;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stacks.stack(t);
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = &b.scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  for (;;) {
+    // Each runnable thread runs until it waits at a barrier or ends; afterwards none is runnable.
+    for (unsigned t = 0; t < b.threads; ++t) {
+      if (b.fibers[t].state != State::runnable) continue;
+      set_thread(b, t);
+      swapcontext(&b.scheduler, &b.fibers[t].ctx);
+      if (b.error) std::rethrow_exception(b.error);
+    }
+    bool all_done = true;
+    for (const Fiber& f : b.fibers) all_done = all_done && f.state == State::done;
+    if (all_done) return;
+    if (!open_barriers(b)) deadlock(b);
+  }
+}
+
+}  // namespace
+
+Builtins& builtins() { return tl_builtins; }
+
+unsigned linear_thread() { return block().current; }
+
+unsigned char* warp_slot(unsigned linear) {
+  Block& b = block();
+  if (linear >= b.threads) throw rt::Error("cuda emulator: shuffle with a lane past the block");
+  return b.slots.data() + size_t(linear) * kWarpSlotBytes;
+}
+
+void sync_block() { wait(State::at_block_barrier); }
+void sync_warp() { wait(State::at_warp_barrier); }
+
+void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void()>& body) {
+  const uint64_t threads = uint64_t(blk.x) * blk.y * blk.z;
+  // The device's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue there).
+  if (threads == 0 || threads > kMaxThreads || blk.z > 64 || grid.x == 0 || grid.y == 0 ||
+      grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
+      shared_bytes > kMaxSharedBytes) {
+    set_last_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (tl_block) throw rt::Error("cuda emulator: a launch from inside a kernel");
+  static thread_local std::unique_ptr<Stacks> stacks;
+  if (!stacks) stacks = std::make_unique<Stacks>();
+  Block b;
+  b.body = &body;
+  b.dim = blk;
+  b.threads = unsigned(threads);
+  b.fibers.resize(b.threads);
+  b.slots.resize(size_t(b.threads) * kWarpSlotBytes);
+  tl_builtins.block_dim = blk;
+  tl_builtins.grid_dim = grid;
+  tl_block = &b;
+  try {
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          tl_builtins.block_idx = {x, y, z};
+          run_block(b, *stacks);
+        }
+  } catch (...) {
+    tl_block = nullptr;
+    throw;
+  }
+  tl_block = nullptr;
+}
+
+}  // namespace rt_emu
