@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cuda/check.h"
 #include "cuda/launch.h"
@@ -34,16 +35,24 @@ __global__ void map_kernel(T* dst, const T* src, uint32_t vectors, uint32_t n, O
     if constexpr (W == 1) {
       one(v);
     } else {
+      // The 16-byte vectors are copied into element arrays, not read through a cast pointer:
+      // elements written through a T* into a uint4 are invisible to a later read of the uint4
+      // under strict aliasing (a host compiler dropped them). The copies compile to register moves.
+      static_assert(sizeof(T) * W == sizeof(uint4));
       uint4 a = reinterpret_cast<const uint4*>(dst)[v];
       uint4 b = src ? reinterpret_cast<const uint4*>(src)[v] : uint4{0, 0, 0, 0};
-      T* ea = reinterpret_cast<T*>(&a);
-      const T* eb = reinterpret_cast<const T*>(&b);
+      T ea[W], eb[W];
+      memcpy(ea, &a, sizeof a);
+      memcpy(eb, &b, sizeof b);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         const float r = op(to_f32(ea[k]), src ? to_f32(eb[k]) : 0.0f);
         if constexpr (Write) ea[k] = from_f32<T>(r);
       }
-      if constexpr (Write) reinterpret_cast<uint4*>(dst)[v] = a;
+      if constexpr (Write) {
+        memcpy(&a, ea, sizeof a);
+        reinterpret_cast<uint4*>(dst)[v] = a;
+      }
     }
   };
   map_thread(blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, vectors, W, n, vec,

@@ -67,6 +67,11 @@ const char* cudaGetErrorString(cudaError_t e) {
   }
 }
 
+// One emulated device.
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
@@ -74,6 +79,15 @@ cudaError_t cudaGetDevice(int* device) {
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Streams are names only: all work runs when queued. A distinct non-null handle per stream.
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<char*>(s);
+  return cudaSuccess;
+}
 
 // Device allocations are exact-size heap blocks (so that AddressSanitizer, where the emulator runs
 // under it, sees a kernel's out-of-bounds access), filled with kPoison.
