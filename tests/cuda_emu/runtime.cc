@@ -3,6 +3,7 @@
 #include "tests/cuda_emu/runtime.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -16,9 +17,31 @@ namespace {
 thread_local cudaError_t tl_last_error = cudaSuccess;
 std::atomic<int64_t> g_allocations{0};
 std::mutex g_mu;
-std::unordered_map<void*, size_t>& live() {
+std::unordered_map<void*, size_t>& live() {  // device allocations
   static std::unordered_map<void*, size_t> m;
   return m;
+}
+std::unordered_map<void*, size_t>& pinned() {  // page-locked host allocations
+  static std::unordered_map<void*, size_t> m;
+  return m;
+}
+// An event: when it was last recorded (work is done when queued, so recorded means complete).
+struct Event {
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;
+};
+// What p points into: the allocation's type, or none.
+cudaMemoryType memory_type(const void* p) {
+  std::lock_guard lock(g_mu);
+  auto inside = [p](const std::unordered_map<void*, size_t>& m) {
+    for (const auto& [base, bytes] : m)
+      if (p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes)
+        return true;
+    return false;
+  };
+  if (inside(live())) return cudaMemoryTypeDevice;
+  if (inside(pinned())) return cudaMemoryTypeHost;
+  return cudaMemoryTypeUnregistered;
 }
 
 }  // namespace
@@ -34,12 +57,6 @@ int64_t device_bytes_live() {
 
 }  // namespace rt_emu
 
-namespace rt::cuda {
-[[noreturn]] void throw_cuda_error(const char* file, int line, const char* call, cudaError_t e) {
-  throw Error(str_cat(file, ":", line, ": ", call, " failed: ", cudaGetErrorString(e)));
-}
-}  // namespace rt::cuda
-
 extern "C" {
 
 cudaError_t cudaGetLastError(void) {
@@ -54,6 +71,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     default: return "cudaError (emulated)";
   }
 }
@@ -63,6 +81,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     default: return "unknown error (emulated)";
   }
 }
@@ -84,16 +103,61 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) {
   *s = reinterpret_cast<cudaStream_t>(new char);
   return cudaSuccess;
 }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete reinterpret_cast<char*>(s);
   return cudaSuccess;
 }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
+  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new rt_emu::Event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<rt_emu::Event*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  if (!e) return cudaErrorInvalidResourceHandle;
+  auto* ev = reinterpret_cast<rt_emu::Event*>(e);
+  ev->recorded = true;
+  ev->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+// As the device: both events must have been recorded.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  auto* a = reinterpret_cast<rt_emu::Event*>(start);
+  auto* b = reinterpret_cast<rt_emu::Event*>(end);
+  if (!a || !b || !a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = cudaPointerAttributes{};
+  a->type = rt_emu::memory_type(p);
+  a->device = 0;
+  if (a->type == cudaMemoryTypeDevice) a->devicePointer = const_cast<void*>(p);
+  if (a->type == cudaMemoryTypeHost) a->hostPointer = const_cast<void*>(p);
+  return cudaSuccess;
+}
 
 // Device allocations are exact-size heap blocks (so that AddressSanitizer, where the emulator runs
-// under it, sees a kernel's out-of-bounds access), filled with kPoison.
+// under it, sees a kernel's out-of-bounds access), aligned to 256 bytes as cudaMalloc's are and
+// filled with kPoison.
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1);
-  if (!*p) return cudaErrorMemoryAllocation;
+  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
   std::memset(*p, rt_emu::kPoison, bytes);
   ++rt_emu::g_allocations;
   std::lock_guard lock(rt_emu::g_mu);
@@ -111,9 +175,17 @@ cudaError_t cudaFree(void* p) {
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = std::malloc(bytes ? bytes : 1);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::lock_guard lock(rt_emu::g_mu);
+  rt_emu::pinned()[*p] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  {
+    std::lock_guard lock(rt_emu::g_mu);
+    if (rt_emu::pinned().erase(p) == 0) return cudaErrorInvalidValue;
+  }
   std::free(p);
   return cudaSuccess;
 }

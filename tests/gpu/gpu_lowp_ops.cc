@@ -13,7 +13,8 @@
 //   reference rounded to the type, bit for bit;
 // - single reductions rounded once (convolution, linear, pooling, batch norm outputs): 1e-2,
 //   2.5 u, leaving room for cuDNN/cuBLAS summation orders;
-// - batch norm's dx, a difference of three reductions (cancellation): 2e-2, 5 u.
+// - batch norm's dx, a difference of three reductions (cancellation): 2e-2, 5 u, of the size of
+//   the terms rather than of dx (bn_dx_scale).
 // fp32 results (db, dgamma, dbeta, running statistics, the linear layer's dw) have no 16-bit
 // rounding and keep fixed bounds; cuDNN's dw leaves it in the 16-bit type and scales. The fp16
 // figures are derived, not yet measured on a GPU.
@@ -73,6 +74,45 @@ void expect_normalised(const std::vector<float>& got, const std::vector<float>& 
   ASSERT_EQ(got.size(), ref.size()) << what;
   for (float v : got) ASSERT_TRUE(std::isfinite(v)) << what;
   EXPECT_LE(normalised_error(got, ref), tol) << what;
+}
+
+// Batch norm's dx = gamma invstd / m (m g - sum_g - xhat sum_gxhat) is a difference of terms of
+// size |gamma| invstd |dy| that cancel almost completely when a channel has few values (with two,
+// 1 - xhat^2 = eps / (var + eps)), leaving fp32 rounding noise of the terms as large as dx itself.
+// Its error is therefore measured against the terms' size: max over channels of |gamma| invstd
+// max|dy| (NCHW host data; biased variance, as training normalises).
+double bn_dx_scale(const std::vector<float>& x, const std::vector<float>& dy,
+                   const std::vector<float>& gamma, const Shape& s, double eps) {
+  const int64_t hw = s.h * s.w, m = s.n * hw;
+  double scale = 0;
+  for (int64_t c = 0; c < s.c; ++c) {
+    double sum = 0, sq = 0, dmax = 0;
+    for (int64_t b = 0; b < s.n; ++b)
+      for (int64_t i = 0; i < hw; ++i) {
+        const size_t at = size_t((b * s.c + c) * hw + i);
+        sum += x[at];
+        dmax = std::max(dmax, std::abs(double(dy[at])));
+      }
+    const double mean = sum / double(m);
+    for (int64_t b = 0; b < s.n; ++b)
+      for (int64_t i = 0; i < hw; ++i) {
+        const double d = x[size_t((b * s.c + c) * hw + i)] - mean;
+        sq += d * d;
+      }
+    scale = std::max(scale, std::abs(double(gamma[size_t(c)])) / std::sqrt(sq / double(m) + eps) * dmax);
+  }
+  return scale;
+}
+
+void expect_within(const std::vector<float>& got, const std::vector<float>& ref, double bound,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i;
+    err = std::max(err, std::abs(double(got[i]) - double(ref[i])));
+  }
+  EXPECT_LE(err, bound) << what;
 }
 
 void expect_equal(const std::vector<float>& got, const std::vector<float>& ref,
@@ -225,7 +265,8 @@ TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
       // Statistics of exact inputs in fp32: no 16-bit rounding at all.
       expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
       expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
-      expect_normalised(b.export_act(gdx, s), dx, tol(k, 2e-2), "dx");
+      expect_within(b.export_act(gdx, s), dx, tol(k, 2e-2) * bn_dx_scale(x, dy, gamma, s, d.eps),
+                    "dx, against the size of its terms");
       expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums)");
       expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums)");
       expect_normalised(b.export_act(gye, s), ye, tol(k, 1e-2), "eval y");
