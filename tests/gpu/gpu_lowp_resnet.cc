@@ -3,12 +3,17 @@
 // through the running statistics, the backend by name, and no device allocation in a
 // steady-state step.
 //
-// Tolerances are loose and untested on hardware (no GPU where this was written): bf16
-// activations carry 8 significant bits (fp16 11) through ~20 layers, so the comparison asks for
-// the same function, not the same bits, with the bounds bf16 needs for both types: the loss
-// within 3% and every parameter's gradient pointing the same way (cosine similarity >= 0.98 per
-// tensor, >= 0.99 over the whole gradient) with a normalised max error (max |got - ref| /
-// max |ref|) of at most 0.15 per tensor.
+// These nets are small (batches of 4 and 8, batch norm over few values, ReLU masks), and their
+// gradients are sensitive: moving the weights by one rounding of the 16-bit type changes the fp32
+// reference's own gradients by several percent (the whole gradient's cosine to the unperturbed one
+// drops to about 0.99 for fp16's unit roundoff and 0.92 for bf16's), because values near a ReLU's
+// or a max's threshold switch sides. So fixed per-tensor bounds cannot hold for any correct
+// 16-bit backend; each step holds the backend to the reference's own sensitivity instead: a
+// second reference whose weights start multiplied by (1 + u N(0, 1)), u the type's unit roundoff,
+// is compared with the reference the same way, and the backend must agree with the reference at
+// least about as well: its gradient error 1 - cosine at most twice the perturbed reference's over
+// the whole gradient and eight times per tensor (or 5%), its BN running statistics and its loss
+// within twice the perturbed reference's error (or 2%, and 3% of the loss).
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -24,11 +29,12 @@
 namespace rt::cuda {
 namespace {
 
-// The storage type and its backend's name.
+// The storage type, its backend's name and its unit roundoff.
 struct Kind {
   DType dtype;
   const char* backend;
 };
+double unit_roundoff(DType t) { return t == DType::bf16 ? 0x1p-8 : 0x1p-11; }
 // gtest names the parameter by its backend.
 void PrintTo(const Kind& k, std::ostream* os) { *os << k.backend; }
 class GpuLowpResNet : public ::testing::TestWithParam<Kind> {};
@@ -95,9 +101,17 @@ std::vector<int32_t> labels_for(int64_t n, int64_t classes) {
 void expect_matches_reference(const ResNetConfig& cfg, DType t) {
   SCOPED_TRACE(cfg.name);
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
+  auto pert = build_resnet<float>(cfg, make_backend<float>("reference"));
   auto gpu = build_resnet<float>(cfg, make_cuda_lowp_backend(t));
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
   gpu->arena().params_from_host(ref->arena().params());  // the arena is device memory
+  {
+    std::vector<float> p(ref->arena().params().begin(), ref->arena().params().end());
+    std::mt19937 g(11);
+    std::normal_distribution<float> nd(0.0f, float(unit_roundoff(t)));
+    for (auto& v : p) v *= 1.0f + nd(g);
+    pert->arena().params_from_host(p);
+  }
   const auto input = random_input(ref->shape(0), 5);
   const auto labels = labels_for(cfg.batch, cfg.num_classes);
 
@@ -105,44 +119,59 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
     SCOPED_TRACE("step " + std::to_string(step));
     const double lr = ref->forward(input.data(), labels.data(), true);
     const double lg = gpu->forward(input.data(), labels.data(), true);
-    EXPECT_NEAR(lg, lr, 3e-2 * std::max(1.0, std::abs(lr)));
+    const double lp = pert->forward(input.data(), labels.data(), true);
+    EXPECT_LE(std::abs(lg - lr), std::max(3e-2 * std::max(1.0, std::abs(lr)), 2 * std::abs(lp - lr)))
+        << "loss " << lg << ", reference " << lr << ", perturbed reference " << lp;
 
     size_t last_ready = 0;
     ref->backward();
+    pert->backward();
     gpu->backward([&](size_t n) { last_ready = n; }, 128.0);
     EXPECT_EQ(last_ready, gpu->arena().size());
     std::vector<float> gr(ref->arena().grads().begin(), ref->arena().grads().end());
-    for (auto& v : gr) v *= 128.0f;  // the reference ran without loss scaling
+    std::vector<float> gq(pert->arena().grads().begin(), pert->arena().grads().end());
+    for (auto& v : gr) v *= 128.0f;  // the references ran without loss scaling
+    for (auto& v : gq) v *= 128.0f;
     std::vector<float> gg(gr.size()), sg(ref->arena().state().size());
     gpu->arena().grads_to_host(gg);
     gpu->arena().state_to_host(sg);
+    const Agreement own = agreement(gq, gr), got = agreement(gg, gr);
+    EXPECT_LE(1 - got.cosine, 2 * (1 - own.cosine) + 1e-3)
+        << "whole gradient: cosine " << got.cosine << ", the perturbed reference's " << own.cosine;
+    // Per tensor, against the perturbed reference's error on that tensor (a single sample of it,
+    // hence the wider factor and the floor).
     for (const ParamInfo& p : ref->arena().layout()) {
-      const Agreement a = agreement(std::span<const float>(gg).subspan(p.offset, p.count),
-                                    std::span<const float>(gr).subspan(p.offset, p.count));
-      EXPECT_GE(a.cosine, 0.98) << p.name;
-      EXPECT_LE(a.normalised_max, 0.15) << p.name;
+      auto part = [&](const std::vector<float>& v) {
+        return std::span<const float>(v).subspan(p.offset, p.count);
+      };
+      const double a = agreement(part(gg), part(gr)).cosine, b = agreement(part(gq), part(gr)).cosine;
+      EXPECT_LE(1 - a, std::max(5e-2, 8 * (1 - b))) << p.name << ": perturbed reference's cosine " << b;
     }
-    EXPECT_GE(agreement(gg, gr).cosine, 0.99) << "whole gradient";
-    const Agreement st = agreement(sg, ref->arena().state());
-    EXPECT_LE(st.normalised_max, 2e-2) << "BN running statistics";
+    const double st_own = agreement(pert->arena().state(), ref->arena().state()).normalised_max;
+    EXPECT_LE(agreement(sg, ref->arena().state()).normalised_max, std::max(2e-2, 2 * st_own))
+        << "BN running statistics";
 
-    // Both take the same plain SGD step on their gradients (the 16-bit one's scaled back).
+    // All take the same plain SGD step on their gradients (the 16-bit one's scaled back).
     HostView<float> gp = gpu->arena().host_params();
     for (size_t i = 0; i < gr.size(); ++i) {
       ref->arena().params()[i] -= 0.01f * ref->arena().grads()[i];
+      pert->arena().params()[i] -= 0.01f * pert->arena().grads()[i];
       gp[i] -= 0.01f * gg[i] / 128.0f;
     }
     gp.commit();
   }
   ref->forward(input.data(), nullptr, false);
+  pert->forward(input.data(), nullptr, false);
   gpu->forward(input.data(), nullptr, false);
   const size_t nl = size_t(ref->shape(ref->logits()).numel());
-  std::vector<float> zr(nl), zg(nl);
+  std::vector<float> zr(nl), zp(nl), zg(nl);
   ref->export_tensor(ref->logits(), zr.data());
+  pert->export_tensor(pert->logits(), zp.data());
   gpu->export_tensor(gpu->logits(), zg.data());
-  const Agreement ev = agreement(zg, zr);
-  EXPECT_GE(ev.cosine, 0.99) << "eval logits";
-  EXPECT_LE(ev.normalised_max, 0.1) << "eval logits";
+  const Agreement ev = agreement(zg, zr), own = agreement(zp, zr);
+  // The direction only: after two steps single logits of these small nets swing by more than
+  // their size under the perturbation alone.
+  EXPECT_LE(1 - ev.cosine, std::max(1e-2, 2 * (1 - own.cosine))) << "eval logits";
 }
 
 TEST_P(GpuLowpResNet, Resnet20MatchesReference) {

@@ -1,0 +1,479 @@
+// The part of cuDNN's legacy API the backend calls, emulated on the host by direct loops in double:
+// 4-D tensor and filter descriptors (NCHW or NHWC, float / half / bfloat16), 2-D
+// cross-correlation forward and both gradients, the bias add and its gradient, spatial batch
+// norm. Semantics as cuDNN documents them: results are alpha * op + beta * old, and the old value
+// is not read when beta is 0 (new device memory is NaN here, so reading it would show); the
+// algorithm queries offer one algorithm that needs kWorkspace bytes of workspace, and a call given
+// less, or none, fails with CUDNN_STATUS_BAD_PARAM. What it does not reproduce: cuDNN's own
+// summation order and fp32 accumulation (it is more exact), and its speed.
+#include <cudnn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tests/cuda_emu/elements.h"
+
+struct cudnnContext {};
+struct cudnnTensorStruct {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  bool nhwc = false;
+  int n = 0, c = 0, h = 0, w = 0;
+  int64_t at(int b, int ch, int y, int x) const {
+    return nhwc ? ((int64_t(b) * h + y) * w + x) * c + ch : ((int64_t(b) * c + ch) * h + y) * w + x;
+  }
+  int64_t count() const { return int64_t(n) * c * h * w; }
+};
+struct cudnnFilterStruct : cudnnTensorStruct {};  // n = k (outputs), c = inputs, h x w kernel
+struct cudnnConvolutionStruct {
+  int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+namespace {
+
+using rt_emu::load;
+using rt_emu::store;
+
+constexpr size_t kWorkspace = 4096;
+cudnnContext g_context;
+
+cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f, cudnnDataType_t type, int n,
+                         int c, int h, int w) {
+  if (!t || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
+  if (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_HALF && type != CUDNN_DATA_BFLOAT16)
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  t->type = type;
+  t->nhwc = f == CUDNN_TENSOR_NHWC;
+  t->n = n, t->c = c, t->h = h, t->w = w;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+float scalar(const void* p) { return *static_cast<const float*>(p); }
+
+// out[i] = alpha * v + beta * out[i], without reading out[i] when beta is 0.
+void blend(cudnnDataType_t type, void* out, int64_t i, double v, float alpha, float beta) {
+  double r = double(alpha) * v;
+  if (beta != 0) r += double(beta) * double(load(type, out, i));
+  store(type, out, i, float(r));
+}
+
+// Output size and the geometry checks cuDNN makes; false when the descriptors disagree.
+bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
+              const cudnnFilterStruct* w, const cudnnTensorStruct* y) {
+  if (!cv || !x || !w || !y || x->c != w->c || x->n != y->n || y->c != w->n) return false;
+  const int oh = (x->h + 2 * cv->pad_h - cv->dil_h * (w->h - 1) - 1) / cv->u + 1;
+  const int ow = (x->w + 2 * cv->pad_w - cv->dil_w * (w->w - 1) - 1) / cv->v + 1;
+  return oh == y->h && ow == y->w && cv->mode == CUDNN_CROSS_CORRELATION;
+}
+
+// Calls f(b, k, oy, ox, ch, iy, ix, r, s) for every product of the convolution that touches the
+// input (padding contributes zeros).
+template <class F>
+void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
+                  const cudnnFilterStruct* w, const cudnnTensorStruct* y, F&& f) {
+  for (int b = 0; b < y->n; ++b)
+    for (int k = 0; k < y->c; ++k)
+      for (int oy = 0; oy < y->h; ++oy)
+        for (int ox = 0; ox < y->w; ++ox)
+          for (int ch = 0; ch < w->c; ++ch)
+            for (int r = 0; r < w->h; ++r) {
+              const int iy = oy * cv->u - cv->pad_h + r * cv->dil_h;
+              if (iy < 0 || iy >= x->h) continue;
+              for (int s = 0; s < w->w; ++s) {
+                const int ix = ox * cv->v - cv->pad_w + s * cv->dil_w;
+                if (ix >= 0 && ix < x->w) f(b, k, oy, ox, ch, iy, ix, r, s);
+              }
+            }
+}
+
+bool workspace_ok(const void* ws, size_t bytes) { return ws && bytes >= kWorkspace; }
+
+template <class Perf, class Algo>
+cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* returned, Perf* perf) {
+  if (!cv || requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
+  perf[0] = Perf{};
+  perf[0].algo = Algo(0);
+  perf[0].status = CUDNN_STATUS_SUCCESS;
+  perf[0].time = 1.0f;
+  perf[0].memory = kWorkspace;
+  perf[0].determinism = CUDNN_DETERMINISTIC;
+  perf[0].mathType = cv->math;
+  *returned = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// Per-channel batch statistics of x (spatial mode): mean and biased variance, in double.
+void channel_stats(const cudnnTensorStruct* x, const void* xp, int ch, double* mean, double* var) {
+  double s = 0, sq = 0;
+  const double m = double(x->n) * x->h * x->w;
+  for (int b = 0; b < x->n; ++b)
+    for (int i = 0; i < x->h; ++i)
+      for (int j = 0; j < x->w; ++j) s += load(x->type, xp, x->at(b, ch, i, j));
+  *mean = s / m;
+  for (int b = 0; b < x->n; ++b)
+    for (int i = 0; i < x->h; ++i)
+      for (int j = 0; j < x->w; ++j) {
+        const double d = load(x->type, xp, x->at(b, ch, i, j)) - *mean;
+        sq += d * d;
+      }
+  *var = sq / m;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
+  *h = &g_context;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_SUCCESS; }
+const char* cudnnGetErrorString(cudnnStatus_t s) {
+  switch (s) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM (emulated cuDNN)";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED (emulated cuDNN)";
+    default: return "cuDNN error (emulated cuDNN)";
+  }
+}
+
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* t) {
+  *t = new cudnnTensorStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t t) {
+  delete t;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* f) {
+  *f = new cudnnFilterStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t f) {
+  delete f;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* c) {
+  *c = new cudnnConvolutionStruct;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t c) {
+  delete c;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t t, cudnnTensorFormat_t f,
+                                         cudnnDataType_t type, int n, int c, int h, int w) {
+  return set_tensor(t, f, type, n, c, h, w);
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t f, int k, int c, int h, int w) {
+  return set_tensor(d, f, type, k, c, h, w);
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t c, int pad_h,
+                                              int pad_w, int u, int v, int dil_h, int dil_w,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute) {
+  if (!c || pad_h < 0 || pad_w < 0 || u <= 0 || v <= 0 || dil_h <= 0 || dil_w <= 0)
+    return CUDNN_STATUS_BAD_PARAM;
+  if (compute != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+  c->pad_h = pad_h, c->pad_w = pad_w, c->u = u, c->v = v, c->dil_h = dil_h, c->dil_w = dil_w;
+  c->mode = mode;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t c, cudnnMathType_t m) {
+  if (!c) return CUDNN_STATUS_BAD_PARAM;
+  c->math = m;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t cv,
+                                                    const cudnnTensorDescriptor_t x,
+                                                    const cudnnFilterDescriptor_t w, int* n, int* c,
+                                                    int* h, int* wo) {
+  if (!cv || !x || !w || x->c != w->c) return CUDNN_STATUS_BAD_PARAM;
+  *n = x->n;
+  *c = w->n;
+  *h = (x->h + 2 * cv->pad_h - cv->dil_h * (w->h - 1) - 1) / cv->u + 1;
+  *wo = (x->w + 2 * cv->pad_w - cv->dil_w * (w->w - 1) - 1) / cv->v + 1;
+  return *h > 0 && *wo > 0 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, int* n) {
+  *n = 1;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
+    cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int req, int* got,
+    cudnnConvolutionFwdAlgoPerf_t* p) {
+  if (!geometry(cv, x, w, y)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(cv, req, got, p);
+}
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int req, int* got,
+    cudnnConvolutionFwdAlgoPerf_t* p) {
+  return cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, cv, y, req, got, p);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int req,
+    int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+  if (!geometry(cv, dx, w, dy)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(cv, req, got, p);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
+    cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int req,
+    int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+  return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, cv, dx, req, got, p);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int req,
+    int* got, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+  if (!geometry(cv, x, dw, dy)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(cv, req, got,
+                                                                                     p);
+}
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
+    const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int req,
+    int* got, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
+  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, cv, dw, req, got, p);
+}
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnnTensorDescriptor_t,
+                                                      const cudnnFilterDescriptor_t,
+                                                      const cudnnConvolutionDescriptor_t,
+                                                      const cudnnTensorDescriptor_t,
+                                                      cudnnConvolutionFwdAlgo_t, size_t* bytes) {
+  *bytes = kWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,
+    cudnnConvolutionBwdDataAlgo_t, size_t* bytes) {
+  *bytes = kWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnConvolutionDescriptor_t, const cudnnFilterDescriptor_t,
+    cudnnConvolutionBwdFilterAlgo_t, size_t* bytes) {
+  *bytes = kWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
+                                      const cudnnTensorDescriptor_t xd, const void* x,
+                                      const cudnnFilterDescriptor_t wd, const void* w,
+                                      const cudnnConvolutionDescriptor_t cv,
+                                      cudnnConvolutionFwdAlgo_t, void* ws, size_t ws_bytes,
+                                      const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
+  if (!geometry(cv, xd, wd, yd) || !workspace_ok(ws, ws_bytes) || xd->type != yd->type ||
+      wd->type != xd->type)
+    return CUDNN_STATUS_BAD_PARAM;
+  std::vector<double> acc(size_t(yd->count()), 0.0);
+  each_product(cv, xd, wd, yd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+    acc[size_t(yd->at(b, k, oy, ox))] +=
+        double(load(xd->type, x, xd->at(b, ch, iy, ix))) * load(wd->type, w, wd->at(k, ch, r, s));
+  });
+  for (int64_t i = 0; i < yd->count(); ++i)
+    blend(yd->type, y, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
+                                           const cudnnFilterDescriptor_t wd, const void* w,
+                                           const cudnnTensorDescriptor_t dyd, const void* dy,
+                                           const cudnnConvolutionDescriptor_t cv,
+                                           cudnnConvolutionBwdDataAlgo_t, void* ws, size_t ws_bytes,
+                                           const void* beta, const cudnnTensorDescriptor_t dxd,
+                                           void* dx) {
+  if (!geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
+  std::vector<double> acc(size_t(dxd->count()), 0.0);
+  each_product(cv, dxd, wd, dyd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+    acc[size_t(dxd->at(b, ch, iy, ix))] +=
+        double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) * load(wd->type, w, wd->at(k, ch, r, s));
+  });
+  for (int64_t i = 0; i < dxd->count(); ++i)
+    blend(dxd->type, dx, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
+                                             const cudnnTensorDescriptor_t xd, const void* x,
+                                             const cudnnTensorDescriptor_t dyd, const void* dy,
+                                             const cudnnConvolutionDescriptor_t cv,
+                                             cudnnConvolutionBwdFilterAlgo_t, void* ws,
+                                             size_t ws_bytes, const void* beta,
+                                             const cudnnFilterDescriptor_t dwd, void* dw) {
+  if (!geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
+  std::vector<double> acc(size_t(dwd->count()), 0.0);
+  each_product(cv, xd, dwd, dyd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+    acc[size_t(dwd->at(k, ch, r, s))] +=
+        double(load(xd->type, x, xd->at(b, ch, iy, ix))) * load(dyd->type, dy, dyd->at(b, k, oy, ox));
+  });
+  for (int64_t i = 0; i < dwd->count(); ++i)
+    blend(dwd->type, dw, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// C = alpha * A + beta * C, A broadcast over the dimensions where it has size 1.
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t, const void* alpha, const cudnnTensorDescriptor_t ad,
+                             const void* a, const void* beta, const cudnnTensorDescriptor_t cd,
+                             void* c) {
+  if (!ad || !cd) return CUDNN_STATUS_BAD_PARAM;
+  auto fits = [](int da, int dc) { return da == dc || da == 1; };
+  if (!fits(ad->n, cd->n) || !fits(ad->c, cd->c) || !fits(ad->h, cd->h) || !fits(ad->w, cd->w))
+    return CUDNN_STATUS_BAD_PARAM;
+  for (int b = 0; b < cd->n; ++b)
+    for (int ch = 0; ch < cd->c; ++ch)
+      for (int i = 0; i < cd->h; ++i)
+        for (int j = 0; j < cd->w; ++j) {
+          const double v = load(ad->type, a, ad->at(ad->n == 1 ? 0 : b, ad->c == 1 ? 0 : ch,
+                                                     ad->h == 1 ? 0 : i, ad->w == 1 ? 0 : j));
+          blend(cd->type, c, cd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
+        }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t, const void* alpha,
+                                           const cudnnTensorDescriptor_t dyd, const void* dy,
+                                           const void* beta, const cudnnTensorDescriptor_t dbd,
+                                           void* db) {
+  if (!dyd || !dbd || dbd->c != dyd->c || dbd->count() != dbd->c) return CUDNN_STATUS_BAD_PARAM;
+  for (int ch = 0; ch < dyd->c; ++ch) {
+    double s = 0;
+    for (int b = 0; b < dyd->n; ++b)
+      for (int i = 0; i < dyd->h; ++i)
+        for (int j = 0; j < dyd->w; ++j) s += load(dyd->type, dy, dyd->at(b, ch, i, j));
+    blend(dbd->type, db, ch, s, scalar(alpha), scalar(beta));
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t d,
+                                            const cudnnTensorDescriptor_t x,
+                                            cudnnBatchNormMode_t mode) {
+  if (!d || !x) return CUDNN_STATUS_BAD_PARAM;
+  if (mode != CUDNN_BATCHNORM_SPATIAL) return CUDNN_STATUS_NOT_SUPPORTED;
+  return set_tensor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, x->c, 1, 1);
+}
+
+// Spatial mode: statistics per channel over N, H, W; running variance with the unbiased batch
+// variance; saved mean and inverse standard deviation for the backward pass.
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
+    const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, double factor,
+    void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
+    return CUDNN_STATUS_BAD_PARAM;
+  if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
+  const double m = double(xd->n) * xd->h * xd->w;
+  if (m <= 1) return CUDNN_STATUS_BAD_PARAM;
+  for (int ch = 0; ch < xd->c; ++ch) {
+    double mean, var;
+    channel_stats(xd, x, ch, &mean, &var);
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
+    for (int b = 0; b < xd->n; ++b)
+      for (int i = 0; i < xd->h; ++i)
+        for (int j = 0; j < xd->w; ++j) {
+          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd * g + b0;
+          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
+        }
+    if (running_mean)
+      store(pd->type, running_mean, ch,
+            float((1 - factor) * load(pd->type, running_mean, ch) + factor * mean));
+    if (running_var)
+      store(pd->type, running_var, ch,
+            float((1 - factor) * load(pd->type, running_var, ch) + factor * var * m / (m - 1)));
+    if (save_mean) store(pd->type, save_mean, ch, float(mean));
+    if (save_invstd) store(pd->type, save_invstd, ch, float(invstd));
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
+    const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, const void* mean,
+    const void* var, double eps) {
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
+    return CUDNN_STATUS_BAD_PARAM;
+  if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
+  for (int ch = 0; ch < xd->c; ++ch) {
+    const double mu = load(pd->type, mean, ch);
+    const double invstd = 1.0 / std::sqrt(double(load(pd->type, var, ch)) + eps);
+    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
+    for (int b = 0; b < xd->n; ++b)
+      for (int i = 0; i < xd->h; ++i)
+        for (int j = 0; j < xd->w; ++j) {
+          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mu) * invstd * g + b0;
+          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
+        }
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
+    const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd,
+    const void* x, const cudnnTensorDescriptor_t dyd, const void* dy,
+    const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
+    const void* scale, void* dscale, void* dbias, double eps, const void* saved_mean,
+    const void* saved_invstd) {
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c)
+    return CUDNN_STATUS_BAD_PARAM;
+  if ((saved_mean == nullptr) != (saved_invstd == nullptr)) return CUDNN_STATUS_BAD_PARAM;
+  const double m = double(xd->n) * xd->h * xd->w;
+  for (int ch = 0; ch < xd->c; ++ch) {
+    double mean, invstd;
+    if (saved_mean) {
+      mean = load(pd->type, saved_mean, ch);
+      invstd = load(pd->type, saved_invstd, ch);
+    } else {
+      double var;
+      channel_stats(xd, x, ch, &mean, &var);
+      invstd = 1.0 / std::sqrt(var + eps);
+    }
+    double sum_g = 0, sum_gx = 0;
+    for (int b = 0; b < xd->n; ++b)
+      for (int i = 0; i < xd->h; ++i)
+        for (int j = 0; j < xd->w; ++j) {
+          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
+          sum_g += g;
+          sum_gx += g * (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
+        }
+    const double gamma = load(pd->type, scale, ch);
+    for (int b = 0; b < xd->n; ++b)
+      for (int i = 0; i < xd->h; ++i)
+        for (int j = 0; j < xd->w; ++j) {
+          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
+          const double xhat = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
+          const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
+          blend(dxd->type, dx, dxd->at(b, ch, i, j), v, scalar(alpha_data), scalar(beta_data));
+        }
+    blend(pd->type, dscale, ch, sum_gx, scalar(alpha_param), scalar(beta_param));
+    blend(pd->type, dbias, ch, sum_g, scalar(alpha_param), scalar(beta_param));
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"
