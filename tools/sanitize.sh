@@ -4,6 +4,9 @@
 #   tools/sanitize.sh thread    TSan, build-tsan/: the tests that run threads (comm thread, data
 #                               threads, trainer); oneDNN's OpenMP is not instrumented, so the
 #                               pure-compute tests stay out of this build's run
+#   tools/sanitize.sh emulator  ASan + UBSan, build-asan-emu/: the CUDA backend's kernels and host
+#                               code under the CUDA emulator (tests/cuda_emu; needs the toolkit's
+#                               headers), so out-of-bounds kernel accesses and leaks show
 # Extra arguments go to ctest (e.g. -R allreduce).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +14,18 @@ kind=${1:?usage: tools/sanitize.sh address|thread [ctest args]}; shift
 case $kind in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;
-  *) echo "sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
+  emulator) dir=build-asan-emu ;;
+  *) echo "sanitize.sh: unknown sanitizer '$kind' (address, thread or emulator)" >&2; exit 2 ;;
 esac
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+if [[ $kind == emulator ]]; then
+  # Only the emulator's targets: the real cuda/ library (nvcc) is neither needed nor sanitized.
+  cmake -S . -B $dir -G Ninja -DRT_SANITIZE=address -DRT_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
+  cmake --build $dir --target cuda_emu_tests
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $dir -R "^emu" --output-on-failure "$@"
+  exit
+fi
 # cuDNN/cuBLAS are not built with sanitizers and the GPU tests can only skip here: CPU code only.
 # -O1 -g1 (line tables) as the sanitizers' own docs advise: symbolized stacks at half -O2 -g's
 # compile time, which dominates this build.
@@ -20,7 +33,6 @@ cmake -S . -B $dir -G Ninja -DRT_SANITIZE=$kind -DRT_CUDA=OFF -DCMAKE_BUILD_TYPE
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build $dir
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [[ $kind == address ]]; then
   # Leaks are checked where we own the whole process; OpenMPI's components are dlclose()d at
   # MPI_Finalize, so its init-time allocations show up as unsymbolizable leaks under mpirun.
