@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda_emu/elements.h"
@@ -88,6 +89,22 @@ void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
                 if (ix >= 0 && ix < x->w) f(b, k, oy, ox, ch, iy, ix, r, s);
               }
             }
+}
+
+// One direction of the convolution: term(b, k, oy, ox, ch, iy, ix, r, s) gives the element of
+// `out` a product goes to and its value; the sums, in double, are then blended into out.
+template <class Term>
+void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
+              const cudnnFilterStruct* w, const cudnnTensorStruct* y,
+              const cudnnTensorStruct* out_d, void* out, const void* alpha, const void* beta,
+              Term&& term) {
+  std::vector<double> acc(size_t(out_d->count()), 0.0);
+  each_product(cv, x, w, y, [&](auto... i) {
+    const auto [at, v] = term(i...);
+    acc[size_t(at)] += v;
+  });
+  for (int64_t i = 0; i < out_d->count(); ++i)
+    blend(out_d->type, out, i, acc[size_t(i)], scalar(alpha), scalar(beta));
 }
 
 bool workspace_ok(const void* ws, size_t bytes) { return ws && bytes >= kWorkspace; }
@@ -287,13 +304,11 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
   if (!geometry(cv, xd, wd, yd) || !workspace_ok(ws, ws_bytes) || xd->type != yd->type ||
       wd->type != xd->type)
     return CUDNN_STATUS_BAD_PARAM;
-  std::vector<double> acc(size_t(yd->count()), 0.0);
-  each_product(cv, xd, wd, yd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-    acc[size_t(yd->at(b, k, oy, ox))] +=
-        double(load(xd->type, x, xd->at(b, ch, iy, ix))) * load(wd->type, w, wd->at(k, ch, r, s));
-  });
-  for (int64_t i = 0; i < yd->count(); ++i)
-    blend(yd->type, y, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  convolve(cv, xd, wd, yd, yd, y, alpha, beta,
+           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+             return std::pair{yd->at(b, k, oy, ox), double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
+                                                        load(wd->type, w, wd->at(k, ch, r, s))};
+           });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -305,13 +320,11 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
                                            const void* beta, const cudnnTensorDescriptor_t dxd,
                                            void* dx) {
   if (!geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
-  std::vector<double> acc(size_t(dxd->count()), 0.0);
-  each_product(cv, dxd, wd, dyd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-    acc[size_t(dxd->at(b, ch, iy, ix))] +=
-        double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) * load(wd->type, w, wd->at(k, ch, r, s));
-  });
-  for (int64_t i = 0; i < dxd->count(); ++i)
-    blend(dxd->type, dx, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  convolve(cv, dxd, wd, dyd, dxd, dx, alpha, beta,
+           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+             return std::pair{dxd->at(b, ch, iy, ix), double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) *
+                                                          load(wd->type, w, wd->at(k, ch, r, s))};
+           });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -323,13 +336,11 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
                                              size_t ws_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwd, void* dw) {
   if (!geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
-  std::vector<double> acc(size_t(dwd->count()), 0.0);
-  each_product(cv, xd, dwd, dyd, [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-    acc[size_t(dwd->at(k, ch, r, s))] +=
-        double(load(xd->type, x, xd->at(b, ch, iy, ix))) * load(dyd->type, dy, dyd->at(b, k, oy, ox));
-  });
-  for (int64_t i = 0; i < dwd->count(); ++i)
-    blend(dwd->type, dw, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  convolve(cv, xd, dwd, dyd, dwd, dw, alpha, beta,
+           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+             return std::pair{dwd->at(k, ch, r, s), double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
+                                                        load(dyd->type, dy, dyd->at(b, k, oy, ox))};
+           });
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "cuda/check.h"
@@ -13,6 +14,17 @@
 namespace {
 
 constexpr int kBlock = 256;
+
+// Runs f, which must throw rt::Error with `text` in its message.
+template <class F>
+void expect_error(F&& f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one saying: " << text;
+  } catch (const rt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
 
 // Each thread publishes its index, then reads its neighbour's: correct only if the barrier held
 // every thread back until all had written.
@@ -75,53 +87,37 @@ TEST(emu_scheduler, ParametersAreCopiedPerThread) {
 }
 
 TEST(emu_scheduler, BarrierAfterSomeThreadsReturnedFails) {
-  auto run = [] {
-    RT_EMU_LAUNCH(2, 64)([] {
-      if (threadIdx.x == 5) return;
-      __syncthreads();
-    })();
-  };
-  try {
-    run();
-    FAIL() << "no error";
-  } catch (const rt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("__syncthreads reached by 63 of 64"), std::string::npos)
-        << e.what();
-  }
+  expect_error(
+      [] {
+        RT_EMU_LAUNCH(2, 64)([] {
+          if (threadIdx.x == 5) return;
+          __syncthreads();
+        })();
+      },
+      "__syncthreads reached by 63 of 64");
 }
 
 // The second warp takes the other branch, finishes its shuffle and ends; the first warp's barrier
 // then waits for threads that are gone.
 TEST(emu_scheduler, BarrierInADivergentBranchFails) {
-  auto run = [] {
-    RT_EMU_LAUNCH(1, 64)([] {
-      if (threadIdx.x < 32) {
-        __syncthreads();
-      } else {
-        __shfl_xor_sync(0xffffffffu, 1, 1);
-      }
-    })();
-  };
-  try {
-    run();
-    FAIL() << "no error";
-  } catch (const rt::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("__syncthreads reached by 32 of 64"), std::string::npos)
-        << e.what();
-  }
+  expect_error(
+      [] {
+        RT_EMU_LAUNCH(1, 64)([] {
+          if (threadIdx.x < 32) {
+            __syncthreads();
+          } else {
+            __shfl_xor_sync(0xffffffffu, 1, 1);
+          }
+        })();
+      },
+      "__syncthreads reached by 32 of 64");
 }
 
+// The full first warp exchanged and ended; the 16 lanes of the second wait for 16 more.
 TEST(emu_scheduler, ShuffleInAPartialWarpDeadlocks) {
-  try {
-    RT_EMU_LAUNCH(1, 48)([] { __shfl_xor_sync(0xffffffffu, 1.0f, 1); })();
-    FAIL() << "no error";
-  } catch (const rt::Error& e) {
-    // The full first warp exchanged and ended; the 16 lanes of the second wait for 16 more.
-    EXPECT_NE(std::string(e.what()).find("deadlocked: of 48 threads 0 wait at __syncthreads, 16 at "
-                                         "a warp shuffle (which needs all 32 lanes), 32 ended"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([] { RT_EMU_LAUNCH(1, 48)([] { __shfl_xor_sync(0xffffffffu, 1.0f, 1); })(); },
+               "deadlocked: of 48 threads 0 wait at __syncthreads, 16 at a warp shuffle (which "
+               "needs all 32 lanes), 32 ended");
 }
 
 TEST(emu_scheduler, ConfigurationsTheDeviceRefusesFailAtTheLaunchCheck) {
@@ -129,12 +125,7 @@ TEST(emu_scheduler, ConfigurationsTheDeviceRefusesFailAtTheLaunchCheck) {
     int ran = 0;
     RT_EMU_LAUNCH(1, block)([&] { ++ran; })();
     EXPECT_EQ(ran, 0);
-    try {
-      CUDA_CHECK_LAUNCH();
-      FAIL() << "no error for block " << block.x << "x" << block.y << "x" << block.z;
-    } catch (const rt::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("invalid configuration"), std::string::npos) << e.what();
-    }
+    expect_error([] { CUDA_CHECK_LAUNCH(); }, "invalid configuration");
   }
   RT_EMU_LAUNCH(dim3(1, 65536), 32)([] {})();
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
