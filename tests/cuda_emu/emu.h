@@ -22,13 +22,15 @@
 #include <stdexcept>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 // Under a host compiler cuda_runtime.h defines the execution-space keywords as nothing; a block's
-// shared memory becomes a function-local static, one instance that the block's fibers share (the
-// blocks of a launch run one after another, so they may reuse it).
+// shared memory becomes a function-local static, one instance per OS thread that the block's
+// fibers share (the blocks of a launch run one after another, so they may reuse it; launches from
+// other threads, such as a communication thread's, have their own).
 #undef __shared__
-#define __shared__ static
+#define __shared__ static thread_local
 
 namespace rt_emu {
 
@@ -42,10 +44,12 @@ struct Builtins {
 Builtins& builtins();
 
 // Runs body(thread) for every thread of every block of the grid, blocks in order, the threads of
-// a block as fibers. Throws rt::Error for a deadlock (a barrier some threads of the block never
-// reach) or a misuse of a warp operation. A configuration the device would refuse is not run:
-// it becomes the error cudaGetLastError returns, as on the device.
-void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+// a block as fibers (or, for a kernel whose first launch reached no barrier, one after another).
+// `kernel` identifies the kernel. Throws rt::Error for a deadlock (a barrier some threads of the
+// block never reach) or a misuse of a warp operation. A configuration the device would refuse is
+// not run: it becomes the error cudaGetLastError returns, as on the device.
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body,
+              const std::type_info& kernel);
 
 // Barriers: the block's (__syncthreads) and the running thread's warp's.
 void sync_block();
@@ -64,7 +68,7 @@ struct Launch {
   template <class... Args>
   void operator()(Args&&... args) {
     std::tuple<std::decay_t<Args>...> params(std::forward<Args>(args)...);
-    run_grid(grid, block, shared_bytes, [&] { std::apply(kernel, params); });
+    run_grid(grid, block, shared_bytes, [&] { std::apply(kernel, params); }, typeid(Kernel));
   }
 };
 

@@ -6,6 +6,9 @@
 
 #include <exception>
 #include <memory>
+#include <mutex>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 #include "nn/error.h"
@@ -50,7 +53,19 @@ struct Block {
   ucontext_t scheduler;
   unsigned current = 0;
   std::exception_ptr error;
+  bool direct = false;  // threads run one after another on the calling thread, no fibers
+  bool waited = false;  // some thread reached a barrier
 };
+
+// Whether each kernel (by the type of its launch) reached a barrier in its first launch, which
+// runs as fibers. Later launches of a kernel that did not run its threads straight on the calling
+// thread, one after another: switching fibers costs system calls, and most kernels never wait. A
+// kernel that then reaches a barrier after all fails its launch instead of running wrongly.
+std::mutex g_kernels_mu;
+std::unordered_map<std::type_index, bool>& uses_barriers() {
+  static std::unordered_map<std::type_index, bool> m;
+  return m;
+}
 
 thread_local Builtins tl_builtins;
 thread_local Block* tl_block = nullptr;
@@ -80,6 +95,10 @@ void set_thread(Block& b, unsigned t) {
 
 void wait(State s) {
   Block& b = block();
+  if (b.direct)
+    throw rt::Error("cuda emulator: a kernel that reached no barrier in its first launch reached "
+                    "one in a later launch; run it first where it waits");
+  b.waited = true;
   const unsigned self = b.current;
   b.fibers[self].state = s;
   swapcontext(&b.fibers[self].ctx, &b.scheduler);  // the scheduler resumes it as `self` again
@@ -132,6 +151,13 @@ bool open_barriers(Block& b) {
 }
 
 void run_block(Block& b, const Stacks& stacks) {
+  if (b.direct) {
+    for (unsigned t = 0; t < b.threads; ++t) {
+      set_thread(b, t);
+      (*b.body)();
+    }
+    return;
+  }
   for (unsigned t = 0; t < b.threads; ++t) {
     Fiber& f = b.fibers[t];
     f.state = State::runnable;
@@ -171,7 +197,8 @@ unsigned char* warp_slot(unsigned linear) {
 void sync_block() { wait(State::at_block_barrier); }
 void sync_warp() { wait(State::at_warp_barrier); }
 
-void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void()>& body) {
+void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void()>& body,
+              const std::type_info& kernel) {
   const uint64_t threads = uint64_t(blk.x) * blk.y * blk.z;
   // The device's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue there).
   if (threads == 0 || threads > kMaxThreads || blk.z > 64 || grid.x == 0 || grid.y == 0 ||
@@ -184,6 +211,13 @@ void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void
   static thread_local std::unique_ptr<Stacks> stacks;
   if (!stacks) stacks = std::make_unique<Stacks>();
   Block b;
+  bool known = false;
+  {
+    std::lock_guard lock(g_kernels_mu);
+    const auto it = uses_barriers().find(kernel);
+    known = it != uses_barriers().end();
+    b.direct = known && !it->second;
+  }
   b.body = &body;
   b.dim = blk;
   b.threads = unsigned(threads);
@@ -204,6 +238,10 @@ void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void
     throw;
   }
   tl_block = nullptr;
+  if (!known) {
+    std::lock_guard lock(g_kernels_mu);
+    uses_barriers().emplace(kernel, b.waited);
+  }
 }
 
 }  // namespace rt_emu

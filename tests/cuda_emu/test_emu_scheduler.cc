@@ -76,6 +76,20 @@ TEST(emu_scheduler, EveryThreadOfA3dGridRunsOnceWithItsBuiltins) {
   for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "thread " << i;
 }
 
+// A kernel that reached no barrier in its first launch runs its threads one after another later:
+// still every thread once, and a barrier reached after all is an error, not a wrong result.
+TEST(emu_scheduler, KernelsWithoutBarriersRunStraightAndMayNotStartWaiting) {
+  std::vector<int> hits(4 * 64, 0);
+  auto kernel = [](int* h, bool wait) {
+    if (wait) __syncthreads();
+    ++h[blockIdx.x * blockDim.x + threadIdx.x];
+  };
+  for (int round = 0; round < 3; ++round) RT_EMU_LAUNCH(4, 64)(kernel)(hits.data(), false);
+  for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 3) << "thread " << i;
+  expect_error([&] { RT_EMU_LAUNCH(4, 64)(kernel)(hits.data(), true); },
+               "reached no barrier in its first launch");
+}
+
 TEST(emu_scheduler, ParametersAreCopiedPerThread) {
   std::vector<int> out(64, 0);
   // A thread that changes its copy of a parameter must not change the next thread's.
