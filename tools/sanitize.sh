@@ -23,7 +23,7 @@ if [[ $kind == emulator ]]; then
   cmake -S . -B $dir -G Ninja -DRT_SANITIZE=address -DRT_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
   cmake --build $dir --target cuda_emu_tests
-  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $dir -R "^emu" --output-on-failure "$@"
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $dir -R "^emu" -L unit --output-on-failure "$@"
   exit
 fi
 # cuDNN/cuBLAS are not built with sanitizers and the GPU tests can only skip here: CPU code only.
