@@ -42,8 +42,8 @@ __global__ void map_kernel(T* dst, const T* src, uint32_t vectors, uint32_t n, O
       uint4 a = reinterpret_cast<const uint4*>(dst)[v];
       uint4 b = src ? reinterpret_cast<const uint4*>(src)[v] : uint4{0, 0, 0, 0};
       T ea[W], eb[W];
-      memcpy(ea, &a, sizeof a);
-      memcpy(eb, &b, sizeof b);
+      memcpy(static_cast<void*>(ea), &a, sizeof a);  // void*: T is trivially copyable
+      memcpy(static_cast<void*>(eb), &b, sizeof b);
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         const float r = op(to_f32(ea[k]), src ? to_f32(eb[k]) : 0.0f);

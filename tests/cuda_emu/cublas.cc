@@ -104,8 +104,8 @@ cublasStatus_t cublasSger_v2(cublasHandle_t, int m, int n, const float* alpha, c
     return CUBLAS_STATUS_INVALID_VALUE;
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i)
-      a[int64_t(j) * lda + i] =
-          float(a[int64_t(j) * lda + i] + double(*alpha) * x[int64_t(i) * incx] * y[int64_t(j) * incy]);
+      a[int64_t(j) * lda + i] = float(a[int64_t(j) * lda + i] +
+                                      double(*alpha) * x[int64_t(i) * incx] * y[int64_t(j) * incy]);
   return CUBLAS_STATUS_SUCCESS;
 }
 

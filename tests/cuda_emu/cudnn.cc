@@ -1,10 +1,10 @@
 // The part of cuDNN's legacy API the backend calls, emulated on the host by direct loops in double:
 // 4-D tensor and filter descriptors (NCHW or NHWC, float / half / bfloat16), 2-D
-// cross-correlation forward and both gradients, the bias add and its gradient, spatial batch
-// norm. Semantics as cuDNN documents them: results are alpha * op + beta * old, and the old value
-// is not read when beta is 0 (new device memory is NaN here, so reading it would show); the
-// algorithm queries offer one algorithm that needs kWorkspace bytes of workspace, and a call given
-// less, or none, fails with CUDNN_STATUS_BAD_PARAM. What it does not reproduce: cuDNN's own
+// cross-correlation forward and both gradients, the bias add and its gradient (batch norm:
+// cudnn_bn.cc). Semantics as cuDNN documents them: results are alpha * op + beta * old, and the
+// old value is not read when beta is 0 (new device memory is NaN here, so reading it would show);
+// the algorithm queries offer one algorithm that needs kWorkspace bytes of workspace, and a call
+// given less, or none, fails with CUDNN_STATUS_BAD_PARAM. What it does not reproduce: cuDNN's own
 // summation order and fp32 accumulation (it is more exact), and its speed.
 #include <cudnn.h>
 
@@ -14,53 +14,18 @@
 #include <utility>
 #include <vector>
 
-#include "tests/cuda_emu/elements.h"
-
-struct cudnnContext {};
-struct cudnnTensorStruct {
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  bool nhwc = false;
-  int n = 0, c = 0, h = 0, w = 0;
-  int64_t at(int b, int ch, int y, int x) const {
-    return nhwc ? ((int64_t(b) * h + y) * w + x) * c + ch : ((int64_t(b) * c + ch) * h + y) * w + x;
-  }
-  int64_t count() const { return int64_t(n) * c * h * w; }
-};
-struct cudnnFilterStruct : cudnnTensorStruct {};  // n = k (outputs), c = inputs, h x w kernel
-struct cudnnConvolutionStruct {
-  int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
-  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-};
+#include "tests/cuda_emu/cudnn_emu.h"
 
 namespace {
 
+using rt_emu::blend;
 using rt_emu::load;
+using rt_emu::scalar;
+using rt_emu::set_tensor;
 using rt_emu::store;
 
 constexpr size_t kWorkspace = 4096;
 cudnnContext g_context;
-
-cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f, cudnnDataType_t type, int n,
-                         int c, int h, int w) {
-  if (!t || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
-  if (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
-  if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_HALF && type != CUDNN_DATA_BFLOAT16)
-    return CUDNN_STATUS_NOT_SUPPORTED;
-  t->type = type;
-  t->nhwc = f == CUDNN_TENSOR_NHWC;
-  t->n = n, t->c = c, t->h = h, t->w = w;
-  return CUDNN_STATUS_SUCCESS;
-}
-
-float scalar(const void* p) { return *static_cast<const float*>(p); }
-
-// out[i] = alpha * v + beta * out[i], without reading out[i] when beta is 0.
-void blend(cudnnDataType_t type, void* out, int64_t i, double v, float alpha, float beta) {
-  double r = double(alpha) * v;
-  if (beta != 0) r += double(beta) * double(load(type, out, i));
-  store(type, out, i, float(r));
-}
 
 // Output size and the geometry checks cuDNN makes; false when the descriptors disagree.
 bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
@@ -121,23 +86,6 @@ cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* return
   perf[0].mathType = cv->math;
   *returned = 1;
   return CUDNN_STATUS_SUCCESS;
-}
-
-// Per-channel batch statistics of x (spatial mode): mean and biased variance, in double.
-void channel_stats(const cudnnTensorStruct* x, const void* xp, int ch, double* mean, double* var) {
-  double s = 0, sq = 0;
-  const double m = double(x->n) * x->h * x->w;
-  for (int b = 0; b < x->n; ++b)
-    for (int i = 0; i < x->h; ++i)
-      for (int j = 0; j < x->w; ++j) s += load(x->type, xp, x->at(b, ch, i, j));
-  *mean = s / m;
-  for (int b = 0; b < x->n; ++b)
-    for (int i = 0; i < x->h; ++i)
-      for (int j = 0; j < x->w; ++j) {
-        const double d = load(x->type, xp, x->at(b, ch, i, j)) - *mean;
-        sq += d * d;
-      }
-  *var = sq / m;
 }
 
 }  // namespace
@@ -306,8 +254,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
     return CUDNN_STATUS_BAD_PARAM;
   convolve(cv, xd, wd, yd, yd, y, alpha, beta,
            [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             return std::pair{yd->at(b, k, oy, ox), double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
-                                                        load(wd->type, w, wd->at(k, ch, r, s))};
+             const double v = double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
+                              load(wd->type, w, wd->at(k, ch, r, s));
+             return std::pair{yd->at(b, k, oy, ox), v};
            });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -322,8 +271,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
   if (!geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
   convolve(cv, dxd, wd, dyd, dxd, dx, alpha, beta,
            [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             return std::pair{dxd->at(b, ch, iy, ix), double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) *
-                                                          load(wd->type, w, wd->at(k, ch, r, s))};
+             const double v = double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) *
+                              load(wd->type, w, wd->at(k, ch, r, s));
+             return std::pair{dxd->at(b, ch, iy, ix), v};
            });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -338,8 +288,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
   if (!geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
   convolve(cv, xd, dwd, dyd, dwd, dw, alpha, beta,
            [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             return std::pair{dwd->at(k, ch, r, s), double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
-                                                        load(dyd->type, dy, dyd->at(b, k, oy, ox))};
+             const double v = double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
+                              load(dyd->type, dy, dyd->at(b, k, oy, ox));
+             return std::pair{dwd->at(k, ch, r, s), v};
            });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -374,115 +325,6 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t, const void* alpha,
       for (int i = 0; i < dyd->h; ++i)
         for (int j = 0; j < dyd->w; ++j) s += load(dyd->type, dy, dyd->at(b, ch, i, j));
     blend(dbd->type, db, ch, s, scalar(alpha), scalar(beta));
-  }
-  return CUDNN_STATUS_SUCCESS;
-}
-
-cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t d,
-                                            const cudnnTensorDescriptor_t x,
-                                            cudnnBatchNormMode_t mode) {
-  if (!d || !x) return CUDNN_STATUS_BAD_PARAM;
-  if (mode != CUDNN_BATCHNORM_SPATIAL) return CUDNN_STATUS_NOT_SUPPORTED;
-  return set_tensor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, x->c, 1, 1);
-}
-
-// Spatial mode: statistics per channel over N, H, W; running variance with the unbiased batch
-// variance; saved mean and inverse standard deviation for the backward pass.
-cudnnStatus_t cudnnBatchNormalizationForwardTraining(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
-    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
-    const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, double factor,
-    void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
-    return CUDNN_STATUS_BAD_PARAM;
-  if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
-  const double m = double(xd->n) * xd->h * xd->w;
-  if (m <= 1) return CUDNN_STATUS_BAD_PARAM;
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double mean, var;
-    channel_stats(xd, x, ch, &mean, &var);
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd * g + b0;
-          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
-        }
-    if (running_mean)
-      store(pd->type, running_mean, ch,
-            float((1 - factor) * load(pd->type, running_mean, ch) + factor * mean));
-    if (running_var)
-      store(pd->type, running_var, ch,
-            float((1 - factor) * load(pd->type, running_var, ch) + factor * var * m / (m - 1)));
-    if (save_mean) store(pd->type, save_mean, ch, float(mean));
-    if (save_invstd) store(pd->type, save_invstd, ch, float(invstd));
-  }
-  return CUDNN_STATUS_SUCCESS;
-}
-
-cudnnStatus_t cudnnBatchNormalizationForwardInference(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
-    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
-    const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, const void* mean,
-    const void* var, double eps) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
-    return CUDNN_STATUS_BAD_PARAM;
-  if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
-  for (int ch = 0; ch < xd->c; ++ch) {
-    const double mu = load(pd->type, mean, ch);
-    const double invstd = 1.0 / std::sqrt(double(load(pd->type, var, ch)) + eps);
-    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mu) * invstd * g + b0;
-          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
-        }
-  }
-  return CUDNN_STATUS_SUCCESS;
-}
-
-cudnnStatus_t cudnnBatchNormalizationBackward(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
-    const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd,
-    const void* x, const cudnnTensorDescriptor_t dyd, const void* dy,
-    const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
-    const void* scale, void* dscale, void* dbias, double eps, const void* saved_mean,
-    const void* saved_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c)
-    return CUDNN_STATUS_BAD_PARAM;
-  if ((saved_mean == nullptr) != (saved_invstd == nullptr)) return CUDNN_STATUS_BAD_PARAM;
-  const double m = double(xd->n) * xd->h * xd->w;
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double mean, invstd;
-    if (saved_mean) {
-      mean = load(pd->type, saved_mean, ch);
-      invstd = load(pd->type, saved_invstd, ch);
-    } else {
-      double var;
-      channel_stats(xd, x, ch, &mean, &var);
-      invstd = 1.0 / std::sqrt(var + eps);
-    }
-    double sum_g = 0, sum_gx = 0;
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
-          sum_g += g;
-          sum_gx += g * (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
-        }
-    const double gamma = load(pd->type, scale, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
-          const double xhat = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
-          const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
-          blend(dxd->type, dx, dxd->at(b, ch, i, j), v, scalar(alpha_data), scalar(beta_data));
-        }
-    blend(pd->type, dscale, ch, sum_gx, scalar(alpha_param), scalar(beta_param));
-    blend(pd->type, dbias, ch, sum_g, scalar(alpha_param), scalar(beta_param));
   }
   return CUDNN_STATUS_SUCCESS;
 }

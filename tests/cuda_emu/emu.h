@@ -3,10 +3,12 @@
 // cooperative fibers on the calling thread, so __syncthreads and warp shuffles really wait for
 // the other threads, __shared__ memory is really shared by a block, and launch configurations are
 // checked against the device's limits. What it cannot show: timing, races between blocks (blocks
-// run one after another), and the library calls (cuDNN, cuBLAS), which stay untested here.
+// run one after another), and the real cuDNN and cuBLAS (cudnn.cc and cublas.cc stand in for
+// them, following their documentation).
 //
 // The build force-includes this header into each kernel source after rewriting every
-// `kernel<<<grid, block, smem, stream>>>(args)` into `RT_EMU_LAUNCH(grid, block, ...)(kernel)(args)`
+// `kernel<<<grid, block, smem, stream>>>(args)` into
+// `RT_EMU_LAUNCH(grid, block, ...)(kernel)(args)`
 // (tests/cuda_emu/cu_to_host.cmake); cuda_runtime.h then declares the runtime calls, which
 // tests/cuda_emu/runtime.cc defines on host memory.
 #pragma once

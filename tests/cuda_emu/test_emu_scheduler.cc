@@ -40,7 +40,8 @@ TEST(emu_scheduler, BarrierWaitsForTheWholeBlock) {
   RT_EMU_LAUNCH(3, kBlock)([](int* o) { rotate_kernel(o); })(out.data());
   for (int b = 0; b < 3; ++b)
     for (int t = 0; t < kBlock; ++t)
-      ASSERT_EQ(out[b * kBlock + t], (t + 1) % kBlock + 1000 * b) << "block " << b << " thread " << t;
+      ASSERT_EQ(out[b * kBlock + t], (t + 1) % kBlock + 1000 * b)
+          << "block " << b << " thread " << t;
 }
 
 __global__ void warp_sum_kernel(float* out) {

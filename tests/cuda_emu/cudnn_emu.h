@@ -1,0 +1,50 @@
+// The emulated cuDNN's descriptors and the helpers its two sources share (cudnn.cc: descriptors,
+// convolution, bias; cudnn_bn.cc: batch norm).
+#pragma once
+#include <cudnn.h>
+
+#include <cstdint>
+
+#include "tests/cuda_emu/elements.h"
+
+struct cudnnContext {};
+struct cudnnTensorStruct {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  bool nhwc = false;
+  int n = 0, c = 0, h = 0, w = 0;
+  int64_t at(int b, int ch, int y, int x) const {
+    return nhwc ? ((int64_t(b) * h + y) * w + x) * c + ch : ((int64_t(b) * c + ch) * h + y) * w + x;
+  }
+  int64_t count() const { return int64_t(n) * c * h * w; }
+};
+struct cudnnFilterStruct : cudnnTensorStruct {};  // n = k (outputs), c = inputs, h x w kernel
+struct cudnnConvolutionStruct {
+  int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+namespace rt_emu {
+
+inline cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f,
+                                cudnnDataType_t type, int n, int c, int h, int w) {
+  if (!t || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
+  if (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_HALF && type != CUDNN_DATA_BFLOAT16)
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  t->type = type;
+  t->nhwc = f == CUDNN_TENSOR_NHWC;
+  t->n = n, t->c = c, t->h = h, t->w = w;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+inline float scalar(const void* p) { return *static_cast<const float*>(p); }
+
+// out[i] = alpha * v + beta * out[i], without reading out[i] when beta is 0.
+inline void blend(cudnnDataType_t type, void* out, int64_t i, double v, float alpha, float beta) {
+  double r = double(alpha) * v;
+  if (beta != 0) r += double(beta) * double(load(type, out, i));
+  store(type, out, i, float(r));
+}
+
+}  // namespace rt_emu
