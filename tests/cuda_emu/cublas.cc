@@ -32,10 +32,7 @@ cublasStatus_t gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, in
     for (int i = 0; i < m; ++i) {
       double s = 0;
       for (int p = 0; p < k; ++p) s += at(a_t, a, lda, ta, i, p) * at(b_t, b, ldb, tb, p, j);
-      double r = double(alpha) * s;
-      const int64_t o = int64_t(j) * ldc + i;
-      if (beta != 0) r += double(beta) * rt_emu::load(c_t, c, o);
-      rt_emu::store(c_t, c, o, float(r));
+      rt_emu::blend(c_t, c, int64_t(j) * ldc + i, s, alpha, beta);
     }
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -90,9 +87,7 @@ cublasStatus_t cublasSgemv_v2(cublasHandle_t, cublasOperation_t t, int m, int n,
     double s = 0;
     for (int j = 0; j < cols; ++j)
       s += at(Type::f32, a, lda, t, i, j) * x[int64_t(j) * incx];
-    double r = double(*alpha) * s;
-    if (*beta != 0) r += double(*beta) * y[int64_t(i) * incy];
-    y[int64_t(i) * incy] = float(r);
+    rt_emu::blend(Type::f32, y, int64_t(i) * incy, s, *alpha, *beta);
   }
   return CUBLAS_STATUS_SUCCESS;
 }

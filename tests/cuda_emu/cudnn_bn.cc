@@ -15,21 +15,41 @@ using rt_emu::load;
 using rt_emu::scalar;
 using rt_emu::store;
 
+// Calls f(element index) for every value of channel ch of t (N, H, W).
+template <class F>
+void each_in_channel(const cudnnTensorStruct* t, int ch, F&& f) {
+  for (int b = 0; b < t->n; ++b)
+    for (int i = 0; i < t->h; ++i)
+      for (int j = 0; j < t->w; ++j) f(t->at(b, ch, i, j));
+}
+
+double values_per_channel(const cudnnTensorStruct* t) { return double(t->n) * t->h * t->w; }
+
+// Tensors that one element index walks together: same dimensions, same layout.
+bool same_layout(const cudnnTensorStruct* a, const cudnnTensorStruct* b) {
+  return a->n == b->n && a->c == b->c && a->h == b->h && a->w == b->w && a->nhwc == b->nhwc;
+}
+
 // Per-channel batch statistics of x (spatial mode): mean and biased variance, in double.
 void channel_stats(const cudnnTensorStruct* x, const void* xp, int ch, double* mean, double* var) {
   double s = 0, sq = 0;
-  const double m = double(x->n) * x->h * x->w;
-  for (int b = 0; b < x->n; ++b)
-    for (int i = 0; i < x->h; ++i)
-      for (int j = 0; j < x->w; ++j) s += load(x->type, xp, x->at(b, ch, i, j));
-  *mean = s / m;
-  for (int b = 0; b < x->n; ++b)
-    for (int i = 0; i < x->h; ++i)
-      for (int j = 0; j < x->w; ++j) {
-        const double d = load(x->type, xp, x->at(b, ch, i, j)) - *mean;
-        sq += d * d;
-      }
-  *var = sq / m;
+  each_in_channel(x, ch, [&](int64_t at) { s += load(x->type, xp, at); });
+  *mean = s / values_per_channel(x);
+  each_in_channel(x, ch, [&](int64_t at) {
+    const double d = load(x->type, xp, at) - *mean;
+    sq += d * d;
+  });
+  *var = sq / values_per_channel(x);
+}
+
+// y = alpha ((x - mean) invstd gamma + shift) + beta y over channel ch (x, y: same_layout).
+void normalize_channel(const cudnnTensorStruct* xd, const void* x, const cudnnTensorStruct* yd,
+                       void* y, int ch, double mean, double invstd, double gamma, double shift,
+                       const void* alpha, const void* beta) {
+  each_in_channel(xd, ch, [&](int64_t at) {
+    const double v = (load(xd->type, x, at) - mean) * invstd * gamma + shift;
+    blend(yd->type, y, at, v, scalar(alpha), scalar(beta));
+  });
 }
 
 }  // namespace
@@ -49,22 +69,18 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
     const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, double factor,
     void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
+      !same_layout(xd, yd))
     return CUDNN_STATUS_BAD_PARAM;
   if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
-  const double m = double(xd->n) * xd->h * xd->w;
+  const double m = values_per_channel(xd);
   if (m <= 1) return CUDNN_STATUS_BAD_PARAM;
   for (int ch = 0; ch < xd->c; ++ch) {
     double mean, var;
     channel_stats(xd, x, ch, &mean, &var);
     const double invstd = 1.0 / std::sqrt(var + eps);
-    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd * g + b0;
-          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
-        }
+    normalize_channel(xd, x, yd, y, ch, mean, invstd, load(pd->type, scale, ch),
+                      load(pd->type, bias, ch), alpha, beta);
     if (running_mean)
       store(pd->type, running_mean, ch,
             float((1 - factor) * load(pd->type, running_mean, ch) + factor * mean));
@@ -82,19 +98,14 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
     const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
     const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, const void* mean,
     const void* var, double eps) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c)
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
+      !same_layout(xd, yd))
     return CUDNN_STATUS_BAD_PARAM;
   if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
   for (int ch = 0; ch < xd->c; ++ch) {
-    const double mu = load(pd->type, mean, ch);
     const double invstd = 1.0 / std::sqrt(double(load(pd->type, var, ch)) + eps);
-    const double g = load(pd->type, scale, ch), b0 = load(pd->type, bias, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double v = (load(xd->type, x, xd->at(b, ch, i, j)) - mu) * invstd * g + b0;
-          blend(yd->type, y, yd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
-        }
+    normalize_channel(xd, x, yd, y, ch, load(pd->type, mean, ch), invstd,
+                      load(pd->type, scale, ch), load(pd->type, bias, ch), alpha, beta);
   }
   return CUDNN_STATUS_SUCCESS;
 }
@@ -106,10 +117,11 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
     const void* scale, void* dscale, void* dbias, double eps, const void* saved_mean,
     const void* saved_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c)
+  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c ||
+      !same_layout(xd, dyd) || !same_layout(xd, dxd))
     return CUDNN_STATUS_BAD_PARAM;
   if ((saved_mean == nullptr) != (saved_invstd == nullptr)) return CUDNN_STATUS_BAD_PARAM;
-  const double m = double(xd->n) * xd->h * xd->w;
+  const double m = values_per_channel(xd);
   for (int ch = 0; ch < xd->c; ++ch) {
     double mean, invstd;
     if (saved_mean) {
@@ -120,23 +132,20 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
       channel_stats(xd, x, ch, &mean, &var);
       invstd = 1.0 / std::sqrt(var + eps);
     }
+    // x, dy and dx: same_layout, so one index walks all three.
     double sum_g = 0, sum_gx = 0;
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
-          sum_g += g;
-          sum_gx += g * (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
-        }
+    each_in_channel(xd, ch, [&](int64_t at) {
+      const double g = load(dyd->type, dy, at);
+      sum_g += g;
+      sum_gx += g * (load(xd->type, x, at) - mean) * invstd;
+    });
     const double gamma = load(pd->type, scale, ch);
-    for (int b = 0; b < xd->n; ++b)
-      for (int i = 0; i < xd->h; ++i)
-        for (int j = 0; j < xd->w; ++j) {
-          const double g = load(dyd->type, dy, dyd->at(b, ch, i, j));
-          const double xhat = (load(xd->type, x, xd->at(b, ch, i, j)) - mean) * invstd;
-          const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
-          blend(dxd->type, dx, dxd->at(b, ch, i, j), v, scalar(alpha_data), scalar(beta_data));
-        }
+    each_in_channel(xd, ch, [&](int64_t at) {
+      const double g = load(dyd->type, dy, at);
+      const double xhat = (load(xd->type, x, at) - mean) * invstd;
+      const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
+      blend(dxd->type, dx, at, v, scalar(alpha_data), scalar(beta_data));
+    });
     blend(pd->type, dscale, ch, sum_gx, scalar(alpha_param), scalar(beta_param));
     blend(pd->type, dbias, ch, sum_g, scalar(alpha_param), scalar(beta_param));
   }

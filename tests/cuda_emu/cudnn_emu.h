@@ -40,11 +40,4 @@ inline cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f,
 
 inline float scalar(const void* p) { return *static_cast<const float*>(p); }
 
-// out[i] = alpha * v + beta * out[i], without reading out[i] when beta is 0.
-inline void blend(cudnnDataType_t type, void* out, int64_t i, double v, float alpha, float beta) {
-  double r = double(alpha) * v;
-  if (beta != 0) r += double(beta) * double(load(type, out, i));
-  store(type, out, i, float(r));
-}
-
 }  // namespace rt_emu

@@ -1,5 +1,6 @@
 // Element access by run-time type for the emulated libraries: float, IEEE half and bfloat16
-// stored in device buffers, read as float and written rounded to nearest even.
+// stored in device buffers, read as float and written rounded to nearest even; the libraries'
+// alpha/beta blend.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,5 +50,14 @@ template <class D>
 float load(D t, const void* p, int64_t i) { return load(type_of(t), p, i); }
 template <class D>
 void store(D t, void* p, int64_t i, float v) { store(type_of(t), p, i, v); }
+
+// out[i] = alpha * v + beta * out[i], rounded once to the type; out[i] is not read when beta is
+// 0, as cuDNN and cuBLAS document.
+template <class D>
+void blend(D t, void* out, int64_t i, double v, float alpha, float beta) {
+  double r = double(alpha) * v;
+  if (beta != 0) r += double(beta) * double(load(t, out, i));
+  store(t, out, i, float(r));
+}
 
 }  // namespace rt_emu

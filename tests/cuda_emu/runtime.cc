@@ -25,6 +25,16 @@ std::unordered_map<void*, size_t>& pinned() {  // page-locked host allocations
   static std::unordered_map<void*, size_t> m;
   return m;
 }
+// Records a new allocation in `table`, or forgets one; false for a pointer it does not hold.
+void remember(std::unordered_map<void*, size_t>& table, void* p, size_t bytes) {
+  std::lock_guard lock(g_mu);
+  table[p] = bytes;
+}
+bool forget(std::unordered_map<void*, size_t>& table, void* p) {
+  std::lock_guard lock(g_mu);
+  return table.erase(p) != 0;
+}
+
 // An event: when it was last recorded (work is done when queued, so recorded means complete).
 struct Event {
   bool recorded = false;
@@ -160,32 +170,24 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
   std::memset(*p, rt_emu::kPoison, bytes);
   ++rt_emu::g_allocations;
-  std::lock_guard lock(rt_emu::g_mu);
-  rt_emu::live()[*p] = bytes;
+  rt_emu::remember(rt_emu::live(), *p, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  {
-    std::lock_guard lock(rt_emu::g_mu);
-    if (rt_emu::live().erase(p) == 0) return cudaErrorInvalidValue;
-  }
+  if (!rt_emu::forget(rt_emu::live(), p)) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = std::malloc(bytes ? bytes : 1);
   if (!*p) return cudaErrorMemoryAllocation;
-  std::lock_guard lock(rt_emu::g_mu);
-  rt_emu::pinned()[*p] = bytes;
+  rt_emu::remember(rt_emu::pinned(), *p, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
-  {
-    std::lock_guard lock(rt_emu::g_mu);
-    if (rt_emu::pinned().erase(p) == 0) return cudaErrorInvalidValue;
-  }
+  if (!rt_emu::forget(rt_emu::pinned(), p)) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
 }
