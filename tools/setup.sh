@@ -8,6 +8,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev                        # oneDNN: the CPU backend
+  ocl-icd-opencl-dev                 # Debian's oneDNN has an OpenCL GPU runtime: its CMake config needs OpenCL
   openmpi-bin libopenmpi-dev         # MPI point-to-point transport for the ring allreduce
   libopencv-dev                      # image decode and augmentation
   libyaml-cpp-dev                    # configuration files
