@@ -4,7 +4,9 @@
 // cudnn_bn.cc). Semantics as cuDNN documents them: results are alpha * op + beta * old, and the
 // old value is not read when beta is 0 (new device memory is NaN here, so reading it would show);
 // the algorithm queries offer one algorithm that needs kWorkspace bytes of workspace, and a call
-// given less, or none, fails with CUDNN_STATUS_BAD_PARAM. What it does not reproduce: cuDNN's own
+// given less, or none, fails with CUDNN_STATUS_BAD_PARAM. A call checks its arguments and reads
+// its descriptors, alpha and beta at once, as cuDNN does, and queues the work on the handle's
+// stream (tests/cuda_emu/streams.h). What it does not reproduce: cuDNN's own
 // summation order and fp32 accumulation (it is more exact), and its speed.
 #include <cudnn.h>
 
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "tests/cuda_emu/cudnn_emu.h"
+#include "tests/cuda_emu/streams.h"
 
 namespace {
 
@@ -25,7 +28,6 @@ using rt_emu::set_tensor;
 using rt_emu::store;
 
 constexpr size_t kWorkspace = 4096;
-cudnnContext g_context;
 
 // Output size and the geometry checks cuDNN makes; false when the descriptors disagree.
 bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
@@ -93,11 +95,18 @@ cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* return
 extern "C" {
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
-  *h = &g_context;
+  *h = new cudnnContext;
   return CUDNN_STATUS_SUCCESS;
 }
-cudnnStatus_t cudnnDestroy(cudnnHandle_t) { return CUDNN_STATUS_SUCCESS; }
-cudnnStatus_t cudnnSetStream(cudnnHandle_t, cudaStream_t) { return CUDNN_STATUS_SUCCESS; }
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
+  delete h;
+  return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
+  if (!h) return CUDNN_STATUS_BAD_PARAM;
+  h->stream = s;
+  return CUDNN_STATUS_SUCCESS;
+}
 const char* cudnnGetErrorString(cudnnStatus_t s) {
   switch (s) {
     case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
@@ -243,89 +252,105 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       const cudnnTensorDescriptor_t xd, const void* x,
                                       const cudnnFilterDescriptor_t wd, const void* w,
                                       const cudnnConvolutionDescriptor_t cv,
                                       cudnnConvolutionFwdAlgo_t, void* ws, size_t ws_bytes,
                                       const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
-  if (!geometry(cv, xd, wd, yd) || !workspace_ok(ws, ws_bytes) || xd->type != yd->type ||
+  if (!h || !geometry(cv, xd, wd, yd) || !workspace_ok(ws, ws_bytes) || xd->type != yd->type ||
       wd->type != xd->type)
     return CUDNN_STATUS_BAD_PARAM;
-  convolve(cv, xd, wd, yd, yd, y, alpha, beta,
-           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             const double v = double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
-                              load(wd->type, w, wd->at(k, ch, r, s));
-             return std::pair{yd->at(b, k, oy, ox), v};
-           });
+  rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, wd = *wd, yd = *yd, al = scalar(alpha),
+                              be = scalar(beta)] {
+    convolve(&cv, &xd, &wd, &yd, &yd, y, &al, &be,
+             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+               const double v = double(load(xd.type, x, xd.at(b, ch, iy, ix))) *
+                                load(wd.type, w, wd.at(k, ch, r, s));
+               return std::pair{yd.at(b, k, oy, ox), v};
+             });
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
                                            const cudnnFilterDescriptor_t wd, const void* w,
                                            const cudnnTensorDescriptor_t dyd, const void* dy,
                                            const cudnnConvolutionDescriptor_t cv,
                                            cudnnConvolutionBwdDataAlgo_t, void* ws, size_t ws_bytes,
                                            const void* beta, const cudnnTensorDescriptor_t dxd,
                                            void* dx) {
-  if (!geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
-  convolve(cv, dxd, wd, dyd, dxd, dx, alpha, beta,
-           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             const double v = double(load(dyd->type, dy, dyd->at(b, k, oy, ox))) *
-                              load(wd->type, w, wd->at(k, ch, r, s));
-             return std::pair{dxd->at(b, ch, iy, ix), v};
-           });
+  if (!h || !geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes))
+    return CUDNN_STATUS_BAD_PARAM;
+  rt_emu::enqueue(h->stream, [=, cv = *cv, wd = *wd, dyd = *dyd, dxd = *dxd, al = scalar(alpha),
+                              be = scalar(beta)] {
+    convolve(&cv, &dxd, &wd, &dyd, &dxd, dx, &al, &be,
+             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+               const double v = double(load(dyd.type, dy, dyd.at(b, k, oy, ox))) *
+                                load(wd.type, w, wd.at(k, ch, r, s));
+               return std::pair{dxd.at(b, ch, iy, ix), v};
+             });
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                                              const cudnnTensorDescriptor_t xd, const void* x,
                                              const cudnnTensorDescriptor_t dyd, const void* dy,
                                              const cudnnConvolutionDescriptor_t cv,
                                              cudnnConvolutionBwdFilterAlgo_t, void* ws,
                                              size_t ws_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwd, void* dw) {
-  if (!geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes)) return CUDNN_STATUS_BAD_PARAM;
-  convolve(cv, xd, dwd, dyd, dwd, dw, alpha, beta,
-           [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-             const double v = double(load(xd->type, x, xd->at(b, ch, iy, ix))) *
-                              load(dyd->type, dy, dyd->at(b, k, oy, ox));
-             return std::pair{dwd->at(k, ch, r, s), v};
-           });
+  if (!h || !geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes))
+    return CUDNN_STATUS_BAD_PARAM;
+  rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, dyd = *dyd, dwd = *dwd, al = scalar(alpha),
+                              be = scalar(beta)] {
+    convolve(&cv, &xd, &dwd, &dyd, &dwd, dw, &al, &be,
+             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+               const double v = double(load(xd.type, x, xd.at(b, ch, iy, ix))) *
+                                load(dyd.type, dy, dyd.at(b, k, oy, ox));
+               return std::pair{dwd.at(k, ch, r, s), v};
+             });
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
 // C = alpha * A + beta * C, A broadcast over the dimensions where it has size 1.
-cudnnStatus_t cudnnAddTensor(cudnnHandle_t, const void* alpha, const cudnnTensorDescriptor_t ad,
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t ad,
                              const void* a, const void* beta, const cudnnTensorDescriptor_t cd,
                              void* c) {
-  if (!ad || !cd) return CUDNN_STATUS_BAD_PARAM;
+  if (!h || !ad || !cd) return CUDNN_STATUS_BAD_PARAM;
   auto fits = [](int da, int dc) { return da == dc || da == 1; };
   if (!fits(ad->n, cd->n) || !fits(ad->c, cd->c) || !fits(ad->h, cd->h) || !fits(ad->w, cd->w))
     return CUDNN_STATUS_BAD_PARAM;
-  for (int b = 0; b < cd->n; ++b)
-    for (int ch = 0; ch < cd->c; ++ch)
-      for (int i = 0; i < cd->h; ++i)
-        for (int j = 0; j < cd->w; ++j) {
-          const double v = load(ad->type, a, ad->at(ad->n == 1 ? 0 : b, ad->c == 1 ? 0 : ch,
-                                                     ad->h == 1 ? 0 : i, ad->w == 1 ? 0 : j));
-          blend(cd->type, c, cd->at(b, ch, i, j), v, scalar(alpha), scalar(beta));
-        }
+  rt_emu::enqueue(h->stream, [=, ad = *ad, cd = *cd, al = scalar(alpha), be = scalar(beta)] {
+    for (int b = 0; b < cd.n; ++b)
+      for (int ch = 0; ch < cd.c; ++ch)
+        for (int i = 0; i < cd.h; ++i)
+          for (int j = 0; j < cd.w; ++j) {
+            const double v = load(ad.type, a, ad.at(ad.n == 1 ? 0 : b, ad.c == 1 ? 0 : ch,
+                                                    ad.h == 1 ? 0 : i, ad.w == 1 ? 0 : j));
+            blend(cd.type, c, cd.at(b, ch, i, j), v, al, be);
+          }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t, const void* alpha,
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha,
                                            const cudnnTensorDescriptor_t dyd, const void* dy,
                                            const void* beta, const cudnnTensorDescriptor_t dbd,
                                            void* db) {
-  if (!dyd || !dbd || dbd->c != dyd->c || dbd->count() != dbd->c) return CUDNN_STATUS_BAD_PARAM;
-  for (int ch = 0; ch < dyd->c; ++ch) {
-    double s = 0;
-    for (int b = 0; b < dyd->n; ++b)
-      for (int i = 0; i < dyd->h; ++i)
-        for (int j = 0; j < dyd->w; ++j) s += load(dyd->type, dy, dyd->at(b, ch, i, j));
-    blend(dbd->type, db, ch, s, scalar(alpha), scalar(beta));
-  }
+  if (!h || !dyd || !dbd || dbd->c != dyd->c || dbd->count() != dbd->c)
+    return CUDNN_STATUS_BAD_PARAM;
+  rt_emu::enqueue(h->stream, [=, dyd = *dyd, dbd = *dbd, al = scalar(alpha), be = scalar(beta)] {
+    for (int ch = 0; ch < dyd.c; ++ch) {
+      double s = 0;
+      for (int b = 0; b < dyd.n; ++b)
+        for (int i = 0; i < dyd.h; ++i)
+          for (int j = 0; j < dyd.w; ++j) s += load(dyd.type, dy, dyd.at(b, ch, i, j));
+      blend(dbd.type, db, ch, s, al, be);
+    }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tests/cuda_emu/cudnn_emu.h"
+#include "tests/cuda_emu/streams.h"
 
 namespace {
 
@@ -65,90 +66,100 @@ cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t d,
 }
 
 cudnnStatus_t cudnnBatchNormalizationForwardTraining(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
     const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
     const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, double factor,
     void* running_mean, void* running_var, double eps, void* save_mean, void* save_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
+  if (!h || mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
       !same_layout(xd, yd))
     return CUDNN_STATUS_BAD_PARAM;
   if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
   const double m = values_per_channel(xd);
   if (m <= 1) return CUDNN_STATUS_BAD_PARAM;
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double mean, var;
-    channel_stats(xd, x, ch, &mean, &var);
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    normalize_channel(xd, x, yd, y, ch, mean, invstd, load(pd->type, scale, ch),
-                      load(pd->type, bias, ch), alpha, beta);
-    if (running_mean)
-      store(pd->type, running_mean, ch,
-            float((1 - factor) * load(pd->type, running_mean, ch) + factor * mean));
-    if (running_var)
-      store(pd->type, running_var, ch,
-            float((1 - factor) * load(pd->type, running_var, ch) + factor * var * m / (m - 1)));
-    if (save_mean) store(pd->type, save_mean, ch, float(mean));
-    if (save_invstd) store(pd->type, save_invstd, ch, float(invstd));
-  }
+  rt_emu::enqueue(h->stream, [=, xd = *xd, yd = *yd, pd = *pd, al = scalar(alpha),
+                              be = scalar(beta)] {
+    for (int ch = 0; ch < xd.c; ++ch) {
+      double mean, var;
+      channel_stats(&xd, x, ch, &mean, &var);
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      normalize_channel(&xd, x, &yd, y, ch, mean, invstd, load(pd.type, scale, ch),
+                        load(pd.type, bias, ch), &al, &be);
+      if (running_mean)
+        store(pd.type, running_mean, ch,
+              float((1 - factor) * load(pd.type, running_mean, ch) + factor * mean));
+      if (running_var)
+        store(pd.type, running_var, ch,
+              float((1 - factor) * load(pd.type, running_var, ch) + factor * var * m / (m - 1)));
+      if (save_mean) store(pd.type, save_mean, ch, float(mean));
+      if (save_invstd) store(pd.type, save_invstd, ch, float(invstd));
+    }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnBatchNormalizationForwardInference(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
     const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd, void* y,
     const cudnnTensorDescriptor_t pd, const void* scale, const void* bias, const void* mean,
     const void* var, double eps) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
+  if (!h || mode != CUDNN_BATCHNORM_SPATIAL || !xd || !yd || !pd || pd->c != xd->c ||
       !same_layout(xd, yd))
     return CUDNN_STATUS_BAD_PARAM;
   if (eps < CUDNN_BN_MIN_EPSILON) return CUDNN_STATUS_BAD_PARAM;
-  for (int ch = 0; ch < xd->c; ++ch) {
-    const double invstd = 1.0 / std::sqrt(double(load(pd->type, var, ch)) + eps);
-    normalize_channel(xd, x, yd, y, ch, load(pd->type, mean, ch), invstd,
-                      load(pd->type, scale, ch), load(pd->type, bias, ch), alpha, beta);
-  }
+  rt_emu::enqueue(h->stream, [=, xd = *xd, yd = *yd, pd = *pd, al = scalar(alpha),
+                              be = scalar(beta)] {
+    for (int ch = 0; ch < xd.c; ++ch) {
+      const double invstd = 1.0 / std::sqrt(double(load(pd.type, var, ch)) + eps);
+      normalize_channel(&xd, x, &yd, y, ch, load(pd.type, mean, ch), invstd,
+                        load(pd.type, scale, ch), load(pd.type, bias, ch), &al, &be);
+    }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnBatchNormalizationBackward(
-    cudnnHandle_t, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
     const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd,
     const void* x, const cudnnTensorDescriptor_t dyd, const void* dy,
     const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
     const void* scale, void* dscale, void* dbias, double eps, const void* saved_mean,
     const void* saved_invstd) {
-  if (mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c ||
+  if (!h || mode != CUDNN_BATCHNORM_SPATIAL || !xd || !dyd || !dxd || !pd || pd->c != xd->c ||
       !same_layout(xd, dyd) || !same_layout(xd, dxd))
     return CUDNN_STATUS_BAD_PARAM;
   if ((saved_mean == nullptr) != (saved_invstd == nullptr)) return CUDNN_STATUS_BAD_PARAM;
-  const double m = values_per_channel(xd);
-  for (int ch = 0; ch < xd->c; ++ch) {
-    double mean, invstd;
-    if (saved_mean) {
-      mean = load(pd->type, saved_mean, ch);
-      invstd = load(pd->type, saved_invstd, ch);
-    } else {
-      double var;
-      channel_stats(xd, x, ch, &mean, &var);
-      invstd = 1.0 / std::sqrt(var + eps);
+  rt_emu::enqueue(h->stream, [=, xd = *xd, dyd = *dyd, dxd = *dxd, pd = *pd,
+                              ad = scalar(alpha_data), bd = scalar(beta_data),
+                              ap = scalar(alpha_param), bp = scalar(beta_param)] {
+    const double m = values_per_channel(&xd);
+    for (int ch = 0; ch < xd.c; ++ch) {
+      double mean, invstd;
+      if (saved_mean) {
+        mean = load(pd.type, saved_mean, ch);
+        invstd = load(pd.type, saved_invstd, ch);
+      } else {
+        double var;
+        channel_stats(&xd, x, ch, &mean, &var);
+        invstd = 1.0 / std::sqrt(var + eps);
+      }
+      // x, dy and dx: same_layout, so one index walks all three.
+      double sum_g = 0, sum_gx = 0;
+      each_in_channel(&xd, ch, [&](int64_t at) {
+        const double g = load(dyd.type, dy, at);
+        sum_g += g;
+        sum_gx += g * (load(xd.type, x, at) - mean) * invstd;
+      });
+      const double gamma = load(pd.type, scale, ch);
+      each_in_channel(&xd, ch, [&](int64_t at) {
+        const double g = load(dyd.type, dy, at);
+        const double xhat = (load(xd.type, x, at) - mean) * invstd;
+        const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
+        blend(dxd.type, dx, at, v, ad, bd);
+      });
+      blend(pd.type, dscale, ch, sum_gx, ap, bp);
+      blend(pd.type, dbias, ch, sum_g, ap, bp);
     }
-    // x, dy and dx: same_layout, so one index walks all three.
-    double sum_g = 0, sum_gx = 0;
-    each_in_channel(xd, ch, [&](int64_t at) {
-      const double g = load(dyd->type, dy, at);
-      sum_g += g;
-      sum_gx += g * (load(xd->type, x, at) - mean) * invstd;
-    });
-    const double gamma = load(pd->type, scale, ch);
-    each_in_channel(xd, ch, [&](int64_t at) {
-      const double g = load(dyd->type, dy, at);
-      const double xhat = (load(xd->type, x, at) - mean) * invstd;
-      const double v = gamma * invstd / m * (m * g - sum_g - xhat * sum_gx);
-      blend(dxd->type, dx, at, v, scalar(alpha_data), scalar(beta_data));
-    });
-    blend(pd->type, dscale, ch, sum_gx, scalar(alpha_param), scalar(beta_param));
-    blend(pd->type, dbias, ch, sum_g, scalar(alpha_param), scalar(beta_param));
-  }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 

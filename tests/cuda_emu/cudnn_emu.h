@@ -7,7 +7,10 @@
 
 #include "tests/cuda_emu/elements.h"
 
-struct cudnnContext {};
+// A handle: the stream its work is queued on (0 until cudnnSetStream, as cuDNN's).
+struct cudnnContext {
+  cudaStream_t stream = nullptr;
+};
 struct cudnnTensorStruct {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   bool nhwc = false;

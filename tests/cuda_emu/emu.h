@@ -6,6 +6,9 @@
 // run one after another), and the real cuDNN and cuBLAS (cudnn.cc and cublas.cc stand in for
 // them, following their documentation).
 //
+// Launches, copies and fills are queued on their stream and run when something waits for them
+// (streams.h).
+//
 // The build force-includes this header into each kernel source after rewriting every
 // `kernel<<<grid, block, smem, stream>>>(args)` into
 // `RT_EMU_LAUNCH(grid, block, ...)(kernel)(args)`
@@ -27,6 +30,8 @@
 #include <typeinfo>
 #include <utility>
 
+#include "tests/cuda_emu/streams.h"
+
 // Under a host compiler cuda_runtime.h defines the execution-space keywords as nothing; a block's
 // shared memory becomes a function-local static, one instance per OS thread that the block's
 // fibers share (the blocks of a launch run one after another, so they may reuse it; launches from
@@ -45,11 +50,15 @@ struct Builtins {
 };
 Builtins& builtins();
 
+// Whether the device would start a grid of this shape: if not, the launch's error becomes what
+// cudaGetLastError returns next on this thread, as on the device, and nothing runs.
+bool launch_ok(dim3 grid, dim3 block, size_t shared_bytes);
+
 // Runs body(thread) for every thread of every block of the grid, blocks in order, the threads of
 // a block as fibers (or, for a kernel whose first launch reached no barrier, one after another).
 // `kernel` identifies the kernel. Throws rt::Error for a deadlock (a barrier some threads of the
-// block never reach) or a misuse of a warp operation. A configuration the device would refuse is
-// not run: it becomes the error cudaGetLastError returns, as on the device.
+// block never reach) or a misuse of a warp operation; the launch's stream runs it (streams.h), so
+// the error reaches whoever waits for that stream.
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body,
               const std::type_info& kernel);
 
@@ -65,23 +74,29 @@ template <class Kernel>
 struct Launch {
   dim3 grid, block;
   size_t shared_bytes;
+  cudaStream_t stream;
   Kernel kernel;
-  // Kernel parameters are copied for every thread, as each device thread has its own.
+  // The arguments are copied at the launch, as the device's are; each thread then gets its own
+  // copy, as each device thread has.
   template <class... Args>
   void operator()(Args&&... args) {
-    std::tuple<std::decay_t<Args>...> params(std::forward<Args>(args)...);
-    run_grid(grid, block, shared_bytes, [&] { std::apply(kernel, params); }, typeid(Kernel));
+    if (!launch_ok(grid, block, shared_bytes)) return;
+    enqueue(stream, [grid = grid, block = block, smem = shared_bytes, kernel = kernel,
+                     params = std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...)] {
+      run_grid(grid, block, smem, [&] { std::apply(kernel, params); }, typeid(Kernel));
+    });
   }
 };
 
 struct Config {
   dim3 grid, block;
   size_t shared_bytes = 0;
-  Config(dim3 g, dim3 b, size_t smem = 0, cudaStream_t = nullptr)
-      : grid(g), block(b), shared_bytes(smem) {}
+  cudaStream_t stream = nullptr;
+  Config(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = nullptr)
+      : grid(g), block(b), shared_bytes(smem), stream(s) {}
   template <class Kernel>
   Launch<Kernel> operator()(Kernel k) const {
-    return {grid, block, shared_bytes, std::move(k)};
+    return {grid, block, shared_bytes, stream, std::move(k)};
   }
 };
 

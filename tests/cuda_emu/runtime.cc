@@ -3,13 +3,15 @@
 #include "tests/cuda_emu/runtime.h"
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "nn/error.h"
+#include "tests/cuda_emu/streams.h"
 
 namespace rt_emu {
 namespace {
@@ -35,11 +37,6 @@ bool forget(std::unordered_map<void*, size_t>& table, void* p) {
   return table.erase(p) != 0;
 }
 
-// An event: when it was last recorded (work is done when queued, so recorded means complete).
-struct Event {
-  bool recorded = false;
-  std::chrono::steady_clock::time_point at;
-};
 // What p points into: the allocation's type, or none.
 cudaMemoryType memory_type(const void* p) {
   std::lock_guard lock(g_mu);
@@ -52,6 +49,25 @@ cudaMemoryType memory_type(const void* p) {
   if (inside(live())) return cudaMemoryTypeDevice;
   if (inside(pinned())) return cudaMemoryTypeHost;
   return cudaMemoryTypeUnregistered;
+}
+
+// A copy on stream s; `wait`: returns once it is done. Pageable host memory is read at the call
+// (CUDA stages it then, so the caller may reuse it at once) and written only by a copy waited for.
+cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool wait) {
+  if (!bytes) return cudaSuccess;
+  Work w;
+  if (memory_type(src) == cudaMemoryTypeUnregistered) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    w = [=] { std::memcpy(dst, staged->data(), bytes); };
+  } else {
+    w = [=] { std::memmove(dst, src, bytes); };
+  }
+  if (wait || memory_type(dst) == cudaMemoryTypeUnregistered)
+    run_in_order(s, std::move(w));
+  else
+    enqueue(s, std::move(w));
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -106,52 +122,30 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-// Streams are names only: all work runs when queued. A distinct non-null handle per stream.
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new char);
+cudaError_t cudaDeviceSynchronize(void) {
+  rt_emu::device_synchronize();
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<char*>(s);
-  return cudaSuccess;
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return rt_emu::stream_synchronize(s); }
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return rt_emu::stream_create(s, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  return rt_emu::stream_create(s, flags);
 }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
+cudaError_t cudaStreamDestroy(cudaStream_t s) { return rt_emu::stream_destroy(s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return rt_emu::stream_query(s); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  return rt_emu::stream_wait_event(s, e);
 }
-
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new rt_emu::Event);
-  return cudaSuccess;
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return rt_emu::event_create(e, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  return rt_emu::event_create(e, flags);
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<rt_emu::Event*>(e);
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  if (!e) return cudaErrorInvalidResourceHandle;
-  auto* ev = reinterpret_cast<rt_emu::Event*>(e);
-  ev->recorded = true;
-  ev->at = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
-}
-cudaError_t cudaEventQuery(cudaEvent_t e) {
-  return e ? cudaSuccess : cudaErrorInvalidResourceHandle;
-}
-// As the device: both events must have been recorded.
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return rt_emu::event_destroy(e); }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return rt_emu::event_record(e, s); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return rt_emu::event_synchronize(e); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return rt_emu::event_query(e); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  auto* a = reinterpret_cast<rt_emu::Event*>(start);
-  auto* b = reinterpret_cast<rt_emu::Event*>(end);
-  if (!a || !b || !a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
-  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
-  return cudaSuccess;
+  return rt_emu::event_elapsed_ms(ms, start, end);
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
@@ -173,8 +167,10 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   rt_emu::remember(rt_emu::live(), *p, bytes);
   return cudaSuccess;
 }
+// As CUDA's, frees wait for all queued work, which may still use the memory.
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  rt_emu::device_synchronize();
   if (!rt_emu::forget(rt_emu::live(), p)) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
@@ -187,25 +183,35 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
+  rt_emu::device_synchronize();
   if (!rt_emu::forget(rt_emu::pinned(), p)) return cudaErrorInvalidValue;
   std::free(p);
   return cudaSuccess;
 }
 
+// Copies and fills are queued on their stream, with CUDA's documented exceptions, which return
+// only once done: copies to pageable host memory, between host buffers, and cudaMemcpy's from the
+// host; fills of host memory.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if (bytes) std::memmove(dst, src, bytes);
+  const bool device_to_device = rt_emu::memory_type(dst) == cudaMemoryTypeDevice &&
+                                rt_emu::memory_type(src) == cudaMemoryTypeDevice;
+  return rt_emu::copy(dst, src, bytes, nullptr, !device_to_device);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                            cudaStream_t s) {
+  const bool host_to_host = rt_emu::memory_type(dst) != cudaMemoryTypeDevice &&
+                            rt_emu::memory_type(src) != cudaMemoryTypeDevice;
+  return rt_emu::copy(dst, src, bytes, s, host_to_host);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (!bytes) return cudaSuccess;
+  rt_emu::Work fill = [=] { std::memset(p, value, bytes); };
+  if (rt_emu::memory_type(p) == cudaMemoryTypeDevice)
+    rt_emu::enqueue(s, std::move(fill));
+  else
+    rt_emu::run_in_order(s, std::move(fill));
   return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
-}
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  if (bytes) std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(p, value, bytes);
 }
 
 }  // extern "C"

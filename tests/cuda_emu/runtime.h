@@ -1,6 +1,6 @@
 // The emulator's CUDA runtime: the calls the backend's kernel launchers and buffers make, on host
 // memory (tests/cuda_emu/runtime.cc). Device memory is ordinary heap memory that kernels and the
-// host alike may touch; streams run everything at once, in call order.
+// host alike may touch; streams queue work until something waits for it (streams.h).
 #pragma once
 #include <cuda_runtime.h>
 

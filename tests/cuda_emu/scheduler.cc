@@ -197,17 +197,24 @@ unsigned char* warp_slot(unsigned linear) {
 void sync_block() { wait(State::at_block_barrier); }
 void sync_warp() { wait(State::at_warp_barrier); }
 
-void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void()>& body,
-              const std::type_info& kernel) {
+bool launch_ok(dim3 grid, dim3 blk, size_t shared_bytes) {
+  if (tl_block) throw rt::Error("cuda emulator: a launch from inside a kernel");
   const uint64_t threads = uint64_t(blk.x) * blk.y * blk.z;
   // The device's limits (cudaErrorInvalidConfiguration / cudaErrorInvalidValue there).
   if (threads == 0 || threads > kMaxThreads || blk.z > 64 || grid.x == 0 || grid.y == 0 ||
       grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 ||
       shared_bytes > kMaxSharedBytes) {
     set_last_error(cudaErrorInvalidConfiguration);
-    return;
+    return false;
   }
-  if (tl_block) throw rt::Error("cuda emulator: a launch from inside a kernel");
+  return true;
+}
+
+void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void()>& body,
+              const std::type_info& kernel) {
+  if (!launch_ok(grid, blk, shared_bytes))
+    throw rt::Error("cuda emulator: run_grid given a configuration launch_ok refuses");
+  const uint64_t threads = uint64_t(blk.x) * blk.y * blk.z;
   static thread_local std::unique_ptr<Stacks> stacks;
   if (!stacks) stacks = std::make_unique<Stacks>();
   Block b;

@@ -26,6 +26,9 @@ void expect_error(F&& f, const std::string& text) {
   }
 }
 
+// Launches are queued on their stream (the default one here) and run when waited for.
+void finish() { cudaDeviceSynchronize(); }
+
 // Each thread publishes its index, then reads its neighbour's: correct only if the barrier held
 // every thread back until all had written.
 __global__ void rotate_kernel(int* out) {
@@ -38,6 +41,7 @@ __global__ void rotate_kernel(int* out) {
 TEST(emu_scheduler, BarrierWaitsForTheWholeBlock) {
   std::vector<int> out(3 * kBlock, -1);
   RT_EMU_LAUNCH(3, kBlock)([](int* o) { rotate_kernel(o); })(out.data());
+  finish();
   for (int b = 0; b < 3; ++b)
     for (int t = 0; t < kBlock; ++t)
       ASSERT_EQ(out[b * kBlock + t], (t + 1) % kBlock + 1000 * b)
@@ -53,6 +57,7 @@ __global__ void warp_sum_kernel(float* out) {
 TEST(emu_scheduler, ShuffleExchangesWithinEachWarp) {
   std::vector<float> out(128, -1);
   RT_EMU_LAUNCH(1, 128)([](float* o) { warp_sum_kernel(o); })(out.data());
+  finish();
   for (int t = 0; t < 128; ++t) {
     const int w = t / 32;
     // Lanes 32w .. 32w + 31 sum to 32 * 32w + 496.
@@ -73,6 +78,7 @@ TEST(emu_scheduler, EveryThreadOfA3dGridRunsOnceWithItsBuiltins) {
     const int t = int(threadIdx.x + 4 * (threadIdx.y + 3 * threadIdx.z));
     ++hits[size_t(b * threads + t)];
   })();
+  finish();
   EXPECT_EQ(bad, 0);
   for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "thread " << i;
 }
@@ -86,8 +92,13 @@ TEST(emu_scheduler, KernelsWithoutBarriersRunStraightAndMayNotStartWaiting) {
     ++h[blockIdx.x * blockDim.x + threadIdx.x];
   };
   for (int round = 0; round < 3; ++round) RT_EMU_LAUNCH(4, 64)(kernel)(hits.data(), false);
+  finish();
   for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 3) << "thread " << i;
-  expect_error([&] { RT_EMU_LAUNCH(4, 64)(kernel)(hits.data(), true); },
+  expect_error(
+      [&] {
+        RT_EMU_LAUNCH(4, 64)(kernel)(hits.data(), true);
+        finish();
+      },
                "reached no barrier in its first launch");
 }
 
@@ -98,6 +109,7 @@ TEST(emu_scheduler, ParametersAreCopiedPerThread) {
     base += int(threadIdx.x);
     o[threadIdx.x] = base;
   })(out.data(), 7);
+  finish();
   for (int t = 0; t < 64; ++t) ASSERT_EQ(out[t], 7 + t);
 }
 
@@ -108,6 +120,7 @@ TEST(emu_scheduler, BarrierAfterSomeThreadsReturnedFails) {
           if (threadIdx.x == 5) return;
           __syncthreads();
         })();
+        finish();
       },
       "__syncthreads reached by 63 of 64");
 }
@@ -124,21 +137,27 @@ TEST(emu_scheduler, BarrierInADivergentBranchFails) {
             __shfl_xor_sync(0xffffffffu, 1, 1);
           }
         })();
+        finish();
       },
       "__syncthreads reached by 32 of 64");
 }
 
 // The full first warp exchanged and ended; the 16 lanes of the second wait for 16 more.
 TEST(emu_scheduler, ShuffleInAPartialWarpDeadlocks) {
-  expect_error([] { RT_EMU_LAUNCH(1, 48)([] { __shfl_xor_sync(0xffffffffu, 1.0f, 1); })(); },
-               "deadlocked: of 48 threads 0 wait at __syncthreads, 16 at a warp shuffle (which "
-               "needs all 32 lanes), 32 ended");
+  expect_error(
+      [] {
+        RT_EMU_LAUNCH(1, 48)([] { __shfl_xor_sync(0xffffffffu, 1.0f, 1); })();
+        finish();
+      },
+      "deadlocked: of 48 threads 0 wait at __syncthreads, 16 at a warp shuffle (which "
+      "needs all 32 lanes), 32 ended");
 }
 
 TEST(emu_scheduler, ConfigurationsTheDeviceRefusesFailAtTheLaunchCheck) {
   for (const dim3 block : {dim3(1025), dim3(32, 33), dim3(1, 1, 65), dim3(0)}) {
     int ran = 0;
     RT_EMU_LAUNCH(1, block)([&] { ++ran; })();
+    finish();
     EXPECT_EQ(ran, 0);
     expect_error([] { CUDA_CHECK_LAUNCH(); }, "invalid configuration");
   }

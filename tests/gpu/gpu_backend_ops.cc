@@ -33,10 +33,11 @@ struct Backends {
 };
 
 // An op with forward(x, y) and backward(dy, dx) (global pooling, padded shortcut): the GPU's
-// outputs must equal the reference's bit for bit; y has dy's size, dx has x's.
+// outputs must equal the reference's bit for bit; y has dy's size, dx has x's. The GPU's ops run
+// on `backend`'s stream, which the reads wait for.
 template <class Op>
-void expect_same_fwd_bwd(Op& ref, Op& gpu, const std::vector<float>& x, const std::vector<float>& dy,
-                         const std::string& tag) {
+void expect_same_fwd_bwd(Backend<float>& backend, Op& ref, Op& gpu, const std::vector<float>& x,
+                         const std::vector<float>& dy, const std::string& tag) {
   std::vector<float> y(dy.size()), dx(x.size());
   ref.forward(x.data(), y.data());
   ref.backward(dy.data(), dx.data());
@@ -44,6 +45,7 @@ void expect_same_fwd_bwd(Op& ref, Op& gpu, const std::vector<float>& x, const st
   DeviceBuffer gy(dy.size() * 4), gdx(x.size() * 4);
   gpu.forward(gx.as<float>(), gy.as<float>());
   gpu.backward(gdy.as<float>(), gdx.as<float>());
+  backend.sync();
   expect_equal(to_host<float>(gy, dy.size()), y, tag + " y");
   expect_equal(to_host<float>(gdx, x.size()), dx, tag + " dx");
 }
@@ -115,6 +117,7 @@ TEST(GpuBackendOps, ReluAndAdd) {
     rr->backward(y.data(), dy.data(), dx.data());
     gr->forward(gx.as<float>(), gy.as<float>());
     gr->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+    b.gpu->sync();
     expect_equal(to_host<float>(gy, n), y, "relu y");
     expect_equal(to_host<float>(gdx, n), dx, "relu dx");
 
@@ -128,6 +131,7 @@ TEST(GpuBackendOps, ReluAndAdd) {
       auto gg = to_device(dy);
       ga->backward(gy.as<float>(), gg.as<float>(), gg.as<float>());  // in place, as the Net does
       ga->backward(gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      b.gpu->sync();
       expect_equal(to_host<float>(gy, n), y, "add y");
       expect_equal(to_host<float>(gg, n), g, "add dx in place");
       expect_equal(to_host<float>(gdx, n), g, "add dx");
@@ -158,6 +162,7 @@ TEST(GpuBackendOps, MaxPoolTiesAndGeometries) {
       auto go = b.gpu->make_maxpool(d);
       go->forward(gx.as<float>(), gy.as<float>(), true);
       go->backward(gx.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>());
+      b.gpu->sync();
       expect_equal(to_host<float>(gy, m), y, "y");
       // Gathered in output order, as the reference scatters: the same sums in the same order.
       expect_equal(to_host<float>(gdx, n), dx, "dx");
@@ -171,8 +176,8 @@ TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
     SCOPED_TRACE(s.str());
     const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
     auto x = random_vec(n, 12), dy = random_vec(m, 13);
-    expect_same_fwd_bwd(*b.ref->make_global_avgpool({"gap", s}), *b.gpu->make_global_avgpool({"gap", s}),
-                        x, dy, "gap");
+    expect_same_fwd_bwd(*b.gpu, *b.ref->make_global_avgpool({"gap", s}),
+                        *b.gpu->make_global_avgpool({"gap", s}), x, dy, "gap");
   }
   struct Case { Shape in; int64_t out_c, stride; };
   for (Case c : {Case{{2, 3, 5, 7}, 8, 2}, Case{{1, 4, 4, 4}, 8, 1}, Case{{1, 16, 8, 8}, 32, 2},
@@ -181,7 +186,8 @@ TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
     SCOPED_TRACE(c.in.str() + " -> " + d.out().str());
     const size_t n = size_t(c.in.numel()), m = size_t(d.out().numel());
     auto x = random_vec(n, 14), dy = random_vec(m, 15);
-    expect_same_fwd_bwd(*b.ref->make_pad_shortcut(d), *b.gpu->make_pad_shortcut(d), x, dy, "shortcut");
+    expect_same_fwd_bwd(*b.gpu, *b.ref->make_pad_shortcut(d), *b.gpu->make_pad_shortcut(d), x, dy,
+                        "shortcut");
   }
 }
 
