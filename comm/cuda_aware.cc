@@ -6,6 +6,10 @@
 #include <mpi-ext.h>  // OpenMPI's extensions; MPICH and others have no such header
 #endif
 
+#include <cstdlib>
+#include <string>
+#include <utility>
+
 #include "comm/mpi_check.h"
 
 namespace rt::comm {
@@ -22,7 +26,16 @@ CudaAwareness mpi_cuda_awareness() {
 #else
   a.detail = "this MPI has no CUDA extension in mpi-ext.h (MPIX_CUDA_AWARE_SUPPORT undefined)";
 #endif
-  return a;
+  return cuda_aware_override(std::move(a), std::getenv(kCudaAwareEnv));
+}
+
+CudaAwareness cuda_aware_override(CudaAwareness detected, const char* value) {
+  if (!value) return detected;
+  const std::string v = value;
+  if (v != "0" && v != "1")
+    throw CommError(str_cat(kCudaAwareEnv, ": '", v, "' is neither 1 (MPI takes device pointers) "
+                            "nor 0 (it does not)"));
+  return {v == "1", str_cat(kCudaAwareEnv, "=", v, " (the library: ", detected.detail, ")")};
 }
 
 const std::vector<std::string>& device_path_names() {

@@ -16,8 +16,17 @@ struct CudaAwareness {
 
 // Asks the library (after MPI_Init): OpenMPI's mpi-ext.h says at compile time whether it was built
 // with CUDA support (MPIX_CUDA_AWARE_SUPPORT) and MPIX_Query_cuda_support() whether that support
-// is on in this run; both must say yes. An MPI without the extension counts as not aware.
+// is on in this run; both must say yes. An MPI without the extension counts as not aware, unless
+// the environment says otherwise (cuda_aware_override).
 CudaAwareness mpi_cuda_awareness();
+
+// The environment variable that overrides the library's answer: 1 for a CUDA-aware MPI that lacks
+// OpenMPI's extension (MVAPICH2-GDR, Cray MPICH with GPU support on), 0 to keep one that says yes
+// off the direct path.
+inline constexpr const char* kCudaAwareEnv = "RINGTRAIN_MPI_CUDA_AWARE";
+// `detected` as `value` (the variable's value, null when unset) overrides it; throws rt::CommError
+// naming the variable for a value other than 0 or 1.
+CudaAwareness cuda_aware_override(CudaAwareness detected, const char* value);
 
 // The values comm.device_path takes: auto, staged, direct.
 const std::vector<std::string>& device_path_names();

@@ -1,6 +1,7 @@
 // comm.device_path: what auto, staged and direct resolve to with and without a CUDA-aware MPI
 // (the library's answer is passed in, so no MPI runs here) and with nccl, the error for direct
-// without one, and the trainer's key (default, parsing, validation, printing).
+// without one, the environment's override of the answer, and the trainer's key (default,
+// parsing, validation, printing).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -42,6 +43,27 @@ TEST(comm_device_path, DirectNeedsCudaAwareMpi) {
     EXPECT_NE(m.find("comm.device_path: direct needs an MPI that takes device pointers"), std::string::npos) << m;
     EXPECT_NE(m.find("MPIX_CUDA_AWARE_SUPPORT 0"), std::string::npos) << m;  // what the library said
     EXPECT_NE(m.find("use staged or auto"), std::string::npos) << m;
+  }
+}
+
+TEST(comm_device_path, EnvironmentOverridesTheLibrarysAnswer) {
+  EXPECT_FALSE(cuda_aware_override(kNotAware, nullptr).aware);  // unset: the library's answer
+  EXPECT_TRUE(cuda_aware_override(kAware, nullptr).aware);
+  const CudaAwareness on = cuda_aware_override(kNotAware, "1");
+  EXPECT_TRUE(on.aware);
+  EXPECT_NE(on.detail.find("RINGTRAIN_MPI_CUDA_AWARE=1"), std::string::npos) << on.detail;
+  EXPECT_NE(on.detail.find("MPIX_CUDA_AWARE_SUPPORT 0"), std::string::npos) << on.detail;
+  EXPECT_EQ(resolve("direct", on), DevicePath::direct);
+  const CudaAwareness off = cuda_aware_override(kAware, "0");
+  EXPECT_FALSE(off.aware);
+  EXPECT_EQ(resolve("auto", off), DevicePath::staged);
+  for (const char* bad : {"", "yes", "2"}) {
+    try {
+      cuda_aware_override(kAware, bad);
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("RINGTRAIN_MPI_CUDA_AWARE: '"), std::string::npos) << e.what();
+    }
   }
 }
 
