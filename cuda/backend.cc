@@ -55,8 +55,8 @@ class CudaBackend final : public DeviceBackend {
 
   std::string name() const override { return "cuda"; }
   size_t act_size(const Shape& s) const override { return size_t(s.numel()); }
-  // A staged input is copied on the device; otherwise the upload is waited for, as the caller
-  // reuses its host buffer right after.
+  // A staged input is copied on the device; otherwise uploaded, and waited for only from
+  // page-locked memory (the caller reuses its host buffer right after).
   void act_import(const float* nchw, const Shape& s, float* dst) const override {
     const size_t bytes = size_t(s.numel()) * sizeof(float);
     if (input_.consume(nchw, bytes, [&](const void* dev) {
@@ -64,7 +64,8 @@ class CudaBackend final : public DeviceBackend {
         }))
       return;
     CUDA_CHECK(cudaMemcpyAsync(dst, nchw, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    // The caller may reuse its buffer on return: wait only where CUDA reads it later.
+    if (is_page_locked(nchw)) CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
   void act_import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, float* dst) const override {
     import_u8(nhwc, s, p, Elem::f32, dst);

@@ -73,7 +73,8 @@ void DeviceBackend::import_u8(const uint8_t* nhwc, const Shape& s, const NormPar
   }
   CUDA_CHECK(cudaMemcpyAsync(u8_upload_.get(), nhwc, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
   run(u8_upload_.get());
-  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  // The caller may reuse its buffer on return: wait only where CUDA reads it later.
+  if (is_page_locked(nhwc)) CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
 }
 
 }  // namespace rt::cuda

@@ -26,8 +26,8 @@ class LowpBackend final : public DeviceBackend {
   std::string name() const override { return Lowp<T>::backend; }
   size_t act_size(const Shape& s) const override { return lowp_act_floats(s.numel()); }
   // From the staged copy when there is one; else through an fp32 device buffer (grown on first
-  // use, then reused: the step allocates nothing). Both host paths wait for the stream, as the
-  // caller reuses or reads its host buffer next.
+  // use, then reused: the step allocates nothing). The caller reuses or reads its host buffer
+  // next: an export waits for the stream, an import only when CUDA reads page-locked memory late.
   void act_import(const float* nchw, const Shape& s, float* dst) const override {
     const size_t bytes = size_t(s.numel()) * sizeof(float);
     auto convert = [&](const void* dev) {
@@ -37,7 +37,8 @@ class LowpBackend final : public DeviceBackend {
     float* stage = staging(bytes);
     CUDA_CHECK(cudaMemcpyAsync(stage, nchw, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
     convert(stage);
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    // The caller may reuse its buffer on return: wait only where CUDA reads it later.
+    if (is_page_locked(nchw)) CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
   // Normalized on the device straight into the 16-bit NHWC input, each value rounded once from
   // the kernel's fp32 (within one 16-bit rounding of the float path, which rounds the host's).

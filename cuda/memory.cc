@@ -36,6 +36,12 @@ AllocStats alloc_stats() {
           c.pinned_frees.load(),  c.device_bytes.load(), c.pinned_bytes.load()};
 }
 
+bool is_page_locked(const void* p) {
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  return a.type == cudaMemoryTypeHost;
+}
+
 void* device_malloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;

@@ -27,6 +27,11 @@ void device_free(void* p, size_t bytes);
 void* pinned_malloc(size_t bytes);
 void pinned_free(void* p, size_t bytes);
 
+// Whether host memory at p is page-locked (pinned_malloc's, or registered). CUDA copies pageable
+// memory before cudaMemcpyAsync returns, so the caller may reuse it at once; page-locked memory
+// is read when the copy runs, so the caller must wait for it first.
+bool is_page_locked(const void* p);
+
 // Makes `device` the calling thread's current one (the current device is per thread, and a
 // thread that never chose one gets device 0, and a context there, at its first CUDA call).
 void bind_device(int device);

@@ -11,8 +11,15 @@ DeviceSoftmaxXent::DeviceSoftmaxXent(const SoftmaxXentDesc& d, cudaStream_t stre
   d_.validate();
   prob_ = DeviceBuffer(size_t(d_.in.n * d_.in.c) * sizeof(float));
   row_loss_ = DeviceBuffer(size_t(d_.in.n) * sizeof(float));
-  mean_ = DeviceBuffer(sizeof(double));
-  bad_ = DeviceBuffer(sizeof(int));
+  result_ = DeviceBuffer(sizeof(Result));
+  host_result_ = static_cast<Result*>(pinned_malloc(sizeof(Result)));
+}
+
+DeviceSoftmaxXent::~DeviceSoftmaxXent() {
+  try {
+    pinned_free(host_result_, sizeof(Result));
+  } catch (const Error&) {  // a dead context at exit: nothing left to free
+  }
 }
 
 double DeviceSoftmaxXent::forward(const float* logits, const int32_t* labels) {
@@ -24,15 +31,15 @@ double DeviceSoftmaxXent::forward(const float* logits, const int32_t* labels) {
   a.labels = labels;
   a.prob = prob_.as<float>();
   a.row_loss = row_loss_.as<float>();
-  a.mean_loss = mean_.as<double>();
-  a.bad_row = bad_.as<int>();
+  Result* dev = result_.as<Result>();
+  a.mean_loss = &dev->mean_loss;
+  a.bad_row = &dev->bad_row;
   CUDA_CHECK(cudaMemsetAsync(a.bad_row, 0xff, sizeof(int), stream_));  // -1: no bad row
   xent_forward_launch(a, stream_);
-  double mean = 0;
-  int bad = -1;
-  CUDA_CHECK(cudaMemcpyAsync(&mean, a.mean_loss, sizeof mean, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(&bad, a.bad_row, sizeof bad, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(host_result_, dev, sizeof(Result), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const double mean = host_result_->mean_loss;
+  const int bad = host_result_->bad_row;
   if (bad >= 0) {
     int32_t label = 0;
     CUDA_CHECK(cudaMemcpy(&label, labels + bad, sizeof label, cudaMemcpyDeviceToHost));

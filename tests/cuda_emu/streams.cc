@@ -38,7 +38,7 @@ struct Event {
 // One lock for every stream's state and for running queued work: the device runs one item at a
 // time, whichever host thread waits for it.
 std::recursive_mutex g_mu;
-uint64_t g_queued = 0, g_run = 0;
+uint64_t g_queued = 0, g_run = 0, g_waits = 0;
 
 const StreamPtr& legacy() {
   static const StreamPtr s = std::make_shared<Stream>();
@@ -67,6 +67,15 @@ void run_to(const Point& p) {
   if (p.stream) run_to(*p.stream, p.upto);
 }
 void run_all(Stream& s) { run_to(s, s.queued); }
+
+// A host wait: the caller blocks until p; counted when there was queued work to wait for, which a
+// device slower than the host would make it wait for.
+void wait_for(const Point& p) {
+  if (p.reached()) return;
+  ++g_waits;
+  run_to(p);
+}
+void wait_all(const StreamPtr& s) { wait_for({s, s->queued}); }
 
 // What s's next item waits for under the legacy default stream's rules: the default stream waits
 // for all work queued so far on blocking streams, and a blocking stream for the default stream's.
@@ -109,7 +118,7 @@ void run_in_order(cudaStream_t s, Work work) {
   std::lock_guard lock(g_mu);
   const StreamPtr& st = stream_of(s);
   push(st, std::move(work));
-  run_all(*st);
+  wait_all(st);
 }
 
 cudaError_t stream_create(cudaStream_t* s, unsigned flags) {
@@ -137,7 +146,7 @@ cudaError_t stream_destroy(cudaStream_t s) {
 
 cudaError_t stream_synchronize(cudaStream_t s) {
   std::lock_guard lock(g_mu);
-  run_all(*stream_of(s));
+  wait_all(stream_of(s));
   return cudaSuccess;
 }
 
@@ -150,6 +159,10 @@ cudaError_t stream_query(cudaStream_t s) {
 
 void device_synchronize() {
   std::lock_guard lock(g_mu);
+  auto pending = [](const StreamPtr& s) { return s->done < s->queued; };
+  bool waited = pending(legacy());
+  for (const StreamPtr& s : created()) waited = waited || pending(s);
+  g_waits += waited;
   run_all(*legacy());
   for (const StreamPtr& s : created()) run_all(*s);
 }
@@ -186,7 +199,7 @@ cudaError_t event_record(cudaEvent_t e, cudaStream_t s) {
 cudaError_t event_synchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
   std::lock_guard lock(g_mu);
-  run_to(event_of(e)->at);
+  wait_for(event_of(e)->at);
   return cudaSuccess;
 }
 
@@ -225,6 +238,10 @@ uint64_t items_queued() {
 uint64_t items_run() {
   std::lock_guard lock(g_mu);
   return g_run;
+}
+uint64_t host_waits() {
+  std::lock_guard lock(g_mu);
+  return g_waits;
 }
 
 }  // namespace rt_emu

@@ -40,5 +40,8 @@ cudaError_t event_elapsed_ms(float* ms, cudaEvent_t start, cudaEvent_t end);
 // Items queued on every stream so far, and items that have run (tests of the emulator).
 uint64_t items_queued();
 uint64_t items_run();
+// Times a host thread blocked on queued work (a synchronize, a copy that completes before it
+// returns, cudaFree): each would stall it on a device slower than the host.
+uint64_t host_waits();
 
 }  // namespace rt_emu
