@@ -82,4 +82,18 @@ TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
   expect_matches_cpu("cuda-fp16", 2e-2, "loss_scale: {mode: static, init: 128}\n");
 }
 
+// The direct path end to end (MPI reads the device buffers, our kernels reduce them there). It
+// needs an MPI that takes device pointers, declared with RINGTRAIN_MPI_CUDA_AWARE=1 where the
+// library cannot say so itself; on the emulator, whose device memory is host memory, any MPI does.
+TEST(GpuTrainer, CudaDirectPathMatchesCpu) {
+#ifdef RT_CUDA_EMULATOR
+  setenv("RINGTRAIN_MPI_CUDA_AWARE", "1", 1);  // inherited by mpirun and its ranks
+#endif
+  const char* aware = std::getenv("RINGTRAIN_MPI_CUDA_AWARE");
+  if (!aware || std::string(aware) != "1")
+    GTEST_SKIP() << "comm.device_path: direct needs a CUDA-aware MPI; declare one with "
+                    "RINGTRAIN_MPI_CUDA_AWARE=1 to run this";
+  expect_matches_cpu("cuda", 1e-3, "comm: {device_path: direct}\n");
+}
+
 }  // namespace
