@@ -54,8 +54,9 @@ Builtins& builtins();
 // cudaGetLastError returns next on this thread, as on the device, and nothing runs.
 bool launch_ok(dim3 grid, dim3 block, size_t shared_bytes);
 
-// Runs body(thread) for every thread of every block of the grid, blocks in order, the threads of
-// a block as fibers (or, for a kernel whose first launch reached no barrier, one after another).
+// Runs body(thread) for every thread of every block of the grid (one launch_ok accepted), blocks
+// in order, the threads of a block as fibers (or, for a kernel whose first launch reached no
+// barrier, one after another).
 // `kernel` identifies the kernel. Throws rt::Error for a deadlock (a barrier some threads of the
 // block never reach) or a misuse of a warp operation; the launch's stream runs it (streams.h), so
 // the error reaches whoever waits for that stream.

@@ -51,19 +51,24 @@ cudaMemoryType memory_type(const void* p) {
   return cudaMemoryTypeUnregistered;
 }
 
-// A copy on stream s; `wait`: returns once it is done. Pageable host memory is read at the call
-// (CUDA stages it then, so the caller may reuse it at once) and written only by a copy waited for.
-cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool wait) {
+// A copy on stream s, each end classified once. It returns only once done where CUDA's does
+// (`blocking_call`: cudaMemcpy, except between device buffers; any call into pageable memory or
+// between host buffers); otherwise it is queued. Pageable memory is read at the call (CUDA
+// stages it then, so the caller may reuse it at once).
+cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool blocking_call) {
   if (!bytes) return cudaSuccess;
+  const cudaMemoryType from = memory_type(src), to = memory_type(dst);
+  const bool device_to_device = from == cudaMemoryTypeDevice && to == cudaMemoryTypeDevice;
+  const bool host_to_host = from != cudaMemoryTypeDevice && to != cudaMemoryTypeDevice;
   Work w;
-  if (memory_type(src) == cudaMemoryTypeUnregistered) {
+  if (from == cudaMemoryTypeUnregistered) {
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
     w = [=] { std::memcpy(dst, staged->data(), bytes); };
   } else {
     w = [=] { std::memmove(dst, src, bytes); };
   }
-  if (wait || memory_type(dst) == cudaMemoryTypeUnregistered)
+  if ((blocking_call && !device_to_device) || host_to_host || to == cudaMemoryTypeUnregistered)
     run_in_order(s, std::move(w));
   else
     enqueue(s, std::move(w));
@@ -190,18 +195,13 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 // Copies and fills are queued on their stream, with CUDA's documented exceptions, which return
-// only once done: copies to pageable host memory, between host buffers, and cudaMemcpy's from the
-// host; fills of host memory.
+// only once done (see copy); fills of host memory.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  const bool device_to_device = rt_emu::memory_type(dst) == cudaMemoryTypeDevice &&
-                                rt_emu::memory_type(src) == cudaMemoryTypeDevice;
-  return rt_emu::copy(dst, src, bytes, nullptr, !device_to_device);
+  return rt_emu::copy(dst, src, bytes, nullptr, true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
                             cudaStream_t s) {
-  const bool host_to_host = rt_emu::memory_type(dst) != cudaMemoryTypeDevice &&
-                            rt_emu::memory_type(src) != cudaMemoryTypeDevice;
-  return rt_emu::copy(dst, src, bytes, s, host_to_host);
+  return rt_emu::copy(dst, src, bytes, s, false);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) { return cudaMemsetAsync(p, value, bytes, nullptr); }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
