@@ -16,6 +16,15 @@ RTC_TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 rtc_die() { echo "cluster: error: $*" >&2; exit 1; }
 rtc_host() { echo "${RTC_PREFIX}-h$1"; }              # namespace = MPI host name of host i
 rtc_addr() { echo "${RTC_SUBNET_BASE}.$(($1 + 1))"; }  # address of host i
+# The hosts share this machine's hostname and /tmp, and Open MPI names its session directories
+# (/tmp/ompi.<hostname>.<uid>/...) by hostname: daemons starting at once on two emulated hosts
+# then race to create the same directories and write the same topology file, and one of them
+# fails (mkdir "File exists", or a crash in hwloc). Each host gets a temporary directory of its
+# own, as separate machines have, through TMPDIR (where Open MPI puts its session directory).
+rtc_tmpdir() {  # HOST: creates and prints the host's TMPDIR
+  local d="$RTC_STATE_DIR/tmp/$1"
+  mkdir -p "$d" && echo "$d"
+}
 
 rtc_need_root() {
   [ "$(id -u)" = 0 ] || rtc_die "must run as root (network namespaces and tc need CAP_NET_ADMIN)"

@@ -22,7 +22,11 @@ np=${2-}
 shift 2
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cmd=(ip netns exec "$(rtc_host 0)" mpirun -np "$np"
+TMPDIR=$(rtc_tmpdir "$(rtc_host 0)")
+export TMPDIR
+# --leave-session-attached: a daemon that fails after starting (a detached one would exit
+# silently) is reported by mpirun, which then ends the job instead of waiting for it forever.
+cmd=(ip netns exec "$(rtc_host 0)" mpirun -np "$np" --leave-session-attached
   --hostfile "$RTC_STATE_DIR/hostfile"
   --mca plm_rsh_agent "$RTC_TOOLS_DIR/agent.sh" --mca plm_rsh_no_tree_spawn 1
   --mca pml ob1 --mca btl tcp,self
@@ -30,7 +34,7 @@ cmd=(ip netns exec "$(rtc_host 0)" mpirun -np "$np"
   --bind-to none --mca mpi_yield_when_idle 1
   "$@")
 if [ $print = 1 ]; then
-  printf 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'
+  printf 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TMPDIR=%q' "$TMPDIR"
   printf ' %q' "${cmd[@]}"
   echo
   exit 0
