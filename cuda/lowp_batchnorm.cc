@@ -44,14 +44,17 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     st.eps = d_.eps;
     st.momentum = d_.momentum;
     st.gamma = gamma;
+    st.beta = beta;
     st.mean = buf(kMean);
     st.var_sum = buf(kVarSum);
     st.invstd = buf(kInvStd);
     st.scale = buf(kScale);
+    st.beta_saved = buf(kBeta);
     st.running_mean = running_mean;
     st.running_var = running_var;
     bn_train_stats(st, s);
-    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), beta, lowp_data<T>(y), rows_, c_, d_.relu, s);
+    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), rows_, c_,
+             d_.relu, s);
   }
 
   void forward_eval(const float* x, const float* gamma, const float* beta,
@@ -62,17 +65,19 @@ class LowpBatchNorm final : public BatchNormOp<float> {
              ctx_.stream());
   }
 
-  // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them.
-  void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
-                float* dgamma, float* dbeta) override {
+  // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them. y is
+  // not read: the ReLU's mask is recomputed from x with the forward's mean, scale and beta.
+  void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
+                float* dx, float* dgamma, float* dbeta) override {
     cudaStream_t s = ctx_.stream();
     ChannelSumArgs<T> a;
     a.kind = ChannelSum::bn_grad;
     a.x = lowp_data<T>(x);
-    a.y = lowp_data<T>(y);
     a.dy = lowp_data<T>(dy);
     a.mean = buf(kMean);
     a.invstd = buf(kInvStd);
+    a.scale = buf(kScale);
+    a.beta = buf(kBeta);
     a.relu = d_.relu;
     a.partial = partial();
     channel_sums(a, geom_, dbeta, dgamma, s);
@@ -82,11 +87,12 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.channels = c_;
     b.relu = d_.relu;
     b.x = lowp_data<T>(x);
-    b.y = lowp_data<T>(y);
     b.dy = lowp_data<T>(dy);
     b.gamma = gamma;
     b.mean = buf(kMean);
     b.invstd = buf(kInvStd);
+    b.scale = buf(kScale);
+    b.beta = buf(kBeta);
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
     b.dx = lowp_data<T>(dx);
@@ -95,7 +101,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
 
  private:
   // Per-channel fp32 vectors in stats_.
-  enum Buffer { kMean, kVarSum, kInvStd, kScale, kEvalScale, kBuffers };
+  enum Buffer { kMean, kVarSum, kInvStd, kScale, kBeta, kEvalScale, kBuffers };
   float* buf(Buffer b) const { return stats_.as<float>() + int64_t(b) * c_; }
   float* partial() const { return static_cast<float*>(scratch_.get()); }  // reserve() may move it
 

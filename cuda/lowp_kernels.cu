@@ -1,23 +1,15 @@
 // The 16-bit backends' kernels, templates over the storage type T (bf16 or f16): one thread per
 // output element with grid-stride loops and 64-bit indices, fp32 arithmetic, one rounding to T
-// per stored value (to_f32 / from_f32 of elementwise.cuh). Per-channel sums use a fixed two-pass
-// order (no atomics), so every run gives the same bits.
+// per stored value (to_f32 / from_f32 of elementwise.cuh). Per-channel sums and batch norm are in
+// lowp_bn.cu.
 #include "cuda/check.h"
-#include "cuda/elementwise.cuh"  // to_f32, from_f32
+#include "cuda/lowp_device.cuh"
 #include "cuda/lowp_kernels.h"
 
 namespace rt::cuda {
 namespace {
 
-__device__ inline int64_t first_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t grid_stride() { return int64_t(gridDim.x) * blockDim.x; }
-__device__ inline float relu_value(float v) { return (v > 0.0f || isnan(v)) ? v : 0.0f; }
-template <class T>
-__device__ inline float ld(const T* p, int64_t i) { return to_f32(p[i]); }
-template <class T>
-__device__ inline T rn(float v) { return from_f32<T>(v); }
-
-uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
+using namespace lowp;
 
 // ---- conversions ----
 
@@ -84,6 +76,59 @@ __global__ void add_forward_kernel(const T* a, const T* b, T* y, int64_t n, bool
     const float s = ld(a, i) + ld(b, i);
     y[i] = rn<T>(relu ? relu_value(s) : s);
   }
+}
+
+// The same three on 16-byte vectors, where n is a multiple of kVec and every buffer is aligned.
+template <class T>
+__global__ void relu_forward_vec_kernel(const T* x, T* y, int64_t vectors) {
+  for (int64_t v = first_index(); v < vectors; v += grid_stride()) {
+    float e[kVec];
+    load_vec(x, v, e);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) e[k] = relu_value(e[k]);
+    store_vec(y, v, e);
+  }
+}
+
+// dx = dy's own bits where y > 0 (no rounding), as the scalar kernel.
+template <class T>
+__global__ void relu_backward_vec_kernel(const T* y, const T* dy, T* dx, int64_t vectors) {
+  for (int64_t v = first_index(); v < vectors; v += grid_stride()) {
+    const uint4 uy = reinterpret_cast<const uint4*>(y)[v];
+    const uint4 ud = reinterpret_cast<const uint4*>(dy)[v];
+    T ey[kVec], ed[kVec];
+    memcpy(static_cast<void*>(ey), &uy, sizeof uy);
+    memcpy(static_cast<void*>(ed), &ud, sizeof ud);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      if (!(to_f32(ey[k]) > 0.0f)) ed[k] = rn<T>(0.0f);
+    uint4 out;
+    memcpy(&out, static_cast<const void*>(ed), sizeof out);
+    reinterpret_cast<uint4*>(dx)[v] = out;
+  }
+}
+
+template <class T>
+__global__ void add_forward_vec_kernel(const T* a, const T* b, T* y, int64_t vectors, bool relu) {
+  for (int64_t v = first_index(); v < vectors; v += grid_stride()) {
+    float ea[kVec], eb[kVec];
+    load_vec(a, v, ea);
+    load_vec(b, v, eb);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float s = ea[k] + eb[k];
+      ea[k] = relu ? relu_value(s) : s;
+    }
+    store_vec(y, v, ea);
+  }
+}
+
+// Whether n elements at these pointers go as vectors.
+bool vec_ok(int64_t n, std::initializer_list<const void*> ps) {
+  if (n % kVec != 0) return false;
+  for (const void* p : ps)
+    if (!aligned16(p)) return false;
+  return true;
 }
 
 template <class T>
@@ -202,114 +247,6 @@ __global__ void pad_shortcut_backward_kernel(const T* dy, T* dx, ShortcutGeom g)
   }
 }
 
-// ---- per-channel sums ----
-
-// Block (tile, chunk): threads (tx, ty) walk rows r0 + ty, r0 + ty + kRowThreads, ... of channel
-// tile * kChannelTile + tx; the kRowThreads row sums then add in ty order.
-template <class T, ChannelSum K>
-__global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
-  __shared__ float sh1[kRowThreads][kChannelTile];
-  __shared__ float sh2[kRowThreads][kChannelTile];
-  const int64_t c = int64_t(blockIdx.x) * kChannelTile + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
-  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
-  float s1 = 0.0f, s2 = 0.0f;
-  if (c < g.channels) {
-    const float mean = (K == ChannelSum::sq_dev || K == ChannelSum::bn_grad) ? a.mean[c] : 0.0f;
-    const float invstd = K == ChannelSum::bn_grad ? a.invstd[c] : 0.0f;
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) {
-      const int64_t i = r * g.channels + c;
-      if constexpr (K == ChannelSum::x) {
-        s1 += ld(a.x, i);
-      } else if constexpr (K == ChannelSum::sq_dev) {
-        const float d = ld(a.x, i) - mean;
-        s1 += d * d;
-      } else if constexpr (K == ChannelSum::dy) {
-        s1 += ld(a.dy, i);
-      } else {
-        const float gr = (a.relu && !(ld(a.y, i) > 0.0f)) ? 0.0f : ld(a.dy, i);
-        s1 += gr;
-        s2 += gr * (ld(a.x, i) - mean) * invstd;
-      }
-    }
-  }
-  sh1[threadIdx.y][threadIdx.x] = s1;
-  sh2[threadIdx.y][threadIdx.x] = s2;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < g.channels) {
-    float t1 = 0.0f, t2 = 0.0f;
-    for (int k = 0; k < kRowThreads; ++k) {
-      t1 += sh1[k][threadIdx.x];
-      t2 += sh2[k][threadIdx.x];
-    }
-    a.partial[int64_t(blockIdx.y) * g.channels + c] = t1;
-    a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c] = t2;
-  }
-}
-
-__global__ void channel_total_kernel(const float* partial, ChannelReduceGeom g, float* s1,
-                                     float* s2) {
-  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
-    double t1 = 0, t2 = 0;
-    for (int64_t k = 0; k < g.chunks; ++k) {
-      t1 += partial[k * g.channels + c];
-      t2 += partial[(g.chunks + k) * g.channels + c];
-    }
-    s1[c] = float(t1);
-    if (s2) s2[c] = float(t2);
-  }
-}
-
-// ---- batch norm ----
-
-__global__ void mean_from_sum_kernel(float* mean, int64_t channels, double m) {
-  for (int64_t c = first_index(); c < channels; c += grid_stride()) mean[c] = float(mean[c] / m);
-}
-
-__global__ void train_stats_kernel(BnStatsArgs a) {
-  const double m = double(a.m);
-  for (int64_t c = first_index(); c < a.channels; c += grid_stride()) {
-    const double var = double(a.var_sum[c]) / m;
-    const double invstd = 1.0 / sqrt(var + a.eps);
-    a.invstd[c] = float(invstd);
-    a.scale[c] = float(double(a.gamma[c]) * invstd);
-    a.running_mean[c] =
-        float((1.0 - a.momentum) * a.running_mean[c] + a.momentum * double(a.mean[c]));
-    a.running_var[c] =
-        float((1.0 - a.momentum) * a.running_var[c] + a.momentum * var * m / (m - 1.0));
-  }
-}
-
-__global__ void eval_scale_kernel(const float* gamma, const float* running_var, double eps,
-                                  float* scale, int64_t channels) {
-  for (int64_t c = first_index(); c < channels; c += grid_stride())
-    scale[c] = float(double(gamma[c]) / sqrt(double(running_var[c]) + eps));
-}
-
-template <class T>
-__global__ void bn_apply_kernel(const T* x, const float* mean, const float* scale,
-                                const float* beta, T* y, int64_t n, int64_t channels,
-                                bool relu) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t c = i % channels;
-    const float v = (ld(x, i) - mean[c]) * scale[c] + beta[c];
-    y[i] = rn<T>(relu ? relu_value(v) : v);
-  }
-}
-
-template <class T>
-__global__ void bn_backward_kernel(BnBackwardArgs<T> a) {
-  const int64_t n = a.rows * a.channels;
-  const float inv_m = 1.0f / float(a.rows);
-  for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t c = i % a.channels;
-    const float g = (a.relu && !(ld(a.y, i) > 0.0f)) ? 0.0f : ld(a.dy, i);
-    const float invstd = a.invstd[c];
-    const float xhat = (ld(a.x, i) - a.mean[c]) * invstd;
-    a.dx[i] = rn<T>(a.gamma[c] * invstd * (g - a.sum_g[c] * inv_m - xhat * a.sum_gxhat[c] * inv_m));
-  }
-}
-
 }  // namespace
 
 template <class T>
@@ -357,21 +294,31 @@ void weight_grad_to_oihw(const S* ohwi, float* oihw, const WeightGeom& g, cudaSt
 template <class T>
 void lowp_relu_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  if (vec_ok(n, {x, y}))
+    relu_forward_vec_kernel<T><<<blocks_for(n / kVec), kThreads, 0, stream>>>(x, y, n / kVec);
+  else
+    relu_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void lowp_relu_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  if (vec_ok(n, {y, dy, dx}))
+    relu_backward_vec_kernel<T><<<blocks_for(n / kVec), kThreads, 0, stream>>>(y, dy, dx, n / kVec);
+  else
+    relu_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void lowp_add_forward(const T* a, const T* b, T* y, int64_t n, bool relu, cudaStream_t stream) {
   if (n <= 0) return;
-  add_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
+  if (vec_ok(n, {a, b, y}))
+    add_forward_vec_kernel<T><<<blocks_for(n / kVec), kThreads, 0, stream>>>(a, b, y, n / kVec,
+                                                                             relu);
+  else
+    add_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -442,69 +389,6 @@ void lowp_pad_shortcut_backward(const T* dy, T* dx, const ShortcutGeom& g, cudaS
   CUDA_CHECK_LAUNCH();
 }
 
-template <class T>
-void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
-                  cudaStream_t stream) {
-  if (g.channels <= 0 || g.rows <= 0) return;
-  // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
-  const dim3 grid(uint32_t(g.tiles), uint32_t(g.chunks)), block(kChannelTile, kRowThreads);
-  switch (a.kind) {
-    case ChannelSum::x:
-      channel_partial_kernel<T, ChannelSum::x><<<grid, block, 0, stream>>>(a, g);
-      break;
-    case ChannelSum::sq_dev:
-      channel_partial_kernel<T, ChannelSum::sq_dev><<<grid, block, 0, stream>>>(a, g);
-      break;
-    case ChannelSum::dy:
-      channel_partial_kernel<T, ChannelSum::dy><<<grid, block, 0, stream>>>(a, g);
-      break;
-    case ChannelSum::bn_grad:
-      channel_partial_kernel<T, ChannelSum::bn_grad><<<grid, block, 0, stream>>>(a, g);
-      break;
-  }
-  CUDA_CHECK_LAUNCH();
-  channel_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(a.partial, g, s1, s2);
-  CUDA_CHECK_LAUNCH();
-}
-
-void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream) {
-  if (channels <= 0) return;
-  mean_from_sum_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(mean, channels, double(m));
-  CUDA_CHECK_LAUNCH();
-}
-
-void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream) {
-  if (a.channels <= 0) return;
-  train_stats_kernel<<<blocks_for(a.channels), kThreads, 0, stream>>>(a);
-  CUDA_CHECK_LAUNCH();
-}
-
-void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
-                   int64_t channels, cudaStream_t stream) {
-  if (channels <= 0) return;
-  eval_scale_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(gamma, running_var, eps, scale,
-                                                                  channels);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <class T>
-void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
-              int64_t rows, int64_t channels, bool relu, cudaStream_t stream) {
-  const int64_t n = rows * channels;
-  if (n <= 0) return;
-  bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n, channels,
-                                                            relu);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <class T>
-void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
-  const int64_t n = a.rows * a.channels;
-  if (n <= 0 || !a.dx) return;
-  bn_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a);
-  CUDA_CHECK_LAUNCH();
-}
-
 // The two storage types' launchers (and fp32 for the weight gradient of the linear layer).
 #define RT_LOWP_INSTANTIATE(T)                                                                   \
   template void nchw_f32_to_nhwc_lowp(const float*, T*, const Dims4&, cudaStream_t);              \
@@ -524,12 +408,7 @@ void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
   template void lowp_avgpool_forward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);      \
   template void lowp_avgpool_backward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);     \
   template void lowp_pad_shortcut_forward(const T*, T*, const ShortcutGeom&, cudaStream_t);       \
-  template void lowp_pad_shortcut_backward(const T*, T*, const ShortcutGeom&, cudaStream_t);      \
-  template void channel_sums(const ChannelSumArgs<T>&, const ChannelReduceGeom&, float*, float*,  \
-                             cudaStream_t);                                                       \
-  template void bn_apply(const T*, const float*, const float*, const float*, T*, int64_t,         \
-                         int64_t, bool, cudaStream_t);                                            \
-  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);
+  template void lowp_pad_shortcut_backward(const T*, T*, const ShortcutGeom&, cudaStream_t);
 RT_LOWP_INSTANTIATE(bf16)
 RT_LOWP_INSTANTIATE(f16)
 #undef RT_LOWP_INSTANTIATE

@@ -2,7 +2,7 @@
 // gradients are T = bf16 or f16 (IEEE half) in NHWC, parameters and statistics fp32, all
 // arithmetic fp32 with one rounding to nearest even per stored result (for f16, magnitudes past
 // 65504 round to inf, which loss scaling reads as an overflow). Templates instantiated for the two
-// types in lowp_kernels.cu. C++17-clean (nvcc includes it). Pointers are device pointers; every
+// types in lowp_kernels.cu (per-channel sums and batch norm: lowp_bn.cu). C++17-clean (nvcc includes it). Pointers are device pointers; every
 // call is asynchronous on `stream`.
 #pragma once
 #include <cuda_bf16.h>
@@ -109,14 +109,17 @@ enum class ChannelSum : int {
   dy,         // s1 = dy
   bn_grad,    // s1 = g, s2 = g * (x - mean[c]) * invstd[c], g = dy masked by y > 0 when relu
 };
+// bn_grad with relu recomputes y from x, mean, scale and beta as the forward did (bn_apply):
+// the mask is exact without reading y.
 template <class T>
 struct ChannelSumArgs {
   ChannelSum kind = ChannelSum::x;
   const T* x = nullptr;
-  const T* y = nullptr;   // bn_grad with relu only
   const T* dy = nullptr;
   const float* mean = nullptr;
   const float* invstd = nullptr;
+  const float* scale = nullptr;  // bn_grad with relu: the forward's scale and beta
+  const float* beta = nullptr;
   bool relu = false;
   float* partial = nullptr;
 };
@@ -141,16 +144,19 @@ void bias_grad(const float* dy, float* partial, const ChannelReduceGeom& g, floa
 // mean[c] = sum_x[c] / m, in place.
 void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream);
 // Training statistics from the mean and the sum of squared deviations: var = var_sum / m (the
-// biased variance normalises), invstd = 1 / sqrt(var + eps), scale = gamma * invstd; running_mean
-// and running_var (unbiased: var * m / (m - 1)) move by momentum, as PyTorch.
+// biased variance normalises), invstd = 1 / sqrt(var + eps), scale = gamma * invstd, beta copied
+// to beta_saved (what backward recomputes y with); running_mean and running_var (unbiased:
+// var * m / (m - 1)) move by momentum, as PyTorch.
 struct BnStatsArgs {
   int64_t channels = 0, m = 0;
   double eps = 1e-5, momentum = 0.1;
   const float* gamma = nullptr;
+  const float* beta = nullptr;
   const float* mean = nullptr;
   const float* var_sum = nullptr;
   float* invstd = nullptr;  // kept for backward
   float* scale = nullptr;
+  float* beta_saved = nullptr;
   float* running_mean = nullptr;
   float* running_var = nullptr;
 };
@@ -158,22 +164,24 @@ void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream);
 // Evaluation: scale = gamma / sqrt(running_var + eps).
 void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
                    int64_t channels, cudaStream_t stream);
-// y = (x - mean[c]) * scale[c] + beta[c], then relu when asked; NHWC, c innermost.
+// y = (x - mean[c]) * scale[c] + beta[c] (one fused multiply-add), then relu when asked; NHWC,
+// c innermost.
 template <class T>
 void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
               int64_t rows, int64_t channels, bool relu, cudaStream_t stream);
 // dx = gamma invstd / m * (m g - sum_g - xhat sum_gxhat), xhat = (x - mean) invstd, g as in
-// ChannelSum::bn_grad (PyTorch's formula, as nn/ref).
+// ChannelSum::bn_grad (PyTorch's formula, as nn/ref); dx may alias dy.
 template <class T>
 struct BnBackwardArgs {
   int64_t rows = 0, channels = 0;
   bool relu = false;
   const T* x = nullptr;
-  const T* y = nullptr;
   const T* dy = nullptr;
   const float* gamma = nullptr;
   const float* mean = nullptr;
   const float* invstd = nullptr;
+  const float* scale = nullptr;  // relu: the forward's scale and beta
+  const float* beta = nullptr;
   const float* sum_g = nullptr;      // dbeta
   const float* sum_gxhat = nullptr;  // dgamma
   T* dx = nullptr;

@@ -47,15 +47,29 @@ RT_HOST_DEVICE inline int64_t ohwi_from_oihw(int64_t oihw, const WeightGeom& g) 
 // kChannelTile channels x kRowThreads rows; block (tile, chunk) sums rows [chunk * rows_per_chunk,
 // +rows_per_chunk) of its channels into partial[chunk][c]; a second pass adds the chunks of each
 // channel in chunk order. The chunk count is capped so that the second pass stays short.
+//
+// Where the channels are a multiple of kVec (8 two-byte values, 16 bytes) and the buffers are
+// 16-byte aligned (every ResNet layer but the input), the batch-norm kernels take the vector
+// grid instead: a thread owns one group of kVec neighbouring channels, loads 16 bytes per row and
+// keeps its channels' parameters in registers; a block is vec_groups groups x vec_rows rows
+// (at most kVecBlock threads: narrow layers walk more rows at once, so that a warp still reads
+// whole 128-byte lines), and block (vec tile, chunk) covers the same rows as above.
 constexpr int kChannelTile = 32;  // channels per block: one warp reads 32 neighbouring channels
 constexpr int kRowThreads = 8;    // rows a block walks at once
 constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kMinRowsPerChunk = 64;
+constexpr int kVec = 8;
+constexpr int kVecBlock = 256;
+constexpr int kVecMaxGroups = 32;  // groups per block: 256 channels
+
 struct ChannelReduceGeom {
   int64_t rows = 0, channels = 0;
   int64_t rows_per_chunk = 0;
   int64_t chunks = 0;       // grid.y
   int64_t tiles = 0;        // grid.x = ceil(channels / kChannelTile)
+  // The vector grid, where channels % kVec == 0 (else vec_tiles = 0).
+  int vec_groups = 0, vec_rows = 0;  // block (x, y)
+  int64_t vec_tiles = 0;             // grid.x = ceil(channels / kVec / vec_groups)
 };
 inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
   ChannelReduceGeom g;
@@ -66,6 +80,12 @@ inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
   g.rows_per_chunk = even > kMinRowsPerChunk ? even : kMinRowsPerChunk;
   g.chunks = (rows + g.rows_per_chunk - 1) / g.rows_per_chunk;
   g.tiles = (channels + kChannelTile - 1) / kChannelTile;
+  if (channels % kVec == 0) {
+    const int64_t groups = channels / kVec;
+    g.vec_groups = int(groups < kVecMaxGroups ? groups : kVecMaxGroups);
+    g.vec_rows = kVecBlock / g.vec_groups;
+    g.vec_tiles = (groups + g.vec_groups - 1) / g.vec_groups;
+  }
   return g;
 }
 

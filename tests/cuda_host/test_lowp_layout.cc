@@ -73,7 +73,7 @@ TEST(LowpLayout, WeightOhwiMap) {
 
 TEST(LowpLayout, ChannelReduceGridCoversEveryRowOnce) {
   for (int64_t rows : {1, 2, 63, 64, 65, 1000, 16384, 16385, 256 * 112 * 112})
-    for (int64_t channels : {1, 3, 32, 33, 2048}) {
+    for (int64_t channels : {1, 3, 8, 24, 32, 33, 64, 520, 2048}) {
       const ChannelReduceGeom g = channel_reduce_geom(rows, channels);
       SCOPED_TRACE(std::to_string(rows) + " rows x " + std::to_string(channels));
       EXPECT_GE(g.chunks, 1);
@@ -83,6 +83,23 @@ TEST(LowpLayout, ChannelReduceGridCoversEveryRowOnce) {
       EXPECT_LT((g.chunks - 1) * g.rows_per_chunk, rows);     // no empty chunk
       EXPECT_EQ(g.tiles, (channels + kChannelTile - 1) / kChannelTile);
       EXPECT_GE(g.tiles * kChannelTile, channels);
+      // The vector grid: every group of kVec channels in exactly one tile, a block within
+      // kVecBlock threads (its shared sums sized for that), and enough rows per block that a warp
+      // reads whole rows of narrow layers.
+      if (channels % kVec != 0) {
+        EXPECT_EQ(g.vec_tiles, 0);
+        continue;
+      }
+      const int64_t groups = channels / kVec;
+      EXPECT_GE(g.vec_groups, 1);
+      EXPECT_LE(g.vec_groups, kVecMaxGroups);
+      EXPECT_LE(g.vec_groups * g.vec_rows, kVecBlock);
+      EXPECT_GE(g.vec_rows, kVecBlock / kVecMaxGroups);
+      EXPECT_GE(g.vec_tiles * g.vec_groups, groups);
+      EXPECT_LT((g.vec_tiles - 1) * g.vec_groups, groups);
+      if (groups < kVecMaxGroups) {
+        EXPECT_EQ(g.vec_groups, groups);  // one tile, no idle threads
+      }
     }
   const ChannelReduceGeom empty = channel_reduce_geom(0, 5);
   EXPECT_EQ(empty.chunks, 0);

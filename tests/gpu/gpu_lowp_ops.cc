@@ -273,6 +273,59 @@ TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
     }
 }
 
+// Channels in multiples of 8 on 16-byte aligned buffers take the vector grid (a thread per 8
+// channels, lowp_layout.h); the same data 4 bytes further on takes the element grid. Both must
+// give the same batch norm up to the order of their fp32 sums: one rounding step of the stored
+// 16-bit values at most, and fp32 sums within 1e-5. Shapes with one and two vector tiles, one
+// and several row chunks.
+TEST_P(GpuLowpOps, BatchNormVectorGridMatchesElementGrid) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  for (Shape s : {Shape{8, 64, 6, 6}, Shape{4, 512, 3, 3}, Shape{16, 64, 16, 16}, Shape{2, 24, 5, 5}})
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
+      const ChannelReduceGeom geom = channel_reduce_geom(s.n * s.h * s.w, s.c);
+      ASSERT_GT(geom.vec_tiles, 0);
+      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+      const size_t n = size_t(s.numel()), c = size_t(s.c);
+      const std::vector<float> x = lowp_vec(k, n, 21, -3, 5), gamma = lowp_vec(k, c, 22, 0.5, 1.5),
+                               beta = lowp_vec(k, c, 23), dy = lowp_vec(k, n, 24);
+      struct Result { std::vector<float> y, dx, dg, db, rm, rv; };
+      auto run = [&](size_t offset) {  // offset in floats from a 256-byte aligned allocation
+        const size_t floats = b.gpu->act_size(s) + offset;
+        DeviceBuffer gx(floats * 4), gy(floats * 4), gdy(floats * 4), gdx(floats * 4);
+        float *px = gx.as<float>() + offset, *py = gy.as<float>() + offset,
+              *pdy = gdy.as<float>() + offset, *pdx = gdx.as<float>() + offset;
+        b.gpu->act_import(x.data(), s, px);
+        b.gpu->act_import(dy.data(), s, pdy);
+        auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(std::vector<float>(c, 0)),
+             grv = to_device(std::vector<float>(c, 1));
+        DeviceBuffer gdg(c * 4), gdb(c * 4);
+        auto op = b.gpu->make_batchnorm(d);
+        op->forward_train(px, gg.as<float>(), gb.as<float>(), py, grm.as<float>(), grv.as<float>());
+        op->backward(px, gg.as<float>(), py, pdy, pdx, gdg.as<float>(), gdb.as<float>());
+        Result r;
+        r.y.resize(n);
+        r.dx.resize(n);
+        b.gpu->act_export(py, s, r.y.data());
+        b.gpu->act_export(pdx, s, r.dx.data());
+        r.dg = b.fp32(gdg, c);
+        r.db = b.fp32(gdb, c);
+        r.rm = b.fp32(grm, c);
+        r.rv = b.fp32(grv, c);
+        return r;
+      };
+      const Result v = run(0), e = run(1);
+      expect_normalised(v.y, e.y, k.unit, "y");
+      expect_within(v.dx, e.dx, 2 * k.unit * bn_dx_scale(x, dy, gamma, s, d.eps), "dx");
+      expect_normalised(v.dg, e.dg, 1e-5, "dgamma");
+      expect_normalised(v.db, e.db, 1e-5, "dbeta");
+      expect_normalised(v.rm, e.rm, 1e-6, "running mean");
+      expect_normalised(v.rv, e.rv, 1e-6, "running var");
+    }
+}
+
 TEST_P(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();

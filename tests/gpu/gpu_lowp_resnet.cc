@@ -12,8 +12,10 @@
 // second reference whose weights start multiplied by (1 + u N(0, 1)), u the type's unit roundoff,
 // is compared with the reference the same way, and the backend must agree with the reference at
 // least about as well: its gradient error 1 - cosine at most twice the perturbed reference's over
-// the whole gradient and eight times per tensor (or 5%), its BN running statistics and its loss
-// within twice the perturbed reference's error (or 2%, and 3% of the loss).
+// the whole gradient and eight times per tensor (or 5%), its BN running statistics within twice
+// the perturbed reference's error (or 2%), and its loss within twice the largest error of four
+// such references (or 3%): after an SGD step the loss moves by several times its first-step
+// error, so one sample of the perturbation is too narrow a yardstick for it.
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -101,17 +103,22 @@ std::vector<int32_t> labels_for(int64_t n, int64_t classes) {
 void expect_matches_reference(const ResNetConfig& cfg, DType t) {
   SCOPED_TRACE(cfg.name);
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
-  auto pert = build_resnet<float>(cfg, make_backend<float>("reference"));
+  // Perturbed references: the loss after an SGD step swings by several times its error at the
+  // first step, so its bound takes the largest deviation of a few perturbations; the gradients
+  // are held to the first one's.
+  std::vector<std::unique_ptr<Net<float>>> perts;
+  for (uint32_t seed = 11; seed < 15; ++seed) {
+    perts.push_back(build_resnet<float>(cfg, make_backend<float>("reference")));
+    std::vector<float> p(ref->arena().params().begin(), ref->arena().params().end());
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd(0.0f, float(unit_roundoff(t)));
+    for (auto& v : p) v *= 1.0f + nd(g);
+    perts.back()->arena().params_from_host(p);
+  }
+  Net<float>* pert = perts[0].get();
   auto gpu = build_resnet<float>(cfg, make_cuda_lowp_backend(t));
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
   gpu->arena().params_from_host(ref->arena().params());  // the arena is device memory
-  {
-    std::vector<float> p(ref->arena().params().begin(), ref->arena().params().end());
-    std::mt19937 g(11);
-    std::normal_distribution<float> nd(0.0f, float(unit_roundoff(t)));
-    for (auto& v : p) v *= 1.0f + nd(g);
-    pert->arena().params_from_host(p);
-  }
   const auto input = random_input(ref->shape(0), 5);
   const auto labels = labels_for(cfg.batch, cfg.num_classes);
 
@@ -119,13 +126,17 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
     SCOPED_TRACE("step " + std::to_string(step));
     const double lr = ref->forward(input.data(), labels.data(), true);
     const double lg = gpu->forward(input.data(), labels.data(), true);
-    const double lp = pert->forward(input.data(), labels.data(), true);
+    double lp = 0;  // the perturbed loss furthest from the reference's
+    for (auto& q : perts) {
+      const double l = q->forward(input.data(), labels.data(), true);
+      if (std::abs(l - lr) >= std::abs(lp - lr)) lp = l;
+    }
     EXPECT_LE(std::abs(lg - lr), std::max(3e-2 * std::max(1.0, std::abs(lr)), 2 * std::abs(lp - lr)))
-        << "loss " << lg << ", reference " << lr << ", perturbed reference " << lp;
+        << "loss " << lg << ", reference " << lr << ", furthest perturbed reference " << lp;
 
     size_t last_ready = 0;
     ref->backward();
-    pert->backward();
+    for (auto& q : perts) q->backward();
     gpu->backward([&](size_t n) { last_ready = n; }, 128.0);
     EXPECT_EQ(last_ready, gpu->arena().size());
     std::vector<float> gr(ref->arena().grads().begin(), ref->arena().grads().end());
@@ -155,7 +166,7 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
     HostView<float> gp = gpu->arena().host_params();
     for (size_t i = 0; i < gr.size(); ++i) {
       ref->arena().params()[i] -= 0.01f * ref->arena().grads()[i];
-      pert->arena().params()[i] -= 0.01f * pert->arena().grads()[i];
+      for (auto& q : perts) q->arena().params()[i] -= 0.01f * q->arena().grads()[i];
       gp[i] -= 0.01f * gg[i] / 128.0f;
     }
     gp.commit();

@@ -1,0 +1,376 @@
+// Per-channel sums and batch normalisation of the 16-bit backends (NHWC, fp32 statistics; see
+// lowp_kernels.h). Two grids: the vector grid of lowp_layout.h where the channels are a multiple
+// of kVec and the buffers 16-byte aligned (a thread owns kVec channels, loads 16 bytes per row and
+// keeps its channels' parameters in registers), else one channel or element per thread. Sums run
+// in a fixed order per grid (no atomics): the same bits every run.
+//
+// The ReLU after a batch norm is not read back from y in backward: the mask is recomputed from x
+// with the forward's own arithmetic (bn_value, one fused multiply-add, then the rounding to T that
+// produced y), so backward reads two tensors instead of three and still masks exactly where the
+// stored y is not positive.
+#include "cuda/check.h"
+#include "cuda/lowp_device.cuh"
+#include "cuda/lowp_kernels.h"
+
+namespace rt::cuda {
+namespace {
+
+using namespace lowp;
+
+__device__ inline float bn_value(float x, float mean, float scale, float beta) {
+  return __fmaf_rn(x - mean, scale, beta);
+}
+// Whether y = rn<T>(relu(v)) is positive, i.e. whether the gradient passes the ReLU.
+template <class T>
+__device__ inline bool bn_passes(float v) {
+  return to_f32(rn<T>(relu_value(v))) > 0.0f;
+}
+// The per-element terms of the sums: g = dy (masked), and g * xhat.
+template <class T>
+__device__ inline float masked_grad(const ChannelSumArgs<T>& a, float x, float dy, float mean,
+                                    float scale, float beta) {
+  return (a.relu && !bn_passes<T>(bn_value(x, mean, scale, beta))) ? 0.0f : dy;
+}
+
+// ---- per-channel sums ----
+
+// Block (tile, chunk): threads (tx, ty) walk rows r0 + ty, r0 + ty + kRowThreads, ... of channel
+// tile * kChannelTile + tx; the kRowThreads row sums then add in ty order.
+template <class T, ChannelSum K>
+__global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
+  __shared__ float sh1[kRowThreads][kChannelTile];
+  __shared__ float sh2[kRowThreads][kChannelTile];
+  const int64_t c = int64_t(blockIdx.x) * kChannelTile + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  float s1 = 0.0f, s2 = 0.0f;
+  if (c < g.channels) {
+    const bool mean_used = K == ChannelSum::sq_dev || K == ChannelSum::bn_grad;
+    const bool mask = K == ChannelSum::bn_grad && a.relu;
+    const float mean = mean_used ? a.mean[c] : 0.0f;
+    const float invstd = K == ChannelSum::bn_grad ? a.invstd[c] : 0.0f;
+    const float scale = mask ? a.scale[c] : 0.0f, beta = mask ? a.beta[c] : 0.0f;
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) {
+      const int64_t i = r * g.channels + c;
+      if constexpr (K == ChannelSum::x) {
+        s1 += ld(a.x, i);
+      } else if constexpr (K == ChannelSum::sq_dev) {
+        const float d = ld(a.x, i) - mean;
+        s1 += d * d;
+      } else if constexpr (K == ChannelSum::dy) {
+        s1 += ld(a.dy, i);
+      } else {
+        const float x = ld(a.x, i);
+        const float gr = masked_grad(a, x, ld(a.dy, i), mean, scale, beta);
+        s1 += gr;
+        s2 += gr * (x - mean) * invstd;
+      }
+    }
+  }
+  sh1[threadIdx.y][threadIdx.x] = s1;
+  sh2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < g.channels) {
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int k = 0; k < kRowThreads; ++k) {
+      t1 += sh1[k][threadIdx.x];
+      t2 += sh2[k][threadIdx.x];
+    }
+    a.partial[int64_t(blockIdx.y) * g.channels + c] = t1;
+    a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c] = t2;
+  }
+}
+
+// The vector grid: block (vec tile, chunk), thread (tx, ty) owns channels [c0, c0 + kVec) of
+// group tile * vec_groups + tx and walks rows r0 + ty, r0 + ty + vec_rows, ...; the vec_rows
+// row sums then add in ty order, as above.
+template <class T, ChannelSum K>
+__global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
+  __shared__ float sh[2][kVecBlock * kVec];
+  const int64_t groups = g.channels / kVec;
+  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  const int64_t c0 = grp * kVec;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  float s1[kVec], s2[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) s1[k] = s2[k] = 0.0f;
+  if (grp < groups) {
+    float mean[kVec] = {}, invstd[kVec] = {}, scale[kVec] = {}, beta[kVec] = {};
+    if (K == ChannelSum::sq_dev || K == ChannelSum::bn_grad) load_channels(a.mean, c0, mean);
+    if (K == ChannelSum::bn_grad) load_channels(a.invstd, c0, invstd);
+    if (K == ChannelSum::bn_grad && a.relu) {
+      load_channels(a.scale, c0, scale);
+      load_channels(a.beta, c0, beta);
+    }
+    // Unrolled so that several rows' loads are in flight at once; the adds stay in row order.
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
+      const int64_t v = r * groups + grp;
+      float x[kVec], dy[kVec];
+      if (K != ChannelSum::dy) load_vec(a.x, v, x);
+      if (K == ChannelSum::dy || K == ChannelSum::bn_grad) load_vec(a.dy, v, dy);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if constexpr (K == ChannelSum::x) {
+          s1[k] += x[k];
+        } else if constexpr (K == ChannelSum::sq_dev) {
+          const float d = x[k] - mean[k];
+          s1[k] += d * d;
+        } else if constexpr (K == ChannelSum::dy) {
+          s1[k] += dy[k];
+        } else {
+          const float gr = masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
+          s1[k] += gr;
+          s2[k] += gr * (x[k] - mean[k]) * invstd[k];
+        }
+      }
+    }
+  }
+  const int slot = (int(threadIdx.y) * g.vec_groups + int(threadIdx.x)) * kVec;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    sh[0][slot + k] = s1[k];
+    sh[1][slot + k] = s2[k];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && grp < groups) {
+    for (int k = 0; k < kVec; ++k) {
+      float t1 = 0.0f, t2 = 0.0f;
+      for (int y = 0; y < g.vec_rows; ++y) {
+        t1 += sh[0][(y * g.vec_groups + int(threadIdx.x)) * kVec + k];
+        t2 += sh[1][(y * g.vec_groups + int(threadIdx.x)) * kVec + k];
+      }
+      a.partial[int64_t(blockIdx.y) * g.channels + c0 + k] = t1;
+      a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = t2;
+    }
+  }
+}
+
+__global__ void channel_total_kernel(const float* partial, ChannelReduceGeom g, float* s1,
+                                     float* s2) {
+  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
+    double t1 = 0, t2 = 0;
+    for (int64_t k = 0; k < g.chunks; ++k) {
+      t1 += partial[k * g.channels + c];
+      t2 += partial[(g.chunks + k) * g.channels + c];
+    }
+    s1[c] = float(t1);
+    if (s2) s2[c] = float(t2);
+  }
+}
+
+// ---- batch norm ----
+
+__global__ void mean_from_sum_kernel(float* mean, int64_t channels, double m) {
+  for (int64_t c = first_index(); c < channels; c += grid_stride()) mean[c] = float(mean[c] / m);
+}
+
+__global__ void train_stats_kernel(BnStatsArgs a) {
+  const double m = double(a.m);
+  for (int64_t c = first_index(); c < a.channels; c += grid_stride()) {
+    const double var = double(a.var_sum[c]) / m;
+    const double invstd = 1.0 / sqrt(var + a.eps);
+    a.invstd[c] = float(invstd);
+    a.scale[c] = float(double(a.gamma[c]) * invstd);
+    a.beta_saved[c] = a.beta[c];
+    a.running_mean[c] =
+        float((1.0 - a.momentum) * a.running_mean[c] + a.momentum * double(a.mean[c]));
+    a.running_var[c] =
+        float((1.0 - a.momentum) * a.running_var[c] + a.momentum * var * m / (m - 1.0));
+  }
+}
+
+__global__ void eval_scale_kernel(const float* gamma, const float* running_var, double eps,
+                                  float* scale, int64_t channels) {
+  for (int64_t c = first_index(); c < channels; c += grid_stride())
+    scale[c] = float(double(gamma[c]) / sqrt(double(running_var[c]) + eps));
+}
+
+template <class T>
+__global__ void bn_apply_kernel(const T* x, const float* mean, const float* scale,
+                                const float* beta, T* y, int64_t n, int64_t channels,
+                                bool relu) {
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t c = i % channels;
+    const float v = bn_value(ld(x, i), mean[c], scale[c], beta[c]);
+    y[i] = rn<T>(relu ? relu_value(v) : v);
+  }
+}
+
+template <class T>
+__global__ void bn_apply_vec_kernel(const T* x, const float* mean_p, const float* scale_p,
+                                    const float* beta_p, T* y, ChannelReduceGeom g, bool relu) {
+  const int64_t groups = g.channels / kVec;
+  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  if (grp >= groups) return;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  float mean[kVec], scale[kVec], beta[kVec];
+  load_channels(mean_p, grp * kVec, mean);
+  load_channels(scale_p, grp * kVec, scale);
+  load_channels(beta_p, grp * kVec, beta);
+#pragma unroll 4
+  for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
+    const int64_t v = r * groups + grp;
+    float e[kVec];
+    load_vec(x, v, e);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float b = bn_value(e[k], mean[k], scale[k], beta[k]);
+      e[k] = relu ? relu_value(b) : b;
+    }
+    store_vec(y, v, e);
+  }
+}
+
+// dx = gamma invstd (g - sum_g / m - xhat sum_gxhat / m).
+__device__ inline float bn_dx(float g, float xhat, float gamma_invstd, float mean_g,
+                              float mean_gxhat) {
+  return gamma_invstd * (g - mean_g - xhat * mean_gxhat);
+}
+
+template <class T>
+__global__ void bn_backward_kernel(BnBackwardArgs<T> a) {
+  const int64_t n = a.rows * a.channels;
+  const float inv_m = 1.0f / float(a.rows);
+  for (int64_t i = first_index(); i < n; i += grid_stride()) {
+    const int64_t c = i % a.channels;
+    const float x = ld(a.x, i), mean = a.mean[c], invstd = a.invstd[c];
+    const bool pass = !a.relu || bn_passes<T>(bn_value(x, mean, a.scale[c], a.beta[c]));
+    const float g = pass ? ld(a.dy, i) : 0.0f;
+    a.dx[i] = rn<T>(bn_dx(g, (x - mean) * invstd, a.gamma[c] * invstd, a.sum_g[c] * inv_m,
+                          a.sum_gxhat[c] * inv_m));
+  }
+}
+
+template <class T>
+__global__ void bn_backward_vec_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g) {
+  const int64_t groups = g.channels / kVec;
+  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  if (grp >= groups) return;
+  const int64_t c0 = grp * kVec;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  const float inv_m = 1.0f / float(a.rows);
+  float mean[kVec], invstd[kVec], gi[kVec], mg[kVec], mgx[kVec], scale[kVec] = {}, beta[kVec] = {};
+  load_channels(a.mean, c0, mean);
+  load_channels(a.invstd, c0, invstd);
+  load_channels(a.gamma, c0, gi);
+  load_channels(a.sum_g, c0, mg);
+  load_channels(a.sum_gxhat, c0, mgx);
+  if (a.relu) {
+    load_channels(a.scale, c0, scale);
+    load_channels(a.beta, c0, beta);
+  }
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {  // the scalar kernel's products, in its order
+    gi[k] = gi[k] * invstd[k];
+    mg[k] = mg[k] * inv_m;
+    mgx[k] = mgx[k] * inv_m;
+  }
+#pragma unroll 4
+  for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
+    const int64_t v = r * groups + grp;
+    float x[kVec], d[kVec];
+    load_vec(a.x, v, x);
+    load_vec(a.dy, v, d);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const bool pass = !a.relu || bn_passes<T>(bn_value(x[k], mean[k], scale[k], beta[k]));
+      d[k] = bn_dx(pass ? d[k] : 0.0f, (x[k] - mean[k]) * invstd[k], gi[k], mg[k], mgx[k]);
+    }
+    store_vec(a.dx, v, d);  // dx may alias dy: this vector of dy was read above
+  }
+}
+
+dim3 vec_grid(const ChannelReduceGeom& g) { return dim3(uint32_t(g.vec_tiles), uint32_t(g.chunks)); }
+dim3 vec_block(const ChannelReduceGeom& g) { return dim3(uint32_t(g.vec_groups), uint32_t(g.vec_rows)); }
+
+template <class T, ChannelSum K>
+void launch_partial(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, bool vec,
+                    cudaStream_t stream) {
+  // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
+  if (vec)
+    channel_partial_vec_kernel<T, K><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
+  else
+    channel_partial_kernel<T, K><<<dim3(uint32_t(g.tiles), uint32_t(g.chunks)),
+                                   dim3(kChannelTile, kRowThreads), 0, stream>>>(a, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class T>
+void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
+                  cudaStream_t stream) {
+  if (g.channels <= 0 || g.rows <= 0) return;
+  const bool vec = g.vec_tiles > 0 && aligned16(a.x) && aligned16(a.dy);
+  switch (a.kind) {
+    case ChannelSum::x: launch_partial<T, ChannelSum::x>(a, g, vec, stream); break;
+    case ChannelSum::sq_dev: launch_partial<T, ChannelSum::sq_dev>(a, g, vec, stream); break;
+    case ChannelSum::dy: launch_partial<T, ChannelSum::dy>(a, g, vec, stream); break;
+    case ChannelSum::bn_grad: launch_partial<T, ChannelSum::bn_grad>(a, g, vec, stream); break;
+  }
+  channel_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream) {
+  if (channels <= 0) return;
+  mean_from_sum_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(mean, channels, double(m));
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream) {
+  if (a.channels <= 0) return;
+  train_stats_kernel<<<blocks_for(a.channels), kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
+                   int64_t channels, cudaStream_t stream) {
+  if (channels <= 0) return;
+  eval_scale_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(gamma, running_var, eps, scale,
+                                                                  channels);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
+              int64_t rows, int64_t channels, bool relu, cudaStream_t stream) {
+  const int64_t n = rows * channels;
+  if (n <= 0) return;
+  const ChannelReduceGeom g = channel_reduce_geom(rows, channels);
+  if (g.vec_tiles > 0 && aligned16(x) && aligned16(y))
+    bn_apply_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, mean, scale, beta, y, g,
+                                                                     relu);
+  else
+    bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n,
+                                                              channels, relu);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
+  const int64_t n = a.rows * a.channels;
+  if (n <= 0 || !a.dx) return;
+  const ChannelReduceGeom g = channel_reduce_geom(a.rows, a.channels);
+  if (g.vec_tiles > 0 && aligned16(a.x) && aligned16(a.dy) && aligned16(a.dx))
+    bn_backward_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
+  else
+    bn_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define RT_LOWP_BN_INSTANTIATE(T)                                                               \
+  template void channel_sums(const ChannelSumArgs<T>&, const ChannelReduceGeom&, float*, float*, \
+                             cudaStream_t);                                                      \
+  template void bn_apply(const T*, const float*, const float*, const float*, T*, int64_t,        \
+                         int64_t, bool, cudaStream_t);                                           \
+  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);
+RT_LOWP_BN_INSTANTIATE(bf16)
+RT_LOWP_BN_INSTANTIATE(f16)
+#undef RT_LOWP_BN_INSTANTIATE
+
+}  // namespace rt::cuda
