@@ -29,15 +29,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
                    ": batch norm training needs more than one value per channel, got input ",
                    d_.in.str());
     cudaStream_t s = ctx_.stream();
-    ChannelSumArgs<T> a;
-    a.x = lowp_data<T>(x);
-    a.partial = partial();
-    a.kind = ChannelSum::x;
-    channel_sums(a, geom_, buf(kMean), nullptr, s);
-    bn_mean_from_sum(buf(kMean), c_, rows_, s);
-    a.kind = ChannelSum::sq_dev;
-    a.mean = buf(kMean);
-    channel_sums(a, geom_, buf(kVarSum), nullptr, s);
+    bn_batch_stats(lowp_data<T>(x), geom_, partial(), buf(kMean), buf(kVarSum), s);
     BnStatsArgs st;
     st.channels = c_;
     st.m = rows_;

@@ -1,8 +1,9 @@
 // Per-channel sums and batch normalisation of the 16-bit backends (NHWC, fp32 statistics; see
 // lowp_kernels.h). Two grids: the vector grid of lowp_layout.h where the channels are a multiple
 // of kVec and the buffers 16-byte aligned (a thread owns kVec channels, loads 16 bytes per row and
-// keeps its channels' parameters in registers), else one channel or element per thread. Sums run
-// in a fixed order per grid (no atomics): the same bits every run.
+// keeps its channels' parameters in registers; the batch statistics in one pass, by Welford's
+// method), else one channel or element per thread (statistics in two passes). Sums run in a fixed
+// order per grid (no atomics): the same bits every run.
 //
 // The ReLU after a batch norm is not read back from y in backward: the mask is recomputed from x
 // with the forward's own arithmetic (bn_value, one fused multiply-add, then the rounding to T that
@@ -83,9 +84,11 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
 
 // The vector grid: block (vec tile, chunk), thread (tx, ty) owns channels [c0, c0 + kVec) of
 // group tile * vec_groups + tx and walks rows r0 + ty, r0 + ty + vec_rows, ...; the vec_rows
-// row sums then add in ty order, as above.
+// row sums then add in ty order, as above. Backward's sums only: the forward's statistics take
+// one pass on this grid (bn_stats_vec_kernel).
 template <class T, ChannelSum K>
 __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
+  static_assert(K == ChannelSum::dy || K == ChannelSum::bn_grad);
   __shared__ float sh[2][kVecBlock * kVec];
   const int64_t groups = g.channels / kVec;
   const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
@@ -97,27 +100,24 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
   for (int k = 0; k < kVec; ++k) s1[k] = s2[k] = 0.0f;
   if (grp < groups) {
     float mean[kVec] = {}, invstd[kVec] = {}, scale[kVec] = {}, beta[kVec] = {};
-    if (K == ChannelSum::sq_dev || K == ChannelSum::bn_grad) load_channels(a.mean, c0, mean);
-    if (K == ChannelSum::bn_grad) load_channels(a.invstd, c0, invstd);
-    if (K == ChannelSum::bn_grad && a.relu) {
-      load_channels(a.scale, c0, scale);
-      load_channels(a.beta, c0, beta);
+    if (K == ChannelSum::bn_grad) {
+      load_channels(a.mean, c0, mean);
+      load_channels(a.invstd, c0, invstd);
+      if (a.relu) {
+        load_channels(a.scale, c0, scale);
+        load_channels(a.beta, c0, beta);
+      }
     }
     // Unrolled so that several rows' loads are in flight at once; the adds stay in row order.
 #pragma unroll 4
     for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
       const int64_t v = r * groups + grp;
       float x[kVec], dy[kVec];
-      if (K != ChannelSum::dy) load_vec(a.x, v, x);
-      if (K == ChannelSum::dy || K == ChannelSum::bn_grad) load_vec(a.dy, v, dy);
+      load_vec(a.dy, v, dy);
+      if (K == ChannelSum::bn_grad) load_vec(a.x, v, x);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if constexpr (K == ChannelSum::x) {
-          s1[k] += x[k];
-        } else if constexpr (K == ChannelSum::sq_dev) {
-          const float d = x[k] - mean[k];
-          s1[k] += d * d;
-        } else if constexpr (K == ChannelSum::dy) {
+        if constexpr (K == ChannelSum::dy) {
           s1[k] += dy[k];
         } else {
           const float gr = masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
@@ -144,6 +144,84 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
       a.partial[int64_t(blockIdx.y) * g.channels + c0 + k] = t1;
       a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = t2;
     }
+  }
+}
+
+// Chan's update of (count n, mean, M2) by another part (nb, mb, m2b) of the same channel: exact
+// in real arithmetic for any split, and free of the cancellation of sum(x^2) - sum(x)^2 / n.
+__device__ inline void welford_merge(double& n, double& mean, double& m2, double nb, double mb,
+                                     double m2b) {
+  if (nb == 0) return;
+  const double nab = n + nb, delta = mb - mean;
+  mean += delta * (nb / nab);
+  m2 += m2b + delta * delta * (n * nb / nab);
+  n = nab;
+}
+
+// The forward's statistics in one pass over x on the vector grid (the element grid takes two:
+// the mean, then the squared deviations). Each thread keeps Welford's running mean and M2 of its
+// channels over its rows in fp32; thread ty == 0 merges the block's rows in ty order (Chan, in
+// double) into partial[chunk][c] (mean) and partial[chunks + chunk][c] (M2).
+template <class T>
+__global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* partial) {
+  __shared__ float sh[2][kVecBlock * kVec];
+  const int64_t groups = g.channels / kVec;
+  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  const int64_t c0 = grp * kVec;
+  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
+  float mean[kVec], m2[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) mean[k] = m2[k] = 0.0f;
+  if (grp < groups) {
+    float n = 0.0f;  // exact: at most rows_per_chunk, far below 2^24
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
+      float e[kVec];
+      load_vec(x, r * groups + grp, e);
+      n += 1.0f;
+      const float inv = 1.0f / n;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float d = e[k] - mean[k];
+        mean[k] += d * inv;
+        m2[k] += d * (e[k] - mean[k]);
+      }
+    }
+  }
+  const int slot = (int(threadIdx.y) * g.vec_groups + int(threadIdx.x)) * kVec;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    sh[0][slot + k] = mean[k];
+    sh[1][slot + k] = m2[k];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && grp < groups) {
+    for (int k = 0; k < kVec; ++k) {
+      double n = 0, mu = 0, s = 0;
+      for (int y = 0; y < g.vec_rows && r0 + y < r1; ++y) {
+        const double rows_y = double((r1 - r0 - y + g.vec_rows - 1) / g.vec_rows);
+        const int at = (y * g.vec_groups + int(threadIdx.x)) * kVec + k;
+        welford_merge(n, mu, s, rows_y, sh[0][at], sh[1][at]);
+      }
+      partial[int64_t(blockIdx.y) * g.channels + c0 + k] = float(mu);
+      partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = float(s);
+    }
+  }
+}
+
+// The chunks' (mean, M2) merged in chunk order: the mean and the sum of squared deviations.
+__global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, float* mean,
+                                     float* var_sum) {
+  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
+    double n = 0, mu = 0, s = 0;
+    for (int64_t k = 0; k < g.chunks; ++k) {
+      const int64_t rows = g.rows - k * g.rows_per_chunk;
+      welford_merge(n, mu, s, double(rows < g.rows_per_chunk ? rows : g.rows_per_chunk),
+                    partial[k * g.channels + c], partial[(g.chunks + k) * g.channels + c]);
+    }
+    mean[c] = float(mu);
+    var_sum[c] = float(s);
   }
 }
 
@@ -291,11 +369,14 @@ template <class T, ChannelSum K>
 void launch_partial(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, bool vec,
                     cudaStream_t stream) {
   // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
-  if (vec)
-    channel_partial_vec_kernel<T, K><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
-  else
-    channel_partial_kernel<T, K><<<dim3(uint32_t(g.tiles), uint32_t(g.chunks)),
-                                   dim3(kChannelTile, kRowThreads), 0, stream>>>(a, g);
+  if constexpr (K == ChannelSum::dy || K == ChannelSum::bn_grad)
+    if (vec) {
+      channel_partial_vec_kernel<T, K><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  channel_partial_kernel<T, K><<<dim3(uint32_t(g.tiles), uint32_t(g.chunks)),
+                                 dim3(kChannelTile, kRowThreads), 0, stream>>>(a, g);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -305,7 +386,8 @@ template <class T>
 void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
                   cudaStream_t stream) {
   if (g.channels <= 0 || g.rows <= 0) return;
-  const bool vec = g.vec_tiles > 0 && aligned16(a.x) && aligned16(a.dy);
+  const bool vec = g.vec_tiles > 0 && aligned16(a.dy) &&
+                   (a.kind != ChannelSum::bn_grad || aligned16(a.x));
   switch (a.kind) {
     case ChannelSum::x: launch_partial<T, ChannelSum::x>(a, g, vec, stream); break;
     case ChannelSum::sq_dev: launch_partial<T, ChannelSum::sq_dev>(a, g, vec, stream); break;
@@ -316,10 +398,29 @@ void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float*
   CUDA_CHECK_LAUNCH();
 }
 
-void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream) {
-  if (channels <= 0) return;
-  mean_from_sum_kernel<<<blocks_for(channels), kThreads, 0, stream>>>(mean, channels, double(m));
+template <class T>
+void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
+                    float* var_sum, cudaStream_t stream) {
+  if (g.channels <= 0 || g.rows <= 0) return;
+  if (g.vec_tiles > 0 && aligned16(x)) {
+    bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
+    CUDA_CHECK_LAUNCH();
+    welford_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(partial, g, mean,
+                                                                        var_sum);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  ChannelSumArgs<T> a;
+  a.x = x;
+  a.partial = partial;
+  a.kind = ChannelSum::x;
+  channel_sums(a, g, mean, nullptr, stream);
+  mean_from_sum_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(mean, g.channels,
+                                                                      double(g.rows));
   CUDA_CHECK_LAUNCH();
+  a.kind = ChannelSum::sq_dev;
+  a.mean = mean;
+  channel_sums(a, g, var_sum, nullptr, stream);
 }
 
 void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream) {
@@ -368,7 +469,9 @@ void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
                              cudaStream_t);                                                      \
   template void bn_apply(const T*, const float*, const float*, const float*, T*, int64_t,        \
                          int64_t, bool, cudaStream_t);                                           \
-  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);
+  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);                          \
+  template void bn_batch_stats(const T*, const ChannelReduceGeom&, float*, float*, float*,        \
+                               cudaStream_t);
 RT_LOWP_BN_INSTANTIATE(bf16)
 RT_LOWP_BN_INSTANTIATE(f16)
 #undef RT_LOWP_BN_INSTANTIATE

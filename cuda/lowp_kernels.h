@@ -140,9 +140,12 @@ void bias_grad(const float* dy, float* partial, const ChannelReduceGeom& g, floa
   channel_sums(a, g, db, nullptr, stream);
 }
 
-// Batch norm from per-channel sums (m = rows, the values per channel).
-// mean[c] = sum_x[c] / m, in place.
-void bn_mean_from_sum(float* mean, int64_t channels, int64_t m, cudaStream_t stream);
+// A batch's per-channel mean and sum of squared deviations from the mean (var_sum), fp32, over
+// the rows of x: one pass (Welford's running mean and M2, merged by Chan's formula) on the vector
+// grid, else two (the mean, then the squared deviations). partial as for channel_sums.
+template <class T>
+void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
+                    float* var_sum, cudaStream_t stream);
 // Training statistics from the mean and the sum of squared deviations: var = var_sum / m (the
 // biased variance normalises), invstd = 1 / sqrt(var + eps), scale = gamma * invstd, beta copied
 // to beta_saved (what backward recomputes y with); running_mean and running_var (unbiased:

@@ -326,6 +326,41 @@ TEST_P(GpuLowpOps, BatchNormVectorGridMatchesElementGrid) {
     }
 }
 
+// Statistics of data far from zero relative to its spread: 1024 plus 0 or one spacing of the
+// type there, so the variance is 2^-14 of the squared mean for bf16 (2^-20 for fp16). Computing
+// it as sum(x^2) - sum(x)^2 / n in fp32 would lose it (relative error about 2^-24 times 2^14 or
+// 2^20); the one-pass Welford merge (vector grid, 64 channels) and the two-pass sums (element
+// grid, 12 channels) must both give the reference's variance to 1e-5.
+TEST_P(GpuLowpOps, BatchNormStatisticsOfOffsetData) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  const float spacing = float(1024 * 2 * k.unit);
+  for (Shape s : {Shape{16, 64, 8, 8}, Shape{16, 12, 8, 8}}) {
+    SCOPED_TRACE(s.str());
+    BatchNormDesc d{"bn", s, 1e-5, 1.0, false};  // momentum 1: the running values are the batch's
+    const size_t n = size_t(s.numel()), c = size_t(s.c);
+    std::mt19937 g(31);
+    std::vector<float> x(n), gamma(c, 1.0f), beta(c, 0.0f), y(n), rm(c, 0.0f), rv(c, 1.0f);
+    for (auto& v : x) v = 1024.0f + spacing * float(g() % 2);
+    ASSERT_EQ(rounded(k, x), x);
+    auto ref = b.ref->make_batchnorm(d);
+    ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm.data(), rv.data());
+    auto gx = b.import(x, s), gg = to_device(gamma), gb = to_device(beta),
+         grm = to_device(std::vector<float>(c, 0.0f)), grv = to_device(std::vector<float>(c, 1.0f));
+    DeviceBuffer gy = b.act(s);
+    auto op = b.gpu->make_batchnorm(d);
+    op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
+                      grm.as<float>(), grv.as<float>());
+    const std::vector<float> gm = b.fp32(grm, c), gv = b.fp32(grv, c);
+    for (size_t i = 0; i < c; ++i) {
+      EXPECT_NEAR(gm[i], rm[i], 1e-6 * 1024) << "mean of channel " << i;
+      EXPECT_NEAR(gv[i], rv[i], 1e-5 * rv[i]) << "variance of channel " << i;
+    }
+    expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
+  }
+}
+
 TEST_P(GpuLowpOps, BatchNormRefusesOneValuePerChannel) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
