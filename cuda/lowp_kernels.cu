@@ -203,6 +203,77 @@ __global__ void maxpool_backward_kernel(const int32_t* argmax, const T* dy, T* d
   }
 }
 
+// The same two on groups of kVec channels (c a multiple of kVec, buffers aligned): a thread per
+// (output or input position, channel group), 16-byte loads and stores, the window arithmetic
+// once for all eight channels, and per channel the same rules and summation order as above.
+template <class T>
+__global__ void maxpool_forward_vec_kernel(const T* x, T* y, int32_t* argmax, NhwcPoolGeom g) {
+  const int64_t groups = g.c / kVec, outs = g.n * g.out_h * g.out_w * groups;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t grp = q % groups, pos = q / groups;  // pos = (b * out_h + oh) * out_w + ow
+    const int64_t ow = pos % g.out_w, oh = (pos / g.out_w) % g.out_h, b = pos / (g.out_w * g.out_h);
+    float best[kVec];
+    int32_t best_i[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      best[k] = -INFINITY;
+      best_i[k] = -1;
+    }
+    for (int64_t i = 0; i < g.kernel; ++i) {
+      const int64_t ih = oh * g.stride - g.pad + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (int64_t j = 0; j < g.kernel; ++j) {
+        const int64_t iw = ow * g.stride - g.pad + j;
+        if (iw < 0 || iw >= g.w) continue;
+        float v[kVec];
+        load_vec(x, ((b * g.h + ih) * g.w + iw) * groups + grp, v);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k)
+          if (best_i[k] < 0 || v[k] > best[k] || isnan(v[k])) {
+            best[k] = v[k];
+            best_i[k] = int32_t(ih * g.w + iw);
+          }
+      }
+    }
+    store_vec(y, q, best);
+    if (argmax) {
+      int4* a = reinterpret_cast<int4*>(argmax + q * kVec);
+      a[0] = make_int4(best_i[0], best_i[1], best_i[2], best_i[3]);
+      a[1] = make_int4(best_i[4], best_i[5], best_i[6], best_i[7]);
+    }
+  }
+}
+
+template <class T>
+__global__ void maxpool_backward_vec_kernel(const int32_t* argmax, const T* dy, T* dx,
+                                            NhwcPoolGeom g) {
+  const int64_t groups = g.c / kVec, ins = g.n * g.h * g.w * groups;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t grp = e % groups, pos = e / groups;  // pos = (b * h + ih) * w + iw
+    const int64_t iw = pos % g.w, ih = (pos / g.w) % g.h, b = pos / (g.w * g.h);
+    const int32_t self = int32_t(ih * g.w + iw);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float s[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s[k] = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t q = ((b * g.out_h + oh) * g.out_w + ow) * groups + grp;
+        const int4* a = reinterpret_cast<const int4*>(argmax + q * kVec);
+        const int4 a0 = a[0], a1 = a[1];
+        const int32_t am[kVec] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        float d[kVec];
+        load_vec(dy, q, d);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k)
+          if (am[k] == self) s[k] += d[k];
+      }
+    store_vec(dx, e, s);
+  }
+}
+
 template <class T>
 __global__ void avgpool_forward_kernel(const T* x, T* y, int64_t n, int64_t c, int64_t hw) {
   const int64_t planes = n * c;
@@ -344,7 +415,10 @@ void lowp_maxpool_forward(const T* x, T* y, int32_t* argmax, const NhwcPoolGeom&
                           cudaStream_t stream) {
   const int64_t outs = g.n * g.out_h * g.out_w * g.c;
   if (outs <= 0) return;
-  maxpool_forward_kernel<T><<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
+  if (g.c % kVec == 0 && vec_ok(outs, {x, y, argmax}))
+    maxpool_forward_vec_kernel<T><<<blocks_for(outs / kVec), kThreads, 0, stream>>>(x, y, argmax, g);
+  else
+    maxpool_forward_kernel<T><<<blocks_for(outs), kThreads, 0, stream>>>(x, y, argmax, g);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -353,7 +427,10 @@ void lowp_maxpool_backward(const int32_t* argmax, const T* dy, T* dx, const Nhwc
                            cudaStream_t stream) {
   const int64_t ins = g.n * g.h * g.w * g.c;
   if (ins <= 0) return;
-  maxpool_backward_kernel<T><<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  if (g.c % kVec == 0 && vec_ok(ins, {argmax, dy, dx}))
+    maxpool_backward_vec_kernel<T><<<blocks_for(ins / kVec), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  else
+    maxpool_backward_kernel<T><<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -418,7 +418,10 @@ TEST_P(GpuLowpOps, MaxPoolTiesAndGeometries) {
   struct Case { Shape in; int64_t k, s, p; };
   for (Case c : {Case{{1, 3, 7, 9}, 3, 2, 1}, Case{{2, 4, 8, 8}, 2, 2, 0},
                  Case{{1, 1, 5, 5}, 3, 1, 1}, Case{{2, 2, 16, 16}, 3, 2, 1},
-                 Case{{1, 1, 1, 1}, 1, 1, 0}})
+                 Case{{1, 1, 1, 1}, 1, 1, 0},
+                 // Channels in multiples of 8: the vector kernels (the stem's pool is 3x3/2 pad 1).
+                 Case{{2, 8, 9, 9}, 3, 2, 1}, Case{{1, 16, 16, 16}, 3, 2, 1},
+                 Case{{2, 24, 6, 7}, 2, 2, 0}, Case{{1, 8, 5, 5}, 3, 1, 1}})
     for (bool ties : {true, false}) {
       MaxPoolDesc d{"pool", c.in, c.k, c.s, c.p};
       SCOPED_TRACE(c.in.str() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) +
