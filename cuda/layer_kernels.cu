@@ -1,5 +1,5 @@
-// The backend's small layer kernels: one thread per output element, grid-stride loops, 64-bit
-// indices (activations of a large batch exceed 2^31 elements in no layer here, but the loops
+// The backend's small layer kernels: one thread per output element (ReLU and add: per four, where
+// aligned), grid-stride loops, 64-bit indices (activations of a large batch exceed 2^31 elements in no layer here, but the loops
 // cost nothing extra for being safe).
 #include "cuda/check.h"
 #include "cuda/launch.h"
@@ -27,6 +27,38 @@ __global__ void add_forward_kernel(const float* a, const float* b, float* y, int
     const float s = a[i] + b[i];
     y[i] = relu ? relu_value(s) : s;
   }
+}
+
+// The same three on float4 where n is a multiple of 4 and every buffer 16-byte aligned (the
+// usual case: activations are whole allocations); one 16-byte access per four values.
+__device__ inline float4 relu4(float4 v) {
+  return make_float4(relu_value(v.x), relu_value(v.y), relu_value(v.z), relu_value(v.w));
+}
+
+__global__ void relu_forward_vec_kernel(const float4* x, float4* y, int64_t vectors) {
+  for (int64_t i = first_index(); i < vectors; i += grid_stride()) y[i] = relu4(x[i]);
+}
+
+__global__ void relu_backward_vec_kernel(const float4* y, const float4* dy, float4* dx,
+                                         int64_t vectors) {
+  for (int64_t i = first_index(); i < vectors; i += grid_stride()) {
+    const float4 a = y[i], d = dy[i];
+    dx[i] = make_float4(a.x > 0.0f ? d.x : 0.0f, a.y > 0.0f ? d.y : 0.0f, a.z > 0.0f ? d.z : 0.0f,
+                        a.w > 0.0f ? d.w : 0.0f);
+  }
+}
+
+__global__ void add_forward_vec_kernel(const float4* a, const float4* b, float4* y, int64_t vectors,
+                                       bool relu) {
+  for (int64_t i = first_index(); i < vectors; i += grid_stride()) {
+    const float4 p = a[i], q = b[i];
+    const float4 s = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+    y[i] = relu ? relu4(s) : s;
+  }
+}
+
+bool vec4_ok(int64_t n, std::initializer_list<const void*> ps) {
+  return n % 4 == 0 && vec_width(sizeof(float), ps) == 4;
 }
 
 __global__ void maxpool_forward_kernel(const float* x, float* y, int32_t* argmax, PoolGeom g) {
@@ -124,20 +156,34 @@ __global__ void pad_shortcut_backward_kernel(const float* dy, float* dx, Shortcu
 
 void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  if (vec4_ok(n, {x, y}))
+    relu_forward_vec_kernel<<<blocks_for(n / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(x), reinterpret_cast<float4*>(y), n / 4);
+  else
+    relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  if (vec4_ok(n, {y, dy, dx}))
+    relu_backward_vec_kernel<<<blocks_for(n / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(y), reinterpret_cast<const float4*>(dy),
+        reinterpret_cast<float4*>(dx), n / 4);
+  else
+    relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void add_forward(const float* a, const float* b, float* y, int64_t n, bool relu,
                  cudaStream_t stream) {
   if (n <= 0) return;
-  add_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
+  if (vec4_ok(n, {a, b, y}))
+    add_forward_vec_kernel<<<blocks_for(n / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(a), reinterpret_cast<const float4*>(b),
+        reinterpret_cast<float4*>(y), n / 4, relu);
+  else
+    add_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n, relu);
   CUDA_CHECK_LAUNCH();
 }
 
