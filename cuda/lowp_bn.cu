@@ -33,6 +33,36 @@ __device__ inline float masked_grad(const ChannelSumArgs<T>& a, float x, float d
   return (a.relu && !bn_passes<T>(bn_value(x, mean, scale, beta))) ? 0.0f : dy;
 }
 
+// A thread's place on the vector grid: channel group grp (channels [c0, c0 + kVec)) of `groups`,
+// rows [r0, r1) of its block's chunk, of which it takes r0 + threadIdx.y, + vec_rows, ...
+struct VecPlace {
+  int64_t groups, grp, c0, r0, r1;
+};
+__device__ inline VecPlace vec_place(const ChannelReduceGeom& g) {
+  VecPlace p;
+  p.groups = g.channels / kVec;
+  p.grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  p.c0 = p.grp * kVec;
+  p.r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
+  p.r1 = p.r0 + g.rows_per_chunk < g.rows ? p.r0 + g.rows_per_chunk : g.rows;
+  return p;
+}
+
+// The block's per-thread results on the vector grid: two values per channel, thread (x, y)'s
+// at shared_at(g, y, k) for its channel c0 + k.
+using VecShared = float[2][kVecBlock * kVec];
+__device__ inline int shared_at(const ChannelReduceGeom& g, int y, int k) {
+  return (y * g.vec_groups + int(threadIdx.x)) * kVec + k;
+}
+__device__ inline void share(VecShared& sh, const ChannelReduceGeom& g, const float (&a)[kVec],
+                             const float (&b)[kVec]) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    sh[0][shared_at(g, int(threadIdx.y), k)] = a[k];
+    sh[1][shared_at(g, int(threadIdx.y), k)] = b[k];
+  }
+}
+
 // ---- per-channel sums ----
 
 // Block (tile, chunk): threads (tx, ty) walk rows r0 + ty, r0 + ty + kRowThreads, ... of channel
@@ -89,15 +119,10 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
 template <class T, ChannelSum K>
 __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
   static_assert(K == ChannelSum::dy || K == ChannelSum::bn_grad);
-  __shared__ float sh[2][kVecBlock * kVec];
-  const int64_t groups = g.channels / kVec;
-  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
-  const int64_t c0 = grp * kVec;
-  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
-  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
-  float s1[kVec], s2[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) s1[k] = s2[k] = 0.0f;
+  __shared__ VecShared sh;
+  const VecPlace p = vec_place(g);
+  const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
+  float s1[kVec] = {}, s2[kVec] = {};
   if (grp < groups) {
     float mean[kVec] = {}, invstd[kVec] = {}, scale[kVec] = {}, beta[kVec] = {};
     if (K == ChannelSum::bn_grad) {
@@ -127,19 +152,14 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
       }
     }
   }
-  const int slot = (int(threadIdx.y) * g.vec_groups + int(threadIdx.x)) * kVec;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    sh[0][slot + k] = s1[k];
-    sh[1][slot + k] = s2[k];
-  }
+  share(sh, g, s1, s2);
   __syncthreads();
   if (threadIdx.y == 0 && grp < groups) {
     for (int k = 0; k < kVec; ++k) {
       float t1 = 0.0f, t2 = 0.0f;
       for (int y = 0; y < g.vec_rows; ++y) {
-        t1 += sh[0][(y * g.vec_groups + int(threadIdx.x)) * kVec + k];
-        t2 += sh[1][(y * g.vec_groups + int(threadIdx.x)) * kVec + k];
+        t1 += sh[0][shared_at(g, y, k)];
+        t2 += sh[1][shared_at(g, y, k)];
       }
       a.partial[int64_t(blockIdx.y) * g.channels + c0 + k] = t1;
       a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = t2;
@@ -164,15 +184,10 @@ __device__ inline void welford_merge(double& n, double& mean, double& m2, double
 // double) into partial[chunk][c] (mean) and partial[chunks + chunk][c] (M2).
 template <class T>
 __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* partial) {
-  __shared__ float sh[2][kVecBlock * kVec];
-  const int64_t groups = g.channels / kVec;
-  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
-  const int64_t c0 = grp * kVec;
-  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
-  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
-  float mean[kVec], m2[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) mean[k] = m2[k] = 0.0f;
+  __shared__ VecShared sh;
+  const VecPlace p = vec_place(g);
+  const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
+  float mean[kVec] = {}, m2[kVec] = {};
   if (grp < groups) {
     float n = 0.0f;  // exact: at most rows_per_chunk, far below 2^24
 #pragma unroll 4
@@ -189,20 +204,14 @@ __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* part
       }
     }
   }
-  const int slot = (int(threadIdx.y) * g.vec_groups + int(threadIdx.x)) * kVec;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    sh[0][slot + k] = mean[k];
-    sh[1][slot + k] = m2[k];
-  }
+  share(sh, g, mean, m2);
   __syncthreads();
   if (threadIdx.y == 0 && grp < groups) {
     for (int k = 0; k < kVec; ++k) {
       double n = 0, mu = 0, s = 0;
       for (int y = 0; y < g.vec_rows && r0 + y < r1; ++y) {
         const double rows_y = double((r1 - r0 - y + g.vec_rows - 1) / g.vec_rows);
-        const int at = (y * g.vec_groups + int(threadIdx.x)) * kVec + k;
-        welford_merge(n, mu, s, rows_y, sh[0][at], sh[1][at]);
+        welford_merge(n, mu, s, rows_y, sh[0][shared_at(g, y, k)], sh[1][shared_at(g, y, k)]);
       }
       partial[int64_t(blockIdx.y) * g.channels + c0 + k] = float(mu);
       partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = float(s);
@@ -279,11 +288,9 @@ __global__ void bn_apply_kernel(const T* x, const float* mean, const float* scal
 template <class T>
 __global__ void bn_apply_vec_kernel(const T* x, const float* mean_p, const float* scale_p,
                                     const float* beta_p, T* y, ChannelReduceGeom g, bool relu) {
-  const int64_t groups = g.channels / kVec;
-  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  const VecPlace p = vec_place(g);
+  const int64_t groups = p.groups, grp = p.grp, r0 = p.r0, r1 = p.r1;
   if (grp >= groups) return;
-  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
-  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
   float mean[kVec], scale[kVec], beta[kVec];
   load_channels(mean_p, grp * kVec, mean);
   load_channels(scale_p, grp * kVec, scale);
@@ -324,12 +331,9 @@ __global__ void bn_backward_kernel(BnBackwardArgs<T> a) {
 
 template <class T>
 __global__ void bn_backward_vec_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g) {
-  const int64_t groups = g.channels / kVec;
-  const int64_t grp = int64_t(blockIdx.x) * g.vec_groups + threadIdx.x;
+  const VecPlace p = vec_place(g);
+  const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
   if (grp >= groups) return;
-  const int64_t c0 = grp * kVec;
-  const int64_t r0 = int64_t(blockIdx.y) * g.rows_per_chunk;
-  const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
   const float inv_m = 1.0f / float(a.rows);
   float mean[kVec], invstd[kVec], gi[kVec], mg[kVec], mgx[kVec], scale[kVec] = {}, beta[kVec] = {};
   load_channels(a.mean, c0, mean);

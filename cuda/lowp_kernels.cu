@@ -146,6 +146,20 @@ __global__ void f32_bias_kernel(const float* y32, const float* b, T* y, int64_t 
 
 // ---- pooling and shortcut (NHWC) ----
 
+// f(ih, iw) for the input positions inside the window of output (oh, ow), rows then columns
+// (padding positions skipped): the window order that decides ties.
+template <class F>
+__device__ inline void for_window(int64_t oh, int64_t ow, const NhwcPoolGeom& g, F&& f) {
+  for (int64_t i = 0; i < g.kernel; ++i) {
+    const int64_t ih = oh * g.stride - g.pad + i;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t j = 0; j < g.kernel; ++j) {
+      const int64_t iw = ow * g.stride - g.pad + j;
+      if (iw >= 0 && iw < g.w) f(ih, iw);
+    }
+  }
+}
+
 template <class T>
 __global__ void maxpool_forward_kernel(const T* x, T* y, int32_t* argmax, NhwcPoolGeom g) {
   const int64_t outs = g.n * g.out_h * g.out_w * g.c;
@@ -155,19 +169,13 @@ __global__ void maxpool_forward_kernel(const T* x, T* y, int32_t* argmax, NhwcPo
     const T* xp = x + b * g.h * g.w * g.c + c;
     float best = -INFINITY;
     int64_t best_i = -1;
-    for (int64_t i = 0; i < g.kernel; ++i) {
-      const int64_t ih = oh * g.stride - g.pad + i;
-      if (ih < 0 || ih >= g.h) continue;
-      for (int64_t j = 0; j < g.kernel; ++j) {
-        const int64_t iw = ow * g.stride - g.pad + j;
-        if (iw < 0 || iw >= g.w) continue;
-        const float v = ld(xp, (ih * g.w + iw) * g.c);
-        if (best_i < 0 || v > best || isnan(v)) {
-          best = v;
-          best_i = ih * g.w + iw;
-        }
+    for_window(oh, ow, g, [&](int64_t ih, int64_t iw) {
+      const float v = ld(xp, (ih * g.w + iw) * g.c);
+      if (best_i < 0 || v > best || isnan(v)) {
+        best = v;
+        best_i = ih * g.w + iw;
       }
-    }
+    });
     y[q] = rn<T>(best);
     if (argmax) argmax[q] = int32_t(best_i);
   }
@@ -219,22 +227,16 @@ __global__ void maxpool_forward_vec_kernel(const T* x, T* y, int32_t* argmax, Nh
       best[k] = -INFINITY;
       best_i[k] = -1;
     }
-    for (int64_t i = 0; i < g.kernel; ++i) {
-      const int64_t ih = oh * g.stride - g.pad + i;
-      if (ih < 0 || ih >= g.h) continue;
-      for (int64_t j = 0; j < g.kernel; ++j) {
-        const int64_t iw = ow * g.stride - g.pad + j;
-        if (iw < 0 || iw >= g.w) continue;
-        float v[kVec];
-        load_vec(x, ((b * g.h + ih) * g.w + iw) * groups + grp, v);
+    for_window(oh, ow, g, [&](int64_t ih, int64_t iw) {
+      float v[kVec];
+      load_vec(x, ((b * g.h + ih) * g.w + iw) * groups + grp, v);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k)
-          if (best_i[k] < 0 || v[k] > best[k] || isnan(v[k])) {
-            best[k] = v[k];
-            best_i[k] = int32_t(ih * g.w + iw);
-          }
-      }
-    }
+      for (int k = 0; k < kVec; ++k)
+        if (best_i[k] < 0 || v[k] > best[k] || isnan(v[k])) {
+          best[k] = v[k];
+          best_i[k] = int32_t(ih * g.w + iw);
+        }
+    });
     store_vec(y, q, best);
     if (argmax) {
       int4* a = reinterpret_cast<int4*>(argmax + q * kVec);
