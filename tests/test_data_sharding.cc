@@ -59,7 +59,9 @@ TEST(data_sharding, EvalVisitsEverySampleExactlyOnce) {
           min_steps = std::min(min_steps, steps), max_steps = std::max(max_steps, steps);
           for (size_t s = 0; s < b[r].size(); ++s) {
             ASSERT_FALSE(b[r][s].empty());
-            if (s + 1 < b[r].size()) ASSERT_EQ(static_cast<int>(b[r][s].size()), batch);  // only the last is short
+            if (s + 1 < b[r].size()) {  // only the last is short
+              ASSERT_EQ(static_cast<int>(b[r][s].size()), batch);
+            }
             for (int64_t i : b[r][s]) ++count[static_cast<size_t>(i)];
           }
         }
