@@ -58,6 +58,12 @@ inline int vec_width(size_t elem_size, std::initializer_list<const void*> ptrs) 
   return int(kVecBytes / elem_size);
 }
 
+// Whether n elements of elem_size at these pointers go entirely as 16-byte vectors: every pointer
+// aligned and no tail (the layer kernels' vector paths, which have no scalar tail).
+inline bool whole_vectors(size_t n, size_t elem_size, std::initializer_list<const void*> ptrs) {
+  return n % (kVecBytes / elem_size) == 0 && vec_width(elem_size, ptrs) > 1;
+}
+
 // n elements as whole vectors of `width` followed by a scalar tail.
 struct VecSplit {
   size_t vectors = 0;  // full vectors

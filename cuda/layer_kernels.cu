@@ -58,7 +58,7 @@ __global__ void add_forward_vec_kernel(const float4* a, const float4* b, float4*
 }
 
 bool vec4_ok(int64_t n, std::initializer_list<const void*> ps) {
-  return n % 4 == 0 && vec_width(sizeof(float), ps) == 4;
+  return whole_vectors(size_t(n), sizeof(float), ps);
 }
 
 __global__ void maxpool_forward_kernel(const float* x, float* y, int32_t* argmax, PoolGeom g) {

@@ -45,15 +45,15 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     st.running_mean = running_mean;
     st.running_var = running_var;
     bn_train_stats(st, s);
-    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), rows_, c_,
-             d_.relu, s);
+    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), geom_, d_.relu,
+             s);
   }
 
   void forward_eval(const float* x, const float* gamma, const float* beta,
                     const float* running_mean, const float* running_var, float* y) override {
     // Its own scale buffer: the batch statistics stay valid for a following backward.
     bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
-    bn_apply(lowp_data<T>(x), running_mean, buf(kEvalScale), beta, lowp_data<T>(y), rows_, c_, d_.relu,
+    bn_apply(lowp_data<T>(x), running_mean, buf(kEvalScale), beta, lowp_data<T>(y), geom_, d_.relu,
              ctx_.stream());
   }
 
@@ -75,8 +75,6 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     channel_sums(a, geom_, dbeta, dgamma, s);
     if (!dx) return;
     BnBackwardArgs<T> b;
-    b.rows = rows_;
-    b.channels = c_;
     b.relu = d_.relu;
     b.x = lowp_data<T>(x);
     b.dy = lowp_data<T>(dy);
@@ -88,7 +86,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
     b.dx = lowp_data<T>(dx);
-    bn_backward_dx(b, s);
+    bn_backward_dx(b, geom_, s);
   }
 
  private:

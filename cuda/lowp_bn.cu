@@ -48,6 +48,12 @@ __device__ inline VecPlace vec_place(const ChannelReduceGeom& g) {
   return p;
 }
 
+// Whether these buffers (two-byte values) take the vector grid g: its channels a multiple of kVec
+// (vec_tiles > 0) and every pointer 16-byte aligned.
+bool on_vec_grid(const ChannelReduceGeom& g, std::initializer_list<const void*> ptrs) {
+  return g.vec_tiles > 0 && whole_vectors(size_t(g.rows * g.channels), 2, ptrs);
+}
+
 // The block's per-thread results on the vector grid: two values per channel, thread (x, y)'s
 // at shared_at(g, y, k) for its channel c0 + k.
 using VecShared = float[2][kVecBlock * kVec];
@@ -276,10 +282,10 @@ __global__ void eval_scale_kernel(const float* gamma, const float* running_var, 
 
 template <class T>
 __global__ void bn_apply_kernel(const T* x, const float* mean, const float* scale,
-                                const float* beta, T* y, int64_t n, int64_t channels,
-                                bool relu) {
+                                const float* beta, T* y, ChannelReduceGeom g, bool relu) {
+  const int64_t n = g.rows * g.channels;
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t c = i % channels;
+    const int64_t c = i % g.channels;
     const float v = bn_value(ld(x, i), mean[c], scale[c], beta[c]);
     y[i] = rn<T>(relu ? relu_value(v) : v);
   }
@@ -316,11 +322,11 @@ __device__ inline float bn_dx(float g, float xhat, float gamma_invstd, float mea
 }
 
 template <class T>
-__global__ void bn_backward_kernel(BnBackwardArgs<T> a) {
-  const int64_t n = a.rows * a.channels;
-  const float inv_m = 1.0f / float(a.rows);
+__global__ void bn_backward_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g) {
+  const int64_t n = g.rows * g.channels;
+  const float inv_m = 1.0f / float(g.rows);
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
-    const int64_t c = i % a.channels;
+    const int64_t c = i % g.channels;
     const float x = ld(a.x, i), mean = a.mean[c], invstd = a.invstd[c];
     const bool pass = !a.relu || bn_passes<T>(bn_value(x, mean, a.scale[c], a.beta[c]));
     const float g = pass ? ld(a.dy, i) : 0.0f;
@@ -334,7 +340,7 @@ __global__ void bn_backward_vec_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g)
   const VecPlace p = vec_place(g);
   const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
   if (grp >= groups) return;
-  const float inv_m = 1.0f / float(a.rows);
+  const float inv_m = 1.0f / float(g.rows);
   float mean[kVec], invstd[kVec], gi[kVec], mg[kVec], mgx[kVec], scale[kVec] = {}, beta[kVec] = {};
   load_channels(a.mean, c0, mean);
   load_channels(a.invstd, c0, invstd);
@@ -390,8 +396,7 @@ template <class T>
 void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
                   cudaStream_t stream) {
   if (g.channels <= 0 || g.rows <= 0) return;
-  const bool vec = g.vec_tiles > 0 && aligned16(a.dy) &&
-                   (a.kind != ChannelSum::bn_grad || aligned16(a.x));
+  const bool vec = on_vec_grid(g, {a.dy, a.kind == ChannelSum::bn_grad ? a.x : nullptr});
   switch (a.kind) {
     case ChannelSum::x: launch_partial<T, ChannelSum::x>(a, g, vec, stream); break;
     case ChannelSum::sq_dev: launch_partial<T, ChannelSum::sq_dev>(a, g, vec, stream); break;
@@ -406,7 +411,7 @@ template <class T>
 void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
                     float* var_sum, cudaStream_t stream) {
   if (g.channels <= 0 || g.rows <= 0) return;
-  if (g.vec_tiles > 0 && aligned16(x)) {
+  if (on_vec_grid(g, {x})) {
     bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
     CUDA_CHECK_LAUNCH();
     welford_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(partial, g, mean,
@@ -443,37 +448,34 @@ void bn_eval_scale(const float* gamma, const float* running_var, double eps, flo
 
 template <class T>
 void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
-              int64_t rows, int64_t channels, bool relu, cudaStream_t stream) {
-  const int64_t n = rows * channels;
+              const ChannelReduceGeom& g, bool relu, cudaStream_t stream) {
+  const int64_t n = g.rows * g.channels;
   if (n <= 0) return;
-  const ChannelReduceGeom g = channel_reduce_geom(rows, channels);
-  if (g.vec_tiles > 0 && aligned16(x) && aligned16(y))
+  if (on_vec_grid(g, {x, y}))
     bn_apply_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, mean, scale, beta, y, g,
                                                                      relu);
   else
-    bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, n,
-                                                              channels, relu);
+    bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, g, relu);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
-void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream) {
-  const int64_t n = a.rows * a.channels;
+void bn_backward_dx(const BnBackwardArgs<T>& a, const ChannelReduceGeom& g, cudaStream_t stream) {
+  const int64_t n = g.rows * g.channels;
   if (n <= 0 || !a.dx) return;
-  const ChannelReduceGeom g = channel_reduce_geom(a.rows, a.channels);
-  if (g.vec_tiles > 0 && aligned16(a.x) && aligned16(a.dy) && aligned16(a.dx))
+  if (on_vec_grid(g, {a.x, a.dy, a.dx}))
     bn_backward_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
   else
-    bn_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a);
+    bn_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(a, g);
   CUDA_CHECK_LAUNCH();
 }
 
 #define RT_LOWP_BN_INSTANTIATE(T)                                                               \
   template void channel_sums(const ChannelSumArgs<T>&, const ChannelReduceGeom&, float*, float*, \
                              cudaStream_t);                                                      \
-  template void bn_apply(const T*, const float*, const float*, const float*, T*, int64_t,        \
-                         int64_t, bool, cudaStream_t);                                           \
-  template void bn_backward_dx(const BnBackwardArgs<T>&, cudaStream_t);                          \
+  template void bn_apply(const T*, const float*, const float*, const float*, T*,                 \
+                         const ChannelReduceGeom&, bool, cudaStream_t);                          \
+  template void bn_backward_dx(const BnBackwardArgs<T>&, const ChannelReduceGeom&, cudaStream_t); \
   template void bn_batch_stats(const T*, const ChannelReduceGeom&, float*, float*, float*,        \
                                cudaStream_t);
 RT_LOWP_BN_INSTANTIATE(bf16)

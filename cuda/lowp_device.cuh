@@ -19,7 +19,6 @@ template <class T>
 __device__ inline T rn(float v) { return from_f32<T>(v); }
 
 inline uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Vector v: elements [v * kVec, v * kVec + kVec), one 16-byte access. The bytes go through
 // element arrays with memcpy, not a cast pointer (see map_kernel in elementwise.cuh).

@@ -123,13 +123,8 @@ __global__ void add_forward_vec_kernel(const T* a, const T* b, T* y, int64_t vec
   }
 }
 
-// Whether n elements at these pointers go as vectors.
-bool vec_ok(int64_t n, std::initializer_list<const void*> ps) {
-  if (n % kVec != 0) return false;
-  for (const void* p : ps)
-    if (!aligned16(p)) return false;
-  return true;
-}
+// Whether n two-byte elements at these pointers go as vectors.
+bool vec_ok(int64_t n, std::initializer_list<const void*> ps) { return whole_vectors(size_t(n), 2, ps); }
 
 template <class T>
 __global__ void bias_add_kernel(T* y, const float* b, int64_t n, int64_t channels) {

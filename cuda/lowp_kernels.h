@@ -169,14 +169,14 @@ void bn_eval_scale(const float* gamma, const float* running_var, double eps, flo
                    int64_t channels, cudaStream_t stream);
 // y = (x - mean[c]) * scale[c] + beta[c] (one fused multiply-add), then relu when asked; NHWC,
 // c innermost.
+// g: channel_reduce_geom(rows, channels) of x, as the caller keeps it.
 template <class T>
 void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
-              int64_t rows, int64_t channels, bool relu, cudaStream_t stream);
+              const ChannelReduceGeom& g, bool relu, cudaStream_t stream);
 // dx = gamma invstd / m * (m g - sum_g - xhat sum_gxhat), xhat = (x - mean) invstd, g as in
 // ChannelSum::bn_grad (PyTorch's formula, as nn/ref); dx may alias dy.
 template <class T>
 struct BnBackwardArgs {
-  int64_t rows = 0, channels = 0;
   bool relu = false;
   const T* x = nullptr;
   const T* dy = nullptr;
@@ -190,6 +190,6 @@ struct BnBackwardArgs {
   T* dx = nullptr;
 };
 template <class T>
-void bn_backward_dx(const BnBackwardArgs<T>& a, cudaStream_t stream);
+void bn_backward_dx(const BnBackwardArgs<T>& a, const ChannelReduceGeom& g, cudaStream_t stream);
 
 }  // namespace rt::cuda

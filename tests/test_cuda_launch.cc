@@ -71,6 +71,16 @@ TEST(CudaLaunch, VectorWidthNeedsEveryPointerAligned) {
   EXPECT_EQ(vec_width(4, {buf, nullptr}), 4);  // no source: only dst matters
 }
 
+TEST(CudaLaunch, WholeVectorsNeedNoTailAndAlignment) {
+  alignas(16) static uint16_t buf[32];
+  EXPECT_TRUE(whole_vectors(16, 2, {buf, buf + 8}));
+  EXPECT_FALSE(whole_vectors(12, 2, {buf}));         // a tail of 4
+  EXPECT_FALSE(whole_vectors(16, 2, {buf, buf + 1}));  // misaligned
+  EXPECT_TRUE(whole_vectors(8, 4, {buf, nullptr}));   // fp32: 4 per vector
+  EXPECT_FALSE(whole_vectors(6, 4, {buf}));
+  EXPECT_TRUE(whole_vectors(0, 2, {buf}));
+}
+
 TEST(CudaLaunch, VectorTails) {
   for (int w : {1, 4, 8})
     for (size_t n : {0, 1, 3, 7, 8, 9, 1001}) {
