@@ -26,29 +26,6 @@
 namespace rt::cuda {
 namespace {
 
-// The Net hands host labels to the loss; the kernels read them from a device copy made in
-// forward and reused by backward.
-class LabelUploadXent final : public SoftmaxXentOp<float> {
- public:
-  LabelUploadXent(const SoftmaxXentDesc& d, cudaStream_t stream)
-      : inner_(d, stream), stream_(stream), n_(size_t(d.in.n)),
-        labels_(size_t(d.in.n) * sizeof(int32_t)) {}
-  double forward(const float* logits, const int32_t* labels) override {
-    CUDA_CHECK(cudaMemcpyAsync(labels_.get(), labels, n_ * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream_));
-    return inner_.forward(logits, labels_.as<int32_t>());  // waits for the stream
-  }
-  void backward(const int32_t*, float* dlogits, double scale) override {
-    inner_.backward(labels_.as<int32_t>(), dlogits, scale);
-  }
-
- private:
-  DeviceSoftmaxXent inner_;
-  cudaStream_t stream_;
-  size_t n_;
-  DeviceBuffer labels_;
-};
-
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(const ContextConfig& cfg) : DeviceBackend(cfg) {}
@@ -72,9 +49,12 @@ class CudaBackend final : public DeviceBackend {
   }
   // Waits for the stream: the caller reads its host buffer right after.
   void act_export(const float* src, const Shape& s, float* nchw) const override {
+    act_export_queued(src, s, nchw);
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
+  void act_export_queued(const float* src, const Shape& s, float* nchw) const override {
     CUDA_CHECK(cudaMemcpyAsync(nchw, src, size_t(s.numel()) * sizeof(float),
                                cudaMemcpyDeviceToHost, ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
   void accumulate(float* y, const float* x, size_t n) const override {
     reduce_add(Elem::f32, y, x, n, ctx_.stream());
@@ -104,7 +84,7 @@ class CudaBackend final : public DeviceBackend {
     return make_device_pad_shortcut(d, ctx_);
   }
   std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
-    return std::make_unique<LabelUploadXent>(d, ctx_.stream());
+    return std::make_unique<DeviceSoftmaxXent>(d, ctx_.stream());
   }
 };
 

@@ -46,11 +46,15 @@ class LowpBackend final : public DeviceBackend {
     import_u8(nhwc, s, p, Lowp<T>::elem, dst);
   }
   void act_export(const float* src, const Shape& s, float* nchw) const override {
+    act_export_queued(src, s, nchw);
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  }
+  // The staging buffer is free again for the next import or export in stream order.
+  void act_export_queued(const float* src, const Shape& s, float* nchw) const override {
     const size_t bytes = size_t(s.numel()) * sizeof(float);
     float* stage = staging(bytes);
     nhwc_lowp_to_nchw_f32(reinterpret_cast<const T*>(src), stage, dims(s), ctx_.stream());
     CUDA_CHECK(cudaMemcpyAsync(nchw, stage, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
-    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   }
   // n counts floats (act_size units): 2n values of T, sums in fp32 rounded once. The padding
   // past an activation's end is added too; nothing reads it.

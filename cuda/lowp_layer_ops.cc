@@ -121,17 +121,15 @@ class LowpSoftmaxXent final : public SoftmaxXentOp<float> {
  public:
   LowpSoftmaxXent(const SoftmaxXentDesc& d, CudaContext& ctx)
       : inner_(d, ctx.stream()), stream_(ctx.stream()), n_(d.in.n), k_(d.in.c),
-        labels_(size_t(d.in.n) * sizeof(int32_t)),
         logits32_(size_t(d.in.n * d.in.c) * sizeof(float)),
         dlogits32_(size_t(d.in.n * d.in.c) * sizeof(float)) {}
-  double forward(const float* logits, const int32_t* labels) override {
-    CUDA_CHECK(cudaMemcpyAsync(labels_.get(), labels, size_t(n_) * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream_));
+  void forward(const float* logits, const int32_t* labels) override {
     lowp_to_f32(lowp_data<T>(logits), logits32_.as<float>(), n_ * k_, stream_);
-    return inner_.forward(logits32_.as<float>(), labels_.as<int32_t>());  // waits for the stream
+    inner_.forward(logits32_.as<float>(), labels);
   }
-  void backward(const int32_t*, float* dlogits, double scale) override {
-    inner_.backward(labels_.as<int32_t>(), dlogits32_.as<float>(), scale);
+  double loss() override { return inner_.loss(); }
+  void backward(const int32_t* labels, float* dlogits, double scale) override {
+    inner_.backward(labels, dlogits32_.as<float>(), scale);
     f32_to_lowp(dlogits32_.as<float>(), lowp_data<T>(dlogits), n_ * k_, stream_);
   }
 
@@ -139,7 +137,7 @@ class LowpSoftmaxXent final : public SoftmaxXentOp<float> {
   DeviceSoftmaxXent inner_;
   cudaStream_t stream_;
   int64_t n_, k_;
-  DeviceBuffer labels_, logits32_, dlogits32_;
+  DeviceBuffer logits32_, dlogits32_;
 };
 
 }  // namespace

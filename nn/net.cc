@@ -131,7 +131,7 @@ class LossNode : public Node<T> {
  public:
   std::unique_ptr<SoftmaxXentOp<T>> op;
   void forward(Net<T>& net, bool) override {
-    net.set_loss(net.labels() ? op->forward(net.act(this->inputs[0]), net.labels()) : 0.0);
+    if (net.labels()) op->forward(net.act(this->inputs[0]), net.labels());
   }
   void backward(Net<T>& net) override {
     int x = this->inputs[0];
@@ -298,6 +298,7 @@ void Net<T>::loss(int logits, double label_smoothing) {
   n->name = "loss";
   n->inputs = {logits};
   logits_ = logits;
+  loss_op_ = n->op.get();
   nodes_.push_back(std::move(n));  // produces no tensor
 }
 
@@ -364,27 +365,44 @@ void Net<T>::plan_activations() {
 }
 
 template <class T>
-double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
+void Net<T>::queue_forward(const T* input_nchw, const int32_t* labels, bool train) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
-  return run_forward(labels, train);
+  run_forward(labels, train);
+}
+
+template <class T>
+void Net<T>::queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels,
+                              bool train) {
+  if (!finalized_) throw Error("network used before finalize()");
+  backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
+  run_forward(labels, train);
+}
+
+template <class T>
+double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
+  queue_forward(input_nchw, labels, train);
+  return last_loss();
 }
 
 template <class T>
 double Net<T>::forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels,
                           bool train) {
-  if (!finalized_) throw Error("network used before finalize()");
-  backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
-  return run_forward(labels, train);
+  queue_forward_u8(pixels_nhwc, norm, labels, train);
+  return last_loss();
 }
 
 template <class T>
-double Net<T>::run_forward(const int32_t* labels, bool train) {
+double Net<T>::last_loss() {
+  return labels_ ? loss_op_->loss() : 0.0;
+}
+
+template <class T>
+void Net<T>::run_forward(const int32_t* labels, bool train) {
   labels_ = labels;
-  loss_ = 0.0;
   if (!profiling_) {
     for (auto& n : nodes_) n->forward(*this, train);
-    return loss_;
+    return;
   }
   node_times_.resize(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -393,7 +411,6 @@ double Net<T>::run_forward(const int32_t* labels, bool train) {
     node_times_[i].forward_s += now_s() - t0;
     ++node_times_[i].calls;
   }
-  return loss_;
 }
 
 template <class T>
@@ -515,13 +532,12 @@ int Net<T>::first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams
 template <class T>
 int Net<T>::run_nonfinite_search(const int32_t* labels) {
   labels_ = labels;
-  loss_ = 0.0;
   std::vector<T> out;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node<T>& n = *nodes_[i];
     n.forward(*this, true);
     if (n.output < 0) {
-      if (!std::isfinite(double(loss_))) return int(i);
+      if (!std::isfinite(last_loss())) return int(i);
       continue;
     }
     out.resize(size_t(shapes_[n.output].numel()));
@@ -535,6 +551,11 @@ int Net<T>::run_nonfinite_search(const int32_t* labels) {
 template <class T>
 void Net<T>::export_tensor(int id, T* nchw) const {
   backend_->act_export(act_ptr_[id], shapes_[id], nchw);
+}
+
+template <class T>
+void Net<T>::export_tensor_queued(int id, T* nchw) const {
+  backend_->act_export_queued(act_ptr_[id], shapes_[id], nchw);
 }
 
 template <class T>

@@ -57,11 +57,18 @@ class Net {
   void finalize();
 
   // --- running ---
-  // Imports the NCHW batch, runs all layers; returns the mean loss (0 without labels).
+  // Imports the NCHW batch and runs all layers, the loss too when there are labels; returns the
+  // mean loss (0 without labels): queue_forward(), then last_loss().
   double forward(const T* input_nchw, const int32_t* labels, bool train);
   // The same from 8-bit pixels (NHWC RGB, the loader's Output::u8), normalized with `norm` by the
   // backend's act_import_u8: equal to forward() on the loader's float output.
   double forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
+  // forward() without reading the loss: on a device backend nothing waits, so backward can be
+  // queued behind forward with no gap on the device. Read the loss later with last_loss().
+  void queue_forward(const T* input_nchw, const int32_t* labels, bool train);
+  void queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
+  // The mean loss of the last forward (0 without labels); a device backend waits for it here.
+  double last_loss();
   // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
   // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()):
   // final for the host (the backend synced first), or, with set_ready_sync(false), final in the
@@ -71,6 +78,9 @@ class Net {
   // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
   // output feeding only a residual add) share memory and are valid only until backward().
   void export_tensor(int id, T* nchw) const;
+  // The same, queued (Backend::act_export_queued): nchw holds the tensor after the backend's
+  // next sync(), and a tensor that backward overwrites may be exported just before it.
+  void export_tensor_queued(int id, T* nchw) const;
   int logits() const { return logits_; }
   // Diagnosis after a non-finite loss or gradient: runs forward again in training mode, as the
   // step did, node by node, and returns the first node whose output holds a non-finite value
@@ -115,11 +125,9 @@ class Net {
   }
   int add_state_(const std::string& name, size_t n, T init) { return arena_.add_state(name, n, init); }
   double loss_scale() const { return loss_scale_; }
-  double last_loss() const { return loss_; }
-  void set_loss(double l) { loss_ = l; }
 
  private:
-  double run_forward(const int32_t* labels, bool train);  // on the imported input
+  void run_forward(const int32_t* labels, bool train);  // on the imported input
   int run_nonfinite_search(const int32_t* labels);
   int push(std::unique_ptr<Node<T>> node, const Shape& out);
   int slot_alloc(size_t elems);
@@ -138,7 +146,8 @@ class Net {
   int logits_ = -1;
   bool finalized_ = false;
   const int32_t* labels_ = nullptr;
-  double loss_scale_ = 1.0, loss_ = 0.0;
+  double loss_scale_ = 1.0;
+  SoftmaxXentOp<T>* loss_op_ = nullptr;  // the loss node's
   bool ready_sync_ = true;  // backend_->sync() before each on_ready report
   bool profiling_ = false;
   std::vector<NodeTime> node_times_;

@@ -189,12 +189,23 @@ template <class T>
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
-  // labels holds in.n class indices; one outside [0, classes) throws rt::Error naming it.
-  // Returns the mean loss; remembers the probabilities for backward.
-  virtual double forward(const T* logits, const int32_t* labels) = 0;
+  // labels holds in.n class indices; one outside [0, classes) throws rt::Error naming it (here,
+  // or from loss() on a device backend). Queues the mean loss and remembers the probabilities
+  // for backward; nothing here waits for a device.
+  virtual void forward(const T* logits, const int32_t* labels) = 0;
+  // The mean loss of the last forward: a device backend waits for it here (only for it, not for
+  // work queued after), so a caller that reads it once backward is queued stalls nothing.
+  virtual double loss() = 0;
   // Gradient of the mean loss (times scale, for loss scaling) w.r.t. the logits.
   virtual void backward(const int32_t* labels, T* dlogits, double scale = 1.0) = 0;
 };
+
+// forward, then loss(): for callers that want the value at once.
+template <class T>
+double forward_loss(SoftmaxXentOp<T>& op, const T* logits, const int32_t* labels) {
+  op.forward(logits, labels);
+  return op.loss();
+}
 
 // A compute backend: makes set-up layer ops and converts activations to and from NCHW.
 template <class T>
@@ -206,6 +217,10 @@ class Backend {
   virtual size_t act_size(const Shape& s) const = 0;
   virtual void act_import(const T* nchw, const Shape& s, T* dst) const = 0;
   virtual void act_export(const T* src, const Shape& s, T* nchw) const = 0;
+  // act_export without waiting: nchw holds the tensor after the next sync(). Into input_memory()
+  // a device backend copies while the host goes on (elsewhere the copy may wait). Default: the
+  // synchronous act_export.
+  virtual void act_export_queued(const T* src, const Shape& s, T* nchw) const { act_export(src, s, nchw); }
   // The input from 8-bit pixels: s.n images of s.h x s.w x 3 bytes (NHWC, RGB; s.c must be 3),
   // normalized per channel with norm_value (nn/normalize.h) into dst as act_import would place
   // them. Default: normalizes on the host into a scratch buffer kept for the next call, then

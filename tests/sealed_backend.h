@@ -265,10 +265,11 @@ class SealedBackend final : public Backend<float> {
   };
   struct Xent final : Held<SoftmaxXentOp<float>> {
     using Held::Held;
-    double forward(const float* logits, const int32_t* labels) override {
+    void forward(const float* logits, const int32_t* labels) override {
       O o(s);
-      return in->forward(logits, labels);
+      in->forward(logits, labels);
     }
+    double loss() override { return in->loss(); }
     void backward(const int32_t* labels, float* dlogits, double scale) override {
       O o(s);
       in->backward(labels, dlogits, scale);

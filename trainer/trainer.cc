@@ -121,7 +121,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // long runs reallocate a few times).
   losses_.reserve(size_t(std::min<int64_t>(total_steps_, int64_t(1) << 20)));
   const int64_t classes = net_->shape(net_->logits()).c;
-  logits_.resize(size_t(batch * classes));
+  // Page-locked for a GPU, so that the step's queued export of the logits does not wait.
+  logits_ = HostVector<float>(size_t(batch * classes), HostAllocator<float>(net_->backend().input_memory()));
   pad_images_.resize(size_t(net_->shape(0).numel()));
   if (cfg_.data.output == data::Output::u8) pad_pixels_.resize(pad_images_.size());
   norm_ = data::norm_params(cfg_.data);
@@ -248,18 +249,18 @@ void Trainer::train_step() {
   const double data_wait = prefetched ? next_wait_s_ : t1 - t0;
   inject_fault();
   reducer_->begin_step();
-  double loss = 0;  // emulated steps have none; 0 keeps the divergence check quiet
-  if (cfg_.emulate.compute_ms > 0) {
+  // Nothing below waits for a device until the reducer does: forward, the logits' copy and
+  // backward are queued back to back, and the loss and logits are read once they are long done.
+  const bool emulated = cfg_.emulate.compute_ms > 0;
+  if (emulated) {
     emulate_step(t1);
   } else {
     net_->backend().mark_compute(0);
-    loss = cfg_.data.output == data::Output::u8
-               ? net_->forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true)
-               : net_->forward(batch_.images.data(), batch_.labels.data(), true);
-    net_->export_tensor(net_->logits(), logits_.data());  // before backward reuses its memory
-    double unused = 0;
-    count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
-                  epoch_top1_, epoch_top5_, unused);
+    if (cfg_.data.output == data::Output::u8)
+      net_->queue_forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true);
+    else
+      net_->queue_forward(batch_.images.data(), batch_.labels.data(), true);
+    net_->export_tensor_queued(net_->logits(), logits_.data());  // before backward reuses its memory
     net_->backward(ready_, scaler_.scale());
     net_->backend().mark_compute(1);
     prefetch_next();  // while the device still runs backward
@@ -270,6 +271,9 @@ void Trainer::train_step() {
   const double lr = lr_at(schedule_, double(step_) / double(steps_per_epoch_));
   const double scale = scaler_.scale();
   const size_t bad_grads = unscale_gradients();
+  // Long computed by now (the gradients behind it are reduced). Emulated steps have none; 0 keeps
+  // the divergence check quiet.
+  const double loss = emulated ? 0.0 : net_->last_loss();
   // The averaged gradients are bitwise equal on every rank, so every rank decides alike.
   const bool apply = std::isfinite(loss) ? scaler_.update(bad_grads > 0) : true;
   if (apply) {
@@ -284,6 +288,11 @@ void Trainer::train_step() {
   // checkpoints, fault drills), and the step's time includes it.
   net_->backend().sync();
   const double t4 = now_s();
+  if (!emulated) {  // the logits arrived with the sync
+    double unused = 0;
+    count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
+                  epoch_top1_, epoch_top5_, unused);
+  }
   ++step_;
   losses_.push_back(loss);
   epoch_loss_ += loss * batch_.n;
@@ -302,7 +311,7 @@ void Trainer::train_step() {
   // A device backend's host calls only queue the work: its own clock times forward + backward,
   // which began on an idle device at t1 (the last step ended with a sync); what the reducer took
   // past the end of both backward and the host's prefetch is the exposed communication.
-  if (const double dev = cfg_.emulate.compute_ms > 0 ? -1 : net_->backend().compute_seconds(); dev >= 0) {
+  if (const double dev = emulated ? -1 : net_->backend().compute_seconds(); dev >= 0) {
     r.compute_s = dev;
     r.exposed_comm_s = std::max(0.0, t3 - std::max(t2, t1 + dev));
   }

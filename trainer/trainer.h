@@ -138,7 +138,8 @@ class Trainer {
   data::Batch next_batch_;           // prefetch_next's batch, when has_next_
   bool prefetch_ = false, has_next_ = false;
   double next_wait_s_ = 0;           // how long prefetch_next waited for it
-  std::vector<float> logits_, pad_images_;
+  HostVector<float> logits_;  // in the backend's input_memory(): the step exports into it queued
+  std::vector<float> pad_images_;
   std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8
   NormParams norm_;                  // data.output u8: the normalization the backend applies
   std::vector<int32_t> pad_labels_;

@@ -234,7 +234,7 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
   explicit LoopSoftmaxXent(const SoftmaxXentDesc& d)
       : name_(d.name), n_(d.in.n), k_(d.in.c), eps_(d.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
 
-  double forward(const float* logits, const int32_t* labels) override {
+  void forward(const float* logits, const int32_t* labels) override {
     check_labels(labels);
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
@@ -255,8 +255,9 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
       const double mean_logp = sum_z / double(k_) - lse;
       total += -(1.0 - eps_) * logp_label - eps_ * mean_logp;
     }
-    return total / double(n_);
+    loss_ = total / double(n_);
   }
+  double loss() override { return loss_; }
 
   void backward(const int32_t* labels, float* dlogits, double scale) override {
     check_labels(labels);
@@ -280,7 +281,7 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
   }
   std::string name_;
   int64_t n_, k_;
-  double eps_;
+  double eps_, loss_ = 0;
   Buffer<float> prob_;
 };
 

@@ -90,7 +90,7 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   explicit RefSoftmaxXent(const SoftmaxXentDesc& d)
       : d_(d), n_(d.in.n), k_(d.in.c), prob_(size_t(n_ * k_)) {}
 
-  double forward(const T* logits, const int32_t* labels) override {
+  void forward(const T* logits, const int32_t* labels) override {
     check_labels(labels);
     const double eps = d_.label_smoothing;
     double total = 0;
@@ -111,8 +111,9 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
       const double logp_label = double(z[labels[n]]) - lse;
       total += -(1 - eps) * logp_label - eps / double(k_) * sum_logp;
     }
-    return total / double(n_);
+    loss_ = total / double(n_);
   }
+  double loss() override { return loss_; }
 
   // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K.
   void backward(const int32_t* labels, T* dlogits, double scale) override {
@@ -136,6 +137,7 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   SoftmaxXentDesc d_;
   int64_t n_, k_;
   std::vector<double> prob_;  // softmax of the last forward, for backward
+  double loss_ = 0;
 };
 
 }  // namespace

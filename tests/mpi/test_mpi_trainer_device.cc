@@ -17,6 +17,8 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/mpi_check.h"
 #include "tests/counting_memory.h"
@@ -57,6 +59,8 @@ class QueuedReference final : public Backend<float> {
   }
   void sync() const override {
     finish_copy();
+    for (auto& [d, v] : exports_) std::copy(v.begin(), v.end(), d);
+    exports_.clear();
     in_->sync();
     synced_ = true;
   }
@@ -82,6 +86,14 @@ class QueuedReference final : public Backend<float> {
     in_->act_import(x, s, d);
   }
   void act_export(const float* x, const Shape& s, float* d) const override { in_->act_export(x, s, d); }
+  // A queued export lands at the next sync(), as a device's would; until then the host buffer
+  // holds NaN, which a trainer reading it early would count as correct predictions.
+  void act_export_queued(const float* x, const Shape& s, float* d) const override {
+    std::vector<float> v(size_t(s.numel()));
+    in_->act_export(x, s, v.data());
+    std::fill_n(d, v.size(), std::numeric_limits<float>::quiet_NaN());
+    exports_.emplace_back(d, std::move(v));
+  }
   void accumulate(float* y, const float* x, size_t n) const override { in_->accumulate(y, x, n); }
   void* stream() const override { return const_cast<QueuedReference*>(this); }
   std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override { return in_->make_conv(d); }
@@ -121,6 +133,7 @@ class QueuedReference final : public Backend<float> {
   mutable const void* staged_host_ = nullptr;
   mutable const void* pending_ = nullptr;
   mutable size_t pending_bytes_ = 0;
+  mutable std::vector<std::pair<float*, std::vector<float>>> exports_;  // queued, not yet landed
   bool marked_[2] = {};
   mutable bool synced_ = false;
 };
@@ -238,7 +251,10 @@ void check_input_memory(MpiTest& t, const std::string& dir) {
 // The step records of a backend with device timing: compute_s is the device's figure, read after
 // the step's sync, and exposed_comm_s counts only what the reducer took past the device's
 // compute (here never more than the step's time beyond it). A host backend keeps host times.
+// The training accuracy comes from logits exported queued, read only after the step's sync: the
+// same as the host path's.
 void check_device_times(MpiTest& t, const std::string& dir) {
+  std::string accuracy[2];  // the epoch records' "train_top1":...,"train_top5":... of each run
   auto records = [&](bool queued, const std::string& sub) {
     Config c = tiny(dir + sub);
     c.train.steps = 5;
@@ -248,15 +264,19 @@ void check_device_times(MpiTest& t, const std::string& dir) {
     std::ifstream f(c.run_dir + "/metrics.jsonl");
     const std::regex re("\"type\":\"step\".*\"step_s\":([-0-9.eE+a-z]+),\"compute_s\":([-0-9.eE+a-z]+),.*"
                         "\"exposed_comm_s\":([-0-9.eE+a-z]+),");
+    const std::regex acc("\"type\":\"epoch\".*(\"train_top1\":[^,]+,\"train_top5\":[^,]+)");
     for (std::string line; std::getline(f, line);) {
       std::smatch m;
       if (std::regex_search(line, m, re)) r.push_back({std::stod(m[2]), std::stod(m[3]), std::stod(m[1])});
+      if (std::regex_search(line, m, acc)) accuracy[queued] += m[1].str() + ";";
     }
     return r;
   };
   const auto dev = records(true, "/times"), host = records(false, "/times-host");
   if (t.rank() != 0) return;
   MPI_EXPECT(t, dev.size() == 5 && host.size() == 5, dev.size(), " and ", host.size(), " step records");
+  MPI_EXPECT(t, !accuracy[0].empty() && accuracy[1] == accuracy[0], "training accuracy ", accuracy[1],
+             " differs from the host path's ", accuracy[0]);
   for (const auto& [compute, exposed, step] : dev) {
     MPI_EXPECT(t, compute == QueuedReference::kDeviceCompute, "compute_s ", compute, " is not the device's time");
     MPI_EXPECT(t, exposed >= 0 && exposed <= std::max(0.0, step - compute) + 1e-6, "exposed_comm_s ", exposed,
