@@ -101,7 +101,9 @@ class Net {
   // FLOPs of one training step (forward, backward-data, backward-weights of conv and linear).
   double train_flops() const;
   double forward_flops() const;
-  // Per-node wall time, accumulated over forward and backward calls while profiling is on.
+  // Per-node wall time, accumulated over forward and backward calls while profiling is on. A
+  // device backend is synced around each node so that the time is the node's work on the device;
+  // profiled steps run slower.
   void set_profiling(bool on) { profiling_ = on; }
   struct NodeTime {
     double forward_s = 0, backward_s = 0;
@@ -128,6 +130,7 @@ class Net {
 
  private:
   void run_forward(const int32_t* labels, bool train);  // on the imported input
+  double profile_clock() const;
   int run_nonfinite_search(const int32_t* labels);
   int push(std::unique_ptr<Node<T>> node, const Shape& out);
   int slot_alloc(size_t elems);

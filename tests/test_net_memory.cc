@@ -99,6 +99,28 @@ ResNetConfig small_resnet() {
   return c;
 }
 
+// Profiling a Net on a device backend times each node's own work: the host waits for the device
+// before and after every node, in forward and in backward; without profiling, forward waits for
+// nothing.
+TEST(NetMemory, ProfilingSyncsAroundEachNode) {
+  Spaces s;
+  auto net = build_resnet<float>(small_resnet(), std::make_unique<SpacedBackend>(s));
+  const std::vector<float> x(size_t(net->shape(0).numel()), 0.25f);
+  const std::vector<int32_t> labels = {1, 8};
+  const auto nodes = int64_t(net->num_nodes());
+  int64_t before = s.syncs;
+  net->queue_forward(x.data(), labels.data(), true);
+  EXPECT_EQ(s.syncs - before, 0);
+  net->set_profiling(true);
+  before = s.syncs;
+  net->queue_forward(x.data(), labels.data(), true);
+  EXPECT_EQ(s.syncs - before, 2 * nodes);
+  before = s.syncs;
+  net->backward();
+  EXPECT_EQ(s.syncs - before, 2 * nodes + 1);  // and backward's closing one
+  for (const auto& t : net->node_times()) EXPECT_EQ(t.calls, 1);
+}
+
 TEST(NetMemory, EveryBufferInTheBackendsSpacesSameResults) {
   const ResNetConfig c = small_resnet();
   Spaces s;

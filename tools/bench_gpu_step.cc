@@ -19,24 +19,28 @@
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
 #include "nn/resnet.h"
+#include "tools/profile_print.h"
 
 namespace {
 
 struct Args {
   std::string model = "resnet50", precision = "fp32", json;
   int64_t batch = 256, size = 224;
-  int warmup = 5, steps = 10, repeats = 3;
+  int warmup = 5, steps = 10, repeats = 3, profile = 0;
 };
 
 [[noreturn]] void usage(int rc) {
   std::printf(
       "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32|bf16|fp16]\n"
-      "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE]\n"
+      "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE] [--profile N]\n"
       "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
       "batch kept on the device; convolution algorithms are timed once per layer at set-up. Each\n"
       "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n"
       "fp16 adds dynamic loss scaling's work: the loss gradient times 2^16, then the gradients\n"
-      "unscaled and checked for overflow on the device before the update (as GradScaler).\n");
+      "unscaled and checked for overflow on the device before the update (as GradScaler).\n"
+      "--profile N: after the timed repeats, N more steps with the device synced around each\n"
+      "layer, printed per layer and per kind of layer (PROFILE lines; they time each layer's own\n"
+      "work plus a sync's latency, so their total exceeds the step's time).\n");
   std::exit(rc);
 }
 
@@ -59,6 +63,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::stoi(val());
     else if (k == "--repeats") a.repeats = std::stoi(val());
     else if (k == "--json") a.json = val();
+    else if (k == "--profile") a.profile = std::stoi(val());
     else if (k == "--help" || k == "-h") usage(0);
     else {
       std::fprintf(stderr, "bench_gpu_step: unknown option %s\n", k.c_str());
@@ -270,6 +275,13 @@ int main(int argc, char** argv) try {
                  a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), peak_mib,
                  double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss);
     std::fclose(f);
+  }
+  if (a.profile > 0) {  // after the figures above: profiling slows the steps
+    net->set_profiling(true);
+    for (int i = 0; i < a.profile; ++i) step();
+    net->backend().sync();
+    net->set_profiling(false);
+    rt::tools::print_profile(*net);
   }
   if (steady_allocs != 0) {
     std::fprintf(stderr, "bench_gpu_step: FAILED: %lld device/pinned allocations in the timed steps\n",

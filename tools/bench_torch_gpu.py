@@ -19,6 +19,9 @@ would include the earlier one's library handles and cached blocks).
 
   tools/bench_torch_gpu.py --modes fp32,tf32,bf16,fp16 [--batch 256] [--size 224] [--json out.jsonl]
   tools/bench_torch_gpu.py --device cpu --batch 2 --size 64 --steps 2      (smoke test, no GPU)
+--profile N: after the timed repeats, N steps under torch.profiler, printed as PROFILE_OP lines
+(the ops taking the most device time of their own per step) and PROFILE_KIND lines (that time
+summed by the kind of layer, as bench_gpu_step --profile prints its own).
 Uses torchvision.models.resnet50 when torchvision is importable (or unless --no-torchvision),
 else the same network defined below.
 """
@@ -110,6 +113,46 @@ def used_mib(dev):
     return (total - free) / 2**20
 
 
+# An op's kind of layer by words in its name, checked in this order (addmm is fc, not add;
+# _foreach_add_ is the optimizer's).
+KINDS = [("conv", ("conv",)), ("bn", ("batch_norm", "batchnorm")), ("relu", ("relu", "threshold")),
+         ("fc", ("addmm", "mm", "linear")), ("optimizer", ("foreach", "sgd")),
+         ("loss", ("cross_entropy", "softmax", "nll")), ("pool", ("pool", "mean")), ("add", ("add",)),
+         ("cast", ("aten::to", "aten::_to_copy", "aten::copy_"))]
+
+
+def print_profile(step, sync, n, cuda):
+    """Self device time per op per step (CPU time without a GPU), top ops and sums by kind."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(n):
+            step()
+        sync()
+
+    def own_us(e):
+        if not cuda:
+            return e.self_cpu_time_total
+        for attr in ("self_device_time_total", "self_cuda_time_total"):  # newer, older PyTorch
+            v = getattr(e, attr, None)
+            if v is not None:
+                return v
+        return 0.0
+
+    ops = sorted(((own_us(e) / n / 1e3, e.key) for e in prof.key_averages()), reverse=True)
+    kinds, total = {}, sum(ms for ms, _ in ops)
+    for ms, name in ops:
+        low = name.lower()
+        kind = next((k for k, words in KINDS if any(w in low for w in words)), "other")
+        kinds[kind] = kinds.get(kind, 0.0) + ms
+    for ms, name in ops[:30]:
+        if ms > 0:
+            print(f"PROFILE_OP,{name},ms={ms:.3f}")
+    for kind, ms in sorted(kinds.items()):
+        print(f"PROFILE_KIND,{kind},ms={ms:.1f},share={100 * ms / max(total, 1e-9):.1f}%")
+    print(f"PROFILE_TOTAL,ops_ms={total:.1f}", flush=True)
+
+
 def run(mode, a, dev):
     cuda = dev.type == "cuda"
     set_tf32(mode != "fp32")
@@ -131,7 +174,10 @@ def run(mode, a, dev):
 
     lowp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
     # Disabled, the scaler passes the loss through and calls opt.step() itself.
-    scaler = torch.amp.GradScaler(dev.type, enabled=mode == "fp16")
+    if hasattr(torch.amp, "GradScaler"):
+        scaler = torch.amp.GradScaler(dev.type, enabled=mode == "fp16")
+    else:  # PyTorch before 2.3
+        scaler = torch.cuda.amp.GradScaler(enabled=mode == "fp16")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -161,6 +207,11 @@ def run(mode, a, dev):
             loss = step()
         sync()
         rates.append(a.batch * a.steps / (time.perf_counter() - t0))
+    if a.profile > 0:  # after the timed repeats: profiling slows the steps
+        try:
+            print_profile(step, sync, a.profile, cuda)
+        except Exception as e:  # a profiler that fails costs the profile, not the figures
+            print(f"PROFILE_ERROR,{type(e).__name__}: {e}", flush=True)
     loss = loss.item()
     if loss != loss or abs(loss) == float("inf"):
         raise RuntimeError(f"non-finite loss {loss}")
@@ -197,6 +248,7 @@ def main():
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (smoke test)")
     ap.add_argument("--no-torchvision", action="store_true", help="use the ResNet-50 defined here")
     ap.add_argument("--json", help="append one JSON line per mode to this file")
+    ap.add_argument("--profile", type=int, default=0, help="steps to profile after the timed ones")
     a = ap.parse_args()
     modes = a.modes.split(",")
     if any(m not in ("fp32", "tf32", "bf16", "fp16") for m in modes) or min(a.warmup, a.steps, a.repeats) < 1:

@@ -6,14 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +20,7 @@
 
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
+#include "tools/profile_print.h"
 #ifdef RT_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
@@ -110,28 +109,6 @@ double sgemm_peak_gflops() {
   return best;
 }
 
-// Per-layer times, and totals by the layer's kind (the last part of its name without digits).
-void print_profile(const rt::Net<float>& net) {
-  const auto& t = net.node_times();
-  std::map<std::string, std::pair<double, double>> kinds;
-  double total = 0;
-  for (size_t i = 0; i < t.size(); ++i) {
-    const auto& n = net.node(i);
-    double f = t[i].forward_s / double(t[i].calls), b = t[i].backward_s / double(t[i].calls);
-    std::string kind = n.name.substr(n.name.rfind('.') + 1);
-    while (!kind.empty() && std::isdigit(static_cast<unsigned char>(kind.back()))) kind.pop_back();
-    if (kind == "downsample") kind = n.params.size() == 1 ? "conv" : "bn";
-    kinds[kind].first += f;
-    kinds[kind].second += b;
-    total += f + b;
-    std::printf("PROFILE,%s,fwd_ms=%.3f,bwd_ms=%.3f,gflops=%.1f\n", n.name.c_str(), f * 1e3, b * 1e3,
-                n.flops > 0 ? n.flops * 3 / (f + b) / 1e9 : 0.0);
-  }
-  for (auto& [k, v] : kinds)
-    std::printf("PROFILE_KIND,%s,fwd_ms=%.1f,bwd_ms=%.1f,share=%.1f%%\n", k.c_str(), v.first * 1e3,
-                v.second * 1e3, 100 * (v.first + v.second) / total);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -187,7 +164,7 @@ int main(int argc, char** argv) try {
     std::snprintf(buf, sizeof buf, " %.3f%s", dt, ok ? "" : "*");
     log += buf;
   }
-  if (a.profile) print_profile(*net);
+  if (a.profile) rt::tools::print_profile(*net);
   if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
   std::vector<double> use = clean.size() >= 3 ? clean : all;
   std::sort(use.begin(), use.end());

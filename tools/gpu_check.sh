@@ -184,9 +184,9 @@ EOF2
     fi
     rm -rf "$trun"
   }
-  # bf16 first: its ratio is the target, and a budget cut should take fp32, not it; the trainer
-  # right after it (where built), as it is the figure users see.
-  for p in bf16 fp16 tf32 fp32; do
+  # bf16 first: its ratio is the target, and a budget cut should take fp16 (not asked for), not
+  # it; the trainer right after it (where built), as it is the figure users see.
+  for p in bf16 tf32 fp32 fp16; do
     bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
@@ -250,6 +250,15 @@ EOF
     say "gpu_check: FAILED to write bench.md (see bench-table.log)"
   fi
   [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
+  # With time left: where a bf16 step's time goes, by kind of layer, on both sides (the device
+  # synced around each of our layers; PyTorch's own device time per op from its profiler).
+  pargs=(--batch "${BENCH_BATCH:-256}" --size "${BENCH_SIZE:-224}" --warmup 3 --steps 2 --repeats 1 --profile 3)
+  bench profile-ringtrain-bf16 120 "$build/bin/bench_gpu_step" --precision bf16 "${pargs[@]}"
+  bench profile-pytorch-bf16 90 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" \
+    --modes bf16 "${pargs[@]}"
+  for who in ringtrain pytorch; do
+    grep -E '^PROFILE_(KIND|TOTAL|ERROR)' "$out/bench-profile-$who-bf16.log" 2>/dev/null | sed "s/^/$who /" >>"$summary"
+  done
 fi
 
 # With time left and compute-sanitizer there (it needs a runtime that exposes the GPU's debug
