@@ -17,8 +17,11 @@
 
 namespace {
 
+// One folder per test and run: ctest may run these tests at the same time, and two runs of one
+// backend (the CPU reference of every test, "cuda" of two) must not share one.
 std::string run_dir(const std::string& tag) {
-  return (std::filesystem::temp_directory_path() / ("rt_gpu_trainer_" + tag)).string();
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return (std::filesystem::temp_directory_path() / ("rt_gpu_trainer_" + test + "_" + tag)).string();
 }
 
 // Runs the trainer and returns rank 0's loss per step from its metrics file.
