@@ -67,6 +67,8 @@ class LowpBackend final : public DeviceBackend {
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
     return make_lowp_batchnorm<T>(d, ctx_, scratch_);
   }
+  // Our batch norm kernels read the residual in the pass that writes y (cuda/lowp_bn.cu).
+  bool fuses_bn_add() const override { return true; }
   std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override {
     return make_lowp_relu<T>(d, ctx_);
   }

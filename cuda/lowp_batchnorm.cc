@@ -24,6 +24,58 @@ class LowpBatchNorm final : public BatchNormOp<float> {
 
   void forward_train(const float* x, const float* gamma, const float* beta, float* y,
                      float* running_mean, float* running_var) override {
+    train(x, nullptr, gamma, beta, y, running_mean, running_var);
+  }
+  void forward_train_add(const float* x, const float* r, const float* gamma, const float* beta,
+                         float* y, float* running_mean, float* running_var) override {
+    train(x, lowp_data<T>(r), gamma, beta, y, running_mean, running_var);
+  }
+  void forward_eval(const float* x, const float* gamma, const float* beta,
+                    const float* running_mean, const float* running_var, float* y) override {
+    eval(x, nullptr, gamma, beta, running_mean, running_var, y);
+  }
+  void forward_eval_add(const float* x, const float* r, const float* gamma, const float* beta,
+                        const float* running_mean, const float* running_var, float* y) override {
+    eval(x, lowp_data<T>(r), gamma, beta, running_mean, running_var, y);
+  }
+
+  // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them. y is
+  // not read: the ReLU's mask is recomputed from x with the forward's mean, scale and beta (with
+  // a residual, the caller masked dy).
+  void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
+                float* dx, float* dgamma, float* dbeta) override {
+    const bool relu = d_.relu && !d_.residual;
+    cudaStream_t s = ctx_.stream();
+    ChannelSumArgs<T> a;
+    a.kind = ChannelSum::bn_grad;
+    a.x = lowp_data<T>(x);
+    a.dy = lowp_data<T>(dy);
+    a.mean = buf(kMean);
+    a.invstd = buf(kInvStd);
+    a.scale = buf(kScale);
+    a.beta = buf(kBeta);
+    a.relu = relu;
+    a.partial = partial();
+    channel_sums(a, geom_, dbeta, dgamma, s);
+    if (!dx) return;
+    BnBackwardArgs<T> b;
+    b.relu = relu;
+    b.x = lowp_data<T>(x);
+    b.dy = lowp_data<T>(dy);
+    b.gamma = gamma;
+    b.mean = buf(kMean);
+    b.invstd = buf(kInvStd);
+    b.scale = buf(kScale);
+    b.beta = buf(kBeta);
+    b.sum_g = dbeta;
+    b.sum_gxhat = dgamma;
+    b.dx = lowp_data<T>(dx);
+    bn_backward_dx(b, geom_, s);
+  }
+
+ private:
+  void train(const float* x, const T* r, const float* gamma, const float* beta, float* y,
+             float* running_mean, float* running_var) {
     // As PyTorch: the unbiased variance of one value per channel is undefined.
     RT_SHAPE_CHECK(rows_ > 1, "layer ", d_.name,
                    ": batch norm training needs more than one value per channel, got input ",
@@ -45,51 +97,18 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     st.running_mean = running_mean;
     st.running_var = running_var;
     bn_train_stats(st, s);
-    bn_apply(lowp_data<T>(x), buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), geom_, d_.relu,
-             s);
+    bn_apply(lowp_data<T>(x), r, buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), geom_,
+             d_.relu, s);
   }
 
-  void forward_eval(const float* x, const float* gamma, const float* beta,
-                    const float* running_mean, const float* running_var, float* y) override {
+  void eval(const float* x, const T* r, const float* gamma, const float* beta,
+            const float* running_mean, const float* running_var, float* y) {
     // Its own scale buffer: the batch statistics stay valid for a following backward.
     bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
-    bn_apply(lowp_data<T>(x), running_mean, buf(kEvalScale), beta, lowp_data<T>(y), geom_, d_.relu,
-             ctx_.stream());
+    bn_apply(lowp_data<T>(x), r, running_mean, buf(kEvalScale), beta, lowp_data<T>(y), geom_,
+             d_.relu, ctx_.stream());
   }
 
-  // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them. y is
-  // not read: the ReLU's mask is recomputed from x with the forward's mean, scale and beta.
-  void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
-                float* dx, float* dgamma, float* dbeta) override {
-    cudaStream_t s = ctx_.stream();
-    ChannelSumArgs<T> a;
-    a.kind = ChannelSum::bn_grad;
-    a.x = lowp_data<T>(x);
-    a.dy = lowp_data<T>(dy);
-    a.mean = buf(kMean);
-    a.invstd = buf(kInvStd);
-    a.scale = buf(kScale);
-    a.beta = buf(kBeta);
-    a.relu = d_.relu;
-    a.partial = partial();
-    channel_sums(a, geom_, dbeta, dgamma, s);
-    if (!dx) return;
-    BnBackwardArgs<T> b;
-    b.relu = d_.relu;
-    b.x = lowp_data<T>(x);
-    b.dy = lowp_data<T>(dy);
-    b.gamma = gamma;
-    b.mean = buf(kMean);
-    b.invstd = buf(kInvStd);
-    b.scale = buf(kScale);
-    b.beta = buf(kBeta);
-    b.sum_g = dbeta;
-    b.sum_gxhat = dgamma;
-    b.dx = lowp_data<T>(dx);
-    bn_backward_dx(b, geom_, s);
-  }
-
- private:
   // Per-channel fp32 vectors in stats_.
   enum Buffer { kMean, kVarSum, kInvStd, kScale, kBeta, kEvalScale, kBuffers };
   float* buf(Buffer b) const { return stats_.as<float>() + int64_t(b) * c_; }

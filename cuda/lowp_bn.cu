@@ -280,20 +280,28 @@ __global__ void eval_scale_kernel(const float* gamma, const float* running_var, 
     scale[c] = float(double(gamma[c]) / sqrt(double(running_var[c]) + eps));
 }
 
+// The value bn_apply stores, before its rounding: with a residual, the batch norm's own output
+// (rounded to T) plus r, as a separate add would compute it.
 template <class T>
-__global__ void bn_apply_kernel(const T* x, const float* mean, const float* scale,
+__device__ inline float bn_out(float v, const T* r, float rv) {
+  return r ? to_f32(rn<T>(v)) + rv : v;
+}
+
+template <class T>
+__global__ void bn_apply_kernel(const T* x, const T* r, const float* mean, const float* scale,
                                 const float* beta, T* y, ChannelReduceGeom g, bool relu) {
   const int64_t n = g.rows * g.channels;
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i % g.channels;
-    const float v = bn_value(ld(x, i), mean[c], scale[c], beta[c]);
+    const float v = bn_out(bn_value(ld(x, i), mean[c], scale[c], beta[c]), r, r ? ld(r, i) : 0.0f);
     y[i] = rn<T>(relu ? relu_value(v) : v);
   }
 }
 
 template <class T>
-__global__ void bn_apply_vec_kernel(const T* x, const float* mean_p, const float* scale_p,
-                                    const float* beta_p, T* y, ChannelReduceGeom g, bool relu) {
+__global__ void bn_apply_vec_kernel(const T* x, const T* res, const float* mean_p,
+                                    const float* scale_p, const float* beta_p, T* y,
+                                    ChannelReduceGeom g, bool relu) {
   const VecPlace p = vec_place(g);
   const int64_t groups = p.groups, grp = p.grp, r0 = p.r0, r1 = p.r1;
   if (grp >= groups) return;
@@ -304,11 +312,12 @@ __global__ void bn_apply_vec_kernel(const T* x, const float* mean_p, const float
 #pragma unroll 4
   for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
     const int64_t v = r * groups + grp;
-    float e[kVec];
+    float e[kVec], er[kVec] = {};
     load_vec(x, v, e);
+    if (res) load_vec(res, v, er);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      const float b = bn_value(e[k], mean[k], scale[k], beta[k]);
+      const float b = bn_out(bn_value(e[k], mean[k], scale[k], beta[k]), res, er[k]);
       e[k] = relu ? relu_value(b) : b;
     }
     store_vec(y, v, e);
@@ -447,15 +456,16 @@ void bn_eval_scale(const float* gamma, const float* running_var, double eps, flo
 }
 
 template <class T>
-void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
-              const ChannelReduceGeom& g, bool relu, cudaStream_t stream) {
+void bn_apply(const T* x, const T* residual, const float* mean, const float* scale, const float* beta,
+              T* y, const ChannelReduceGeom& g, bool relu, cudaStream_t stream) {
   const int64_t n = g.rows * g.channels;
   if (n <= 0) return;
-  if (on_vec_grid(g, {x, y}))
-    bn_apply_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, mean, scale, beta, y, g,
-                                                                     relu);
+  if (on_vec_grid(g, {x, y, residual}))
+    bn_apply_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, residual, mean, scale, beta,
+                                                                     y, g, relu);
   else
-    bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, mean, scale, beta, y, g, relu);
+    bn_apply_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, residual, mean, scale, beta, y, g,
+                                                               relu);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -473,7 +483,7 @@ void bn_backward_dx(const BnBackwardArgs<T>& a, const ChannelReduceGeom& g, cuda
 #define RT_LOWP_BN_INSTANTIATE(T)                                                               \
   template void channel_sums(const ChannelSumArgs<T>&, const ChannelReduceGeom&, float*, float*, \
                              cudaStream_t);                                                      \
-  template void bn_apply(const T*, const float*, const float*, const float*, T*,                 \
+  template void bn_apply(const T*, const T*, const float*, const float*, const float*, T*,       \
                          const ChannelReduceGeom&, bool, cudaStream_t);                          \
   template void bn_backward_dx(const BnBackwardArgs<T>&, const ChannelReduceGeom&, cudaStream_t); \
   template void bn_batch_stats(const T*, const ChannelReduceGeom&, float*, float*, float*,        \

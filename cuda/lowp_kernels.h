@@ -168,11 +168,12 @@ void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream);
 void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
                    int64_t channels, cudaStream_t stream);
 // y = (x - mean[c]) * scale[c] + beta[c] (one fused multiply-add), then relu when asked; NHWC,
-// c innermost.
+// c innermost. With a residual r (nullptr: none), y = relu?(T(v) + r) in fp32 rounded once:
+// exactly the batch norm's stored output and then lowp_add_forward.
 // g: channel_reduce_geom(rows, channels) of x, as the caller keeps it.
 template <class T>
-void bn_apply(const T* x, const float* mean, const float* scale, const float* beta, T* y,
-              const ChannelReduceGeom& g, bool relu, cudaStream_t stream);
+void bn_apply(const T* x, const T* residual, const float* mean, const float* scale, const float* beta,
+              T* y, const ChannelReduceGeom& g, bool relu, cudaStream_t stream);
 // dx = gamma invstd / m * (m g - sum_g - xhat sum_gxhat), xhat = (x - mean) invstd, g as in
 // ChannelSum::bn_grad (PyTorch's formula, as nn/ref); dx may alias dy.
 template <class T>

@@ -1,144 +1,20 @@
-// Graph execution: node types wrapping backend ops, gradient buffer reuse, FLOP accounting.
+// Graph execution: building nodes (nn/net_nodes.h), the batch norm + add fusion, gradient
+// buffer reuse, FLOP accounting.
 #include "nn/net.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
+#include "nn/net_nodes.h"
+
 namespace rt {
+using namespace detail;
 namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// A layer with a weight and an optional bias (convolution, fully connected): both op interfaces
-// take (x, w, b) forward and (x, w, dy) -> (dx, dw, db) backward.
-template <class T, class Op>
-class WeightedNode : public Node<T> {
- public:
-  std::unique_ptr<Op> op;
-  bool bias = false;
-  void forward(Net<T>& net, bool) override {
-    auto& a = net.arena();
-    op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
-                bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
-  }
-  void backward(Net<T>& net) override {
-    auto& a = net.arena();
-    int x = this->inputs[0];
-    T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
-    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
-                 a.grad(this->params[0]), bias ? a.grad(this->params[1]) : nullptr);
-    if (dx) net.grad_done(x);
-  }
-};
-
-template <class T>
-class BatchNormNode : public Node<T> {
- public:
-  std::unique_ptr<BatchNormOp<T>> op;
-  int running_mean = -1, running_var = -1;
-  void forward(Net<T>& net, bool train) override {
-    auto& a = net.arena();
-    const T* x = net.act(this->inputs[0]);
-    T* y = net.act(this->output);
-    if (train) {
-      op->forward_train(x, a.param(this->params[0]), a.param(this->params[1]), y,
-                        a.state_ptr(running_mean), a.state_ptr(running_var));
-    } else {
-      op->forward_eval(x, a.param(this->params[0]), a.param(this->params[1]),
-                       a.state_ptr(running_mean), a.state_ptr(running_var), y);
-    }
-  }
-  void backward(Net<T>& net) override {
-    auto& a = net.arena();
-    int x = this->inputs[0];
-    op->backward(net.act(x), a.param(this->params[0]), net.act(this->output),
-                 net.grad_of(this->output), net.grad_target(x), a.grad(this->params[0]),
-                 a.grad(this->params[1]));
-    net.grad_done(x);
-  }
-};
-
-template <class T>
-class ReluNode : public Node<T> {
- public:
-  std::unique_ptr<ReluOp<T>> op;
-  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.act(this->output), net.grad_of(this->output), net.grad_target(x));
-    net.grad_done(x);
-  }
-};
-
-template <class T>
-class MaxPoolNode : public Node<T> {
- public:
-  std::unique_ptr<MaxPoolOp<T>> op;
-  void forward(Net<T>& net, bool train) override {
-    op->forward(net.act(this->inputs[0]), net.act(this->output), train);
-  }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.act(x), net.act(this->output), net.grad_of(this->output), net.grad_target(x));
-    net.grad_done(x);
-  }
-};
-
-template <class T>
-class GlobalAvgPoolNode : public Node<T> {
- public:
-  std::unique_ptr<GlobalAvgPoolOp<T>> op;
-  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.grad_of(this->output), net.grad_target(x));
-    net.grad_done(x);
-  }
-};
-
-template <class T>
-class AddNode : public Node<T> {
- public:
-  std::unique_ptr<AddOp<T>> op;
-  void forward(Net<T>& net, bool) override {
-    op->forward(net.act(this->inputs[0]), net.act(this->inputs[1]), net.act(this->output));
-  }
-  void backward(Net<T>& net) override {
-    // In place: the ReLU-masked gradient overwrites the output's gradient, which both inputs share.
-    T* g = net.grad_of(this->output);
-    op->backward(net.act(this->output), g, g);
-    for (int x : this->inputs) net.grad_alias(x, this->output);
-  }
-};
-
-template <class T>
-class PadShortcutNode : public Node<T> {
- public:
-  std::unique_ptr<PadShortcutOp<T>> op;
-  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.grad_of(this->output), net.grad_target(x));
-    net.grad_done(x);
-  }
-};
-
-template <class T>
-class LossNode : public Node<T> {
- public:
-  std::unique_ptr<SoftmaxXentOp<T>> op;
-  void forward(Net<T>& net, bool) override {
-    if (net.labels()) op->forward(net.act(this->inputs[0]), net.labels());
-  }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.labels(), net.grad_target(x), net.loss_scale());
-    net.grad_done(x);
-  }
-};
 
 }  // namespace
 
@@ -187,7 +63,7 @@ int Net<T>::conv(int x, ConvDesc d) {
   auto n = std::make_unique<WeightedNode<T, ConvOp<T>>>();
   n->op = backend_->make_conv(d);
   n->bias = d.bias;
-  n->keeps_inputs = true;
+  n->keeps_inputs = 1;
   n->name = d.name;
   n->inputs = {x};
   n->params.push_back(add_param_(d.name + ".weight", {d.out_c, d.in.c, d.kernel_h, d.kernel_w},
@@ -204,8 +80,9 @@ int Net<T>::batchnorm(int x, const std::string& name, bool relu, double momentum
   BatchNormDesc d{name, shapes_.at(x), eps, momentum, relu};
   auto n = std::make_unique<BatchNormNode<T>>();
   n->op = backend_->make_batchnorm(d);
+  n->desc = d;
   n->name = name;
-  n->keeps_inputs = true;
+  n->keeps_inputs = 1;
   n->keeps_output = relu;  // the ReLU mask
   n->inputs = {x};
   n->params.push_back(add_param_(name + ".weight", {d.in.c}, ParamKind::bn_gamma));
@@ -233,7 +110,8 @@ int Net<T>::maxpool(int x, const std::string& name, int64_t kernel, int64_t stri
   auto n = std::make_unique<MaxPoolNode<T>>();
   n->op = backend_->make_maxpool(d);
   n->name = name;
-  n->keeps_inputs = n->keeps_output = true;
+  n->keeps_inputs = 1;
+  n->keeps_output = true;
   n->inputs = {x};
   return push(std::move(n), d.out());
 }
@@ -256,7 +134,7 @@ int Net<T>::linear(int x, const std::string& name, int64_t out_features, bool bi
   auto n = std::make_unique<WeightedNode<T, LinearOp<T>>>();
   n->op = backend_->make_linear(d);
   n->bias = bias;
-  n->keeps_inputs = true;
+  n->keeps_inputs = 1;
   n->name = name;
   n->inputs = {x};
   n->params.push_back(add_param_(name + ".weight", {out_features, d.in.chw()}, ParamKind::linear_weight));
@@ -272,6 +150,7 @@ int Net<T>::add(int a, int b, const std::string& name, bool relu) {
                  shapes_[a].str(), " and ", shapes_[b].str());
   auto n = std::make_unique<AddNode<T>>();
   n->op = backend_->make_add({name, shapes_[a], relu});
+  n->relu = relu;
   n->name = name;
   n->keeps_output = relu;
   n->inputs = {a, b};
@@ -302,23 +181,74 @@ void Net<T>::loss(int logits, double label_smoothing) {
   nodes_.push_back(std::move(n));  // produces no tensor
 }
 
+// Each batch norm without ReLU whose output only a residual add reads, as its first input (a
+// ResNet branch's last batch norm), becomes one BnAddNode at the add's place (the residual may be
+// computed after the batch norm, as a projection shortcut is); the batch norm's output tensor is
+// then never written. Parameters keep their registration (and so the arena's layout and
+// checkpoints are the same whether a backend fuses or not).
+template <class T>
+void Net<T>::fuse_bn_add() {
+  std::vector<int> readers(shapes_.size(), 0), producer(shapes_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (int x : nodes_[i]->inputs) ++readers[size_t(x)];
+    if (nodes_[i]->output >= 0) producer[size_t(nodes_[i]->output)] = int(i);
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    auto* add = dynamic_cast<AddNode<T>*>(nodes_[i].get());
+    if (!add) continue;
+    const int z = add->inputs[0], p = producer[size_t(z)];
+    auto* bn = p >= 0 ? dynamic_cast<BatchNormNode<T>*>(nodes_[size_t(p)].get()) : nullptr;
+    if (!bn || bn->desc.relu || readers[size_t(z)] != 1 || z == logits_) continue;
+    BatchNormDesc d = bn->desc;
+    d.residual = true;
+    d.relu = add->relu;
+    auto f = std::make_unique<BnAddNode<T>>();
+    f->bn = backend_->make_batchnorm(d);
+    f->add = std::move(add->op);
+    f->running_mean = bn->running_mean;
+    f->running_var = bn->running_var;
+    f->name = bn->name + "+add";
+    f->inputs = {bn->inputs[0], add->inputs[1]};
+    f->output = add->output;
+    f->params = bn->params;
+    f->keeps_inputs = 1;  // x, for the batch norm's backward; not the residual
+    f->keeps_output = add->keeps_output;
+    nodes_[i] = std::move(f);
+    nodes_[size_t(p)].reset();
+  }
+  nodes_.erase(std::remove(nodes_.begin(), nodes_.end(), nullptr), nodes_.end());
+}
+
 template <class T>
 void Net<T>::finalize() {
   if (finalized_) return;
   if (logits_ < 0) throw Error("network has no loss: call loss(logits, smoothing) before finalize()");
+  if (backend_->fuses_bn_add()) fuse_bn_add();
   arena_.finalize();
   plan_activations();
   // Nodes run backward in reverse; their parameters were registered in forward order and laid
-  // out reversed, so after node i the finished gradients end where node i's first parameter ends.
-  ready_after_.assign(nodes_.size(), 0);
-  size_t ready = 0;
-  constexpr size_t align = 64 / sizeof(T);
-  for (size_t i = nodes_.size(); i-- > 0;) {
+  // out reversed. After node i, the gradients final for the reducer are the longest prefix of the
+  // buffer whose parameters' nodes (i and later) are done: usually up to node i's last parameter,
+  // but a fused node runs later than its parameters' place (the padding between parameters is
+  // never written, so it is as good as done).
+  std::vector<std::pair<size_t, size_t>> regions;  // [offset, end) of each parameter, by offset
+  std::vector<size_t> node_of;
+  for (size_t i = 0; i < nodes_.size(); ++i)
     for (int p : nodes_[i]->params) {
       const ParamInfo& pi = arena_.info(p);
-      ready = std::max(ready, pi.offset + (pi.count + align - 1) / align * align);
+      regions.push_back({pi.offset, pi.offset + pi.count});
+      node_of.push_back(i);
     }
-    ready_after_[i] = ready;
+  std::vector<size_t> order(regions.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return regions[a] < regions[b]; });
+  ready_after_.assign(nodes_.size(), 0);
+  constexpr size_t align = 64 / sizeof(T);
+  size_t done = 0;  // regions, in offset order, whose node has run backward
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    while (done < order.size() && node_of[order[done]] >= i) ++done;
+    const size_t end = done ? regions[order[done - 1]].second : 0;
+    ready_after_[i] = std::min(arena_.size(), (end + align - 1) / align * align);
   }
   grad_slot_.assign(shapes_.size(), -1);
   scratch_slot_.assign(shapes_.size(), -1);
@@ -333,8 +263,9 @@ void Net<T>::plan_activations() {
   kept[0] = kept[size_t(logits_)] = 1;  // imported input; logits exported after forward
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node<T>& n = *nodes_[i];
-    for (int x : n.inputs) {
-      kept[x] |= n.keeps_inputs;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int x = n.inputs[k];
+      kept[x] |= int(k) < n.keeps_inputs;
       last_use[x] = int(i);
     }
     if (n.output >= 0) kept[n.output] |= n.keeps_output;

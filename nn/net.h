@@ -28,8 +28,10 @@ class Node {
   std::vector<int> params;  // arena ids, in registration order
   double flops = 0;         // forward multiply-adds x 2
   // What backward reads besides gradients: tensors nobody reads in backward live only in forward
-  // and share memory with others (PyTorch frees them the same way).
-  bool keeps_inputs = false, keeps_output = false;
+  // and share memory with others (PyTorch frees them the same way). keeps_inputs counts inputs
+  // from the first.
+  int keeps_inputs = 0;
+  bool keeps_output = false;
 };
 
 template <class T>
@@ -129,6 +131,7 @@ class Net {
   double loss_scale() const { return loss_scale_; }
 
  private:
+  void fuse_bn_add();  // finalize(), where the backend fuses_bn_add()
   void run_forward(const int32_t* labels, bool train);  // on the imported input
   double profile_clock() const;
   int run_nonfinite_search(const int32_t* labels);

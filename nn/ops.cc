@@ -123,6 +123,17 @@ void Backend<T>::act_import_u8(const uint8_t* nhwc, const Shape& s, const NormPa
 template class Backend<float>;
 template class Backend<double>;
 
+template <class T>
+void BatchNormOp<T>::forward_train_add(const T*, const T*, const T*, const T*, T*, T*, T*) {
+  throw Error("batch norm with a residual add: not fused by this backend (Backend::fuses_bn_add)");
+}
+template <class T>
+void BatchNormOp<T>::forward_eval_add(const T*, const T*, const T*, const T*, const T*, const T*, T*) {
+  throw Error("batch norm with a residual add: not fused by this backend (Backend::fuses_bn_add)");
+}
+template class BatchNormOp<float>;
+template class BatchNormOp<double>;
+
 void register_backend(const std::string& name, BackendFactory make) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);

@@ -47,7 +47,8 @@ struct BatchNormDesc {
   Shape in;
   double eps = 1e-5;
   double momentum = 0.1;
-  bool relu = false;
+  bool relu = false;      // applied last: after the residual, when there is one
+  bool residual = false;  // y = relu?(bn(x) + r): the forward_*_add calls (Backend::fuses_bn_add)
   void validate() const;
 };
 
@@ -129,9 +130,18 @@ class BatchNormOp {
   virtual void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
                             const T* running_var, T* y) = 0;
   // After forward_train on the same x. y (that call's output) is read only with a fused ReLU,
-  // for its mask: without one, the network may reuse y's memory before backward.
+  // for its mask: without one, the network may reuse y's memory before backward. With
+  // desc.residual, dy is the gradient of bn(x) itself (the ReLU after the add is the caller's to
+  // mask, as the residual's gradient is the same) and y is not read.
   virtual void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
                         T* dbeta) = 0;
+  // desc.residual: the forwards with r added, y = relu?(T(bn(x)) + r), the normalised value
+  // rounded to the storage type first, so bit for bit a batch norm and then a residual add. Made
+  // only by backends whose fuses_bn_add() is true; the defaults refuse.
+  virtual void forward_train_add(const T* x, const T* r, const T* gamma, const T* beta, T* y,
+                                 T* running_mean, T* running_var);
+  virtual void forward_eval_add(const T* x, const T* r, const T* gamma, const T* beta,
+                                const T* running_mean, const T* running_var, T* y);
 };
 
 template <class T>
@@ -272,6 +282,10 @@ class Backend {
 
   virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;
+  // Whether a Net should run a batch norm without ReLU whose only reader is a residual add as one
+  // node (BatchNormDesc::residual): one pass over memory fewer, and no tensor between them. The
+  // backend's batch norm ops then implement forward_train_add and forward_eval_add.
+  virtual bool fuses_bn_add() const { return false; }
   virtual std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc&) = 0;
   virtual std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc&) = 0;
   virtual std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc&) = 0;

@@ -119,13 +119,18 @@ template <class T>
 void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
   Arena<T>& a = net.arena();
   std::mt19937_64 rng(seed);
-  // The last BN of a residual branch is the BN feeding an add node's first input.
+  // The last BN of a residual branch is the BN feeding an add node's first input, or the one
+  // fused with its add (a two-input node with parameters: Net::fuse_bn_add).
   std::vector<std::string> last_bn;
   for (size_t i = 0; i < net.num_nodes(); ++i) {
     const Node<T>& n = net.node(i);
-    if (n.inputs.size() == 2)
-      for (size_t j = 0; j < net.num_nodes(); ++j)
-        if (net.node(j).output == n.inputs[0]) last_bn.push_back(net.node(j).name + ".weight");
+    if (n.inputs.size() != 2) continue;
+    if (!n.params.empty()) {
+      last_bn.push_back(a.info(n.params[0]).name);
+      continue;
+    }
+    for (size_t j = 0; j < net.num_nodes(); ++j)
+      if (net.node(j).output == n.inputs[0]) last_bn.push_back(net.node(j).name + ".weight");
   }
   // Drawn on the host (a device arena through a copy), in registration (forward) order so that
   // the values do not depend on the arena layout.

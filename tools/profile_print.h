@@ -1,6 +1,7 @@
 // The per-layer profile of a Net (Net::set_profiling) as the benchmarks print it: one PROFILE line
 // per layer, one PROFILE_KIND line per kind of layer, and the profiled step's total.
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <map>
@@ -12,7 +13,7 @@
 namespace rt::tools {
 
 // Times per step (averaged over the profiled calls). A layer's kind is the last part of its name
-// without digits ("layer2.1.conv2" is a conv).
+// without digits ("layer2.1.conv2" is a conv, a fused "layer2.1.bn3+add" a bn+add).
 inline void print_profile(const Net<float>& net) {
   const auto& t = net.node_times();
   std::map<std::string, std::pair<double, double>> kinds;
@@ -22,7 +23,8 @@ inline void print_profile(const Net<float>& net) {
     const auto& n = net.node(i);
     const double f = t[i].forward_s / double(t[i].calls), b = t[i].backward_s / double(t[i].calls);
     std::string kind = n.name.substr(n.name.rfind('.') + 1);
-    while (!kind.empty() && std::isdigit(static_cast<unsigned char>(kind.back()))) kind.pop_back();
+    kind.erase(std::remove_if(kind.begin(), kind.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }),
+               kind.end());
     if (kind == "downsample") kind = n.params.size() == 1 ? "conv" : "bn";
     kinds[kind].first += f;
     kinds[kind].second += b;

@@ -1,4 +1,4 @@
-// Reference batch normalisation (PyTorch semantics) with an optional fused ReLU.
+// Reference batch normalisation (PyTorch semantics) with an optional fused ReLU and residual add.
 #include <cmath>
 #include <vector>
 
@@ -16,40 +16,27 @@ class RefBatchNorm final : public BatchNormOp<T> {
 
   void forward_train(const T* x, const T* gamma, const T* beta, T* y, T* running_mean,
                      T* running_var) override {
-    // PyTorch refuses this too: the unbiased variance of one value is undefined.
-    RT_SHAPE_CHECK(m_ > 1, "layer ", d_.name, ": batch norm training needs more than one value per ",
-                   "channel, got input ", d_.in.str());
-    const int64_t C = d_.in.c;
-#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
-    for (int64_t c = 0; c < C; ++c) {
-      double sum = 0;
-      for_channel(c, [&](int64_t i) { sum += x[i]; });
-      const double mean = sum / double(m_);
-      double sq = 0;  // two passes: no cancellation for large means
-      for_channel(c, [&](int64_t i) { sq += (x[i] - mean) * (x[i] - mean); });
-      const double var = sq / double(m_);
-      mean_[size_t(c)] = mean;
-      invstd_[size_t(c)] = 1.0 / std::sqrt(var + d_.eps);
-      normalise(c, x, gamma, beta, mean, invstd_[size_t(c)], y);
-      const double mom = d_.momentum;
-      running_mean[c] = T((1 - mom) * double(running_mean[c]) + mom * mean);
-      running_var[c] = T((1 - mom) * double(running_var[c]) + mom * sq / double(m_ - 1));
-    }
+    train(x, nullptr, gamma, beta, y, running_mean, running_var);
   }
-
+  void forward_train_add(const T* x, const T* r, const T* gamma, const T* beta, T* y, T* running_mean,
+                         T* running_var) override {
+    train(x, r, gamma, beta, y, running_mean, running_var);
+  }
   void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
                     const T* running_var, T* y) override {
-#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
-    for (int64_t c = 0; c < d_.in.c; ++c)
-      normalise(c, x, gamma, beta, double(running_mean[c]),
-                1.0 / std::sqrt(double(running_var[c]) + d_.eps), y);
+    eval(x, nullptr, gamma, beta, running_mean, running_var, y);
+  }
+  void forward_eval_add(const T* x, const T* r, const T* gamma, const T* beta, const T* running_mean,
+                        const T* running_var, T* y) override {
+    eval(x, r, gamma, beta, running_mean, running_var, y);
   }
 
-  // With g = dy (masked by y > 0 under the fused ReLU) and xhat the normalised input:
+  // With g = dy (masked by y > 0 under the fused ReLU, unless that follows a residual add: then
+  // the caller masked dy) and xhat the normalised input:
   // dbeta = sum g, dgamma = sum g xhat, dx = gamma invstd / M (M g - dbeta - xhat dgamma).
   void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
                 T* dbeta) override {
-    const bool relu = d_.relu;
+    const bool relu = d_.relu && !d_.residual;
     auto grad = [&](int64_t i) { return (relu && !(y[i] > T(0))) ? 0.0 : double(dy[i]); };
 #pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
     for (int64_t c = 0; c < d_.in.c; ++c) {
@@ -73,6 +60,37 @@ class RefBatchNorm final : public BatchNormOp<T> {
   }
 
  private:
+  void train(const T* x, const T* r, const T* gamma, const T* beta, T* y, T* running_mean,
+             T* running_var) {
+    // PyTorch refuses this too: the unbiased variance of one value is undefined.
+    RT_SHAPE_CHECK(m_ > 1, "layer ", d_.name, ": batch norm training needs more than one value per ",
+                   "channel, got input ", d_.in.str());
+    const int64_t C = d_.in.c;
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < C; ++c) {
+      double sum = 0;
+      for_channel(c, [&](int64_t i) { sum += x[i]; });
+      const double mean = sum / double(m_);
+      double sq = 0;  // two passes: no cancellation for large means
+      for_channel(c, [&](int64_t i) { sq += (x[i] - mean) * (x[i] - mean); });
+      const double var = sq / double(m_);
+      mean_[size_t(c)] = mean;
+      invstd_[size_t(c)] = 1.0 / std::sqrt(var + d_.eps);
+      normalise(c, x, r, gamma, beta, mean, invstd_[size_t(c)], y);
+      const double mom = d_.momentum;
+      running_mean[c] = T((1 - mom) * double(running_mean[c]) + mom * mean);
+      running_var[c] = T((1 - mom) * double(running_var[c]) + mom * sq / double(m_ - 1));
+    }
+  }
+
+  void eval(const T* x, const T* r, const T* gamma, const T* beta, const T* running_mean,
+            const T* running_var, T* y) const {
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < d_.in.c; ++c)
+      normalise(c, x, r, gamma, beta, double(running_mean[c]),
+                1.0 / std::sqrt(double(running_var[c]) + d_.eps), y);
+  }
+
   // Calls f(flat index) for every element of channel c in N, H, W order.
   template <class F>
   void for_channel(int64_t c, F&& f) const {
@@ -82,13 +100,19 @@ class RefBatchNorm final : public BatchNormOp<T> {
     }
   }
 
-  void normalise(int64_t c, const T* x, const T* gamma, const T* beta, double mean, double invstd,
-                 T* y) const {
+  // With a residual r, as an unfused batch norm's output T(v) and then RefAdd.
+  void normalise(int64_t c, const T* x, const T* r, const T* gamma, const T* beta, double mean,
+                 double invstd, T* y) const {
     const double g = double(gamma[c]) * invstd, b = beta[c];
     const bool relu = d_.relu;
     for_channel(c, [&](int64_t i) {
       const double v = g * (double(x[i]) - mean) + b;
-      y[i] = T(relu ? relu_value(v) : v);
+      if (!r) {
+        y[i] = T(relu ? relu_value(v) : v);
+        return;
+      }
+      const T s = T(v) + r[i];
+      y[i] = relu ? T(relu_value(s)) : s;
     });
   }
 

@@ -326,6 +326,70 @@ TEST_P(GpuLowpOps, BatchNormVectorGridMatchesElementGrid) {
     }
 }
 
+// The batch norm fused with the residual add after it (BatchNormDesc::residual, what a Net makes
+// of the two on these backends) equals the batch norm and then the backend's add bit for bit, in
+// training and evaluation, with and without the ReLU, on the vector grid and (4 bytes further on)
+// the element grid; its backward takes the add's masked gradient and equals the plain batch
+// norm's.
+TEST_P(GpuLowpOps, BatchNormResidualEqualsBatchNormThenAdd) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  ASSERT_TRUE(b.gpu->fuses_bn_add());
+  for (Shape s : {Shape{8, 64, 6, 6}, Shape{2, 3, 5, 7}})
+    for (size_t offset : {size_t(0), size_t(1)})
+      for (bool relu : {false, true}) {
+        SCOPED_TRACE(s.str() + " offset " + std::to_string(offset) + (relu ? " relu" : ""));
+        const size_t n = size_t(s.numel()), c = size_t(s.c), floats = b.gpu->act_size(s) + offset;
+        const std::vector<float> x = lowp_vec(k, n, 31, -3, 5), r = lowp_vec(k, n, 32, -2, 2),
+                                 gamma = lowp_vec(k, c, 33, 0.5, 1.5), beta = lowp_vec(k, c, 34),
+                                 dy = lowp_vec(k, n, 35);
+        DeviceBuffer bx(floats * 4), br(floats * 4), bz(floats * 4), by(floats * 4), bw(floats * 4),
+            bdy(floats * 4), bdx1(floats * 4), bdx2(floats * 4);
+        float *px = bx.as<float>() + offset, *pr = br.as<float>() + offset, *pz = bz.as<float>() + offset,
+              *py = by.as<float>() + offset, *pw = bw.as<float>() + offset,
+              *pdy = bdy.as<float>() + offset, *pdx1 = bdx1.as<float>() + offset,
+              *pdx2 = bdx2.as<float>() + offset;
+        b.gpu->act_import(x.data(), s, px);
+        b.gpu->act_import(r.data(), s, pr);
+        b.gpu->act_import(dy.data(), s, pdy);
+        BatchNormDesc plain{"bn", s, 1e-5, 0.1, false}, fused = plain;
+        fused.residual = true;
+        fused.relu = relu;
+        auto bn = b.gpu->make_batchnorm(plain), bnr = b.gpu->make_batchnorm(fused);
+        auto add = b.gpu->make_add({"add", s, relu});
+        auto gg = to_device(gamma), gb = to_device(beta);
+        auto rm1 = to_device(std::vector<float>(c, 0)), rv1 = to_device(std::vector<float>(c, 1)),
+             rm2 = to_device(std::vector<float>(c, 0)), rv2 = to_device(std::vector<float>(c, 1));
+        bn->forward_train(px, gg.as<float>(), gb.as<float>(), pz, rm1.as<float>(), rv1.as<float>());
+        add->forward(pz, pr, pw);
+        bnr->forward_train_add(px, pr, gg.as<float>(), gb.as<float>(), py, rm2.as<float>(), rv2.as<float>());
+        std::vector<float> want(n), got(n);
+        b.gpu->act_export(pw, s, want.data());
+        b.gpu->act_export(py, s, got.data());
+        EXPECT_EQ(got, want) << "training";
+        EXPECT_EQ(b.fp32(rm2, c), b.fp32(rm1, c));
+        EXPECT_EQ(b.fp32(rv2, c), b.fp32(rv1, c));
+        // Backward: the add masks (in place), then each batch norm on the masked gradient.
+        add->backward(pw, pdy, pdy);
+        DeviceBuffer dg1(c * 4), db1(c * 4), dg2(c * 4), db2(c * 4);
+        bn->backward(px, gg.as<float>(), pz, pdy, pdx1, dg1.as<float>(), db1.as<float>());
+        bnr->backward(px, gg.as<float>(), nullptr, pdy, pdx2, dg2.as<float>(), db2.as<float>());
+        std::vector<float> dx1(n), dx2(n);
+        b.gpu->act_export(pdx1, s, dx1.data());
+        b.gpu->act_export(pdx2, s, dx2.data());
+        EXPECT_EQ(dx2, dx1);
+        EXPECT_EQ(b.fp32(dg2, c), b.fp32(dg1, c));
+        EXPECT_EQ(b.fp32(db2, c), b.fp32(db1, c));
+        bn->forward_eval(px, gg.as<float>(), gb.as<float>(), rm1.as<float>(), rv1.as<float>(), pz);
+        add->forward(pz, pr, pw);
+        bnr->forward_eval_add(px, pr, gg.as<float>(), gb.as<float>(), rm1.as<float>(), rv1.as<float>(), py);
+        b.gpu->act_export(pw, s, want.data());
+        b.gpu->act_export(py, s, got.data());
+        EXPECT_EQ(got, want) << "evaluation";
+      }
+}
+
 // Statistics of data far from zero relative to its spread: 1024 plus 0 or one spacing of the
 // type there, so the variance is 2^-14 of the squared mean for bf16 (2^-20 for fp16). Computing
 // it as sum(x^2) - sum(x)^2 / n in fp32 would lose it (relative error about 2^-24 times 2^14 or

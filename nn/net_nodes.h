@@ -1,0 +1,174 @@
+// The node types of nn/net.cc: each wraps a backend op and knows which tensors, parameters and
+// gradients it reads and writes. Internal to net.cc (one translation unit).
+#pragma once
+#include <memory>
+
+#include "nn/net.h"
+
+namespace rt::detail {
+
+// A layer with a weight and an optional bias (convolution, fully connected): both op interfaces
+// take (x, w, b) forward and (x, w, dy) -> (dx, dw, db) backward.
+template <class T, class Op>
+class WeightedNode : public Node<T> {
+ public:
+  std::unique_ptr<Op> op;
+  bool bias = false;
+  void forward(Net<T>& net, bool) override {
+    auto& a = net.arena();
+    op->forward(net.act(this->inputs[0]), a.param(this->params[0]),
+                bias ? a.param(this->params[1]) : nullptr, net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    int x = this->inputs[0];
+    T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
+    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
+                 a.grad(this->params[0]), bias ? a.grad(this->params[1]) : nullptr);
+    if (dx) net.grad_done(x);
+  }
+};
+
+template <class T>
+class BatchNormNode : public Node<T> {
+ public:
+  std::unique_ptr<BatchNormOp<T>> op;
+  BatchNormDesc desc;  // what op was made from
+  int running_mean = -1, running_var = -1;
+  void forward(Net<T>& net, bool train) override {
+    auto& a = net.arena();
+    const T* x = net.act(this->inputs[0]);
+    T* y = net.act(this->output);
+    if (train) {
+      op->forward_train(x, a.param(this->params[0]), a.param(this->params[1]), y,
+                        a.state_ptr(running_mean), a.state_ptr(running_var));
+    } else {
+      op->forward_eval(x, a.param(this->params[0]), a.param(this->params[1]),
+                       a.state_ptr(running_mean), a.state_ptr(running_var), y);
+    }
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    int x = this->inputs[0];
+    op->backward(net.act(x), a.param(this->params[0]), net.act(this->output),
+                 net.grad_of(this->output), net.grad_target(x), a.grad(this->params[0]),
+                 a.grad(this->params[1]));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class ReluNode : public Node<T> {
+ public:
+  std::unique_ptr<ReluOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.act(this->output), net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class MaxPoolNode : public Node<T> {
+ public:
+  std::unique_ptr<MaxPoolOp<T>> op;
+  void forward(Net<T>& net, bool train) override {
+    op->forward(net.act(this->inputs[0]), net.act(this->output), train);
+  }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.act(x), net.act(this->output), net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class GlobalAvgPoolNode : public Node<T> {
+ public:
+  std::unique_ptr<GlobalAvgPoolOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class AddNode : public Node<T> {
+ public:
+  std::unique_ptr<AddOp<T>> op;
+  bool relu = false;
+  void forward(Net<T>& net, bool) override {
+    op->forward(net.act(this->inputs[0]), net.act(this->inputs[1]), net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    // In place: the ReLU-masked gradient overwrites the output's gradient, which both inputs share.
+    T* g = net.grad_of(this->output);
+    op->backward(net.act(this->output), g, g);
+    for (int x : this->inputs) net.grad_alias(x, this->output);
+  }
+};
+
+// A batch norm whose only reader was a residual add, as one node (Backend::fuses_bn_add):
+// inputs {x, r}, y = relu?(bn(x) + r) in one pass. Backward as the two nodes did: the add's
+// (in place, ReLU mask from y), whose result is both r's gradient and bn(x)'s, then the batch
+// norm's.
+template <class T>
+class BnAddNode : public Node<T> {
+ public:
+  std::unique_ptr<BatchNormOp<T>> bn;
+  std::unique_ptr<AddOp<T>> add;
+  int running_mean = -1, running_var = -1;
+  void forward(Net<T>& net, bool train) override {
+    auto& a = net.arena();
+    const T* x = net.act(this->inputs[0]);
+    const T* r = net.act(this->inputs[1]);
+    T* y = net.act(this->output);
+    if (train)
+      bn->forward_train_add(x, r, a.param(this->params[0]), a.param(this->params[1]), y,
+                            a.state_ptr(running_mean), a.state_ptr(running_var));
+    else
+      bn->forward_eval_add(x, r, a.param(this->params[0]), a.param(this->params[1]),
+                           a.state_ptr(running_mean), a.state_ptr(running_var), y);
+  }
+  void backward(Net<T>& net) override {
+    auto& a = net.arena();
+    T* g = net.grad_of(this->output);
+    add->backward(net.act(this->output), g, g);
+    const int x = this->inputs[0];
+    bn->backward(net.act(x), a.param(this->params[0]), nullptr, g, net.grad_target(x),
+                 a.grad(this->params[0]), a.grad(this->params[1]));
+    net.grad_done(x);
+    net.grad_alias(this->inputs[1], this->output);
+  }
+};
+
+template <class T>
+class PadShortcutNode : public Node<T> {
+ public:
+  std::unique_ptr<PadShortcutOp<T>> op;
+  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
+  }
+};
+
+template <class T>
+class LossNode : public Node<T> {
+ public:
+  std::unique_ptr<SoftmaxXentOp<T>> op;
+  void forward(Net<T>& net, bool) override {
+    if (net.labels()) op->forward(net.act(this->inputs[0]), net.labels());
+  }
+  void backward(Net<T>& net) override {
+    int x = this->inputs[0];
+    op->backward(net.labels(), net.grad_target(x), net.loss_scale());
+    net.grad_done(x);
+  }
+};
+
+}  // namespace rt::detail
