@@ -10,41 +10,16 @@
 
 #include "nn/net.h"
 #include "nn/resnet.h"
+#include "tests/forwarding_backend.h"
 
 namespace rt {
 namespace {
 
 // The reference backend, fusing.
 template <class T>
-class FusingReference final : public Backend<T> {
+class FusingReference final : public test::ForwardingBackend<T> {
  public:
-  FusingReference() : ref_(make_backend<T>("reference")) {}
   bool fuses_bn_add() const override { return true; }
-  std::string name() const override { return "fusing-reference"; }
-  size_t act_size(const Shape& s) const override { return ref_->act_size(s); }
-  void act_import(const T* a, const Shape& s, T* d) const override { ref_->act_import(a, s, d); }
-  void act_export(const T* a, const Shape& s, T* d) const override { ref_->act_export(a, s, d); }
-  void accumulate(T* y, const T* x, size_t n) const override { ref_->accumulate(y, x, n); }
-  std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc& d) override { return ref_->make_conv(d); }
-  std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc& d) override {
-    return ref_->make_batchnorm(d);
-  }
-  std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc& d) override { return ref_->make_relu(d); }
-  std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc& d) override { return ref_->make_maxpool(d); }
-  std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
-    return ref_->make_global_avgpool(d);
-  }
-  std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc& d) override { return ref_->make_linear(d); }
-  std::unique_ptr<AddOp<T>> make_add(const AddDesc& d) override { return ref_->make_add(d); }
-  std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc& d) override {
-    return ref_->make_pad_shortcut(d);
-  }
-  std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d) override {
-    return ref_->make_softmax_xent(d);
-  }
-
- private:
-  std::unique_ptr<Backend<T>> ref_;
 };
 
 std::vector<float> random_vec(size_t n, std::mt19937& g, float lo, float hi) {

@@ -10,6 +10,7 @@
 
 #include "nn/net.h"
 #include "nn/resnet.h"
+#include "tests/forwarding_backend.h"
 #include "tests/sealed_backend.h"
 
 namespace rt {
@@ -52,40 +53,16 @@ struct Spaces {
 };
 
 // The reference backend with its memory in counted spaces.
-class SpacedBackend final : public Backend<float> {
+class SpacedBackend final : public test::ForwardingBackend<float> {
  public:
-  explicit SpacedBackend(Spaces& s) : s_(s), ref_(make_backend<float>("reference")) {}
+  explicit SpacedBackend(Spaces& s) : s_(s) {}
   std::string name() const override { return "spaced"; }
-  size_t act_size(const Shape& s) const override { return ref_->act_size(s); }
-  void act_import(const float* a, const Shape& s, float* d) const override { ref_->act_import(a, s, d); }
-  void act_export(const float* a, const Shape& s, float* d) const override { ref_->act_export(a, s, d); }
-  void accumulate(float* y, const float* x, size_t n) const override { ref_->accumulate(y, x, n); }
   const MemorySpace* act_memory() const override { return &s_.acts; }
   const MemorySpace* param_memory() const override { return &s_.params; }
   void sync() const override { ++s_.syncs; }
-  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override { return ref_->make_conv(d); }
-  std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
-    return ref_->make_batchnorm(d);
-  }
-  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override { return ref_->make_relu(d); }
-  std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
-    return ref_->make_maxpool(d);
-  }
-  std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
-    return ref_->make_global_avgpool(d);
-  }
-  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override { return ref_->make_linear(d); }
-  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override { return ref_->make_add(d); }
-  std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut(const PadShortcutDesc& d) override {
-    return ref_->make_pad_shortcut(d);
-  }
-  std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
-    return ref_->make_softmax_xent(d);
-  }
 
  private:
   Spaces& s_;
-  std::unique_ptr<Backend<float>> ref_;
 };
 
 // A ResNet-20 small enough to train here in a blink.

@@ -22,6 +22,7 @@
 
 #include "comm/mpi_check.h"
 #include "tests/counting_memory.h"
+#include "tests/forwarding_backend.h"
 #include "tests/mpi/fake_device_grads.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
@@ -41,12 +42,10 @@ test::CountingMemory counting_memory;
 // the next sync() (or an import of them, if first), and the host buffer is then poisoned with
 // NaN. So a trainer that reused the buffer before that sync, or an import that read the host
 // instead of the staged copy, shows in the losses. With `mem`, that is its input_memory().
-class QueuedReference final : public Backend<float> {
+class QueuedReference final : public test::ForwardingBackend<float> {
  public:
-  explicit QueuedReference(bool stage = false, HostMemory* mem = nullptr)
-      : in_(make_backend<float>("reference")), stage_(stage), mem_(mem) {}
+  explicit QueuedReference(bool stage = false, HostMemory* mem = nullptr) : stage_(stage), mem_(mem) {}
   std::string name() const override { return "queued-reference"; }
-  size_t act_size(const Shape& s) const override { return in_->act_size(s); }
   bool can_stage_input() const override { return stage_; }
   HostMemory* input_memory() const override { return mem_; }
   void stage_input(const void* host, size_t bytes) override {
@@ -61,7 +60,7 @@ class QueuedReference final : public Backend<float> {
     finish_copy();
     for (auto& [d, v] : exports_) std::copy(v.begin(), v.end(), d);
     exports_.clear();
-    in_->sync();
+    inner().sync();
     synced_ = true;
   }
   // Device timing: always kDeviceCompute, but NaN (which fails the checks) when read without a
@@ -80,39 +79,20 @@ class QueuedReference final : public Backend<float> {
     if (staged_host_ && x == staged_host_) {
       staged_host_ = nullptr;
       ++staged_imports;
-      in_->act_import(staged_.data(), s, d);
+      inner().act_import(staged_.data(), s, d);
       return;
     }
-    in_->act_import(x, s, d);
+    inner().act_import(x, s, d);
   }
-  void act_export(const float* x, const Shape& s, float* d) const override { in_->act_export(x, s, d); }
   // A queued export lands at the next sync(), as a device's would; until then the host buffer
   // holds NaN, which a trainer reading it early would count as correct predictions.
   void act_export_queued(const float* x, const Shape& s, float* d) const override {
     std::vector<float> v(size_t(s.numel()));
-    in_->act_export(x, s, v.data());
+    inner().act_export(x, s, v.data());
     std::fill_n(d, v.size(), std::numeric_limits<float>::quiet_NaN());
     exports_.emplace_back(d, std::move(v));
   }
-  void accumulate(float* y, const float* x, size_t n) const override { in_->accumulate(y, x, n); }
   void* stream() const override { return const_cast<QueuedReference*>(this); }
-  std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override { return in_->make_conv(d); }
-  std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
-    return in_->make_batchnorm(d);
-  }
-  std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override { return in_->make_relu(d); }
-  std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override { return in_->make_maxpool(d); }
-  std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
-    return in_->make_global_avgpool(d);
-  }
-  std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override { return in_->make_linear(d); }
-  std::unique_ptr<AddOp<float>> make_add(const AddDesc& d) override { return in_->make_add(d); }
-  std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut(const PadShortcutDesc& d) override {
-    return in_->make_pad_shortcut(d);
-  }
-  std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
-    return in_->make_softmax_xent(d);
-  }
 
  private:
   // The "device copy" of a pending staging, then the host buffer poisoned.
@@ -126,7 +106,6 @@ class QueuedReference final : public Backend<float> {
     pending_ = nullptr;
   }
 
-  std::unique_ptr<Backend<float>> in_;
   bool stage_;
   HostMemory* mem_;
   mutable std::vector<float> staged_;
