@@ -120,7 +120,7 @@ template <class T>
 int Net<T>::global_avgpool(int x, const std::string& name) {
   check_building(name);
   GlobalAvgPoolDesc d{name, shapes_.at(x)};
-  auto n = std::make_unique<GlobalAvgPoolNode<T>>();
+  auto n = std::make_unique<GradOnlyNode<T, GlobalAvgPoolOp<T>>>();
   n->op = backend_->make_global_avgpool(d);
   n->name = name;
   n->inputs = {x};
@@ -161,7 +161,7 @@ template <class T>
 int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride) {
   check_building(name);
   PadShortcutDesc d{name, shapes_.at(x), out_c, stride};
-  auto n = std::make_unique<PadShortcutNode<T>>();
+  auto n = std::make_unique<GradOnlyNode<T, PadShortcutOp<T>>>();
   n->op = backend_->make_pad_shortcut(d);
   n->name = name;
   n->inputs = {x};

@@ -83,10 +83,12 @@ class MaxPoolNode : public Node<T> {
   }
 };
 
-template <class T>
-class GlobalAvgPoolNode : public Node<T> {
+// A layer whose backward needs only its output's gradient (global average pooling, the padded
+// shortcut): forward(x, y), backward(dy, dx).
+template <class T, class Op>
+class GradOnlyNode : public Node<T> {
  public:
-  std::unique_ptr<GlobalAvgPoolOp<T>> op;
+  std::unique_ptr<Op> op;
   void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
   void backward(Net<T>& net) override {
     int x = this->inputs[0];
@@ -142,18 +144,6 @@ class BnAddNode : public Node<T> {
                  a.grad(this->params[0]), a.grad(this->params[1]));
     net.grad_done(x);
     net.grad_alias(this->inputs[1], this->output);
-  }
-};
-
-template <class T>
-class PadShortcutNode : public Node<T> {
- public:
-  std::unique_ptr<PadShortcutOp<T>> op;
-  void forward(Net<T>& net, bool) override { op->forward(net.act(this->inputs[0]), net.act(this->output)); }
-  void backward(Net<T>& net) override {
-    int x = this->inputs[0];
-    op->backward(net.grad_of(this->output), net.grad_target(x));
-    net.grad_done(x);
   }
 };
 
