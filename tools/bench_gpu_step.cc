@@ -27,12 +27,14 @@ struct Args {
   std::string model = "resnet50", precision = "fp32", json;
   int64_t batch = 256, size = 224;
   int warmup = 5, steps = 10, repeats = 3, profile = 0;
+  bool fuse = true;
 };
 
 [[noreturn]] void usage(int rc) {
   std::printf(
       "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32|bf16|fp16]\n"
       "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE] [--profile N]\n"
+      "                      [--no-fuse]\n"
       "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
       "batch kept on the device; convolution algorithms are timed once per layer at set-up. Each\n"
       "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n"
@@ -40,7 +42,9 @@ struct Args {
       "unscaled and checked for overflow on the device before the update (as GradScaler).\n"
       "--profile N: after the timed repeats, N more steps with the device synced around each\n"
       "layer, printed per layer and per kind of layer (PROFILE lines; they time each layer's own\n"
-      "work plus a sync's latency, so their total exceeds the step's time).\n");
+      "work plus a sync's latency, so their total exceeds the step's time).\n"
+      "--no-fuse: each batch norm and the residual add after it as two layers, as a backend that\n"
+      "does not fuse them runs them (the 16-bit backends fuse them by default).\n");
   std::exit(rc);
 }
 
@@ -64,6 +68,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--repeats") a.repeats = std::stoi(val());
     else if (k == "--json") a.json = val();
     else if (k == "--profile") a.profile = std::stoi(val());
+    else if (k == "--no-fuse") a.fuse = false;
     else if (k == "--help" || k == "-h") usage(0);
     else {
       std::fprintf(stderr, "bench_gpu_step: unknown option %s\n", k.c_str());
@@ -83,9 +88,10 @@ Args parse(int argc, char** argv) {
 // The CUDA backend with one change: importing the batch does nothing. The benchmark writes its
 // synthetic batch into the input tensor once (a Net keeps that tensor to itself), as the PyTorch
 // peer keeps its batch on the device, so steps time compute and not a host-to-device copy.
+// `fuse` false turns the batch norm + add fusion off.
 class ResidentInput final : public rt::Backend<float> {
  public:
-  explicit ResidentInput(std::unique_ptr<rt::Backend<float>> in) : in_(std::move(in)) {}
+  ResidentInput(std::unique_ptr<rt::Backend<float>> in, bool fuse) : in_(std::move(in)), fuse_(fuse) {}
   void upload(const float* nchw, const rt::Shape& s, float* dst) const { in_->act_import(nchw, s, dst); }
 
   std::string name() const override { return in_->name(); }
@@ -108,6 +114,7 @@ class ResidentInput final : public rt::Backend<float> {
   std::unique_ptr<rt::BatchNormOp<float>> make_batchnorm(const rt::BatchNormDesc& d) override {
     return in_->make_batchnorm(d);
   }
+  bool fuses_bn_add() const override { return fuse_ && in_->fuses_bn_add(); }
   std::unique_ptr<rt::ReluOp<float>> make_relu(const rt::ReluDesc& d) override { return in_->make_relu(d); }
   std::unique_ptr<rt::MaxPoolOp<float>> make_maxpool(const rt::MaxPoolDesc& d) override {
     return in_->make_maxpool(d);
@@ -128,6 +135,7 @@ class ResidentInput final : public rt::Backend<float> {
 
  private:
   std::unique_ptr<rt::Backend<float>> in_;
+  bool fuse_;
 };
 
 double now_s() {
@@ -169,7 +177,8 @@ int main(int argc, char** argv) try {
   const bool lowp = a.precision == "bf16" || a.precision == "fp16";
   auto owned = std::make_unique<ResidentInput>(
       lowp ? rt::cuda::make_cuda_lowp_backend(a.precision == "bf16" ? rt::DType::bf16 : rt::DType::f16, ctx)
-           : rt::cuda::make_cuda_backend(ctx));
+           : rt::cuda::make_cuda_backend(ctx),
+      a.fuse);
   const ResidentInput* backend = owned.get();
   rt::ResNetConfig cfg;
   cfg.name = a.model;
@@ -249,10 +258,11 @@ int main(int argc, char** argv) try {
   std::printf(
       "RESULT,ringtrain,%s,train,precision=%s,batch=%lld,size=%lld,gpu=%s,warmup=%d,steps=%d,"
       "repeats=%d,img_per_s=%.1f,img_per_s_min=%.1f,img_per_s_max=%.1f,step_ms=%.2f,"
-      "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f\n",
+      "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f,fused=%d\n",
       a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
       a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), 1e3 * a.batch / med,
-      peak_mib, double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss);
+      peak_mib, double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
+      int(backend->fuses_bn_add()));
   std::printf("# per-repeat img/s:");
   for (double r : rate) std::printf(" %.1f", r);
   std::printf("\n# memory: %.0f MiB in use above the bare context (cudaMemGetInfo); %.0f MiB of it "
@@ -270,10 +280,11 @@ int main(int argc, char** argv) try {
                  "\"size\": %lld, \"gpu\": \"%s\", \"warmup\": %d, \"steps\": %d, \"repeats\": %d, "
                  "\"img_per_s\": %.2f, \"img_per_s_min\": %.2f, \"img_per_s_max\": %.2f, "
                  "\"peak_used_mib\": %.1f, \"alloc_device_mib\": %.1f, \"steady_allocs\": %lld, "
-                 "\"setup_s\": %.2f, \"loss\": %.6f}\n",
+                 "\"setup_s\": %.2f, \"loss\": %.6f, \"fused\": %s}\n",
                  a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
                  a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), peak_mib,
-                 double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss);
+                 double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
+                 backend->fuses_bn_add() ? "true" : "false");
     std::fclose(f);
   }
   if (a.profile > 0) {  // after the figures above: profiling slows the steps

@@ -259,6 +259,9 @@ EOF
   for who in ringtrain pytorch; do
     grep -E '^PROFILE_(KIND|TOTAL|ERROR)' "$out/bench-profile-$who-bf16.log" 2>/dev/null | sed "s/^/$who /" >>"$summary"
   done
+  # Then what the batch norm + residual add fusion buys: the bf16 step with it off, as the table's.
+  bench ringtrain-bf16-nofuse 150 "$build/bin/bench_gpu_step" --precision bf16 --no-fuse "${bargs[@]}" \
+    --json "$out/bench-ringtrain-bf16-nofuse.json"
 fi
 
 # With time left and compute-sanitizer there (it needs a runtime that exposes the GPU's debug

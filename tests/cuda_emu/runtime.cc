@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -127,6 +128,20 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// A 64 GiB device whose memory in use is what the program holds (for bench_gpu_step's figures).
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = size_t(64) << 30;
+  *free = *total - size_t(rt_emu::device_bytes_live());
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "emulated device");
+  prop->major = 9;  // as the sm_90 the real build targets
+  prop->totalGlobalMem = size_t(64) << 30;
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) {
   rt_emu::device_synchronize();
   return cudaSuccess;
