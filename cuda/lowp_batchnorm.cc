@@ -44,29 +44,14 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   // a residual, the caller masked dy).
   void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
                 float* dx, float* dgamma, float* dbeta) override {
-    const bool relu = d_.relu && !d_.residual;
     cudaStream_t s = ctx_.stream();
-    ChannelSumArgs<T> a;
+    auto a = saved_args<ChannelSumArgs<T>>(x, dy);
     a.kind = ChannelSum::bn_grad;
-    a.x = lowp_data<T>(x);
-    a.dy = lowp_data<T>(dy);
-    a.mean = buf(kMean);
-    a.invstd = buf(kInvStd);
-    a.scale = buf(kScale);
-    a.beta = buf(kBeta);
-    a.relu = relu;
     a.partial = partial();
     channel_sums(a, geom_, dbeta, dgamma, s);
     if (!dx) return;
-    BnBackwardArgs<T> b;
-    b.relu = relu;
-    b.x = lowp_data<T>(x);
-    b.dy = lowp_data<T>(dy);
+    auto b = saved_args<BnBackwardArgs<T>>(x, dy);
     b.gamma = gamma;
-    b.mean = buf(kMean);
-    b.invstd = buf(kInvStd);
-    b.scale = buf(kScale);
-    b.beta = buf(kBeta);
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
     b.dx = lowp_data<T>(dx);
@@ -107,6 +92,21 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
     bn_apply(lowp_data<T>(x), r, running_mean, buf(kEvalScale), beta, lowp_data<T>(y), geom_,
              d_.relu, ctx_.stream());
+  }
+
+  // What both backward passes read: x, dy, the forward's saved statistics, and whether to mask
+  // by the ReLU (not after a residual add: the caller masked dy then).
+  template <class Args>
+  Args saved_args(const float* x, const float* dy) const {
+    Args a;
+    a.relu = d_.relu && !d_.residual;
+    a.x = lowp_data<T>(x);
+    a.dy = lowp_data<T>(dy);
+    a.mean = buf(kMean);
+    a.invstd = buf(kInvStd);
+    a.scale = buf(kScale);
+    a.beta = buf(kBeta);
+    return a;
   }
 
   // Per-channel fp32 vectors in stats_.

@@ -129,8 +129,9 @@ cudaError_t cudaGetDevice(int* device) {
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 // A 64 GiB device whose memory in use is what the program holds (for bench_gpu_step's figures).
+constexpr size_t kDeviceBytes = size_t(64) << 30;
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  *total = size_t(64) << 30;
+  *total = kDeviceBytes;
   *free = *total - size_t(rt_emu::device_bytes_live());
   return cudaSuccess;
 }
@@ -139,7 +140,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "emulated device");
   prop->major = 9;  // as the sm_90 the real build targets
-  prop->totalGlobalMem = size_t(64) << 30;
+  prop->totalGlobalMem = kDeviceBytes;
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
