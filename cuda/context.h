@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "cuda/conv_algo_cache.h"
 #include "cuda/memory.h"
 
 namespace rt::cuda {
@@ -41,6 +42,9 @@ class CudaContext {
   void reserve_workspace(size_t bytes);
   void* workspace() const { return workspace_.get(); }
   size_t workspace_bytes() const { return workspace_.bytes(); }
+  // The convolution algorithms chosen so far, by shape (conv_choose_algos).
+  ConvAlgoCache& conv_algos() { return conv_algos_; }
+  const ConvAlgoCache& conv_algos() const { return conv_algos_; }
 
  private:
   void release() noexcept;
@@ -49,6 +53,7 @@ class CudaContext {
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceBuffer workspace_;
+  ConvAlgoCache conv_algos_;
 };
 
 }  // namespace rt::cuda

@@ -43,11 +43,26 @@ void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& 
                                          conv_narrow(s.h, d), conv_narrow(s.w, d)));
 }
 
-ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind) {
+  return str_cat(kind, tensor_ops ? "tensor-op " : "fma ", d.in.str(), " out_c ", d.out_c,
+                 " kernel ", d.kernel_h, "x", d.kernel_w, " stride ", d.stride_h, "x", d.stride_w,
+                 " pad ", d.pad_h, "x", d.pad_w);
+}
+
+ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                             cudnnConvolutionDescriptor_t bwd_data,
-                            cudnnConvolutionDescriptor_t bwd_filter, const ContextConfig& cfg,
-                            const ConvDesc& d, bool tensor_ops, const char* kind) {
+                            cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
+                            bool tensor_ops, const char* kind) {
+  const std::string key = conv_algo_key(d, tensor_ops, kind);
+  if (const ConvAlgos* known = ctx.conv_algos().find(key)) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, known->fwd_math));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, known->bwd_data_math));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, known->bwd_filter_math));
+    return *known;
+  }
+  cudnnHandle_t h = ctx.cudnn();
+  const ContextConfig& cfg = ctx.config();
   auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
   ConvAlgos a;
   {
@@ -60,7 +75,8 @@ ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFil
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
     const auto& p = choose(perf, got, cfg, d, kind, "forward");
     a.fwd = p.algo;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, math(p.mathType)));
+    a.fwd_math = math(p.mathType);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
   }
   {
     int max = 0, got = 0;
@@ -74,7 +90,8 @@ ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFil
           cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
     const auto& p = choose(perf, got, cfg, d, kind, "backward-data");
     a.bwd_data = p.algo;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, math(p.mathType)));
+    a.bwd_data_math = math(p.mathType);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, a.bwd_data_math));
   }
   {
     int max = 0, got = 0;
@@ -88,7 +105,8 @@ ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFil
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
     const auto& p = choose(perf, got, cfg, d, kind, "backward-filter");
     a.bwd_filter = p.algo;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, math(p.mathType)));
+    a.bwd_filter_math = math(p.mathType);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, a.bwd_filter_math));
   }
   // Workspace sizes for the chosen algorithms under the final math types.
   size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
@@ -97,6 +115,7 @@ ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFil
   CUDNN_CHECK(
       cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws));
   a.workspace = std::max({fwd_ws, data_ws, filter_ws});
+  ctx.conv_algos().add(key, a);
   return a;
 }
 

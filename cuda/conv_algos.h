@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "cuda/conv_algo_cache.h"
 #include "cuda/context.h"
 #include "nn/ops.h"
 
@@ -20,24 +22,22 @@ int conv_narrow(int64_t v, const ConvDesc& d);
 void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
                      cudnnTensorFormat_t format, cudnnDataType_t type);
 
-struct ConvAlgos {
-  cudnnConvolutionFwdAlgo_t fwd{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t workspace = 0;  // bytes: the largest of the three
-};
+// The cache key of a convolution: its kind ("", "bf16 NHWC ", ...), the math it may use and its
+// geometry (input shape, output channels, kernel, stride, padding; not its name or bias).
+std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind);
 
 // For descriptors already set (x, w, y; one convolution descriptor per direction): chooses each
-// direction's algorithm (cfg: timed or heuristic, deterministic or not, workspace limit), sets
+// direction's algorithm (ctx.config(): timed or heuristic, deterministic or not, workspace limit),
+// or takes the choice ctx made for an earlier layer of the same key (ctx.conv_algos()), sets
 // that direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH
 // (fp32 without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and
 // returns them with the workspace they need under those math types. `kind` names the
 // convolution in errors ("", "bf16 NHWC ", "fp16 NHWC "). Throws rt::Error naming the layer
 // when no algorithm fits.
-ConvAlgos conv_choose_algos(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                             cudnnConvolutionDescriptor_t bwd_data,
-                            cudnnConvolutionDescriptor_t bwd_filter, const ContextConfig& cfg,
-                            const ConvDesc& d, bool tensor_ops, const char* kind);
+                            cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
+                            bool tensor_ops, const char* kind);
 
 }  // namespace rt::cuda

@@ -10,7 +10,6 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
   const Shape out = d_.out();
   const ContextConfig& cfg = ctx_.config();
-  cudnnHandle_t h = ctx_.cudnn();
   try {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
@@ -40,7 +39,7 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
 
     // Without TF32, FMA math: fp32 results comparable with the CPU backends.
     const ConvAlgos a =
-        conv_choose_algos(h, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, cfg, d_, cfg.allow_tf32, "");
+        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, cfg.allow_tf32, "");
     fwd_algo_ = a.fwd;
     bwd_data_algo_ = a.bwd_data;
     bwd_filter_algo_ = a.bwd_filter;

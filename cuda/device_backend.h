@@ -38,6 +38,7 @@ class DeviceBackend : public Backend<float> {
   bool can_stage_input() const override { return true; }
   void stage_input(const void* host, size_t bytes) override { input_.stage(host, bytes); }
   HostMemory* input_memory() const override { return &pinned_memory(ctx_.config().device); }
+  const CudaContext& context() const { return ctx_; }
 
  protected:
   // The 8-bit input (s.n images, NHWC RGB) normalized on the device into dst as `out`: fp32 NCHW

@@ -24,8 +24,6 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   const Shape out = d_.out();
   wg_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w};
   out_rows_ = out.n * out.h * out.w;
-  const ContextConfig& cfg = ctx_.config();
-  cudnnHandle_t h = ctx_.cudnn();
   try {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
@@ -52,7 +50,7 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
     const ConvAlgos a =
-        conv_choose_algos(h, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, cfg, d_, true, kind.c_str());
+        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true, kind.c_str());
     fwd_algo_ = a.fwd;
     bwd_data_algo_ = a.bwd_data;
     bwd_filter_algo_ = a.bwd_filter;

@@ -16,6 +16,7 @@
 #include "cuda/backend.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/device_backend.h"
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
 #include "nn/resnet.h"
@@ -36,7 +37,7 @@ struct Args {
       "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE] [--profile N]\n"
       "                      [--no-fuse]\n"
       "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
-      "batch kept on the device; convolution algorithms are timed once per layer at set-up. Each\n"
+      "batch kept on the device; convolution algorithms are timed once per shape at set-up. Each\n"
       "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n"
       "fp16 adds dynamic loss scaling's work: the loss gradient times 2^16, then the gradients\n"
       "unscaled and checked for overflow on the device before the update (as GradScaler).\n"
@@ -93,6 +94,7 @@ class ResidentInput final : public rt::Backend<float> {
  public:
   ResidentInput(std::unique_ptr<rt::Backend<float>> in, bool fuse) : in_(std::move(in)), fuse_(fuse) {}
   void upload(const float* nchw, const rt::Shape& s, float* dst) const { in_->act_import(nchw, s, dst); }
+  const rt::Backend<float>& inner() const { return *in_; }
 
   std::string name() const override { return in_->name(); }
   size_t act_size(const rt::Shape& s) const override { return in_->act_size(s); }
@@ -180,6 +182,7 @@ int main(int argc, char** argv) try {
            : rt::cuda::make_cuda_backend(ctx),
       a.fuse);
   const ResidentInput* backend = owned.get();
+  const auto* device = dynamic_cast<const rt::cuda::DeviceBackend*>(&owned->inner());
   rt::ResNetConfig cfg;
   cfg.name = a.model;
   cfg.batch = a.batch;
@@ -251,6 +254,9 @@ int main(int argc, char** argv) try {
       throw rt::Error("the resident input batch changed during the steps");
   if (!std::isfinite(loss)) throw rt::Error("non-finite loss " + std::to_string(loss));
 
+  // Convolution algorithms are timed per distinct shape; the other layers reuse those choices.
+  const int64_t conv_shapes = device ? device->context().conv_algos().shapes() : -1;
+  const int64_t conv_reused = device ? device->context().conv_algos().reused() : -1;
   std::vector<double> sorted = rate;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
@@ -258,17 +264,20 @@ int main(int argc, char** argv) try {
   std::printf(
       "RESULT,ringtrain,%s,train,precision=%s,batch=%lld,size=%lld,gpu=%s,warmup=%d,steps=%d,"
       "repeats=%d,img_per_s=%.1f,img_per_s_min=%.1f,img_per_s_max=%.1f,step_ms=%.2f,"
-      "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f,fused=%d\n",
+      "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f,fused=%d,"
+      "conv_shapes=%lld\n",
       a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
       a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), 1e3 * a.batch / med,
       peak_mib, double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
-      int(backend->fuses_bn_add()));
+      int(backend->fuses_bn_add()), (long long)conv_shapes);
   std::printf("# per-repeat img/s:");
   for (double r : rate) std::printf(" %.1f", r);
   std::printf("\n# memory: %.0f MiB in use above the bare context (cudaMemGetInfo); %.0f MiB of it "
               "counted by rt::cuda (the arena's parameters, gradients and momentum, activations, "
               "gradient slots, workspaces); in use changed by %+.0f MiB during the timed steps\n",
               peak_mib, double(after.device_bytes) / (1 << 20), used_after - used_before);
+  std::printf("# convolution algorithms timed for %lld shapes, reused by %lld more layers\n",
+              (long long)conv_shapes, (long long)conv_reused);
   std::printf("# device+pinned allocations during the timed steps: %lld (must be 0); loss %.4f -> %.4f\n",
               (long long)steady_allocs, first_loss, loss);
 
@@ -280,11 +289,11 @@ int main(int argc, char** argv) try {
                  "\"size\": %lld, \"gpu\": \"%s\", \"warmup\": %d, \"steps\": %d, \"repeats\": %d, "
                  "\"img_per_s\": %.2f, \"img_per_s_min\": %.2f, \"img_per_s_max\": %.2f, "
                  "\"peak_used_mib\": %.1f, \"alloc_device_mib\": %.1f, \"steady_allocs\": %lld, "
-                 "\"setup_s\": %.2f, \"loss\": %.6f, \"fused\": %s}\n",
+                 "\"setup_s\": %.2f, \"loss\": %.6f, \"fused\": %s, \"conv_shapes\": %lld}\n",
                  a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
                  a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), peak_mib,
                  double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
-                 backend->fuses_bn_add() ? "true" : "false");
+                 backend->fuses_bn_add() ? "true" : "false", (long long)conv_shapes);
     std::fclose(f);
   }
   if (a.profile > 0) {  // after the figures above: profiling slows the steps

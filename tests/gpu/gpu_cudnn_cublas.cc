@@ -8,6 +8,8 @@
 #include "cuda/context.h"
 #include "cuda/cublas_linear.h"
 #include "cuda/cudnn_conv.h"
+#include "cuda/lowp_conv.h"
+#include "cuda/lowp_kernels.h"  // bf16
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::cuda {
@@ -84,6 +86,46 @@ TEST(GpuCudnnConv, DeterministicAlgorithmsAndSharedWorkspace) {
   CudnnConv b({"b", {8, 64, 28, 28}, 128, 1, 1, 2, 2, 0, 0, false}, ctx);
   EXPECT_GE(ctx.workspace_bytes(), std::max(a.workspace_bytes(), b.workspace_bytes()));
   check_conv(ctx, {"det", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false});
+}
+
+// A context chooses algorithms once per distinct convolution (kind, math, geometry); a layer of a
+// shape seen before takes that choice, math types included, and computes as well.
+TEST(GpuCudnnConv, AlgorithmsChosenOncePerShape) {
+  RT_REQUIRE_GPU();
+  for (bool benchmark : {false, true}) {
+    ContextConfig cfg;
+    cfg.benchmark_algos = benchmark;
+    CudaContext ctx(cfg);
+    const ConvDesc d{"a", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+    CudnnConv a(d, ctx);
+    EXPECT_EQ(ctx.conv_algos().shapes(), 1);
+    EXPECT_EQ(ctx.conv_algos().reused(), 0);
+    ConvDesc same = d;  // another name and a bias: the same algorithms
+    same.name = "same";
+    same.bias = true;
+    CudnnConv b(same, ctx);
+    EXPECT_EQ(ctx.conv_algos().shapes(), 1);
+    EXPECT_EQ(ctx.conv_algos().reused(), 1);
+    EXPECT_EQ(b.workspace_bytes(), a.workspace_bytes());
+    check_conv(ctx, same);  // a third layer of the shape, against the reference
+    EXPECT_EQ(ctx.conv_algos().reused(), 2);
+    ConvDesc other[4] = {d, d, d, d};  // each differs from d in one respect
+    other[0].stride_h = 2;
+    other[1].pad_w = 0;
+    other[2].out_c = 8;
+    other[3].in.n = 5;
+    for (const ConvDesc& o : other) {
+      CudnnConv c(o, ctx);
+    }
+    EXPECT_EQ(ctx.conv_algos().shapes(), 5);
+    LowpConv<bf16> lowp(d, ctx);  // another data type and layout
+    EXPECT_EQ(ctx.conv_algos().shapes(), 6);
+    EXPECT_EQ(ctx.conv_algos().reused(), 2);
+    CudaContext fresh(cfg);  // choices are per context
+    CudnnConv e(d, fresh);
+    EXPECT_EQ(fresh.conv_algos().shapes(), 1);
+    EXPECT_EQ(fresh.conv_algos().reused(), 0);
+  }
 }
 
 void check_linear(CudaContext& ctx, const LinearDesc& d) {
