@@ -1,5 +1,6 @@
 // Checks for every CUDA runtime, cuDNN, cuBLAS and NCCL return value and every kernel launch: a
-// failure throws rt::Error with file:line, the call as written and the library's own error string.
+// failure throws rt::Error with file:line, the call as written and the library's own error string
+// (rt::OutOfMemory where the library says an allocation failed).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

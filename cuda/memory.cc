@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "cuda/check.h"
 
@@ -42,13 +43,37 @@ bool is_page_locked(const void* p) {
   return a.type == cudaMemoryTypeHost;
 }
 
+namespace {
+// About 3 significant digits in the largest binary unit that keeps the number at least 1.
+std::string human(size_t bytes) {
+  const char* unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  int u = 0;
+  for (; v >= 1024 && u < 4; ++u) v /= 1024;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 || v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
+                unit[u]);
+  return buf;
+}
+}  // namespace
+
 void* device_malloc(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is not sticky; clear it for later checks
-    throw Error(str_cat("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e)));
+    std::string what = str_cat("cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+    if (e != cudaErrorMemoryAllocation) throw Error(what);
+    // What a user needs to size the job: the device's state, and how much of it is ours.
+    int device = -1;
+    size_t free = 0, total = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+      what += str_cat(" (", human(bytes), "; device ", device, " has ", human(free), " free of ",
+                      human(total), ", ", human(size_t(counters().device_bytes.load())),
+                      " held by this process's ringtrain buffers)");
+    cudaGetLastError();
+    throw OutOfMemory(what);
   }
   ++counters().device_allocs;
   counters().device_bytes += int64_t(bytes);
@@ -76,7 +101,9 @@ void* pinned_malloc(size_t bytes) {
   const cudaError_t e = cudaMallocHost(&p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    throw Error(str_cat("cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(e)));
+    const std::string what = str_cat("cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(e));
+    if (e == cudaErrorMemoryAllocation) throw OutOfMemory(what + " (page-locked host memory)");
+    throw Error(what);
   }
   ++counters().pinned_allocs;
   counters().pinned_bytes += int64_t(bytes);

@@ -18,6 +18,14 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
+// A backend's memory (a GPU's, or page-locked host memory) cannot hold what was asked for. The
+// message says how much was asked and, where known, how much was free; the trainer adds which
+// setting to lower.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // Concatenates its arguments with operator<< into one message.
 template <class... Args>
 std::string str_cat(Args&&... args) {

@@ -134,6 +134,31 @@ CliOptions cli_parse(int argc, const char* const* argv) {
   return o;
 }
 
+namespace {
+// The job itself, once the configuration is known: evaluation of a checkpoint, or training.
+int run_job(const Config& cfg, const CliOptions& o) {
+  Trainer t(cfg);
+  if (o.eval) {
+    t.load_checkpoint(o.checkpoint, /*for_training=*/false);
+    EvalResult r = t.evaluate();
+    t.report(JsonLine("eval")
+                 .add("checkpoint", o.checkpoint)
+                 .add("step", t.step())
+                 .add("val_loss", r.loss)
+                 .add("val_top1", r.top1_pct())
+                 .add("val_top5", r.top5_pct())
+                 .add("val_samples", r.samples)
+                 .add("val_s", r.seconds),
+             str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
+                     "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)"));
+    return 0;
+  }
+  if (!o.resume.empty()) t.resume(o.resume);
+  t.train();
+  return 0;
+}
+}  // namespace
+
 int cli_main(int argc, const char* const* argv) {
   int rank = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -154,25 +179,13 @@ int cli_main(int argc, const char* const* argv) {
   }
   if (cfg.generate.classes > 0) generate_dataset_if_missing(cfg, rank);
 
-  Trainer t(cfg);
-  if (o.eval) {
-    t.load_checkpoint(o.checkpoint, /*for_training=*/false);
-    EvalResult r = t.evaluate();
-    t.report(JsonLine("eval")
-                 .add("checkpoint", o.checkpoint)
-                 .add("step", t.step())
-                 .add("val_loss", r.loss)
-                 .add("val_top1", r.top1_pct())
-                 .add("val_top5", r.top5_pct())
-                 .add("val_samples", r.samples)
-                 .add("val_s", r.seconds),
-             str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
-                     "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)"));
-    return 0;
+  try {
+    return run_job(cfg, o);
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(str_cat(e.what(), "; ", cfg.source, ": ", cfg.model.name, " with train.batch ",
+                              cfg.train.batch, " per rank (also the evaluation batch) on backend ",
+                              cfg.backend, " does not fit in memory: lower train.batch"));
   }
-  if (!o.resume.empty()) t.resume(o.resume);
-  t.train();
-  return 0;
 }
 
 }  // namespace rt::trainer

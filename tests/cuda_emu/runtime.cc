@@ -128,10 +128,17 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-// A 64 GiB device whose memory in use is what the program holds (for bench_gpu_step's figures).
-constexpr size_t kDeviceBytes = size_t(64) << 30;
+// A 64 GiB device, or RT_EMU_DEVICE_MIB MiB, whose memory in use is what the program holds (for
+// bench_gpu_step's figures); cudaMalloc refuses what does not fit (tests of the out-of-memory path).
+static size_t device_size() {
+  static const size_t bytes = [] {
+    const char* mib = std::getenv("RT_EMU_DEVICE_MIB");
+    return mib && *mib ? size_t(std::strtoull(mib, nullptr, 10)) << 20 : size_t(64) << 30;
+  }();
+  return bytes;
+}
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  *total = kDeviceBytes;
+  *total = device_size();
   *free = *total - size_t(rt_emu::device_bytes_live());
   return cudaSuccess;
 }
@@ -140,7 +147,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "emulated device");
   prop->major = 9;  // as the sm_90 the real build targets
-  prop->totalGlobalMem = kDeviceBytes;
+  prop->totalGlobalMem = device_size();
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
@@ -182,6 +189,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 // under it, sees a kernel's out-of-bounds access), aligned to 256 bytes as cudaMalloc's are and
 // filled with kPoison.
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (bytes > device_size() - size_t(rt_emu::device_bytes_live())) return cudaErrorMemoryAllocation;
   if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
   std::memset(*p, rt_emu::kPoison, bytes);
   ++rt_emu::g_allocations;

@@ -51,6 +51,37 @@ TEST(CudaCheck, CublasErrorNamesPlaceCallAndReason) {
   EXPECT_EQ(error_of([] { CUBLAS_CHECK(CUBLAS_STATUS_SUCCESS); }), "");
 }
 
+// A library saying an allocation failed is rt::OutOfMemory (the trainer then names the setting to
+// lower); any other failure is a plain rt::Error.
+template <class F>
+bool throws_out_of_memory(F f) {
+  try {
+    f();
+  } catch (const OutOfMemory&) {
+    return true;
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+cudaError_t oom_runtime() { return cudaErrorMemoryAllocation; }
+cudnnStatus_t oom_cudnn_device() { return CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED; }
+cudnnStatus_t oom_cudnn_host() { return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED; }
+cublasStatus_t oom_cublas() { return CUBLAS_STATUS_ALLOC_FAILED; }
+
+TEST(CudaCheck, AllocationFailuresAreOutOfMemory) {
+  EXPECT_TRUE(throws_out_of_memory([] { CUDA_CHECK(oom_runtime()); }));
+  EXPECT_TRUE(throws_out_of_memory([] { CUDNN_CHECK(oom_cudnn_device()); }));
+  EXPECT_TRUE(throws_out_of_memory([] { CUDNN_CHECK(oom_cudnn_host()); }));
+  EXPECT_TRUE(throws_out_of_memory([] { CUBLAS_CHECK(oom_cublas()); }));
+  EXPECT_FALSE(throws_out_of_memory([] { CUDA_CHECK(fail_runtime()); }));
+  EXPECT_FALSE(throws_out_of_memory([] { CUDNN_CHECK(fail_cudnn()); }));
+  EXPECT_FALSE(throws_out_of_memory([] { CUBLAS_CHECK(fail_cublas()); }));
+  const std::string m = error_of([] { CUDA_CHECK(oom_runtime()); });
+  EXPECT_NE(m.find("oom_runtime()"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudaErrorMemoryAllocation"), std::string::npos) << m;
+}
+
 TEST(CudaCheck, LaunchErrorIsReportedAtTheLaunch) {
   const std::string m = error_of([] {
     cudaError_t e = cudaErrorInvalidConfiguration;

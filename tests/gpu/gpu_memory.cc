@@ -2,6 +2,7 @@
 // nothing allocated per transfer).
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/device_arena.h"
@@ -34,6 +35,33 @@ TEST(GpuArena, OneAllocationForAllRegions) {
   EXPECT_THROW(a.reserve("late", 4), Error);
   EXPECT_THROW(a.finalize(), Error);
   EXPECT_THROW(a.ptr(99), Error);
+}
+
+// More than the device has: rt::OutOfMemory saying what was asked, what was free of how much and
+// what this process holds; counters unchanged, and the device usable after it.
+TEST(GpuMemory, TooLargeAnAllocationIsOutOfMemoryWithTheDeviceFigures) {
+  RT_REQUIRE_GPU();
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  DeviceBuffer held(size_t{1} << 20);
+  const AllocStats before = alloc_stats();
+  std::string m;
+  try {
+    DeviceBuffer b(total + (size_t{1} << 30));
+    ADD_FAILURE() << "an allocation larger than the device succeeded";
+  } catch (const OutOfMemory& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("cudaMalloc of " + std::to_string(total + (size_t{1} << 30)) + " bytes failed"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find(" free of "), std::string::npos) << m;
+  EXPECT_NE(m.find("held by this process's ringtrain buffers"), std::string::npos) << m;
+  EXPECT_NE(m.find(" GiB"), std::string::npos) << m;  // sizes in units a reader takes in
+  EXPECT_EQ(alloc_stats().device_allocs, before.device_allocs);
+  EXPECT_EQ(alloc_stats().device_bytes, before.device_bytes);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // not sticky
+  DeviceBuffer after(size_t{1} << 20);
+  EXPECT_NE(after.get(), nullptr);
 }
 
 TEST(GpuStaging, DownloadAndUploadInChunks) {

@@ -24,10 +24,10 @@ std::string run_dir(const std::string& tag) {
   return (std::filesystem::temp_directory_path() / ("rt_gpu_trainer_" + test + "_" + tag)).string();
 }
 
-// Runs the trainer and returns rank 0's loss per step from its metrics file.
-// `extra`: more YAML lines for the job.
-std::map<long, double> train(const std::string& backend, int np, std::string* out,
-                             const std::string& extra = "") {
+// Runs the trainer in a fresh run folder (its job file there) and returns mpirun's exit status.
+// `extra`: more YAML lines for the job; `env`: variables set for mpirun and its ranks.
+int run_trainer(const std::string& backend, int np, std::string* out, const std::string& extra = "",
+                const std::string& env = "") {
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -38,13 +38,20 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
                                       "log: {progress: false, print_config: false}\n"
                                       "threads: 1\n"
                                       "backend: " << backend << "\nrun_dir: " << dir << "\n" << extra;
-  const std::string cmd = std::string(RT_MPIEXEC) + " -np " + std::to_string(np) +
+  const std::string cmd = env + " " + RT_MPIEXEC + " -np " + std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
                           " --config " + dir + "/job.yaml 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << cmd << "\n" << *out;
+  return pclose(p);
+}
+
+// Runs the trainer, which must succeed, and returns rank 0's loss per step from its metrics file.
+std::map<long, double> train(const std::string& backend, int np, std::string* out,
+                             const std::string& extra = "") {
+  EXPECT_EQ(run_trainer(backend, np, out, extra), 0) << *out;
+  const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::map<long, double> loss;
   std::ifstream f(dir + "/metrics.jsonl");
   const std::regex step_re("\"type\":\"step\".*\"step\":([0-9]+).*\"loss\":([-0-9.eE+]+)");
@@ -97,6 +104,25 @@ TEST(GpuTrainer, CudaDirectPathMatchesCpu) {
     GTEST_SKIP() << "comm.device_path: direct needs a CUDA-aware MPI; declare one with "
                     "RINGTRAIN_MPI_CUDA_AWARE=1 to run this";
   expect_matches_cpu("cuda", 1e-3, "comm: {device_path: direct}\n");
+}
+
+// A model that does not fit the device: every rank stops with an error saying what was asked,
+// what the device had free, and which key of which file to lower; nothing hangs. Only the
+// emulator's device size can be set (RT_EMU_DEVICE_MIB): a real one would need a job too large
+// to be worth its time here (tests/gpu/gpu_memory.cc checks the message on a real device).
+TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
+  RT_REQUIRE_GPU();
+#ifndef RT_CUDA_EMULATOR
+  GTEST_SKIP() << "sets the device's size, which only the emulator can (RT_EMU_DEVICE_MIB)";
+#endif
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string out;
+  EXPECT_NE(run_trainer("cuda-bf16", 2, &out, "", "RT_EMU_DEVICE_MIB=1"), 0) << out;
+  for (const char* want : {"ringtrain: rank ", "out of memory", " free of 1.00 MiB",
+                           "job.yaml: resnet20 with train.batch 8 per rank",
+                           "backend cuda-bf16 does not fit in memory: lower train.batch"})
+    EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
 }
 
 }  // namespace
