@@ -91,16 +91,12 @@ class CudaBackend final : public DeviceBackend {
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.
 // "cuda-tf32": TF32 tensor cores and algorithms timed once per shape (PyTorch's
 // allow_tf32 + cudnn.benchmark): the fast configuration.
-std::unique_ptr<Backend<float>> make_default() {
-  ContextConfig cfg;
-  cfg.device = local_rank_device();
-  return make_cuda_backend(cfg);
+std::unique_ptr<Backend<float>> make_default(const BackendOptions& o) {
+  return make_cuda_backend(context_config(o, "cuda", false, local_rank_device()));
 }
-std::unique_ptr<Backend<float>> make_tf32() {
-  ContextConfig cfg;
-  cfg.device = local_rank_device();
+std::unique_ptr<Backend<float>> make_tf32(const BackendOptions& o) {
+  ContextConfig cfg = context_config(o, "cuda-tf32", true, local_rank_device());
   cfg.allow_tf32 = true;
-  cfg.benchmark_algos = true;
   return make_cuda_backend(cfg);
 }
 

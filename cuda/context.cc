@@ -5,6 +5,23 @@
 
 namespace rt::cuda {
 
+ContextConfig context_config(const BackendOptions& o, const std::string& backend, bool timed, int device) {
+  if (o.conv_algos != "auto" && o.conv_algos != "timed" && o.conv_algos != "heuristic")
+    throw Error(str_cat("backend '", backend, "': conv_algos must be auto, timed or heuristic (got '",
+                        o.conv_algos, "')"));
+  if (o.workspace_mib < 0)
+    throw Error(str_cat("backend '", backend, "': workspace_mib must be >= 0 (got ", o.workspace_mib, ")"));
+  if (o.deterministic && o.conv_algos == "timed")
+    throw Error(str_cat("backend '", backend, "': deterministic results need heuristic (or auto) "
+                        "algorithm choice: timing may choose other algorithms on the next run"));
+  ContextConfig c;
+  c.device = device;
+  c.deterministic = o.deterministic;
+  c.benchmark_algos = o.conv_algos == "timed" || (o.conv_algos == "auto" && timed && !o.deterministic);
+  c.workspace_limit = size_t(o.workspace_mib) << 20;
+  return c;
+}
+
 CudaContext::CudaContext(ContextConfig cfg) : cfg_(cfg) {
   try {
     CUDA_CHECK(cudaSetDevice(cfg_.device));

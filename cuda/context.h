@@ -6,9 +6,11 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <string>
 
 #include "cuda/conv_algo_cache.h"
 #include "cuda/memory.h"
+#include "nn/ops.h"
 
 namespace rt::cuda {
 
@@ -23,6 +25,12 @@ struct ContextConfig {
   bool deterministic = false;               // only algorithms with reproducible results
   size_t workspace_limit = size_t{1} << 30; // per op; candidates needing more are skipped
 };
+
+// The configuration a registered backend (`backend`, for errors) runs on `device` with for a job's
+// options; `timed` is the backend's own choice for conv_algos "auto". Throws rt::Error for an
+// unknown conv_algos, a negative workspace, or deterministic with timed choice (timing may choose
+// other algorithms next run).
+ContextConfig context_config(const BackendOptions& o, const std::string& backend, bool timed, int device);
 
 class CudaContext {
  public:

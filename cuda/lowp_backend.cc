@@ -105,11 +105,10 @@ class LowpBackend final : public DeviceBackend {
 };
 
 template <DType t>
-std::unique_ptr<Backend<float>> make_registered() {
-  ContextConfig cfg;
-  cfg.device = local_rank_device();
-  cfg.benchmark_algos = true;  // as cuda-tf32: the fast configuration
-  return make_cuda_lowp_backend(t, cfg);
+std::unique_ptr<Backend<float>> make_registered(const BackendOptions& o) {
+  // Timed by default, as cuda-tf32: the fast configuration.
+  return make_cuda_lowp_backend(
+      t, context_config(o, t == DType::bf16 ? "cuda-bf16" : "cuda-fp16", true, local_rank_device()));
 }
 
 template <class T>

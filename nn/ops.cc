@@ -141,7 +141,7 @@ void register_backend(const std::string& name, BackendFactory make) {
 }
 
 template <>
-std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
+std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name, const BackendOptions& options) {
   if (name == "reference") return make_reference_backend<float>();
 #ifndef RT_NO_ONEDNN
   if (auto be = make_onednn_backend(name)) return be;
@@ -152,7 +152,7 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
     std::lock_guard lock(r.mu);
     if (auto it = r.factories.find(name); it != r.factories.end()) make = it->second;
   }
-  if (make) return make();
+  if (make) return make(options);
   if (name == "cuda" || name == "cuda-tf32" || name == "cuda-bf16" || name == "cuda-fp16") {
 #ifdef RT_HAVE_CUDA
     throw Error("backend 'cuda' is not linked into this program: run its _cuda build "
@@ -168,7 +168,7 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name) {
 }
 
 template <>
-std::unique_ptr<Backend<double>> make_backend<double>(const std::string& name) {
+std::unique_ptr<Backend<double>> make_backend<double>(const std::string& name, const BackendOptions&) {
   if (name == "reference") return make_reference_backend<double>();
   throw Error("backend '" + name + "' has no double precision (only 'reference' does)");
 }

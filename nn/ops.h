@@ -298,15 +298,29 @@ class Backend {
   mutable std::vector<T> u8_scratch_;  // act_import_u8's host NCHW floats, reused
 };
 
+// What a job may choose about a GPU backend (the trainer's `cuda.*` keys). The CPU backends
+// take none of it: their algorithms are fixed per shape and their results the same every run.
+struct BackendOptions {
+  // Convolution algorithms: "timed" (each candidate run once per shape at set-up, the fastest
+  // kept), "heuristic" (cuDNN's ranking, no device time) or "auto" (the backend's own: heuristic
+  // for cuda, timed for cuda-tf32, cuda-bf16 and cuda-fp16).
+  std::string conv_algos = "auto";
+  // The same bits every run (same GPU model, libraries and rank count): only deterministic
+  // algorithms, chosen by heuristics, as timing may choose differently from one run to the next.
+  bool deterministic = false;
+  int64_t workspace_mib = 1024;  // per operation; algorithms that need more are skipped
+};
+
 // "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu";
 // "onednn-direct" and "onednn-winograd" force the 3x3 convolution algorithm) or a registered one
-// ("cuda", float only). Throws rt::Error naming the backend when unknown or unavailable for T.
+// ("cuda", float only, which takes `options`). Throws rt::Error naming the backend when unknown
+// or unavailable for T, or when a registered one refuses the options.
 template <class T>
-std::unique_ptr<Backend<T>> make_backend(const std::string& name);
+std::unique_ptr<Backend<T>> make_backend(const std::string& name, const BackendOptions& options = {});
 
 // Backends outside nn/ (cuda/ depends on nn/, not the other way round) register a factory under
 // their name; a program linking them calls their registration once (rt::cuda::register_backend).
-using BackendFactory = std::unique_ptr<Backend<float>> (*)();
+using BackendFactory = std::unique_ptr<Backend<float>> (*)(const BackendOptions&);
 void register_backend(const std::string& name, BackendFactory make);
 
 }  // namespace rt

@@ -35,6 +35,13 @@ TEST(trainer_config, DefaultsAndValues) {
   Config c = config_parse("", "empty.yaml");
   EXPECT_EQ(c.model.name, "resnet50");
   EXPECT_EQ(c.train.batch, 32);
+  EXPECT_EQ(c.cuda.conv_algos, "auto");
+  EXPECT_FALSE(c.cuda.deterministic);
+  EXPECT_EQ(c.cuda.workspace_mib, 1024);
+  c = config_parse("cuda: {conv_algos: heuristic, deterministic: true, workspace_mib: 256}\n", "g.yaml");
+  EXPECT_EQ(c.cuda.conv_algos, "heuristic");
+  EXPECT_TRUE(c.cuda.deterministic);
+  EXPECT_EQ(c.cuda.workspace_mib, 256);
   c = config_parse(
       "model:\n  name: resnet18\n  width: 0.5\ntrain: {batch: 64, epochs: 3}\n"
       "schedule:\n  kind: multistep\n  milestones: [1, 2]\ndata:\n  synthetic: true\n"
@@ -130,6 +137,14 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'emulate.forward_fraction' must be in [0, 1)"), std::string::npos) << e;
+  e = invalid("cuda: {conv_algos: fastest}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'cuda.conv_algos' must be auto, timed or heuristic (got fastest)"),
+            std::string::npos) << e;
+  e = invalid("cuda: {conv_algos: timed, deterministic: true}\n");
+  EXPECT_NE(e.find("key 'cuda.conv_algos' cannot be timed with cuda.deterministic: true"), std::string::npos) << e;
+  e = invalid("", {"cuda.workspace_mib=-1"});
+  EXPECT_NE(e.find("--set: key 'cuda.workspace_mib' must be >= 0 (got -1)"), std::string::npos) << e;
+  EXPECT_EQ(invalid("cuda: {conv_algos: heuristic, deterministic: true, workspace_mib: 0}\n"), "");
   e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });
   EXPECT_NE(e.find("set exactly one of data.root"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {train_list: a.txt}\n", "v.yaml")); });

@@ -102,6 +102,9 @@ void config_fields(C& c, V&& v) {
   v("debug.param", c.debug.param);
   v("emulate.compute_ms", c.emulate.compute_ms);
   v("emulate.forward_fraction", c.emulate.forward_fraction);
+  v("cuda.conv_algos", c.cuda.conv_algos);
+  v("cuda.deterministic", c.cuda.deterministic);
+  v("cuda.workspace_mib", c.cuda.workspace_mib);
   v("seed", c.seed);
   v("backend", c.backend);
   v("threads", c.threads);

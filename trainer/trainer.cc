@@ -84,7 +84,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   schedule_ = config_schedule(cfg_, world_);
 
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
-                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend));
+                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, cfg_.cuda));
   auto& arena = net_->arena();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/backend.h"
+#include "cuda/context.h"
 #include "cuda/device.h"
 
 namespace rt::cuda {
@@ -35,6 +36,57 @@ TEST(CudaBackendRegistry, UnregisteredThenRegistered) {
     } else {
       EXPECT_EQ(make_backend<float>(n)->name(), family);
     }
+  }
+}
+
+// A job's cuda.* options as the context the backend runs on.
+TEST(CudaBackendOptions, ContextConfigFollowsTheOptions) {
+  BackendOptions o;
+  ContextConfig c = context_config(o, "cuda", false, 3);
+  EXPECT_EQ(c.device, 3);
+  EXPECT_FALSE(c.benchmark_algos);  // auto: the backend's own choice
+  EXPECT_FALSE(c.deterministic);
+  EXPECT_EQ(c.workspace_limit, size_t{1} << 30);
+  EXPECT_TRUE(context_config(o, "cuda-bf16", true, 0).benchmark_algos);
+  o.conv_algos = "timed";
+  EXPECT_TRUE(context_config(o, "cuda", false, 0).benchmark_algos);
+  o.conv_algos = "heuristic";
+  EXPECT_FALSE(context_config(o, "cuda-bf16", true, 0).benchmark_algos);
+  o.conv_algos = "auto";
+  o.deterministic = true;  // heuristics even where the backend would time: same choice every run
+  c = context_config(o, "cuda-bf16", true, 0);
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_FALSE(c.benchmark_algos);
+  o.workspace_mib = 0;
+  EXPECT_EQ(context_config(o, "cuda", false, 0).workspace_limit, 0u);
+
+  auto error = [](BackendOptions b) {
+    try {
+      context_config(b, "cuda-fp16", true, 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  BackendOptions bad;
+  bad.conv_algos = "fastest";
+  EXPECT_NE(error(bad).find("backend 'cuda-fp16': conv_algos must be auto, timed or heuristic (got 'fastest')"),
+            std::string::npos) << error(bad);
+  bad = {};
+  bad.workspace_mib = -1;
+  EXPECT_NE(error(bad).find("workspace_mib must be >= 0"), std::string::npos) << error(bad);
+  bad = {};
+  bad.conv_algos = "timed";
+  bad.deterministic = true;
+  EXPECT_NE(error(bad).find("deterministic results need heuristic"), std::string::npos) << error(bad);
+  // make_backend hands the options to the registered factory, which refuses them before looking
+  // for a device.
+  register_backend();
+  try {
+    make_backend<float>("cuda-bf16", bad);
+    ADD_FAILURE() << "timed + deterministic accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backend 'cuda-bf16': deterministic"), std::string::npos) << e.what();
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -123,6 +124,46 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
                            "job.yaml: resnet20 with train.batch 8 per rank",
                            "backend cuda-bf16 does not fit in memory: lower train.batch"})
     EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
+}
+
+// cuda.deterministic: two runs of one job (2 ranks, bf16) end in the same checkpoint, bit for bit:
+// parameters, BN statistics and momentum. Deterministic cuDNN algorithms chosen by heuristics
+// (timing could choose others next run); our kernels and the ring reduce in a fixed order.
+TEST(GpuTrainer, DeterministicRunsEndInTheSameCheckpoint) {
+  RT_REQUIRE_GPU();
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string first;
+  for (int run = 0; run < 2; ++run) {
+    std::string out;
+    ASSERT_EQ(run_trainer("cuda-bf16", 2, &out, "cuda: {deterministic: true}\ncheckpoint: {at_epoch_end: true}\n"),
+              0) << out;
+    std::string ckpt;  // the run folder is the same for both runs, so is the checkpoint's text
+    for (const auto& f : std::filesystem::recursive_directory_iterator(run_dir("cuda-bf16_np2")))
+      if (f.path().extension() == ".rtck") ckpt = f.path().string();
+    ASSERT_FALSE(ckpt.empty()) << "no checkpoint written:\n" << out;
+    std::ifstream in(ckpt, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 100000u) << ckpt;
+    if (run == 0) first = bytes;
+    else EXPECT_TRUE(bytes == first) << "run 2 ended in another checkpoint than run 1 (" << ckpt << ")";
+  }
+}
+
+// cuda.workspace_mib reaches the convolutions: the emulated cuDNN offers one algorithm, needing
+// 4 KiB, so none fits in 0 and the job stops naming the layer. (A real cuDNN has algorithms that
+// need no workspace, which the job would take.)
+TEST(GpuTrainer, WorkspaceLimitReachesTheConvolutions) {
+  RT_REQUIRE_GPU();
+#ifndef RT_CUDA_EMULATOR
+  GTEST_SKIP() << "needs the emulated cuDNN, whose every algorithm needs workspace";
+#endif
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string out;
+  EXPECT_NE(run_trainer("cuda", 1, &out, "cuda: {workspace_mib: 0}\n"), 0) << out;
+  EXPECT_NE(out.find("fits a workspace of 0 bytes"), std::string::npos) << out;
+  EXPECT_NE(out.find("layer conv1"), std::string::npos) << out;
 }
 
 }  // namespace
