@@ -39,6 +39,8 @@ int run_trainer(const std::string& backend, int np, std::string* out, const std:
                                       "log: {progress: false, print_config: false}\n"
                                       "threads: 1\n"
                                       "backend: " << backend << "\nrun_dir: " << dir << "\n" << extra;
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // GPU machines often run their jobs as root
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   const std::string cmd = env + " " + RT_MPIEXEC + " -np " + std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
                           " --config " + dir + "/job.yaml 2>&1";
@@ -67,8 +69,6 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
 // step must agree within tol + tol * |loss|.
 void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "") {
   RT_REQUIRE_GPU();
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // GPU machines often run their jobs as root
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   for (int np : {1, 2}) {
     std::string out_gpu, out_cpu;
     const auto gpu = train(backend, np, &out_gpu, extra), cpu = train(RT_CPU_BACKEND, np, &out_cpu);
@@ -116,8 +116,6 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
 #ifndef RT_CUDA_EMULATOR
   GTEST_SKIP() << "sets the device's size, which only the emulator can (RT_EMU_DEVICE_MIB)";
 #endif
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   std::string out;
   EXPECT_NE(run_trainer("cuda-bf16", 2, &out, "", "RT_EMU_DEVICE_MIB=1"), 0) << out;
   for (const char* want : {"ringtrain: rank ", "out of memory", " free of 1.00 MiB",
@@ -131,8 +129,6 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
 // (timing could choose others next run); our kernels and the ring reduce in a fixed order.
 TEST(GpuTrainer, DeterministicRunsEndInTheSameCheckpoint) {
   RT_REQUIRE_GPU();
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   std::string first;
   for (int run = 0; run < 2; ++run) {
     std::string out;
@@ -158,8 +154,6 @@ TEST(GpuTrainer, WorkspaceLimitReachesTheConvolutions) {
 #ifndef RT_CUDA_EMULATOR
   GTEST_SKIP() << "needs the emulated cuDNN, whose every algorithm needs workspace";
 #endif
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   std::string out;
   EXPECT_NE(run_trainer("cuda", 1, &out, "cuda: {workspace_mib: 0}\n"), 0) << out;
   EXPECT_NE(out.find("fits a workspace of 0 bytes"), std::string::npos) << out;
