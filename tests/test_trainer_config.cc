@@ -151,6 +151,23 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("data.train_list' needs its partner"), std::string::npos) << e;
 }
 
+// The cuda backends normalise 8-bit batches on the device unless data.output says otherwise.
+TEST(trainer_config, CudaBackendsDefaultToEightBitBatches) {
+  const std::string data = "data: {synthetic: true}\n";
+  EXPECT_EQ(config_parse(data, "a.yaml").data.output, data::Output::f32);
+  for (const std::string b : {"cuda", "cuda-tf32", "cuda-bf16", "cuda-fp16"}) {
+    SCOPED_TRACE(b);
+    Config c = config_parse(data + "backend: " + b + "\n", "a.yaml");
+    EXPECT_EQ(c.data.output, data::Output::u8);
+    EXPECT_EQ(c.origin.at("data.output"), "a.yaml (default for backend " + b + ")");
+    EXPECT_EQ(config_parse(data, "a.yaml", {"backend=" + b}).data.output, data::Output::u8);
+    EXPECT_EQ(config_parse("data: {synthetic: true, output: float}\nbackend: " + b + "\n", "a.yaml").data.output,
+              data::Output::f32);
+    EXPECT_EQ(config_parse(data + "backend: " + b + "\n", "a.yaml", {"data.output=float"}).data.output,
+              data::Output::f32);
+  }
+}
+
 TEST(trainer_config, Fp16BackendDefaultsToDynamicLossScaling) {
   const std::string data = "data: {synthetic: true}\n";
   EXPECT_EQ(config_parse(data, "a.yaml").loss_scale.mode, "none");

@@ -312,6 +312,12 @@ Config config_parse(const std::string& yaml, const std::string& name,
     cfg.loss_scale.mode = "dynamic";
     cfg.origin["loss_scale.mode"] = name + " (default for backend cuda-fp16)";
   }
+  // A GPU normalises 8-bit pixels itself (act_import_u8): a quarter of the bytes to upload and no
+  // float pass on the loader's threads, so the cuda backends take u8 unless data.output was given.
+  if (cfg.backend.rfind("cuda", 0) == 0 && !cfg.origin.count("data.output")) {
+    cfg.data.output = data::Output::u8;
+    cfg.origin["data.output"] = name + " (default for backend " + cfg.backend + ")";
+  }
   return cfg;
 }
 
