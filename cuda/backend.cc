@@ -9,7 +9,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <mutex>
+#include <string>
 
 #include "cuda/lowp_backend.h"
 #include "cuda/check.h"
@@ -102,16 +106,34 @@ std::unique_ptr<Backend<float>> make_tf32(const BackendOptions& o) {
 
 }  // namespace
 
+namespace {
+// The first of the launchers' variables that is set, as an int (fallback when none is).
+int launcher_int(std::initializer_list<const char*> vars, int fallback) {
+  for (const char* var : vars)
+    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+  return fallback;
+}
+}  // namespace
+
+std::string shared_device_note(int local_size, int devices) {
+  if (devices <= 0 || local_size <= devices) return "";
+  return str_cat("ringtrain: note: ", local_size, " ranks on this node share its ", devices,
+                 devices == 1 ? " GPU" : " GPUs", " (local rank k takes GPU k mod ", devices,
+                 "): each gets a fraction of one; launch one rank per GPU for full speed");
+}
+
 int local_rank_device() {
   // The launchers' node-local rank (Open MPI, MPICH/Hydra, Slurm): rank k of a node takes GPU k
   // (modulo the GPUs it sees), as Horovod and torchrun place ranks.
-  int local = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(var); v && *v) {
-      local = std::atoi(v);
-      break;
-    }
+  const int local = launcher_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
   const int n = device_count();
+  static std::once_flag noted;
+  if (local == 0)
+    std::call_once(noted, [n] {
+      const std::string note =
+          shared_device_note(launcher_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1), n);
+      if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    });
   return n > 0 ? std::max(local, 0) % n : 0;
 }
 

@@ -2,6 +2,7 @@
 // parameter arena too, every op on one CudaContext's stream.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "cuda/context.h"
 #include "nn/ops.h"
@@ -12,8 +13,14 @@ namespace rt::cuda {
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {});
 
 // The device for this process: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
-// or SLURM_LOCALID; 0 without) modulo the visible devices. The registered backends use it.
+// or SLURM_LOCALID; 0 without) modulo the visible devices. The registered backends use it. Where
+// the node has more ranks than devices (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), local
+// rank 0 prints shared_device_note once to stderr.
 int local_rank_device();
+// "" when each of a node's local_size ranks has a device of its own; else a one-line note that
+// they share them. Sharing works (the tests run two ranks on one GPU) but each rank then gets a
+// fraction of a device, which is rarely what a launch meant.
+std::string shared_device_note(int local_size, int devices);
 
 // Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
 // configuration, "cuda-tf32" with TF32 and measured algorithm choice, and "cuda-bf16" and

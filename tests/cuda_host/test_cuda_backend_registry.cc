@@ -39,6 +39,16 @@ TEST(CudaBackendRegistry, UnregisteredThenRegistered) {
   }
 }
 
+TEST(CudaBackendRegistry, SharedDeviceNote) {
+  EXPECT_EQ(shared_device_note(1, 1), "");
+  EXPECT_EQ(shared_device_note(8, 8), "");
+  EXPECT_EQ(shared_device_note(2, 0), "");  // no device: the backend says so itself
+  EXPECT_EQ(shared_device_note(2, 1),
+            "ringtrain: note: 2 ranks on this node share its 1 GPU (local rank k takes GPU k mod 1): "
+            "each gets a fraction of one; launch one rank per GPU for full speed");
+  EXPECT_NE(shared_device_note(16, 8).find("16 ranks on this node share its 8 GPUs"), std::string::npos);
+}
+
 // A job's cuda.* options as the context the backend runs on.
 TEST(CudaBackendOptions, ContextConfigFollowsTheOptions) {
   BackendOptions o;

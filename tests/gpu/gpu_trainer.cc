@@ -25,6 +25,12 @@ std::string run_dir(const std::string& tag) {
   return (std::filesystem::temp_directory_path() / ("rt_gpu_trainer_" + test + "_" + tag)).string();
 }
 
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // Runs the trainer in a fresh run folder (its job file there) and returns mpirun's exit status.
 // `extra`: more YAML lines for the job; `env`: variables set for mpirun and its ranks.
 int run_trainer(const std::string& backend, int np, std::string* out, const std::string& extra = "",
@@ -72,6 +78,9 @@ void expect_matches_cpu(const std::string& backend, double tol, const std::strin
   for (int np : {1, 2}) {
     std::string out_gpu, out_cpu;
     const auto gpu = train(backend, np, &out_gpu, extra), cpu = train(RT_CPU_BACKEND, np, &out_cpu);
+    // Ranks beyond the node's GPUs share them, and the job says so once.
+    const size_t notes = count(out_gpu, "ranks on this node share its");
+    EXPECT_EQ(notes, rt::cuda::device_count() < np ? 1u : 0u) << out_gpu;
     ASSERT_FALSE(cpu.empty()) << out_cpu;
     ASSERT_EQ(gpu.size(), cpu.size()) << out_gpu;
     for (const auto& [step, l] : cpu) {
