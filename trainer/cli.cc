@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <thread>
 
 #include "comm/mpi_check.h"
@@ -179,12 +180,18 @@ int cli_main(int argc, const char* const* argv) {
   }
   if (cfg.generate.classes > 0) generate_dataset_if_missing(cfg, rank);
 
+  // Memory is what a job most often runs out of: say which key to lower.
+  auto hint = [&](const char* what) {
+    return OutOfMemory(str_cat(what, "; ", cfg.source, ": ", cfg.model.name, " with train.batch ", cfg.train.batch,
+                               " per rank (also the evaluation batch) on backend ", cfg.backend,
+                               " does not fit in memory: lower train.batch"));
+  };
   try {
     return run_job(cfg, o);
   } catch (const OutOfMemory& e) {
-    throw OutOfMemory(str_cat(e.what(), "; ", cfg.source, ": ", cfg.model.name, " with train.batch ",
-                              cfg.train.batch, " per rank (also the evaluation batch) on backend ",
-                              cfg.backend, " does not fit in memory: lower train.batch"));
+    throw hint(e.what());
+  } catch (const std::bad_alloc&) {
+    throw hint("host memory exhausted (std::bad_alloc)");
   }
 }
 

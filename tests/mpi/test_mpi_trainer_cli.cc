@@ -56,6 +56,21 @@ void check_errors() {
   expect_error(run(2, "--config " + cfg + " --set data.synthetic=false --set data.root=" + dir + "/no-data"),
                "no-data", "missing data root");
   expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");
+  // A job too large for the memory there is says which key to lower: ResNet-50's activations at
+  // batch 512 need tens of GiB, and the ranks' address space is capped at 6 GiB.
+  const std::string big = write("big.yaml",
+                                "model: {name: resnet50, classes: 4}\n"
+                                "data: {synthetic: true, synthetic_samples: 1024, synthetic_classes: 4,"
+                                " image_size: 224, threads: 1}\n"
+                                "train: {epochs: 1, batch: 512}\n"
+                                "log: {print_config: false}\n"
+                                "threads: 1\n"
+                                "run_dir: " + dir + "/big\n");
+  expect_error(shell("ulimit -v 6000000 && " + mpiexec + " -np 1 --bind-to none " + trainer + " --config " + big),
+               "ringtrain: rank 0 of 1: host memory exhausted \\(std::bad_alloc\\); " + big +
+                   ": resnet50 with train.batch 512 per rank \\(also the evaluation batch\\) on backend onednn "
+                   "does not fit in memory: lower train.batch",
+               "out of memory");
 }
 
 void check_run_eval_resume() {
