@@ -57,7 +57,7 @@ void check_errors() {
                "no-data", "missing data root");
   expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");
   // A job too large for the memory there is says which key to lower: ResNet-50's activations at
-  // batch 512 need tens of GiB, and the ranks' address space is capped at 6 GiB.
+  // batch 512 need tens of GiB, and the ranks' address space is capped at 2 GB.
   const std::string big = write("big.yaml",
                                 "model: {name: resnet50, classes: 4}\n"
                                 "data: {synthetic: true, synthetic_samples: 1024, synthetic_classes: 4,"
@@ -66,7 +66,7 @@ void check_errors() {
                                 "log: {print_config: false}\n"
                                 "threads: 1\n"
                                 "run_dir: " + dir + "/big\n");
-  expect_error(shell("ulimit -v 6000000 && " + mpiexec + " -np 1 --bind-to none " + trainer + " --config " + big),
+  expect_error(shell("ulimit -v 2000000 && " + mpiexec + " -np 1 --bind-to none " + trainer + " --config " + big),
                "ringtrain: rank 0 of 1: host memory exhausted \\(std::bad_alloc\\); " + big +
                    ": resnet50 with train.batch 512 per rank \\(also the evaluation batch\\) on backend onednn "
                    "does not fit in memory: lower train.batch",
