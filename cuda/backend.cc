@@ -104,15 +104,13 @@ std::unique_ptr<Backend<float>> make_tf32(const BackendOptions& o) {
   return make_cuda_backend(cfg);
 }
 
-}  // namespace
-
-namespace {
 // The first of the launchers' variables that is set, as an int (fallback when none is).
 int launcher_int(std::initializer_list<const char*> vars, int fallback) {
   for (const char* var : vars)
     if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
   return fallback;
 }
+
 }  // namespace
 
 std::string shared_device_note(int local_size, int devices) {
