@@ -26,6 +26,7 @@ struct ConvAlgos {
 // set-up on the thread that builds the model, as the context's other set-up calls.
 class ConvAlgoCache {
  public:
+  // The choice made earlier for key (counted in reused()), or nullptr.
   const ConvAlgos* find(const std::string& key) {
     const auto it = map_.find(key);
     if (it == map_.end()) return nullptr;
