@@ -19,7 +19,18 @@ ContextConfig context_config(const BackendOptions& o, const std::string& backend
   c.deterministic = o.deterministic;
   c.benchmark_algos = o.conv_algos == "timed" || (o.conv_algos == "auto" && timed && !o.deterministic);
   c.workspace_limit = size_t(o.workspace_mib) << 20;
+  c.algo_cache = o.algo_cache;
   return c;
+}
+
+std::string context_identity(const ContextConfig& cfg) {
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, cfg.device));
+  int runtime = 0;
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  return str_cat(p.name, " sm_", p.major, p.minor, " cudnn ", cudnnGetVersion(), " cudart ", runtime,
+                 cfg.benchmark_algos ? " timed" : " heuristic", cfg.deterministic ? " deterministic" : "",
+                 cfg.allow_tf32 ? " tf32" : "", " workspace ", cfg.workspace_limit);
 }
 
 CudaContext::CudaContext(ContextConfig cfg) : cfg_(cfg) {
@@ -33,6 +44,7 @@ CudaContext::CudaContext(ContextConfig cfg) : cfg_(cfg) {
     // cuBLAS's default math keeps fp32 GEMMs in fp32; TF32 only when asked for.
     CUBLAS_CHECK(cublasSetMathMode(cublas_, cfg_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                             : CUBLAS_DEFAULT_MATH));
+    if (!cfg_.algo_cache.empty()) conv_algos_.use_file(cfg_.algo_cache, context_identity(cfg_));
   } catch (...) {
     release();
     throw;

@@ -24,7 +24,14 @@ struct ContextConfig {
   bool benchmark_algos = false;
   bool deterministic = false;               // only algorithms with reproducible results
   size_t workspace_limit = size_t{1} << 30; // per op; candidates needing more are skipped
+  // A file that keeps convolution algorithm choices across runs (conv_algo_file.h); "" for none.
+  std::string algo_cache;
 };
+
+// What a convolution algorithm choice depends on besides its shape, for the algorithm cache
+// file: the device's model and compute capability, the cuDNN and CUDA runtime versions, and
+// cfg's settings that sway the choice.
+std::string context_identity(const ContextConfig& cfg);
 
 // The configuration a registered backend (`backend`, for errors) runs on `device` with for a job's
 // options; `timed` is the backend's own choice for conv_algos "auto". Throws rt::Error for an
@@ -34,7 +41,8 @@ ContextConfig context_config(const BackendOptions& o, const std::string& backend
 
 class CudaContext {
  public:
-  // Selects the device, creates a non-blocking stream and the cuDNN and cuBLAS handles on it.
+  // Selects the device, creates a non-blocking stream and the cuDNN and cuBLAS handles on it, and
+  // reads cfg.algo_cache when set (rt::Error naming the file when it cannot be used).
   explicit CudaContext(ContextConfig cfg = {});
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;

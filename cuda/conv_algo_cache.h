@@ -2,7 +2,8 @@
 // descriptors (shape, format, type, math) and the context's configuration, so a model's layers of
 // one shape share it. ResNet-50 has 53 convolutions of 23 distinct shapes; with timed choice
 // (cudnnFind*, every candidate run on the layer's full batch) the set-up time is that of the
-// distinct shapes, as PyTorch's cudnn.benchmark cache.
+// distinct shapes, as PyTorch's cudnn.benchmark cache; with a file (cuda.algo_cache,
+// conv_algo_file.h) that of the shapes no earlier run on this GPU and software chose for.
 #pragma once
 #include <cudnn.h>
 
@@ -22,24 +23,39 @@ struct ConvAlgos {
   size_t workspace = 0;  // bytes: the largest of the three
 };
 
-// One context's choices (its device and ContextConfig are fixed), keyed by conv_algo_key. Used at
-// set-up on the thread that builds the model, as the context's other set-up calls.
+// One context's choices (its device and ContextConfig are fixed), keyed by conv_algo_key, and
+// optionally a file that keeps them across runs (conv_algo_file.h). Used at set-up on the thread
+// that builds the model, as the context's other set-up calls.
 class ConvAlgoCache {
  public:
-  // The choice made earlier for key (counted in reused()), or nullptr.
-  const ConvAlgos* find(const std::string& key) {
-    const auto it = map_.find(key);
-    if (it == map_.end()) return nullptr;
-    ++reused_;
-    return &it->second;
-  }
-  void add(const std::string& key, const ConvAlgos& a) { map_.emplace(key, a); }
-  int64_t shapes() const { return int64_t(map_.size()); }  // choices made
+  // Reads the choices `identity` (what they depend on besides the shape) made in earlier runs
+  // from path, creating it if need be; add() then appends each new choice. Throws rt::Error
+  // naming path when it cannot be read or appended to.
+  void use_file(const std::string& path, const std::string& identity);
+
+  // The choice made (or taken from the file) earlier in this run for key, counted in reused(),
+  // or nullptr.
+  const ConvAlgos* find(const std::string& key);
+  // The file's choice for key, not yet checked against this run's descriptors, or nullptr.
+  const ConvAlgos* stored(const std::string& key) const;
+  // Remembers a for key; appends it to the file unless it came from there (from_file, counted
+  // in loaded()).
+  void add(const std::string& key, const ConvAlgos& a, bool from_file = false);
+
+  int64_t shapes() const { return int64_t(map_.size()); }  // choices in use
   int64_t reused() const { return reused_; }                // layers that took one made earlier
+  int64_t loaded() const { return loaded_; }                // choices taken from the file
+  const std::string& file() const { return file_; }         // "" without one
+  // One line for the log: how many shapes, where their choices came from, and any lines of the
+  // file that were ignored.
+  std::string summary() const;
 
  private:
   std::map<std::string, ConvAlgos> map_;
-  int64_t reused_ = 0;
+  std::map<std::string, ConvAlgos> stored_;
+  int64_t reused_ = 0, loaded_ = 0;
+  std::string file_, identity_;
+  int64_t malformed_ = 0, first_malformed_ = 0;
 };
 
 }  // namespace rt::cuda

@@ -29,6 +29,31 @@ const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextCon
   return perf[size_t(k)];
 }
 
+// Whether a choice read from the algorithm cache file still holds here: cuDNN accepts each
+// algorithm for these descriptors under its math type (it reports NOT_SUPPORTED otherwise, as
+// for a file edited by hand), the workspace fits the limit, and without tensor_ops no direction
+// may use tensor cores. Sets a.workspace and the descriptors' math types.
+bool stored_choice_fits(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                        cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                        cudnnConvolutionDescriptor_t bwd_data, cudnnConvolutionDescriptor_t bwd_filter,
+                        const ContextConfig& cfg, bool tensor_ops, ConvAlgos& a) {
+  if (!tensor_ops && (a.fwd_math != CUDNN_FMA_MATH || a.bwd_data_math != CUDNN_FMA_MATH ||
+                      a.bwd_filter_math != CUDNN_FMA_MATH))
+    return false;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, a.bwd_data_math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, a.bwd_filter_math));
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  if (cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws) != CUDNN_STATUS_SUCCESS ||
+      cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws) !=
+          CUDNN_STATUS_SUCCESS ||
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws) !=
+          CUDNN_STATUS_SUCCESS)
+    return false;
+  a.workspace = std::max({fwd_ws, data_ws, filter_ws});
+  return a.workspace <= cfg.workspace_limit;
+}
+
 }  // namespace
 
 int conv_narrow(int64_t v, const ConvDesc& d) {
@@ -63,6 +88,13 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   }
   cudnnHandle_t h = ctx.cudnn();
   const ContextConfig& cfg = ctx.config();
+  if (const ConvAlgos* s = ctx.conv_algos().stored(key)) {
+    ConvAlgos a = *s;
+    if (stored_choice_fits(h, x, w, y, fwd, bwd_data, bwd_filter, cfg, tensor_ops, a)) {
+      ctx.conv_algos().add(key, a, /*from_file=*/true);
+      return a;
+    }
+  }
   auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
   ConvAlgos a;
   {

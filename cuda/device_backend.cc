@@ -32,6 +32,12 @@ double DeviceBackend::compute_seconds() const {
 }
 
 // The input copy too: its host bytes are free once sync() returns (Backend::stage_input).
+std::string DeviceBackend::setup_note() const {
+  const ContextConfig& c = ctx_.config();
+  return str_cat("cuDNN convolution algorithms ", c.benchmark_algos ? "timed" : "by heuristics",
+                 c.deterministic ? " (deterministic only)" : "", ": ", ctx_.conv_algos().summary());
+}
+
 void DeviceBackend::sync() const {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   input_.sync();

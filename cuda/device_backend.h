@@ -39,6 +39,9 @@ class DeviceBackend : public Backend<float> {
   void stage_input(const void* host, size_t bytes) override { input_.stage(host, bytes); }
   HostMemory* input_memory() const override { return &pinned_memory(ctx_.config().device); }
   const CudaContext& context() const { return ctx_; }
+  // How the convolution algorithms were chosen: timed or heuristic, shapes and layers, and what
+  // the algorithm cache file gave and took.
+  std::string setup_note() const override;
 
  protected:
   // The 8-bit input (s.n images, NHWC RGB) normalized on the device into dst as `out`: fp32 NCHW

@@ -280,6 +280,10 @@ class Backend {
   // That host loop over host memory, for overrides that count on a copy of their own.
   static size_t scale_count_host(T* v, size_t n, float s, bool count);
 
+  // What set-up decided that a job's log should show (one line, after the model is built), or
+  // "": the CUDA backends say how their convolution algorithms were chosen.
+  virtual std::string setup_note() const { return {}; }
+
   virtual std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc&) = 0;
   virtual std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc&) = 0;
   // Whether a Net should run a batch norm without ReLU whose only reader is a residual add as one
@@ -309,6 +313,10 @@ struct BackendOptions {
   // algorithms, chosen by heuristics, as timing may choose differently from one run to the next.
   bool deterministic = false;
   int64_t workspace_mib = 1024;  // per operation; algorithms that need more are skipped
+  // A file that keeps the algorithm choices across runs (read at start, each new choice
+  // appended), so that timed choice runs once per GPU model, software and configuration; "" for
+  // none.
+  std::string algo_cache;
 };
 
 // "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu";

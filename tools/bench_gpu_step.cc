@@ -25,7 +25,7 @@
 namespace {
 
 struct Args {
-  std::string model = "resnet50", precision = "fp32", json;
+  std::string model = "resnet50", precision = "fp32", json, algo_cache;
   int64_t batch = 256, size = 224;
   int warmup = 5, steps = 10, repeats = 3, profile = 0;
   bool fuse = true;
@@ -35,7 +35,7 @@ struct Args {
   std::printf(
       "usage: bench_gpu_step [--model resnet50] [--batch 256] [--size 224] [--precision fp32|tf32|bf16|fp16]\n"
       "                      [--warmup 5] [--steps 10] [--repeats 3] [--json FILE] [--profile N]\n"
-      "                      [--no-fuse]\n"
+      "                      [--no-fuse] [--algo-cache FILE]\n"
       "Times forward + backward + the fused device SGD (momentum 0.9, wd 1e-4) on one synthetic\n"
       "batch kept on the device; convolution algorithms are timed once per shape at set-up. Each\n"
       "repeat is `steps` steps ended by a device sync. Fails when the timed steps allocate.\n"
@@ -45,7 +45,9 @@ struct Args {
       "layer, printed per layer and per kind of layer (PROFILE lines; they time each layer's own\n"
       "work plus a sync's latency, so their total exceeds the step's time).\n"
       "--no-fuse: each batch norm and the residual add after it as two layers, as a backend that\n"
-      "does not fuse them runs them (the 16-bit backends fuse them by default).\n");
+      "does not fuse them runs them (the 16-bit backends fuse them by default).\n"
+      "--algo-cache FILE: keep the algorithm choices in FILE (cuda.algo_cache): a later run of the\n"
+      "same shapes on this GPU and software takes them instead of timing the candidates again.\n");
   std::exit(rc);
 }
 
@@ -70,6 +72,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--json") a.json = val();
     else if (k == "--profile") a.profile = std::stoi(val());
     else if (k == "--no-fuse") a.fuse = false;
+    else if (k == "--algo-cache") a.algo_cache = val();
     else if (k == "--help" || k == "-h") usage(0);
     else {
       std::fprintf(stderr, "bench_gpu_step: unknown option %s\n", k.c_str());
@@ -174,6 +177,7 @@ int main(int argc, char** argv) try {
   rt::cuda::ContextConfig ctx;
   ctx.allow_tf32 = a.precision == "tf32";
   ctx.benchmark_algos = true;  // as PyTorch's cudnn.benchmark: the fastest measured algorithms
+  ctx.algo_cache = a.algo_cache;
   // bf16, fp16: the cuda-bf16 and cuda-fp16 backends (16-bit NHWC activations, fp32 master
   // weights and optimizer).
   const bool lowp = a.precision == "bf16" || a.precision == "fp16";
@@ -256,7 +260,6 @@ int main(int argc, char** argv) try {
 
   // Convolution algorithms are timed per distinct shape; the other layers reuse those choices.
   const int64_t conv_shapes = device ? device->context().conv_algos().shapes() : -1;
-  const int64_t conv_reused = device ? device->context().conv_algos().reused() : -1;
   std::vector<double> sorted = rate;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
@@ -276,8 +279,7 @@ int main(int argc, char** argv) try {
               "counted by rt::cuda (the arena's parameters, gradients and momentum, activations, "
               "gradient slots, workspaces); in use changed by %+.0f MiB during the timed steps\n",
               peak_mib, double(after.device_bytes) / (1 << 20), used_after - used_before);
-  std::printf("# convolution algorithms timed for %lld shapes, reused by %lld more layers\n",
-              (long long)conv_shapes, (long long)conv_reused);
+  std::printf("# %s\n", device ? device->setup_note().c_str() : "");
   std::printf("# device+pinned allocations during the timed steps: %lld (must be 0); loss %.4f -> %.4f\n",
               (long long)steady_allocs, first_loss, loss);
 

@@ -26,6 +26,7 @@ build=${1:-$root/build-gpu}
 jobs=${JOBS:-$(nproc)}
 arch=${CUDA_ARCH:-90}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: job files name paths in it
 summary=$out/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -134,6 +135,10 @@ else
   deadline=$(( start + ${BUDGET_S:-480} - 15 ))  # 15 s kept for the table
   bargs=(--batch "${BENCH_BATCH:-256}" --size "${BENCH_SIZE:-224}" --warmup 5 --steps 10 --repeats 3)
   py=${PYTHON:-python3}
+  # Our runs share one algorithm cache file: the bf16 benchmark times cuDNN's candidates per shape
+  # and the trainer, profile and no-fusion runs of the same shapes take its choices (set-up time
+  # the budget keeps for measuring).
+  cache=(--algo-cache "$out/algos.tsv")
   # bench NAME CAP CMD...: CMD under `timeout` (CAP s at most), log in bench-NAME.log.
   bench() {
     local name=$1 cap=$2 left=$(( deadline - $(date +%s) ))
@@ -164,6 +169,7 @@ checkpoint: {at_epoch_end: false}
 eval: {every_epochs: 0, at_end: false}
 log: {progress: false, print_config: false}
 backend: cuda-bf16
+cuda: {algo_cache: $out/algos.tsv}
 run_dir: $trun/run
 EOF2
     bench ringtrain-trainer-bf16 120 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -187,7 +193,8 @@ EOF2
   # bf16 first: its ratio is the target, and a budget cut should take fp16 (not asked for), not
   # it; the trainer right after it (where built), as it is the figure users see.
   for p in bf16 tf32 fp32 fp16; do
-    bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" --json "$out/bench-ringtrain-$p.json"
+    bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" "${cache[@]}" \
+      --json "$out/bench-ringtrain-$p.json"
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
     [ $p = bf16 ] && [ -x "$build/bin/trainer_cuda" ] && bench_trainer
@@ -253,7 +260,7 @@ EOF
   # With time left: where a bf16 step's time goes, by kind of layer, on both sides (the device
   # synced around each of our layers; PyTorch's own device time per op from its profiler).
   pargs=(--batch "${BENCH_BATCH:-256}" --size "${BENCH_SIZE:-224}" --warmup 3 --steps 2 --repeats 1 --profile 3)
-  bench profile-ringtrain-bf16 120 "$build/bin/bench_gpu_step" --precision bf16 "${pargs[@]}"
+  bench profile-ringtrain-bf16 120 "$build/bin/bench_gpu_step" --precision bf16 "${pargs[@]}" "${cache[@]}"
   bench profile-pytorch-bf16 90 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" \
     --modes bf16 "${pargs[@]}"
   for who in ringtrain pytorch; do
@@ -261,7 +268,7 @@ EOF
   done
   # Then what the batch norm + residual add fusion buys: the bf16 step with it off, as the table's.
   bench ringtrain-bf16-nofuse 150 "$build/bin/bench_gpu_step" --precision bf16 --no-fuse "${bargs[@]}" \
-    --json "$out/bench-ringtrain-bf16-nofuse.json"
+    "${cache[@]}" --json "$out/bench-ringtrain-bf16-nofuse.json"
 fi
 
 # With time left and compute-sanitizer there (it needs a runtime that exposes the GPU's debug

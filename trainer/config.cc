@@ -105,6 +105,7 @@ void config_fields(C& c, V&& v) {
   v("cuda.conv_algos", c.cuda.conv_algos);
   v("cuda.deterministic", c.cuda.deterministic);
   v("cuda.workspace_mib", c.cuda.workspace_mib);
+  v("cuda.algo_cache", c.cuda.algo_cache);
   v("seed", c.seed);
   v("backend", c.backend);
   v("threads", c.threads);

@@ -104,7 +104,7 @@ struct Config {
   CheckConfig check;
   DebugConfig debug;
   EmulateConfig emulate;              // emulate.*: compute_ms, forward_fraction (trainer/emulate.h)
-  BackendOptions cuda;                // cuda.*: conv_algos, deterministic, workspace_mib (nn/ops.h);
+  BackendOptions cuda;                // cuda.*: conv_algos, deterministic, workspace_mib, algo_cache (nn/ops.h);
                                       //   read by the cuda backends only
   uint64_t seed = 0;                  // model initialisation and data order/augmentation
   // onednn (alias cpu) | onednn-direct | onednn-winograd | reference | cuda | cuda-tf32 | cuda-bf16 |

@@ -144,7 +144,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("comm", std::string(reducer_->algorithm()))
                       .add("device_path", std::string(reducer_->device_path() ? reducer_->device_path() : "host"))
                       .add("buckets", int64_t(reducer_->num_buckets()))
-                      .add("emulate_compute_ms", cfg_.emulate.compute_ms));
+                      .add("emulate_compute_ms", cfg_.emulate.compute_ms)
+                      .add("backend", net_->backend().name())
+                      .add("setup", net_->backend().setup_note()));
 }
 
 Trainer::~Trainer() = default;
@@ -181,6 +183,7 @@ void Trainer::train() {
                    " rank(s) x batch ", cfg_.train.batch, ", ", steps_per_epoch_, " steps/epoch, ",
                    total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
                    omp_get_max_threads(), " thread(s)/rank"));
+  if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));

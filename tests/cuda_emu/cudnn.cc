@@ -3,8 +3,9 @@
 // cross-correlation forward and both gradients, the bias add and its gradient (batch norm:
 // cudnn_bn.cc). Semantics as cuDNN documents them: results are alpha * op + beta * old, and the
 // old value is not read when beta is 0 (new device memory is NaN here, so reading it would show);
-// the algorithm queries offer one algorithm that needs kWorkspace bytes of workspace, and a call
-// given less, or none, fails with CUDNN_STATUS_BAD_PARAM. A call checks its arguments and reads
+// the algorithm queries offer one algorithm (number 0) that needs kWorkspace bytes of workspace,
+// a call given less, or none, fails with CUDNN_STATUS_BAD_PARAM, and the workspace queries
+// answer CUDNN_STATUS_NOT_SUPPORTED for any other algorithm. A call checks its arguments and reads
 // its descriptors, alpha and beta at once, as cuDNN does, and queues the work on the handle's
 // stream (tests/cuda_emu/streams.h). What it does not reproduce: cuDNN's own
 // summation order and fp32 accumulation (it is more exact), and its speed.
@@ -93,6 +94,8 @@ cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* return
 }  // namespace
 
 extern "C" {
+
+size_t cudnnGetVersion(void) { return CUDNN_VERSION; }  // the headers it was built with
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
   *h = new cudnnContext;
@@ -233,21 +236,24 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnn
                                                       const cudnnFilterDescriptor_t,
                                                       const cudnnConvolutionDescriptor_t,
                                                       const cudnnTensorDescriptor_t,
-                                                      cudnnConvolutionFwdAlgo_t, size_t* bytes) {
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
   *bytes = kWorkspace;
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
     cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,
-    cudnnConvolutionBwdDataAlgo_t, size_t* bytes) {
+    cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
   *bytes = kWorkspace;
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnFilterDescriptor_t,
-    cudnnConvolutionBwdFilterAlgo_t, size_t* bytes) {
+    cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
   *bytes = kWorkspace;
   return CUDNN_STATUS_SUCCESS;
 }

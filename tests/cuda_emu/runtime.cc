@@ -142,6 +142,10 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   *free = *total - size_t(rt_emu::device_bytes_live());
   return cudaSuccess;
 }
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;  // the headers it was built with
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return cudaErrorInvalidDevice;
   *prop = cudaDeviceProp{};

@@ -1,11 +1,16 @@
 // cuDNN convolution and cuBLAS fully connected layers against the reference backend, forward and
 // backward, fp32 without TF32: |gpu - ref| <= atol + rtol |ref|.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/conv_algo_file.h"
+#include "cuda/conv_algos.h"
 #include "cuda/cublas_linear.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/lowp_conv.h"
@@ -126,6 +131,78 @@ TEST(GpuCudnnConv, AlgorithmsChosenOncePerShape) {
     EXPECT_EQ(fresh.conv_algos().shapes(), 1);
     EXPECT_EQ(fresh.conv_algos().reused(), 0);
   }
+}
+
+bool same_algos(const ConvAlgos& a, const ConvAlgos& b) {
+  return a.fwd == b.fwd && a.bwd_data == b.bwd_data && a.bwd_filter == b.bwd_filter &&
+         a.fwd_math == b.fwd_math && a.bwd_data_math == b.bwd_data_math &&
+         a.bwd_filter_math == b.bwd_filter_math && a.workspace == b.workspace;
+}
+
+// cuda.algo_cache: a later context with the same settings takes every choice from the file (no
+// timing) and computes as well; other settings choose afresh; a stored choice that cuDNN does not
+// accept for its shape, or that would put fp32 on tensor cores without TF32, is chosen again and
+// the new choice appended.
+TEST(GpuCudnnConv, AlgorithmChoicesKeptInAFile) {
+  RT_REQUIRE_GPU();
+  const std::string file = std::filesystem::temp_directory_path() /
+                           ("rt_gpu_algos_" + std::to_string(getpid()) + ".tsv");
+  std::filesystem::remove(file);
+  ContextConfig cfg;
+  cfg.benchmark_algos = true;
+  cfg.algo_cache = file;
+  const std::string id = context_identity(cfg);
+  const ConvDesc a{"a", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+  const ConvDesc b{"b", {2, 32, 9, 9}, 64, 1, 1, 2, 2, 0, 0, false};
+  ConvAlgos chosen;
+  {
+    CudaContext ctx(cfg);
+    CudnnConv ca(a, ctx), cb(b, ctx), again(a, ctx);
+    EXPECT_EQ(ctx.conv_algos().shapes(), 2);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 0);
+    chosen = *ctx.conv_algos().find(conv_algo_key(a, false, ""));
+  }
+  EXPECT_EQ(read_algo_file(file, id).lines, 2);
+  {
+    CudaContext ctx(cfg);
+    check_conv(ctx, a);  // the file's choice, against the reference
+    CudnnConv cb(b, ctx);
+    EXPECT_EQ(ctx.conv_algos().shapes(), 2);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 2);
+    EXPECT_TRUE(same_algos(*ctx.conv_algos().find(conv_algo_key(a, false, "")), chosen));
+  }
+  EXPECT_EQ(read_algo_file(file, id).lines, 2);  // nothing new to append
+  ContextConfig heuristic = cfg;
+  heuristic.benchmark_algos = false;
+  {
+    CudaContext ctx(heuristic);
+    CudnnConv ca(a, ctx);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 0);
+  }
+  EXPECT_EQ(read_algo_file(file, context_identity(heuristic)).choices.size(), 1u);
+
+  // Stale lines, as a hand edit or another cuDNN could leave: Winograd for a 1x1 convolution, and
+  // tensor-op math for fp32 without TF32.
+  const ConvDesc c{"c", {2, 32, 9, 9}, 16, 1, 1, 2, 2, 0, 0, false};
+  const ConvDesc d{"d", {4, 16, 12, 12}, 8, 3, 3, 1, 1, 1, 1, false};
+  ConvAlgos winograd, tensor_op;
+  winograd.fwd = CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD;
+  winograd.fwd_math = winograd.bwd_data_math = winograd.bwd_filter_math = CUDNN_FMA_MATH;
+  tensor_op.fwd_math = tensor_op.bwd_data_math = tensor_op.bwd_filter_math = CUDNN_TENSOR_OP_MATH;
+  append_algo_file(file, algo_file_line(id, conv_algo_key(c, false, ""), winograd));
+  append_algo_file(file, algo_file_line(id, conv_algo_key(d, false, ""), tensor_op));
+  {
+    CudaContext ctx(cfg);
+    check_conv(ctx, c);
+    check_conv(ctx, d);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 0);
+    EXPECT_EQ(ctx.conv_algos().shapes(), 2);
+  }
+  const AlgoFileContents after = read_algo_file(file, id);
+  EXPECT_EQ(after.lines, 7);  // 2 + 1 heuristic + 2 stale + 2 chosen again
+  EXPECT_NE(after.choices.at(conv_algo_key(c, false, "")).fwd, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
+  EXPECT_EQ(after.choices.at(conv_algo_key(d, false, "")).fwd_math, CUDNN_FMA_MATH);
+  std::filesystem::remove(file);
 }
 
 void check_linear(CudaContext& ctx, const LinearDesc& d) {

@@ -12,7 +12,9 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "tests/gpu/gpu_test_util.h"
 
@@ -152,6 +154,54 @@ TEST(GpuTrainer, DeterministicRunsEndInTheSameCheckpoint) {
     ASSERT_GT(bytes.size(), 100000u) << ckpt;
     if (run == 0) first = bytes;
     else EXPECT_TRUE(bytes == first) << "run 2 ended in another checkpoint than run 1 (" << ckpt << ")";
+  }
+}
+
+// cuda.algo_cache end to end: in the first run of a job the 2 ranks share a new file, each
+// reading what the other appended so far and appending the rest of its timed choices as whole
+// lines; the next run reads all 6 shapes' choices and chooses none. Each run's start record says
+// which. ResNet-20's 19 convolutions have 6 shapes.
+TEST(GpuTrainer, AlgorithmCacheServesTheNextRun) {
+  RT_REQUIRE_GPU();
+  const std::string file = run_dir("algos.tsv");
+  std::filesystem::remove(file);
+  auto file_lines = [&] {
+    std::ifstream in(file);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("#", 0) != 0) lines.push_back(line);
+    return lines;
+  };
+  std::vector<std::string> first;
+  for (int run = 0; run < 2; ++run) {
+    std::string out;
+    ASSERT_EQ(run_trainer("cuda-bf16", 2, &out, "cuda: {algo_cache: " + file + "}\n"), 0) << out;
+    std::ifstream metrics(run_dir("cuda-bf16_np2") + "/metrics.jsonl");
+    std::string start;
+    std::getline(metrics, start);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(start, m, std::regex("\"setup\":\"cuDNN convolution algorithms timed: "
+                                                       "6 convolution shapes for 19 layers; ([0-9]) choices? "
+                                                       "read from ([^,]+), ([0-9]) added to it\"")))
+        << start;
+    EXPECT_EQ(m[2], file);
+    const int read = std::stoi(m[1]), added = std::stoi(m[3]);
+    EXPECT_EQ(read + added, 6);
+    if (run == 1) EXPECT_EQ(read, 6);
+    const auto lines = file_lines();
+    if (run == 0) {
+      first = lines;
+      EXPECT_GE(lines.size(), 6u);  // each shape once, or twice when both ranks chose it
+      EXPECT_LE(lines.size(), 12u);
+      std::set<std::string> shapes;
+      for (const auto& line : lines) {
+        EXPECT_TRUE(std::regex_match(line, std::regex("[^\t]+\t[^\t]+\t[0-9]+( [0-9]+){5}"))) << line;
+        shapes.insert(line.substr(0, line.rfind('\t')));
+      }
+      EXPECT_EQ(shapes.size(), 6u);
+    } else {
+      EXPECT_EQ(lines, first);  // nothing appended
+    }
   }
 }
 
