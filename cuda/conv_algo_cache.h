@@ -45,7 +45,6 @@ class ConvAlgoCache {
   int64_t shapes() const { return int64_t(map_.size()); }  // choices in use
   int64_t reused() const { return reused_; }                // layers that took one made earlier
   int64_t loaded() const { return loaded_; }                // choices taken from the file
-  const std::string& file() const { return file_; }         // "" without one
   // One line for the log: how many shapes, where their choices came from, and any lines of the
   // file that were ignored.
   std::string summary() const;

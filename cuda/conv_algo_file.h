@@ -5,7 +5,10 @@
 // The identity names what a choice depends on besides the shape (device model, cuDNN and CUDA
 // versions, the context's settings), so lines of other GPUs or settings share a file and are
 // left alone. Lines are only appended, each in one write: ranks sharing a file append whole
-// lines (O_APPEND on a local file system), and the last line of a key wins when read.
+// lines (O_APPEND on a local file system; not on NFS), and the last line of a key wins when read.
+// A choice read back is checked against cuDNN before use (conv_choose_algos), but whether an
+// algorithm is deterministic cuDNN says only when ranking: under a deterministic identity the
+// file is trusted on that.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -225,15 +225,15 @@ net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_to
 print("# ResNet-50 training step on one GPU\n")
 print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {gpu}; {bargs}; "
       f"PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}.\n")
-print("| run | img/s median [min–max] | peak memory in use, MiB | allocator peak, MiB "
+print("| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocator peak, MiB "
       "| allocations in timed steps | ringtrain / PyTorch |")
-print("|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|")
 for name in names:
     who, prec = name.split("-")
     label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
     r = runs[name]
     if not isinstance(r, dict):
-        print(f"| {label} | {r} | | | | |")
+        print(f"| {label} | {r} | | | | | |")
         continue
     ours = who == "ringtrain"
     peer = runs[f"pytorch-{prec}"]
@@ -241,17 +241,20 @@ for name in names:
     alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
              else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
     print(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
-          f"| {mib(r['peak_used_mib'])} | {alloc} | {r['steady_allocs'] if ours else ''} | {ratio} |")
+          f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} | {r['steady_allocs'] if ours else ''} | {ratio} |")
 if isinstance(trainer, dict):
     peer = runs["pytorch-bf16"]
     ratio = f"{trainer['img_per_s'] / peer['img_per_s']:.2f}" if isinstance(peer, dict) else ""
     print(f"| ringtrain bf16, the trainer (loader, upload, step; 1 rank) | {trainer['img_per_s']:.1f} "
-          f"[{trainer['img_per_s_min']:.1f}–{trainer['img_per_s_max']:.1f}] | | | "
+          f"[{trainer['img_per_s_min']:.1f}–{trainer['img_per_s_max']:.1f}] | | | | "
           f"| {ratio} (data wait {trainer['data_wait_s'] * 1e3:.1f} ms/step) |")
 elif trainer != "not run":
-    print(f"| ringtrain bf16, the trainer | {trainer} | | | | |")
-print("\nPeak memory in use: cudaMemGetInfo's total − free after the first step (and at the end), "
-      "minus that before the model was built. Logs: bench-*.log; figures: bench-*.json.")
+    print(f"| ringtrain bf16, the trainer | {trainer} | | | | | |")
+print("\nSet-up: from building the model to the end of the warm-up steps; ringtrain's include "
+      "timing cuDNN's algorithms once per shape (cudnn.benchmark does it in PyTorch's first steps), "
+      "except where algos.tsv already held them. Peak memory in use: cudaMemGetInfo's total − free "
+      "after the first step (and at the end), minus that before the model was built. "
+      "Logs: bench-*.log; figures: bench-*.json.")
 EOF
   then
     say "gpu_check: FAILED to write bench.md (see bench-table.log)"
