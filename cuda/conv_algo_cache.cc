@@ -30,20 +30,28 @@ const ConvAlgos* ConvAlgoCache::stored(const std::string& key) const {
 
 void ConvAlgoCache::add(const std::string& key, const ConvAlgos& a, bool from_file) {
   map_.emplace(key, a);
-  if (from_file) ++loaded_;
-  else if (!file_.empty()) append_algo_file(file_, algo_file_line(identity_, key, a));
+  if (from_file) {
+    ++loaded_;
+  } else if (!file_.empty() && append_error_.empty()) {
+    // The run itself does not need the file: a full disk costs later runs the timing, not this one.
+    try {
+      append_algo_file(file_, algo_file_line(identity_, key, a));
+    } catch (const Error& e) {
+      append_error_ = e.what();
+    }
+  }
 }
 
 std::string ConvAlgoCache::summary() const {
   std::string s = str_cat(shapes(), " convolution shape", shapes() == 1 ? "" : "s", " for ",
                           shapes() + reused_, " layer", shapes() + reused_ == 1 ? "" : "s");
   if (file_.empty()) return s;
-  s += str_cat("; ", loaded_, " choice", loaded_ == 1 ? "" : "s", " read from ", file_, ", ",
-               shapes() - loaded_, " added to it");
+  s += str_cat("; ", loaded_, " choice", loaded_ == 1 ? "" : "s", " read from ", file_);
   if (malformed_ > 0)
     s += str_cat(" (", malformed_, " malformed line", malformed_ == 1 ? "" : "s",
                  " ignored, the first at line ", first_malformed_, ")");
-  return s;
+  s += str_cat(", ", shapes() - loaded_);
+  return s + (append_error_.empty() ? " added to it" : str_cat(" new, not kept: ", append_error_));
 }
 
 }  // namespace rt::cuda

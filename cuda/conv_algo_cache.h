@@ -39,7 +39,7 @@ class ConvAlgoCache {
   // The file's choice for key, not yet checked against this run's descriptors, or nullptr.
   const ConvAlgos* stored(const std::string& key) const;
   // Remembers a for key; appends it to the file unless it came from there (from_file, counted
-  // in loaded()).
+  // in loaded()). A failed append stops the appending and shows in summary(), nothing more.
   void add(const std::string& key, const ConvAlgos& a, bool from_file = false);
 
   int64_t shapes() const { return int64_t(map_.size()); }  // choices in use
@@ -53,7 +53,7 @@ class ConvAlgoCache {
   std::map<std::string, ConvAlgos> map_;
   std::map<std::string, ConvAlgos> stored_;
   int64_t reused_ = 0, loaded_ = 0;
-  std::string file_, identity_;
+  std::string file_, identity_, append_error_;
   int64_t malformed_ = 0, first_malformed_ = 0;
 };
 

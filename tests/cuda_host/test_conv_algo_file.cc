@@ -164,7 +164,19 @@ TEST(ConvAlgoFile, CacheAppendsNewChoicesOnly) {
   third.use_file(f, "gpu A");
   third.add("k1", *third.stored("k1"), true);
   EXPECT_EQ(third.summary(), "1 convolution shape for 1 layer; 1 choice read from " + f.string() +
-                                 ", 0 added to it (1 malformed line ignored, the first at line 5)");
+                                 " (1 malformed line ignored, the first at line 5), 0 added to it");
+  // A file that cannot take more (here: replaced by a directory) does not stop the run; the
+  // summary says the choices were not kept.
+  ConvAlgoCache lost;
+  lost.use_file(f, "gpu A");
+  fs::remove(f);
+  fs::create_directory(f);
+  lost.add("k4", sample(0));
+  lost.add("k5", sample(1));
+  EXPECT_EQ(lost.summary(), "2 convolution shapes for 2 layers; 0 choices read from " + f.string() +
+                                " (1 malformed line ignored, the first at line 5), 2 new, not kept: "
+                                "algorithm cache " + f.string() +
+                                ": cannot append: Is a directory");
   ConvAlgoCache plain;  // without a file: nothing written anywhere
   plain.add("k1", sample(1));
   EXPECT_EQ(plain.summary(), "1 convolution shape for 1 layer");
