@@ -80,6 +80,11 @@ AlgoFileContents read_algo_file(const std::string& path, const std::string& iden
 }
 
 void prepare_algo_file(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent) &&
+      !std::filesystem::create_directories(parent, ec) && ec)
+    throw Error(str_cat("algorithm cache ", path, ": cannot create its folder: ", ec.message()));
   const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd >= 0) {  // new: say what it holds (a rank that loses the race finds it existing)
     close(fd);

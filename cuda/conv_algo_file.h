@@ -33,8 +33,9 @@ struct AlgoFileContents {
 // '#'. An unreadable file throws rt::Error naming it.
 AlgoFileContents read_algo_file(const std::string& path, const std::string& identity);
 
-// Creates path (with a comment line saying what it holds) when it does not exist and checks that
-// it can be appended to; throws rt::Error naming it otherwise.
+// Creates path (with a comment line saying what it holds, and its missing parent folders, as a
+// cache under ~/.cache would want) when it does not exist and checks that it can be appended to;
+// throws rt::Error naming it otherwise.
 void prepare_algo_file(const std::string& path);
 
 // Appends one line in one write; throws rt::Error naming path when it cannot.

@@ -146,13 +146,8 @@ void config_validate(const Config& c) {
             "cannot be timed with cuda.deterministic: true (timing may choose other algorithms on the "
             "next run; use auto or heuristic)", cu.conv_algos);
   k.require(cu.workspace_mib >= 0, "cuda.workspace_mib", "must be >= 0", cu.workspace_mib);
-  if (!cu.algo_cache.empty()) {
-    const auto dir = std::filesystem::absolute(cu.algo_cache).parent_path();
-    k.require(std::filesystem::is_directory(dir), "cuda.algo_cache",
-              "must be a file in an existing directory", cu.algo_cache);
-    k.require(!std::filesystem::is_directory(cu.algo_cache), "cuda.algo_cache",
-              "must be a file, not a directory", cu.algo_cache);
-  }
+  k.require(cu.algo_cache.empty() || !std::filesystem::is_directory(cu.algo_cache), "cuda.algo_cache",
+            "must be a file, not a directory", cu.algo_cache);
 
   k.require(c.backend == "onednn" || c.backend == "cpu" || c.backend == "onednn-direct" ||
                 c.backend == "onednn-winograd" || c.backend == "reference" || gpu,

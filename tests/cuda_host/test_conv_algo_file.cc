@@ -125,9 +125,14 @@ TEST(ConvAlgoFile, MissingFileReadsEmptyAndUnusablePathsAreNamed) {
   const AlgoFileContents none = read_algo_file(d / "absent.tsv", "id");
   EXPECT_TRUE(none.choices.empty());
   EXPECT_EQ(none.lines, 0);
-  std::string e = error_of([&] { prepare_algo_file(d / "no" / "such" / "algos.tsv"); });
-  EXPECT_NE(e.find("algorithm cache " + (d / "no" / "such" / "algos.tsv").string() + ": cannot create"),
+  prepare_algo_file(d / "new" / "folders" / "algos.tsv");  // made, as a cache under ~/.cache
+  EXPECT_TRUE(fs::is_regular_file(d / "new" / "folders" / "algos.tsv"));
+  std::ofstream(d / "plain") << "a file, not a folder\n";
+  std::string e = error_of([&] { prepare_algo_file(d / "plain" / "algos.tsv"); });
+  EXPECT_NE(e.find("algorithm cache " + (d / "plain" / "algos.tsv").string() + ": cannot create its folder"),
             std::string::npos) << e;
+  e = error_of([&] { prepare_algo_file(d); });
+  EXPECT_NE(e.find("algorithm cache " + d.string() + ": cannot append"), std::string::npos) << e;
   e = error_of([&] { read_algo_file(d, "id"); });  // a directory
   EXPECT_NE(e.find("algorithm cache " + d.string()), std::string::npos) << e;
   e = error_of([&] { append_algo_file(d / "no" / "algos.tsv", "x\n"); });
