@@ -44,6 +44,22 @@ bool parse(const std::string& fields, ConvAlgos* a) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Writes all of text to fd (one write, short of a signal or a full disk) and closes it.
+void write_and_close(int fd, const std::string& path, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = errno_text();
+      close(fd);
+      throw Error(str_cat("algorithm cache ", path, ": write failed: ", why));
+    }
+    done += size_t(n);
+  }
+  if (close(fd) != 0) throw Error(str_cat("algorithm cache ", path, ": write failed: ", errno_text()));
+}
+
 }  // namespace
 
 std::string algo_file_line(const std::string& identity, const std::string& key, const ConvAlgos& a) {
@@ -87,9 +103,8 @@ void prepare_algo_file(const std::string& path) {
     throw Error(str_cat("algorithm cache ", path, ": cannot create its folder: ", ec.message()));
   const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd >= 0) {  // new: say what it holds (a rank that loses the race finds it existing)
-    close(fd);
-    append_algo_file(path, "# ringtrain cuDNN convolution algorithm choices: identity TAB shape TAB "
-                           "fwd math bwd-data math bwd-filter math (cuda.algo_cache)\n");
+    write_and_close(fd, path, "# ringtrain cuDNN convolution algorithm choices: identity TAB shape TAB "
+                              "fwd math bwd-data math bwd-filter math (cuda.algo_cache)\n");
     return;
   }
   if (errno != EEXIST) throw Error(str_cat("algorithm cache ", path, ": cannot create: ", errno_text()));
@@ -101,18 +116,7 @@ void prepare_algo_file(const std::string& path) {
 void append_algo_file(const std::string& path, const std::string& line) {
   const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(str_cat("algorithm cache ", path, ": cannot append: ", errno_text()));
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = write(fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      close(fd);
-      throw Error(str_cat("algorithm cache ", path, ": write failed: ", why));
-    }
-    done += size_t(n);
-  }
-  if (close(fd) != 0) throw Error(str_cat("algorithm cache ", path, ": write failed: ", errno_text()));
+  write_and_close(fd, path, line);
 }
 
 }  // namespace rt::cuda
