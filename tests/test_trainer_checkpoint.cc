@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_of.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -49,15 +50,7 @@ std::string temp_dir(const char* name) {
   return d.string();
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "";
-}
+constexpr auto error_of = [](auto&& f) { return rt_test::error_of<CheckpointError>(f); };
 
 TEST(trainer_checkpoint, RoundTrip) {
   const std::string dir = temp_dir("rt_ck_rt");

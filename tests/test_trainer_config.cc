@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/error_of.h"
 #include "trainer/cli.h"
 #include "trainer/config.h"
 
@@ -14,16 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The error text of f(), or "" when it does not throw ConfigError.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+constexpr auto error_of = [](auto&& f) { return rt_test::error_of<ConfigError>(f); };
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const fs::path p = fs::temp_directory_path() / name;

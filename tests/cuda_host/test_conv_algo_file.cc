@@ -6,27 +6,20 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
 #include <string>
 
 #include "cuda/conv_algo_cache.h"
 #include "cuda/conv_algo_file.h"
 #include "nn/error.h"
+#include "tests/error_of.h"
 
 namespace rt::cuda {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using rt_test::error_of;
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("rt_algo_file_" + name + "_" + std::to_string(getpid()));

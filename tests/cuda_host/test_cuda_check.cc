@@ -7,20 +7,12 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/memory.h"
+#include "tests/error_of.h"
 
 namespace rt::cuda {
 namespace {
 
-// The message of the rt::Error that f throws ("" if it throws none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using rt_test::error_of;
 
 cudaError_t fail_runtime() { return cudaErrorInvalidValue; }
 cudnnStatus_t fail_cudnn() { return CUDNN_STATUS_BAD_PARAM; }

@@ -9,20 +9,13 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/nccl_allreducer.h"
+#include "tests/error_of.h"
 #include "tests/gtest_mpi.h"
 
 namespace rt::cuda {
 namespace {
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using rt_test::error_of;
 
 ncclResult_t fail_nccl() { return ncclInvalidArgument; }
 
