@@ -175,14 +175,8 @@ EOF2
     bench ringtrain-trainer-bf16 120 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       mpirun -np 1 --bind-to none "$build/bin/trainer_cuda" --config "$trun/job.yaml"
     cp "$trun/run/metrics.jsonl" "$out/trainer-bf16-metrics.jsonl" 2>/dev/null
-    if python3 - "$out/trainer-bf16-metrics.jsonl" >"$out/bench-ringtrain-trainer-bf16.json" 2>/dev/null <<'EOF2'
-import json, statistics, sys
-steps = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "step" and r["step"] > 5]
-v = [r["img_s"] for r in steps]
-print(json.dumps({"img_per_s": statistics.median(v), "img_per_s_min": min(v), "img_per_s_max": max(v),
-                  "data_wait_s": statistics.median(r["data_wait_s"] for r in steps),
-                  "compute_s": statistics.median(r["compute_s"] for r in steps), "steps": len(v)}))
-EOF2
+    if python3 "$root/tools/gpu_bench_table.py" trainer "$out/trainer-bf16-metrics.jsonl" \
+        >"$out/bench-ringtrain-trainer-bf16.json" 2>/dev/null
     then
       say "gpu_check: trainer bf16: $(cat "$out/bench-ringtrain-trainer-bf16.json")"
     else
@@ -201,61 +195,8 @@ EOF2
   done
   gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   # The table: one row per run; a run without its JSON shows its log's last line instead.
-  if ! python3 - "$out" "$gpu_name" "${bargs[*]}" >"$out/bench.md" 2>"$out/bench-table.log" <<'EOF'
-import json, sys, time
-out, gpu, bargs = sys.argv[1:4]
-def load(name):
-    try:
-        with open(f"{out}/bench-{name}.json") as f:
-            return json.loads(f.readline())
-    except (OSError, ValueError):
-        try:
-            with open(f"{out}/bench-{name}.log") as f:
-                lines = [l.strip() for l in f if l.strip()]
-            return lines[-1][:120].replace("|", "/") if lines else "no output"
-        except OSError:
-            return "not run"
-def mib(v):  # None: a CPU smoke run of the PyTorch script
-    return "–" if v is None else f"{v:.0f}"
-names = [f"{who}-{p}" for who in ("ringtrain", "pytorch") for p in ("fp32", "tf32", "bf16", "fp16")]
-trainer = load("ringtrain-trainer-bf16")
-runs = {n: load(n) for n in names}
-pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})
-net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_torch_gpu.py's ResNet-50"
-print("# ResNet-50 training step on one GPU\n")
-print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {gpu}; {bargs}; "
-      f"PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}.\n")
-print("| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocator peak, MiB "
-      "| allocations in timed steps | ringtrain / PyTorch |")
-print("|---|---|---|---|---|---|---|")
-for name in names:
-    who, prec = name.split("-")
-    label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
-    r = runs[name]
-    if not isinstance(r, dict):
-        print(f"| {label} | {r} | | | | | |")
-        continue
-    ours = who == "ringtrain"
-    peer = runs[f"pytorch-{prec}"]
-    ratio = f"{r['img_per_s'] / peer['img_per_s']:.2f}" if ours and isinstance(peer, dict) else ""
-    alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
-             else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
-    print(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
-          f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} | {r['steady_allocs'] if ours else ''} | {ratio} |")
-if isinstance(trainer, dict):
-    peer = runs["pytorch-bf16"]
-    ratio = f"{trainer['img_per_s'] / peer['img_per_s']:.2f}" if isinstance(peer, dict) else ""
-    print(f"| ringtrain bf16, the trainer (loader, upload, step; 1 rank) | {trainer['img_per_s']:.1f} "
-          f"[{trainer['img_per_s_min']:.1f}–{trainer['img_per_s_max']:.1f}] | | | | "
-          f"| {ratio} (data wait {trainer['data_wait_s'] * 1e3:.1f} ms/step) |")
-elif trainer != "not run":
-    print(f"| ringtrain bf16, the trainer | {trainer} | | | | | |")
-print("\nSet-up: from building the model to the end of the warm-up steps; ringtrain's include "
-      "timing cuDNN's algorithms once per shape (cudnn.benchmark does it in PyTorch's first steps), "
-      "except where algos.tsv already held them. Peak memory in use: cudaMemGetInfo's total − free "
-      "after the first step (and at the end), minus that before the model was built. "
-      "Logs: bench-*.log; figures: bench-*.json.")
-EOF
+  if ! python3 "$root/tools/gpu_bench_table.py" table "$out" "$gpu_name" "${bargs[*]}" \
+      >"$out/bench.md" 2>"$out/bench-table.log"
   then
     say "gpu_check: FAILED to write bench.md (see bench-table.log)"
   fi

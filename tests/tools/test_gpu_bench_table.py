@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""tools/gpu_bench_table.py, which writes tools/gpu_check.sh's figures on the GPU machine: checked
+here on made-up run outputs, so that the one GPU run does not find its bugs (python3 -m unittest)."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import gpu_bench_table as gbt  # noqa: E402
+
+
+def ours(img, setup=12.5):
+    return {"img_per_s": img, "img_per_s_min": img - 10, "img_per_s_max": img + 5, "setup_s": setup,
+            "peak_used_mib": 30000.4, "alloc_device_mib": 20000, "steady_allocs": 0}
+
+
+def theirs(img, peak=31000.0):
+    return {"img_per_s": img, "img_per_s_min": img - 1, "img_per_s_max": img + 1, "setup_s": 4.0,
+            "peak_used_mib": peak, "max_allocated_mib": peak, "torch": "2.9.0", "cudnn": 91000,
+            "torchvision": "0.24.0"}
+
+
+class TrainerSummary(unittest.TestCase):
+    def write(self, records):
+        f = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+        self.addCleanup(os.unlink, f.name)
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+        f.close()
+        return f.name
+
+    def test_steps_after_the_warm_up(self):
+        records = [{"type": "start", "rank": 0}]
+        records += [{"type": "step", "step": s, "img_s": 100.0 * s, "data_wait_s": 0.001 * s,
+                     "compute_s": 0.1} for s in range(1, 11)]
+        records.append({"type": "eval", "step": 10})
+        s = gbt.trainer_summary(self.write(records))
+        self.assertEqual(s["steps"], 5)  # steps 6..10
+        self.assertEqual(s["img_per_s"], 800.0)
+        self.assertEqual((s["img_per_s_min"], s["img_per_s_max"]), (600.0, 1000.0))
+        self.assertAlmostEqual(s["data_wait_s"], 0.008)
+
+    def test_no_steps_is_an_error(self):
+        path = self.write([{"type": "start"}] + [{"type": "step", "step": s, "img_s": 1.0,
+                                                  "data_wait_s": 0, "compute_s": 0} for s in range(1, 6)])
+        self.assertIsNone(gbt.trainer_summary(path))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(gbt.main(["x", "trainer", path]), 1)
+        self.assertIn("no steps after the first 5", err.getvalue())
+
+
+class Table(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def put(self, name, figures=None, log=None):
+        if figures is not None:
+            with open(f"{self.dir.name}/bench-{name}.json", "w") as f:
+                f.write(json.dumps(figures) + "\n")
+        if log is not None:
+            with open(f"{self.dir.name}/bench-{name}.log", "w") as f:
+                f.write(log)
+
+    def rows(self):
+        text = gbt.table(self.dir.name, "NVIDIA H200, 580.65", "--batch 256 --size 224", now=0)
+        return text, {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+
+    def test_ratios_failures_and_the_trainer(self):
+        self.put("ringtrain-bf16", ours(3300.0))
+        self.put("pytorch-bf16", theirs(3000.0))
+        self.put("ringtrain-fp32", ours(1000.0))
+        self.put("pytorch-fp32", log="pytorch fp32: RuntimeError | CUDA out of memory\n\n")
+        self.put("ringtrain-tf32", log="RESULT...\ntimed out after 150 s\n")
+        self.put("ringtrain-trainer-bf16", {"img_per_s": 3150.0, "img_per_s_min": 3100.0,
+                                            "img_per_s_max": 3200.0, "data_wait_s": 0.0004})
+        text, rows = self.rows()
+        self.assertIn("1970-01-01 00:00 UTC; NVIDIA H200, 580.65; --batch 256 --size 224; "
+                      "PyTorch 2.9.0, cuDNN 91000, torchvision 0.24.0.", text)
+        self.assertEqual(rows["ringtrain bf16"], "| ringtrain bf16 | 3300.0 [3290.0–3305.0] | 12.5 | 30000 "
+                                                 "| 20000 (rt::cuda) | 0 | 1.10 |")
+        self.assertEqual(rows["PyTorch bf16"], "| PyTorch bf16 | 3000.0 [2999.0–3001.0] | 4.0 | 31000 "
+                                               "| 31000 (max_memory_allocated) |  |  |")
+        # Without the peer's figures, no ratio; a failed run shows its log's last line, '|'-safe.
+        self.assertTrue(rows["ringtrain fp32"].endswith("| 0 |  |"))
+        self.assertEqual(rows["PyTorch fp32"], "| PyTorch fp32 | pytorch fp32: RuntimeError / CUDA out of memory | | | | | |")
+        self.assertEqual(rows["ringtrain tf32"], "| ringtrain tf32 | timed out after 150 s | | | | | |")
+        self.assertEqual(rows["ringtrain fp16"], "| ringtrain fp16 | not run | | | | | |")
+        trainer = rows["ringtrain bf16, the trainer (loader, upload, step; 1 rank)"]
+        self.assertIn("| 3150.0 [3100.0–3200.0] |", trainer)
+        self.assertTrue(trainer.endswith("| 1.05 (data wait 0.4 ms/step) |"))
+        for line in text.splitlines():  # every row has the header's 7 columns
+            if line.startswith("|"):
+                self.assertEqual(line.count("|"), 8, line)
+
+    def test_a_cpu_smoke_run_and_no_trainer(self):
+        self.put("pytorch-fp32", theirs(5.0, peak=None))
+        text, rows = self.rows()
+        self.assertIn("| PyTorch fp32 | 5.0 [4.0–6.0] | 4.0 | – | – (max_memory_allocated) |", text)
+        self.assertNotIn("the trainer", text)  # not run: no row
+        self.put("ringtrain-trainer-bf16", log="")
+        text, rows = self.rows()
+        self.assertIn("| ringtrain bf16, the trainer | no output | | | | | |", text)
+
+    def test_command_line(self):
+        self.put("ringtrain-bf16", ours(10.0))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(gbt.main(["x", "table", self.dir.name, "gpu", "args"]), 0)
+        self.assertIn("| ringtrain bf16 | 10.0", out.getvalue())
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(gbt.main(["x", "tables"]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""The figures tools/gpu_check.sh writes, from its benchmark runs' outputs (standard library only:
+it runs on the GPU machine, where nothing can be installed).
+
+  gpu_bench_table.py trainer METRICS_JSONL   one JSON line: the trainer's img/s median [min, max]
+                                             over its steps after the first 5, data wait, compute
+  gpu_bench_table.py table OUT GPU BARGS     bench.md: one row per run of OUT/bench-NAME.json (a
+                                             run without one shows its log's last line), with
+                                             ringtrain / PyTorch per precision
+"""
+import json
+import statistics
+import sys
+import time
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+WARM_STEPS = 5  # the trainer's first steps choose algorithms and fill the loader's queue
+
+
+def trainer_summary(metrics_path):
+    """The trainer's per-step figures after its warm-up, or None when it has none."""
+    with open(metrics_path) as f:
+        steps = [r for r in map(json.loads, f) if r.get("type") == "step" and r["step"] > WARM_STEPS]
+    if not steps:
+        return None
+    v = [r["img_s"] for r in steps]
+    return {"img_per_s": statistics.median(v), "img_per_s_min": min(v), "img_per_s_max": max(v),
+            "data_wait_s": statistics.median(r["data_wait_s"] for r in steps),
+            "compute_s": statistics.median(r["compute_s"] for r in steps), "steps": len(v)}
+
+
+def load(out, name):
+    """bench-NAME.json's figures; else the last line of bench-NAME.log; else "not run"."""
+    try:
+        with open(f"{out}/bench-{name}.json") as f:
+            return json.loads(f.readline())
+    except (OSError, ValueError):
+        try:
+            with open(f"{out}/bench-{name}.log") as f:
+                lines = [line.strip() for line in f if line.strip()]
+            return lines[-1][:120].replace("|", "/") if lines else "no output"
+        except OSError:
+            return "not run"
+
+
+def mib(v):  # None: a CPU smoke run of the PyTorch script
+    return "–" if v is None else f"{v:.0f}"
+
+
+def table(out, gpu, bargs, now=None):
+    names = [f"{who}-{p}" for who in ("ringtrain", "pytorch") for p in PRECISIONS]
+    runs = {n: load(out, n) for n in names}
+    trainer = load(out, "ringtrain-trainer-bf16")
+    pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})
+    net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_torch_gpu.py's ResNet-50"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(now))
+    rows = ["# ResNet-50 training step on one GPU\n",
+            f"{when}; {gpu}; {bargs}; PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}.\n",
+            "| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocator peak, MiB "
+            "| allocations in timed steps | ringtrain / PyTorch |",
+            "|---|---|---|---|---|---|---|"]
+    for name in names:
+        who, prec = name.split("-")
+        label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
+        r = runs[name]
+        if not isinstance(r, dict):
+            rows.append(f"| {label} | {r} | | | | | |")
+            continue
+        ours = who == "ringtrain"
+        peer = runs[f"pytorch-{prec}"]
+        ratio = f"{r['img_per_s'] / peer['img_per_s']:.2f}" if ours and isinstance(peer, dict) else ""
+        alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
+                 else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
+        rows.append(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
+                    f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} "
+                    f"| {r['steady_allocs'] if ours else ''} | {ratio} |")
+    if isinstance(trainer, dict):
+        peer = runs["pytorch-bf16"]
+        ratio = f"{trainer['img_per_s'] / peer['img_per_s']:.2f}" if isinstance(peer, dict) else ""
+        rows.append(f"| ringtrain bf16, the trainer (loader, upload, step; 1 rank) | {trainer['img_per_s']:.1f} "
+                    f"[{trainer['img_per_s_min']:.1f}–{trainer['img_per_s_max']:.1f}] | | | | "
+                    f"| {ratio} (data wait {trainer['data_wait_s'] * 1e3:.1f} ms/step) |")
+    elif trainer != "not run":
+        rows.append(f"| ringtrain bf16, the trainer | {trainer} | | | | | |")
+    rows.append("\nSet-up: from building the model to the end of the warm-up steps; ringtrain's include "
+                "timing cuDNN's algorithms once per shape (cudnn.benchmark does it in PyTorch's first steps), "
+                "except where algos.tsv already held them. Peak memory in use: cudaMemGetInfo's total − free "
+                "after the first step (and at the end), minus that before the model was built. "
+                "Logs: bench-*.log; figures: bench-*.json.")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv):
+    if len(argv) == 3 and argv[1] == "trainer":
+        s = trainer_summary(argv[2])
+        if s is None:
+            print(f"gpu_bench_table: no steps after the first {WARM_STEPS} in {argv[2]}", file=sys.stderr)
+            return 1
+        print(json.dumps(s))
+        return 0
+    if len(argv) == 5 and argv[1] == "table":
+        sys.stdout.write(table(*argv[2:5]))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
