@@ -6,12 +6,12 @@
 namespace rt::cuda {
 
 ContextConfig context_config(const BackendOptions& o, const std::string& backend, bool timed, int device) {
-  if (o.conv_algos != "auto" && o.conv_algos != "timed" && o.conv_algos != "heuristic")
+  if (!o.conv_algos_known())
     throw Error(str_cat("backend '", backend, "': conv_algos must be auto, timed or heuristic (got '",
                         o.conv_algos, "')"));
   if (o.workspace_mib < 0)
     throw Error(str_cat("backend '", backend, "': workspace_mib must be >= 0 (got ", o.workspace_mib, ")"));
-  if (o.deterministic && o.conv_algos == "timed")
+  if (o.deterministic_but_timed())
     throw Error(str_cat("backend '", backend, "': deterministic results need heuristic (or auto) "
                         "algorithm choice: timing may choose other algorithms on the next run"));
   ContextConfig c;

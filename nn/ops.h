@@ -317,6 +317,14 @@ struct BackendOptions {
   // appended), so that timed choice runs once per GPU model, software and configuration; "" for
   // none.
   std::string algo_cache;
+
+  // The rules every reader of these options applies (the trainer's config check names the key,
+  // the cuda backends the backend): conv_algos is one of the three, and deterministic results
+  // cannot come from timed choice.
+  bool conv_algos_known() const {
+    return conv_algos == "auto" || conv_algos == "timed" || conv_algos == "heuristic";
+  }
+  bool deterministic_but_timed() const { return deterministic && conv_algos == "timed"; }
 };
 
 // "reference" (plain loops, NCHW; float or double), "onednn" (float only; alias "cpu";

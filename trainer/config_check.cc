@@ -140,9 +140,8 @@ void config_validate(const Config& c) {
             "must be in [0, 1)", c.emulate.forward_fraction);
 
   const auto& cu = c.cuda;
-  k.require(cu.conv_algos == "auto" || cu.conv_algos == "timed" || cu.conv_algos == "heuristic",
-            "cuda.conv_algos", "must be auto, timed or heuristic", cu.conv_algos);
-  k.require(!cu.deterministic || cu.conv_algos != "timed", "cuda.conv_algos",
+  k.require(cu.conv_algos_known(), "cuda.conv_algos", "must be auto, timed or heuristic", cu.conv_algos);
+  k.require(!cu.deterministic_but_timed(), "cuda.conv_algos",
             "cannot be timed with cuda.deterministic: true (timing may choose other algorithms on the "
             "next run; use auto or heuristic)", cu.conv_algos);
   k.require(cu.workspace_mib >= 0, "cuda.workspace_mib", "must be >= 0", cu.workspace_mib);
