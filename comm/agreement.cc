@@ -32,23 +32,25 @@ class Fnv {
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
   kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNetworkSegmentBytes,
-  kDevicePath, kNumFields
+  kDevicePath, kCompression, kNumFields
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
     "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
     "segment_bytes", "check_counts", "MPI elements per call", "stall check", "network_segment_bytes",
-    "device_path"};
+    "device_path", "compression"};
 
 struct Record {
   uint64_t field[kNumFields];
   char algorithm[24];  // for the message; the hash in field[kAlgorithm] decides
   char device_path[24];  // the same for field[kDevicePath]
+  char compression[8];   // and field[kCompression]
 };
 
 std::string field_value(const Record& r, int f) {
   if (f == kAlgorithm) return str_cat("'", r.algorithm, "'");
   if (f == kDevicePath) return str_cat("'", r.device_path, "'");
+  if (f == kCompression) return str_cat("'", r.compression, "'");
   if (f == kDType) return dtype_name(static_cast<DType>(r.field[f]));
   if (f == kOverlap || f == kCheckCounts || f == kStallCheck) return r.field[f] ? "true" : "false";
   if (f == kLayoutHash || f == kStateHash) return str_cat("0x", std::hex, r.field[f]);
@@ -93,9 +95,10 @@ ModelFingerprint buffer_fingerprint(size_t count, DType t) {
 
 void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, const CommConfig& cfg) {
   Record mine{};
-  Fnv algo, path;
+  Fnv algo, path, compression;
   algo.add_str(cfg.algorithm);
   path.add_str(cfg.device_path);
+  compression.add_str(cfg.compression);
   mine.field[kParamCount] = model.param_count;
   mine.field[kGradElems] = model.grad_elems;
   mine.field[kLayoutHash] = model.layout_hash;
@@ -114,8 +117,10 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
   // The setting, not the path it resolves to: ranks on nodes with different MPI builds may take
   // different paths (each reduces its own memory), but not be configured differently.
   mine.field[kDevicePath] = path.value();
+  mine.field[kCompression] = compression.value();
   std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
   std::strncpy(mine.device_path, cfg.device_path.c_str(), sizeof mine.device_path - 1);
+  std::strncpy(mine.compression, cfg.compression.c_str(), sizeof mine.compression - 1);
 
   std::vector<Record> all(static_cast<size_t>(comm.size()));
   comm.allgather_bytes(&mine, sizeof mine, all.data());

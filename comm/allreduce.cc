@@ -18,6 +18,16 @@ const std::vector<std::string>& allreduce_algorithms() {
   return names;
 }
 
+DType compression_wire_type(const std::string& compression, DType t) {
+  if (compression == "none") return t;
+  if (compression != "bf16" && compression != "fp16")
+    throw CommError(str_cat("comm: unknown compression '", compression, "' (none, bf16 or fp16)"));
+  if (t != DType::f32)
+    throw CommError(str_cat("comm: compression ", compression, " applies to f32 gradients, not ",
+                            dtype_name(t)));
+  return compression == "bf16" ? DType::bf16 : DType::f16;
+}
+
 Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
                        const MemorySpace* scratch)
     : comm_(comm), kernels_(kernels), cfg_(cfg), scratch_space_(scratch) {
@@ -124,6 +134,7 @@ class MpiAllreducer final : public Allreducer {
       : Allreducer(comm, k, cfg, scratch) {}
   void reserve(DType) override {}  // no scratch: MPI_Allreduce works in place
   const char* name() const override { return "mpi"; }
+  bool supports(DType t) const override { return t == DType::f32; }
 
  protected:
   void run(void* buf, size_t count, DType t, ReduceOp op) override {

@@ -43,7 +43,16 @@ struct CommConfig {
   std::string device_path = "auto";   // gradients in GPU memory: direct (MPI reads the device
                                       // buffer; needs CUDA-aware MPI), staged (through a pinned
                                       // host mirror) or auto (direct if MPI is CUDA-aware)
+  std::string compression = "none";   // GradientReducer: fp32 gradients travel and are summed as
+                                      // none (fp32), bf16 or fp16: half the bytes on the wire,
+                                      // one rounding per ring hop (DDP's compress hooks, Horovod's
+                                      // Compression.fp16)
 };
+
+// The element type gradient buckets of type t travel in under `compression`: t itself for
+// "none", else bf16 or f16, which only fp32 gradients may be compressed to. CommError for an
+// unknown name or another gradient type.
+DType compression_wire_type(const std::string& compression, DType t);
 
 // The algorithm names make_allreducer knows (in the order a benchmark sweeps them).
 const std::vector<std::string>& allreduce_algorithms();
@@ -62,6 +71,8 @@ class Allreducer {
   void allreduce(std::span<float> buf, ReduceOp op) {
     allreduce(buf.data(), buf.size(), DType::f32, op);
   }
+  // Whether allreduce takes element type t (mpi: f32 only; the others: what their kernels add).
+  virtual bool supports(DType t) const { return kernels_.supports(t); }
   // Sizes receive scratch in a non-host space for calls of type t now (set-up), so that no later
   // call allocates there; host scratch is still allocated on first use.
   virtual void reserve(DType t);

@@ -39,7 +39,7 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
                                  std::unique_ptr<DeviceGrads> device, void* grads, size_t count,
                                  DType t, const ModelFingerprint& model, const ReduceKernels* k)
     : comm_(comm), cfg_(cfg), grads_(static_cast<char*>(grads)), count_(count), dtype_(t),
-      dev_(std::move(device)), work_(grads_) {
+      dev_(std::move(device)), work_(grads_), wire_(compression_wire_type(cfg.compression, t)) {
   if (model.grad_elems != count || model.dtype != t)
     throw CommError(str_cat("GradientReducer: the buffer (", count, " ", dtype_name(t),
                             ") is not the model's gradient buffer (", model.grad_elems, " ",
@@ -72,7 +72,22 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   CommConfig run_cfg = cfg_;  // the waiting policy of the thread that will make the calls
   if (cfg_.overlap) run_cfg.idle_sleep_us = cfg_.overlap_idle_sleep_us;
   allreducer_ = make_allreducer(run_cfg, comm_, *k, scratch);
-  allreducer_->reserve(t);  // scratch in device memory: allocated now, not in a step
+  kernels_ = k;
+  if (wire_ != t) {
+    if (!allreducer_->supports(wire_) || !k->supports(wire_))
+      throw CommError(str_cat("comm: compression ", cfg_.compression, " needs an algorithm that sums ",
+                              dtype_name(wire_), "; '", allreducer_->name(),
+                              "' does not (MPI has no 16-bit sum): use ring, reducer or nccl"));
+    // One bucket at a time, where the kernels work (device scratch on the direct path); one
+    // rank reduces nothing, so it needs none.
+    if (!solo()) {
+      wire_buf_ = Buffer<char>(scratch);
+      size_t most = 0;
+      for (const Range& r : buckets_) most = std::max(most, r.len);
+      wire_buf_.resize(most * dtype_size(wire_));
+    }
+  }
+  allreducer_->reserve(wire_);  // scratch in device memory: allocated now, not in a step
   if (comm_.size() > 1 && (cfg_.stall_warning_s > 0 || cfg_.stall_abort_s > 0)) {
     stall_ = std::make_unique<StallWatch>(comm_.mpi(), cfg_.stall_warning_s, cfg_.stall_abort_s);
     comm_.set_stall_watch(stall_.get());
@@ -163,7 +178,16 @@ void GradientReducer::reduce_bucket(size_t b) {
   if (staged()) dev_->download_wait(ticket_[b]);
   else if (dev_) dev_->wait(fence_[b]);
   if (stall_ && b == 0) stall_->arrive(++steps_);
-  allreducer_->allreduce(work_ + r.offset * esz, r.len, dtype_, ReduceOp::average);
+  char* bucket = work_ + r.offset * esz;
+  if (wire_ == dtype_) {
+    allreducer_->allreduce(bucket, r.len, dtype_, ReduceOp::average);
+  } else {
+    // As DDP's compress hooks: divided by the ranks before rounding to the 16-bit type, so that
+    // fp16's running sums are of the average's magnitude, not ranks times it.
+    kernels_->convert(wire_, wire_buf_.data(), dtype_, bucket, r.len, 1.0f / float(comm_.size()));
+    allreducer_->allreduce(wire_buf_.data(), r.len, wire_, ReduceOp::sum);
+    kernels_->convert(dtype_, bucket, wire_, wire_buf_.data(), r.len, 1.0f);
+  }
   if (staged()) {
     dev_->upload(r.offset * esz, r.len * esz);
     if (b + 1 == buckets_.size()) dev_->upload_wait();  // before wait() may return

@@ -80,6 +80,8 @@ class GradientReducer {
   size_t num_buckets() const { return buckets_.size(); }
   Range bucket(size_t i) const { return buckets_[i]; }
   const char* algorithm() const { return allreducer_->name(); }
+  // The type buckets travel and are summed in (cfg.compression; the gradient type without it).
+  DType wire_type() const { return wire_; }
   // The device path, or nullptr for a host buffer.
   const char* device_path() const { return dev_ ? device_path_name(dev_->path()) : nullptr; }
 
@@ -104,6 +106,10 @@ class GradientReducer {
   std::unique_ptr<DeviceGrads> dev_;  // null: grads is host memory (before allreducer_, which
                                       // may hold its kernels)
   char* work_;                        // where the allreduce runs: grads_, or the staged mirror
+  const ReduceKernels* kernels_ = nullptr;  // the allreducer's, for compression's conversions
+  DType wire_;                        // compression: buckets go as this type through wire_buf_,
+  Buffer<char> wire_buf_;             // one bucket's worth, where the kernels work (one bucket
+                                      // is reduced at a time)
   std::unique_ptr<Allreducer> allreducer_;
   std::vector<Range> buckets_;  // contiguous slices in buffer (= backward) order
   std::unique_ptr<StallWatch> stall_;  // names the ranks a step waits for (cfg stall_*_s)

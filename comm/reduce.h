@@ -14,7 +14,11 @@ class ReduceKernels {
   virtual void reduce_add(DType t, void* dst, const void* src, size_t n) const = 0;
   // buf[i] *= s for i < n (averaging: the sum scaled once by 1/ranks).
   virtual void scale(DType t, void* buf, size_t n, float s) const = 0;
-  // True if t is supported (the CPU kernels support f32 and bf16).
+  // dst[i] = (src[i] · s) in type `to`: the product in fp32, rounded once to nearest-even (fp16:
+  // inf from 65520 up, as the GPU's conversion). Gradient compression: f32 → bf16/f16 before a
+  // bucket's allreduce, back after. dst and src do not overlap.
+  virtual void convert(DType to, void* dst, DType from, const void* src, size_t n, float s) const = 0;
+  // True if t is supported (the CPU kernels support all three).
   virtual bool supports(DType t) const = 0;
 };
 

@@ -1,5 +1,6 @@
 // CPU reduce kernels: AVX2 f32 add (memory-bound, so unrolled loads and stores matter more than
-// arithmetic) with a scalar fallback, and bf16 add/scale through fp32.
+// arithmetic) with a scalar fallback, bf16/f16 add and scale through fp32, and the f32 ↔ 16-bit
+// conversions of gradient compression (AVX2, F16C).
 #include <immintrin.h>
 
 #include <cstring>
@@ -43,9 +44,94 @@ void scale_f32_scalar(float* buf, size_t n, float s) {
   for (size_t i = 0; i < n; ++i) buf[i] *= s;
 }
 
+// The storage types through fp32 (nn/tensor.h's roundings, the reference for the vector paths).
+inline float load(float v) { return v; }
+inline float load(bf16_t v) { return from_bf16(v); }
+inline float load(f16_t v) { return from_f16(v); }
+template <class T> T store(float f);
+template <> float store<float>(float f) { return f; }
+template <> bf16_t store<bf16_t>(float f) { return to_bf16(f); }
+template <> f16_t store<f16_t>(float f) { return to_f16(f); }
+
+template <class T>
+void reduce_add_16(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<T*>(dst);
+  auto* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < n; ++i) d[i] = store<T>(load(d[i]) + load(s[i]));
+}
+template <class T>
+void scale_16(void* buf, size_t n, float s) {
+  auto* b = static_cast<T*>(buf);
+  for (size_t i = 0; i < n; ++i) b[i] = store<T>(load(b[i]) * s);
+}
+template <class To, class From>
+void convert_scalar(void* dst, const void* src, size_t n, float s) {
+  auto* d = static_cast<To*>(dst);
+  auto* x = static_cast<const From*>(src);
+  for (size_t i = 0; i < n; ++i) d[i] = store<To>(load(x[i]) * s);
+}
+
+// fp32 → bf16, eight at a time: to_bf16's bit arithmetic (round to nearest even, NaN kept quiet).
+__attribute__((target("avx2"))) void f32_to_bf16_avx2(bf16_t* dst, const float* src, size_t n,
+                                                      float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
+                abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                quiet = _mm256_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs));
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(hi, one)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+    // 32 → 16 bits: packus works within 128-bit lanes, the permute restores the order.
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(p));
+  }
+  for (; i < n; ++i) dst[i] = to_bf16(src[i] * s);
+}
+
+__attribute__((target("avx2"))) void bf16_to_f32_avx2(float* dst, const bf16_t* src, size_t n,
+                                                      float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), vs));
+  }
+  for (; i < n; ++i) dst[i] = from_bf16(src[i]) * s;
+}
+
+// F16C's conversions round as to_f16 (nearest even, inf from 65520 up, subnormals); a NaN keeps
+// its payload's top bits instead of becoming 0x7e00, still a quiet NaN of the same sign.
+__attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(f16_t* dst, const float* src, size_t n,
+                                                           float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = to_f16(src[i] * s);
+}
+
+__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(float* dst, const f16_t* src, size_t n,
+                                                           float s) {
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                                reinterpret_cast<const __m128i*>(src + i))),
+                                            vs));
+  for (; i < n; ++i) dst[i] = from_f16(src[i]) * s;
+}
+
 class CpuReduceKernels final : public ReduceKernels {
  public:
-  CpuReduceKernels() : avx2_(__builtin_cpu_supports("avx2")) {}
+  CpuReduceKernels()
+      : avx2_(__builtin_cpu_supports("avx2")), f16c_(avx2_ && __builtin_cpu_supports("f16c")) {}
 
   void reduce_add(DType t, void* dst, const void* src, size_t n) const override {
     switch (t) {
@@ -55,16 +141,10 @@ class CpuReduceKernels final : public ReduceKernels {
         else
           reduce_add_f32_scalar(static_cast<float*>(dst), static_cast<const float*>(src), n);
         return;
-      case DType::bf16: {
-        auto* d = static_cast<bf16_t*>(dst);
-        auto* s = static_cast<const bf16_t*>(src);
-        for (size_t i = 0; i < n; ++i) d[i] = to_bf16(from_bf16(d[i]) + from_bf16(s[i]));
-        return;
-      }
-      case DType::f16:
-        break;
+      case DType::bf16: return reduce_add_16<bf16_t>(dst, src, n);
+      case DType::f16: return reduce_add_16<f16_t>(dst, src, n);
     }
-    throw CommError(str_cat("CPU reduce kernels: element type ", dtype_name(t), " not supported"));
+    throw CommError(str_cat("CPU reduce kernels: unknown element type ", int(t)));
   }
 
   void scale(DType t, void* buf, size_t n, float s) const override {
@@ -75,21 +155,39 @@ class CpuReduceKernels final : public ReduceKernels {
         else
           scale_f32_scalar(static_cast<float*>(buf), n, s);
         return;
-      case DType::bf16: {
-        auto* b = static_cast<bf16_t*>(buf);
-        for (size_t i = 0; i < n; ++i) b[i] = to_bf16(from_bf16(b[i]) * s);
-        return;
-      }
-      case DType::f16:
-        break;
+      case DType::bf16: return scale_16<bf16_t>(buf, n, s);
+      case DType::f16: return scale_16<f16_t>(buf, n, s);
     }
-    throw CommError(str_cat("CPU reduce kernels: element type ", dtype_name(t), " not supported"));
+    throw CommError(str_cat("CPU reduce kernels: unknown element type ", int(t)));
   }
 
-  bool supports(DType t) const override { return t == DType::f32 || t == DType::bf16; }
+  void convert(DType to, void* dst, DType from, const void* src, size_t n, float s) const override {
+    using F = DType;
+    if (from == F::f32 && to == F::bf16) {
+      if (avx2_) return f32_to_bf16_avx2(static_cast<bf16_t*>(dst), static_cast<const float*>(src), n, s);
+      return convert_scalar<bf16_t, float>(dst, src, n, s);
+    }
+    if (from == F::bf16 && to == F::f32) {
+      if (avx2_) return bf16_to_f32_avx2(static_cast<float*>(dst), static_cast<const bf16_t*>(src), n, s);
+      return convert_scalar<float, bf16_t>(dst, src, n, s);
+    }
+    if (from == F::f32 && to == F::f16) {
+      if (f16c_) return f32_to_f16_f16c(static_cast<f16_t*>(dst), static_cast<const float*>(src), n, s);
+      return convert_scalar<f16_t, float>(dst, src, n, s);
+    }
+    if (from == F::f16 && to == F::f32) {
+      if (f16c_) return f16_to_f32_f16c(static_cast<float*>(dst), static_cast<const f16_t*>(src), n, s);
+      return convert_scalar<float, f16_t>(dst, src, n, s);
+    }
+    if (from == F::f32 && to == F::f32) return convert_scalar<float, float>(dst, src, n, s);
+    throw CommError(str_cat("CPU reduce kernels: no conversion from ", dtype_name(from), " to ",
+                            dtype_name(to)));
+  }
+
+  bool supports(DType) const override { return true; }
 
  private:
-  bool avx2_;
+  bool avx2_, f16c_;
 };
 
 }  // namespace

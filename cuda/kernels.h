@@ -17,6 +17,10 @@ enum class Elem : uint8_t { f32, bf16, f16 };
 void reduce_add(Elem t, void* dst, const void* src, size_t n, cudaStream_t stream);
 // buf[i] = buf[i] * s (averaging: the sum scaled once by 1/ranks).
 void scale(Elem t, void* buf, size_t n, float s, cudaStream_t stream);
+// dst[i] = src[i] * s in type `to` (product in fp32, one rounding to nearest even): gradient
+// compression's f32 → bf16/f16 before a bucket's allreduce and back after. No overlap.
+void convert(Elem to, void* dst, Elem from, const void* src, size_t n, float s,
+             cudaStream_t stream);
 
 // Loss scaling. Sets *flag (device int) to 1 if any of buf[0, n) is inf or NaN; never clears it,
 // so one flag can collect several buffers (zero it before the first).

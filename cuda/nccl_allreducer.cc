@@ -49,6 +49,7 @@ class NcclArithmetic final : public comm::ReduceKernels {
  public:
   void reduce_add(DType, void*, const void*, size_t) const override { unused(); }
   void scale(DType, void*, size_t, float) const override { unused(); }
+  void convert(DType, void*, DType, const void*, size_t, float) const override { unused(); }
   bool supports(DType) const override { return true; }
 
  private:

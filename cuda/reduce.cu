@@ -1,4 +1,5 @@
-// The ring allreduce's element arithmetic on device buffers: add and scale, fp32 accumulation.
+// The ring allreduce's element arithmetic on device buffers: add and scale, fp32 accumulation;
+// the conversions of gradient compression.
 #include "cuda/elementwise.cuh"
 #include "cuda/kernels.h"
 
@@ -29,7 +30,37 @@ void dispatch(Elem t, void* dst, const void* src, size_t n, Op op, cudaStream_t 
   throw Error(str_cat("cuda reduce: unknown element type ", int(t)));
 }
 
+// One element per thread, grid-stride: 2- and 4-byte accesses of consecutive threads coalesce.
+template <class To, class From>
+__global__ void convert_kernel(To* dst, const From* src, uint32_t n, float s) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    dst[i] = from_f32<To>(to_f32(src[i]) * s);
+}
+
+template <class To, class From>
+void convert_launch(void* dst, const void* src, size_t n, float s, cudaStream_t stream) {
+  for (const LaunchRange& r : split_launches(n)) {
+    convert_kernel<To, From><<<grid_for(r.count), kThreads, 0, stream>>>(
+        static_cast<To*>(dst) + r.offset, static_cast<const From*>(src) + r.offset,
+        uint32_t(r.count), s);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
 }  // namespace
+
+void convert(Elem to, void* dst, Elem from, const void* src, size_t n, float s,
+             cudaStream_t stream) {
+  if (n == 0) return;
+  if (from == Elem::f32 && to == Elem::bf16)
+    return convert_launch<__nv_bfloat16, float>(dst, src, n, s, stream);
+  if (from == Elem::f32 && to == Elem::f16) return convert_launch<__half, float>(dst, src, n, s, stream);
+  if (from == Elem::bf16 && to == Elem::f32)
+    return convert_launch<float, __nv_bfloat16>(dst, src, n, s, stream);
+  if (from == Elem::f16 && to == Elem::f32) return convert_launch<float, __half>(dst, src, n, s, stream);
+  if (from == Elem::f32 && to == Elem::f32) return convert_launch<float, float>(dst, src, n, s, stream);
+  throw Error(str_cat("cuda convert: no conversion from type ", int(from), " to type ", int(to)));
+}
 
 void reduce_add(Elem t, void* dst, const void* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;

@@ -24,6 +24,11 @@ class DeviceReduceKernels final : public comm::ReduceKernels {
     cuda::scale(elem_of(t), buf, n, s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  void convert(DType to, void* dst, DType from, const void* src, size_t n,
+               float s) const override {
+    cuda::convert(elem_of(to), dst, elem_of(from), src, n, s, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   bool supports(DType) const override { return true; }
 
  private:

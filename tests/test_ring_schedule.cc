@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "comm/reduce.h"
@@ -151,7 +154,82 @@ TEST(ReduceKernels, ScaleAndBf16) {
   EXPECT_EQ(from_bf16(d[0]), 256.0f);
   EXPECT_EQ(from_bf16(d[1]), 3.0f);
   EXPECT_TRUE(k.supports(DType::bf16));
-  EXPECT_FALSE(k.supports(DType::f16));
+  EXPECT_TRUE(k.supports(DType::f16));
+
+  // fp16 the same way (11 significant bits: 2048 + 1 rounds to even, 2048 + 3 to 2052), and
+  // 65504 + 16 = 65520 rounds to inf.
+  f16_t h[3] = {to_f16(2048.0f), to_f16(2048.0f), to_f16(65504.0f)};
+  const f16_t hs[3] = {to_f16(1.0f), to_f16(3.0f), to_f16(16.0f)};
+  k.reduce_add(DType::f16, h, hs, 3);
+  EXPECT_EQ(from_f16(h[0]), 2048.0f);
+  EXPECT_EQ(from_f16(h[1]), 2052.0f);
+  EXPECT_TRUE(std::isinf(from_f16(h[2])));
+  k.scale(DType::f16, h, 2, 0.5f);
+  EXPECT_EQ(from_f16(h[0]), 1024.0f);
+  EXPECT_EQ(from_f16(h[1]), 1026.0f);
+}
+
+// Equal as values and as bits, or both NaN of the same sign (the vector fp16 conversion keeps a
+// NaN's payload where to_f16 makes it 0x7e00).
+template <class T>
+bool is_nan16(T v) {
+  return (v.bits & 0x7fff) > (std::is_same_v<T, bf16_t> ? 0x7f80 : 0x7c00);
+}
+template <class T>
+bool same16(T a, T b) {
+  if (is_nan16(a) || is_nan16(b))
+    return is_nan16(a) && is_nan16(b) && (a.bits & 0x8000) == (b.bits & 0x8000);
+  return a.bits == b.bits;
+}
+
+// Gradient compression's conversions (vector paths with scalar tails) against the host
+// roundings of nn/tensor.h, element by element: fp32 bit patterns from every exponent (normal,
+// subnormal, inf, NaN, the fp16 overflow threshold), at every tail length and misalignment, with
+// a scale applied before the one rounding.
+TEST(ReduceKernels, ConversionsRoundOnceAsTheHostRoundings) {
+  const ReduceKernels& k = cpu_reduce_kernels();
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 458759u) {
+    const uint32_t u = uint32_t(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f,
+                  0x1.8p-25f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, INFINITY, -INFINITY, NAN})
+    x.push_back(f);
+  for (float s : {1.0f, 0.25f, 1.0f / 3.0f}) {
+    for (size_t misalign : {0, 1, 3}) {
+      const size_t n = x.size() - misalign;
+      std::vector<bf16_t> b(x.size());
+      std::vector<f16_t> h(x.size());
+      k.convert(DType::bf16, b.data() + misalign, DType::f32, x.data() + misalign, n, s);
+      k.convert(DType::f16, h.data() + misalign, DType::f32, x.data() + misalign, n, s);
+      size_t bad_b = 0, bad_h = 0;
+      for (size_t i = misalign; i < x.size(); ++i) {
+        bad_b += !same16(b[i], to_bf16(x[i] * s));
+        bad_h += !same16(h[i], to_f16(x[i] * s));
+      }
+      EXPECT_EQ(bad_b, 0u) << "f32 -> bf16, scale " << s << " misalign " << misalign;
+      EXPECT_EQ(bad_h, 0u) << "f32 -> f16, scale " << s << " misalign " << misalign;
+      std::vector<float> back_b(x.size()), back_h(x.size());
+      k.convert(DType::f32, back_b.data() + misalign, DType::bf16, b.data() + misalign, n, s);
+      k.convert(DType::f32, back_h.data() + misalign, DType::f16, h.data() + misalign, n, s);
+      for (size_t i = misalign; i < x.size(); ++i) {
+        const float eb = from_bf16(b[i]) * s, eh = from_f16(h[i]) * s;
+        bad_b += !(std::memcmp(&back_b[i], &eb, 4) == 0 || (std::isnan(back_b[i]) && std::isnan(eb)));
+        bad_h += !(std::memcmp(&back_h[i], &eh, 4) == 0 || (std::isnan(back_h[i]) && std::isnan(eh)));
+      }
+      EXPECT_EQ(bad_b, 0u) << "bf16 -> f32, scale " << s << " misalign " << misalign;
+      EXPECT_EQ(bad_h, 0u) << "f16 -> f32, scale " << s << " misalign " << misalign;
+    }
+  }
+  // The boundaries themselves: 65520 is fp16's first inf, 0x1p-25 rounds to zero (even).
+  f16_t h[2];
+  const float edge[2] = {65520.0f, 0x1p-25f};
+  k.convert(DType::f16, h, DType::f32, edge, 2, 1.0f);
+  EXPECT_EQ(h[0].bits, 0x7c00);
+  EXPECT_EQ(h[1].bits, 0x0000);
 }
 
 }  // namespace

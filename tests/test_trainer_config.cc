@@ -145,6 +145,15 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos) << e;
   EXPECT_EQ(invalid("cuda: {algo_cache: algos.tsv}\n"), "");  // beside where the job runs
   EXPECT_EQ(invalid("cuda: {algo_cache: /no/such/dir/algos.tsv}\n"), "");  // its folder is made
+  e = invalid("comm: {compression: int8}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'comm.compression' must be none, bf16 or fp16 (got int8)"),
+            std::string::npos) << e;
+  e = invalid("comm: {algorithm: mpi, compression: fp16}\n");
+  EXPECT_NE(e.find("key 'comm.compression' bf16 and fp16 need comm.algorithm ring, reducer or nccl"),
+            std::string::npos) << e;
+  EXPECT_EQ(invalid("comm: {algorithm: reducer, compression: fp16}\n"), "");
+  EXPECT_EQ(config_parse("", "d.yaml").comm.compression, "none");
+  EXPECT_EQ(config_parse("", "d.yaml", {"comm.compression=bf16"}).comm.compression, "bf16");
   e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });
   EXPECT_NE(e.find("set exactly one of data.root"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {train_list: a.txt}\n", "v.yaml")); });

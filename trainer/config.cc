@@ -84,6 +84,7 @@ void config_fields(C& c, V&& v) {
   v("comm.stall_warning_s", c.comm.stall_warning_s);
   v("comm.stall_abort_s", c.comm.stall_abort_s);
   v("comm.device_path", c.comm.device_path);
+  v("comm.compression", c.comm.compression);
   v("checkpoint.dir", c.checkpoint.dir);
   v("checkpoint.every_steps", c.checkpoint.every_steps);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);

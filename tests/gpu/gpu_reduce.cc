@@ -98,6 +98,35 @@ TEST(GpuReduce, F16AddsInFp32AndRoundsOnce) {
     }
 }
 
+// Gradient compression's conversions: f32 → bf16/f16 with the scale applied first and one
+// rounding (the CPU's to_bf16 and the device's own __float2half_rn on the host), then back, exact.
+// Values span fp16's overflow (from 65520) and subnormal range.
+TEST(GpuReduce, CompressionConversionsRoundOnce) {
+  RT_REQUIRE_GPU();
+  const float s = 1.0f / 3;
+  for (size_t off : {0, 1})
+    for (size_t n : kCounts) {
+      auto x = random_floats(n + off, 7);
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] *= i % 3 == 0 ? 3000.0f : i % 3 == 1 ? 1e-6f : 1.0f;  // past 65504·3, below 2^-14
+      DeviceBuffer dx = to_device(x), db((n + off) * 2), dh((n + off) * 2), dback((n + off) * 4);
+      convert(Elem::bf16, db.as<bf16_t>() + off, Elem::f32, dx.as<float>() + off, n, s, nullptr);
+      convert(Elem::f16, dh.as<uint16_t>() + off, Elem::f32, dx.as<float>() + off, n, s, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto b = to_host<bf16_t>(db, n + off);
+      const auto h = to_host<uint16_t>(dh, n + off);
+      for (size_t i = off; i < x.size(); ++i) {
+        ASSERT_EQ(b[i].bits, to_bf16(x[i] * s).bits) << "bf16, n " << n << " at " << i;
+        ASSERT_EQ(h[i], f16_bits(x[i] * s)) << "f16, n " << n << " at " << i;
+      }
+      convert(Elem::f32, dback.as<float>() + off, Elem::f16, dh.as<uint16_t>() + off, n, 1.0f, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const auto back = to_host<float>(dback, n + off);
+      for (size_t i = off; i < x.size(); ++i)
+        ASSERT_EQ(back[i], f16_value(h[i])) << "f16 -> f32, n " << n << " at " << i;
+    }
+}
+
 TEST(GpuReduce, ThroughTheRingInterface) {
   RT_REQUIRE_GPU();
   cudaStream_t s;
@@ -109,6 +138,10 @@ TEST(GpuReduce, ThroughTheRingInterface) {
   k->reduce_add(DType::f32, da.get(), db.get(), 3);
   k->scale(DType::f32, da.get(), 3, 0.5f);
   EXPECT_EQ(to_host<float>(da, 3), (std::vector<float>{5.5f, 11, 16.5f}));
+  DeviceBuffer dw(3 * 2);
+  k->convert(DType::bf16, dw.get(), DType::f32, da.get(), 3, 2.0f);
+  k->convert(DType::f32, da.get(), DType::bf16, dw.get(), 3, 1.0f);
+  EXPECT_EQ(to_host<float>(da, 3), (std::vector<float>{11, 22, 33}));
   CUDA_CHECK(cudaStreamDestroy(s));
 }
 

@@ -245,6 +245,12 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
       check(buf, n * dtype_size(t), "scale");
       comm::cpu_reduce_kernels().scale(t, buf, n, s);
     }
+    void convert(DType to, void* dst, DType from, const void* src, size_t n,
+                 float s) const override {
+      check(dst, n * dtype_size(to), "convert (to)");
+      check(src, n * dtype_size(from), "convert (from)");
+      comm::cpu_reduce_kernels().convert(to, dst, from, src, n, s);
+    }
     bool supports(DType t) const override { return comm::cpu_reduce_kernels().supports(t); }
 
    private:

@@ -134,6 +134,7 @@ void check_paths(MpiTest& t) {
     DevicePath path;
     std::string algo;
     size_t bucket_bytes;
+    std::string compression = "none";
   };
   std::vector<Case> cases;
   for (DevicePath p : {DevicePath::staged, DevicePath::direct})
@@ -141,6 +142,12 @@ void check_paths(MpiTest& t) {
   for (const char* algo : {"ring_pipelined", "reducer", "mpi"}) {
     cases.push_back({DevicePath::direct, algo, 100000});
     cases.push_back({DevicePath::staged, algo, 100000});
+  }
+  // Compressed: the conversions too touch only fenced bytes, the wire buffer is allocated at
+  // set-up (device scratch on the direct path), and the result is the host path's bit for bit.
+  for (DevicePath p : {DevicePath::staged, DevicePath::direct}) {
+    cases.push_back({p, "ring", 100000, "bf16"});
+    cases.push_back({p, "reducer", 4096, "fp16"});
   }
   for (const Case& c : cases) {
     for (bool overlap : {true, false}) {
@@ -150,8 +157,10 @@ void check_paths(MpiTest& t) {
       cfg.overlap = overlap;
       cfg.idle_sleep_us = overlap ? 0 : 20;
       cfg.overlap_idle_sleep_us = 20;
+      cfg.compression = c.compression;
       const std::string what = str_cat(device_path_name(c.path), " ", c.algo, " bucket ",
-                                       c.bucket_bytes, " overlap ", overlap);
+                                       c.bucket_bytes, " overlap ", overlap, " compression ",
+                                       c.compression);
       const ModelFingerprint fp = buffer_fingerprint(kCount, DType::f32);
       std::vector<float> dev_buf(kCount), host(kCount);
       auto owned = std::make_unique<FakeDeviceGrads>(c.path);
@@ -179,7 +188,9 @@ void check_paths(MpiTest& t) {
         size_t bad = 0;
         for (size_t i = 0; i < kCount; ++i)
           bad += dev_buf[i] != test::expected_sum(t.size(), i + size_t(step)) * inv;
-        MPI_EXPECT(t, bad == 0, at, ": ", bad, " wrong (first: ", dev_buf[0], ")");
+        // 16-bit sums of these values round (test_mpi_gradient_reducer holds them to bounds).
+        if (c.compression == "none")
+          MPI_EXPECT(t, bad == 0, at, ": ", bad, " wrong (first: ", dev_buf[0], ")");
         MPI_EXPECT(t, std::memcmp(dev_buf.data(), host.data(), kCount * 4) == 0, at,
                    ": differs from the plain host path");
         MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(dev_buf.data(), kCount * 4)), at,

@@ -13,6 +13,7 @@
 #include "comm/agreement.h"
 #include "comm/allreduce.h"
 #include "comm/gradient_reducer.h"
+#include "comm/mpi_check.h"
 #include "nn/resnet.h"
 #include "tests/mpi/mpi_test_util.h"
 
@@ -73,6 +74,88 @@ void check_fake_backward(MpiTest& t, Communicator& comm) {
                       gr.last_step().total_comm_s, gr.last_step().buckets_done_before_wait);
       }
     }
+  }
+}
+
+// comm.compression: buckets go as bf16/fp16, each value divided by the ranks and rounded once
+// before the ring, each hop's sum rounded once. Small integers (exact in both types, as every
+// partial sum of them) come out exact on a power-of-two number of ranks; general values stay
+// within a rounding per rank of the fp32 average and do differ from it (the wire really is 16
+// bits); fp16 overflows only where the average does; mpi, which has no 16-bit sum, is refused.
+void check_compression(MpiTest& t, Communicator& comm) {
+  const int n = t.size();
+  const size_t count = 50021;
+  const bool pow2 = (n & (n - 1)) == 0;
+  for (const std::string algo : {"ring", "reducer"}) {
+    for (const std::string comp : {"bf16", "fp16"}) {
+      for (bool overlap : {true, false}) {
+        CommConfig cfg;
+        cfg.algorithm = algo;
+        cfg.bucket_bytes = 40000;
+        cfg.overlap = overlap;
+        cfg.compression = comp;
+        const std::string what = str_cat(algo, " ", comp, " overlap ", overlap);
+        std::vector<float> g(count);
+        GradientReducer gr(comm, cfg, g, buffer_fingerprint(count, DType::f32));
+        MPI_EXPECT(t, gr.wire_type() == (comp == "bf16" ? DType::bf16 : DType::f16), what,
+                   ": wire type ", dtype_name(gr.wire_type()));
+        // (rank + 1) · (1 + i % 7): every partial sum is an integer below 256 over a power of two.
+        for (size_t i = 0; i < count; ++i) g[i] = float((t.rank() + 1) * int(1 + i % 7));
+        gr.begin_step();
+        gr.on_ready(count);
+        gr.wait();
+        size_t bad = 0;
+        for (size_t i = 0; i < count; ++i)
+          bad += g[i] != float(n * (n + 1) / 2 * int(1 + i % 7)) / float(n);
+        if (pow2) MPI_EXPECT(t, bad == 0, what, ": ", bad, " of the exact small sums wrong");
+        MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(g.data(), count * 4)), what,
+                   ": ranks differ");
+
+        // General values (not dyadic, so the fp32 average is rarely a 16-bit number): bounded by
+        // (ranks + 1) roundings of the largest partial sum, the average itself.
+        const double u = comp == "bf16" ? 0x1p-8 : 0x1p-11;
+        auto value = [](int r, size_t i) { return float((r + 1) * int(1 + i % 1021)) * 0.01f; };
+        for (size_t i = 0; i < count; ++i) g[i] = value(t.rank(), i);
+        gr.begin_step();
+        gr.on_ready(count);
+        gr.wait();
+        size_t off = 0, differ = 0;
+        for (size_t i = 0; i < count; ++i) {
+          double exact = 0;
+          for (int r = 0; r < n; ++r) exact += double(value(r, i)) / n;
+          off += std::fabs(g[i] - exact) > (n + 1) * u * exact;
+          differ += g[i] != float(exact);
+        }
+        MPI_EXPECT(t, off == 0, what, ": ", off, " values beyond the rounding bound");
+        if (n > 1) MPI_EXPECT(t, differ > 0, what, ": every value is fp32's: not compressed?");
+        MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(g.data(), count * 4)), what,
+                   ": ranks differ");
+      }
+    }
+  }
+  // fp16: 40960 on every rank averages to about 40960 (exactly on a power-of-two number of
+  // ranks): the running sums of 40960/n stay below 65504; 70000 averages to inf, which dynamic
+  // loss scaling then sees.
+  CommConfig cfg;
+  cfg.compression = "fp16";
+  std::vector<float> g(1000);
+  GradientReducer gr(comm, cfg, g, buffer_fingerprint(g.size(), DType::f32));
+  for (size_t i = 0; i < g.size(); ++i) g[i] = i % 2 ? 40960.0f : 70000.0f;
+  gr.wait();
+  size_t bad = 0;
+  const double slack = pow2 ? 0 : (n + 1) * 0x1p-11 * 40960;
+  for (size_t i = 0; i < g.size(); ++i)
+    bad += i % 2 ? !(std::fabs(g[i] - 40960.0) <= slack) : (n > 1 && !std::isinf(g[i]));
+  MPI_EXPECT(t, bad == 0, "fp16 range: ", bad, " wrong (", g[0], ", ", g[1], ")");
+  try {
+    CommConfig m;
+    m.algorithm = "mpi";
+    m.compression = "bf16";
+    GradientReducer bad_gr(comm, m, g, buffer_fingerprint(g.size(), DType::f32));
+    t.fail("mpi with compression bf16 was accepted");
+  } catch (const CommError& e) {
+    MPI_EXPECT(t, std::string(e.what()).find("compression bf16 needs an algorithm that sums bf16") !=
+                      std::string::npos, "mpi refusal: ", e.what());
   }
 }
 
@@ -152,6 +235,7 @@ int run() {
   MpiTest t;
   Communicator comm;
   check_fake_backward(t, comm);
+  check_compression(t, comm);
   check_real_net(t, comm);
   return t.finish("test_mpi_gradient_reducer");
 }

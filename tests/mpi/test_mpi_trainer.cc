@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,32 @@ void check_identical_and_divergence(MpiTest& t, const std::string& dir) {
   }
   MPI_EXPECT(t, msg.find(str_cat("rank(s) ", t.size() - 1, " differ from rank 0")) != std::string::npos,
              "divergence not named: '", msg, "'");
+}
+
+// comm.compression bf16: the replicas stay bitwise identical, the metrics say what went on the
+// wire, and three steps land near the uncompressed run's parameters but (with several ranks) not
+// on them.
+void check_compressed_gradients(MpiTest& t, const std::string& dir) {
+  Config plain = tiny(dir + "/plain"), comp = tiny(dir + "/bf16");
+  plain.train.steps = comp.train.steps = 3;
+  comp.comm.compression = "bf16";
+  comp.log.jsonl = "";  // rank 0's, in the run folder
+  Trainer tp(plain), tc(comp);
+  tp.train();
+  tc.train();
+  MPI_EXPECT(t, test::same_on_all_ranks(params_hash(tc)), "compressed: parameters differ across ranks");
+  auto a = tp.net().arena().params(), b = tc.net().arena().params();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(double(a[i])));
+  }
+  MPI_EXPECT(t, worst <= 1e-2 * scale, "compressed parameters off by ", worst, " (max |p| ", scale, ")");
+  if (t.size() > 1) MPI_EXPECT(t, worst > 0, "compressed run equals the plain one: not compressed?");
+  if (t.rank() != 0) return;
+  std::ifstream f(comp.run_dir + "/metrics.jsonl");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  MPI_EXPECT(t, log.find("\"comm_wire\":\"bf16\"") != std::string::npos, "metrics: no comm_wire bf16");
 }
 
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
@@ -211,6 +239,7 @@ int main(int argc, char** argv) {
   using namespace rt::trainer;
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer", [](rt::test::MpiTest& t, const std::string& dir) {
     check_identical_and_divergence(t, dir);
+    check_compressed_gradients(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_data_parallel_equivalence(t, dir);

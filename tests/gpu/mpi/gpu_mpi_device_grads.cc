@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -72,51 +73,75 @@ int run(const std::string& path_name) {
   std::vector<float> got(kCount);
   const float inv = 1.0f / float(t.size());
 
+  struct Case {
+    std::string algo;
+    size_t bucket_bytes;
+    bool overlap;
+    std::string compression = "none";
+  };
+  std::vector<Case> cases;
   for (const char* algo : {"ring", "reducer"})
     for (size_t bucket_bytes : {size_t(65536), size_t(400000), size_t(25) << 20})
-      for (bool overlap : {true, false}) {
-        CommConfig cfg;
-        cfg.algorithm = algo;
-        cfg.bucket_bytes = bucket_bytes;
-        cfg.overlap = overlap;
-        cfg.device_path = path_name;
-        const std::string what = str_cat(path_name, " ", algo, " bucket ", bucket_bytes, " overlap ", overlap);
-        comm::GradientReducer gr(comm, cfg, cuda::make_device_grads(compute, comm::comm_device_path(cfg)),
-                                 grads.get(), kCount, DType::f32, comm::buffer_fingerprint(kCount, DType::f32));
-        const cuda::AllocStats set_up = cuda::alloc_stats();
-        for (int step = 0; step < kSteps; ++step) {
-          // NaN everywhere first, then the pieces, each behind some slow work: the reports run
-          // ahead of the GPU, so only the fences keep the reducer from reading NaN.
-          CUDA_CHECK(cudaMemsetAsync(grads.get(), 0xff, kCount * 4, compute));
-          gr.begin_step();
-          const size_t piece = kCount / 9 + 1;
-          for (size_t done = 0; done < kCount;) {
-            const size_t end = std::min(kCount, done + piece);
-            for (int k = 0; k < 10; ++k) cuda::scale(cuda::Elem::f32, busy.get(), busy.bytes() / 4, 1.0f, compute);
-            CUDA_CHECK_LAUNCH();
-            CUDA_CHECK(cudaMemcpyAsync(grads.as<float>() + done, inputs[step].as<float>() + done,
-                                       (end - done) * 4, cudaMemcpyDeviceToDevice, compute));
-            done = end;
-            gr.on_ready(done);
-          }
-          gr.wait();
-          CUDA_CHECK(cudaStreamSynchronize(compute));
-          grads.download(got.data(), kCount * 4);
-          size_t bad = 0;
-          for (size_t i = 0; i < kCount; ++i) bad += got[i] != test::expected_sum(t.size(), i + size_t(step)) * inv;
-          MPI_EXPECT(t, bad == 0, what, " step ", step, ": ", bad, " wrong (first: ", got[0], ")");
-          MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(got.data(), kCount * 4)), what,
-                     " step ", step, ": ranks differ");
-        }
-        const cuda::AllocStats end = cuda::alloc_stats();
-        MPI_EXPECT(t, end.device_allocs == set_up.device_allocs && end.pinned_allocs == set_up.pinned_allocs,
-                   what, ": allocated during steps (device ", end.device_allocs - set_up.device_allocs,
-                   ", pinned ", end.pinned_allocs - set_up.pinned_allocs, ")");
-        if (t.rank() == 0)
-          std::printf("%s: %zu buckets, compute %.4f s, exposed %.4f s, comm %.4f s\n", what.c_str(),
-                      gr.num_buckets(), gr.last_step().compute_s, gr.last_step().exposed_comm_s,
-                      gr.last_step().total_comm_s);
+      for (bool overlap : {true, false}) cases.push_back({algo, bucket_bytes, overlap});
+  // Compressed: the device conversions and 16-bit sums give the host path's bits (the kernels
+  // equal the CPU's bit for bit, tests/gpu/gpu_reduce.cc), the wire buffer allocated at set-up.
+  cases.push_back({"ring", 400000, true, "bf16"});
+  cases.push_back({"reducer", 65536, false, "fp16"});
+  comm::Communicator ref_comm;
+  for (const Case& c : cases) {
+    CommConfig cfg;
+    cfg.algorithm = c.algo;
+    cfg.bucket_bytes = c.bucket_bytes;
+    cfg.overlap = c.overlap;
+    cfg.device_path = path_name;
+    cfg.compression = c.compression;
+    const std::string what = str_cat(path_name, " ", c.algo, " bucket ", c.bucket_bytes, " overlap ",
+                                     c.overlap, " compression ", c.compression);
+    std::vector<float> host(kCount);
+    comm::GradientReducer ref(ref_comm, cfg, host, comm::buffer_fingerprint(kCount, DType::f32));
+    comm::GradientReducer gr(comm, cfg, cuda::make_device_grads(compute, comm::comm_device_path(cfg)),
+                             grads.get(), kCount, DType::f32, comm::buffer_fingerprint(kCount, DType::f32));
+    const cuda::AllocStats set_up = cuda::alloc_stats();
+    for (int step = 0; step < kSteps; ++step) {
+      // NaN everywhere first, then the pieces, each behind some slow work: the reports run
+      // ahead of the GPU, so only the fences keep the reducer from reading NaN.
+      CUDA_CHECK(cudaMemsetAsync(grads.get(), 0xff, kCount * 4, compute));
+      gr.begin_step();
+      const size_t piece = kCount / 9 + 1;
+      for (size_t done = 0; done < kCount;) {
+        const size_t end = std::min(kCount, done + piece);
+        for (int k = 0; k < 10; ++k) cuda::scale(cuda::Elem::f32, busy.get(), busy.bytes() / 4, 1.0f, compute);
+        CUDA_CHECK_LAUNCH();
+        CUDA_CHECK(cudaMemcpyAsync(grads.as<float>() + done, inputs[step].as<float>() + done,
+                                   (end - done) * 4, cudaMemcpyDeviceToDevice, compute));
+        done = end;
+        gr.on_ready(done);
       }
+      gr.wait();
+      CUDA_CHECK(cudaStreamSynchronize(compute));
+      grads.download(got.data(), kCount * 4);
+      if (c.compression != "none") {  // the host path on the same data
+        inputs[step].download(host.data(), kCount * 4);
+        ref.wait();
+      }
+      size_t bad = 0;
+      for (size_t i = 0; i < kCount; ++i)
+        bad += c.compression == "none"
+                   ? got[i] != test::expected_sum(t.size(), i + size_t(step)) * inv
+                   : std::memcmp(&got[i], &host[i], 4) != 0;
+      MPI_EXPECT(t, bad == 0, what, " step ", step, ": ", bad, " wrong (first: ", got[0], ")");
+      MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(got.data(), kCount * 4)), what,
+                 " step ", step, ": ranks differ");
+    }
+    const cuda::AllocStats end = cuda::alloc_stats();
+    MPI_EXPECT(t, end.device_allocs == set_up.device_allocs && end.pinned_allocs == set_up.pinned_allocs,
+               what, ": allocated during steps (device ", end.device_allocs - set_up.device_allocs,
+               ", pinned ", end.pinned_allocs - set_up.pinned_allocs, ")");
+    if (t.rank() == 0)
+      std::printf("%s: %zu buckets, compute %.4f s, exposed %.4f s, comm %.4f s\n", what.c_str(),
+                  gr.num_buckets(), gr.last_step().compute_s, gr.last_step().exposed_comm_s,
+                  gr.last_step().total_comm_s);
+  }
   CUDA_CHECK(cudaStreamDestroy(compute));
   return t.finish(("gpu_mpi_device_grads " + path_name).c_str());
 }
