@@ -71,67 +71,83 @@ void convert_scalar(void* dst, const void* src, size_t n, float s) {
   for (size_t i = 0; i < n; ++i) d[i] = store<To>(load(x[i]) * s);
 }
 
-// fp32 → bf16, eight at a time: to_bf16's bit arithmetic (round to nearest even, NaN kept quiet).
-__attribute__((target("avx2"))) void f32_to_bf16_avx2(bf16_t* dst, const float* src, size_t n,
-                                                      float s) {
-  const __m256 vs = _mm256_set1_ps(s);
-  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
-                abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
-                quiet = _mm256_set1_epi32(0x40);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i u = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs));
-    const __m256i hi = _mm256_srli_epi32(u, 16);
-    __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(hi, one)), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+// Eight 16-bit values at a time through fp32 registers. Every AVX2 processor has F16C, so one
+// flag (vec16_) enables both types' vector paths.
+#define RT_VEC16 __attribute__((target("avx2,f16c")))
+struct Bf16x8 {
+  using T = bf16_t;
+  RT_VEC16 static __m256 load(const T* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  // to_bf16's bit arithmetic: round to nearest even, a NaN kept quiet.
+  RT_VEC16 static void store(T* p, __m256 x) {
+    const __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                                   _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                                  16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
     // 32 → 16 bits: packus works within 128-bit lanes, the permute restores the order.
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(p));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
   }
-  for (; i < n; ++i) dst[i] = to_bf16(src[i] * s);
-}
-
-__attribute__((target("avx2"))) void bf16_to_f32_avx2(float* dst, const bf16_t* src, size_t n,
-                                                      float s) {
-  const __m256 vs = _mm256_set1_ps(s);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), vs));
+};
+// F16C rounds as to_f16 (nearest even, inf from 65520 up, subnormals); a NaN keeps its payload's
+// top bits instead of becoming 0x7e00, still a quiet NaN of the same sign.
+struct F16x8 {
+  using T = f16_t;
+  RT_VEC16 static __m256 load(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  for (; i < n; ++i) dst[i] = from_bf16(src[i]) * s;
-}
+  RT_VEC16 static void store(T* p, __m256 x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
 
-// F16C's conversions round as to_f16 (nearest even, inf from 65520 up, subnormals); a NaN keeps
-// its payload's top bits instead of becoming 0x7e00, still a quiet NaN of the same sign.
-__attribute__((target("avx2,f16c"))) void f32_to_f16_f16c(f16_t* dst, const float* src, size_t n,
-                                                           float s) {
+// The loops: vectors of eight, then the scalar tail with the host roundings.
+template <class V>
+RT_VEC16 void reduce_add_vec(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<typename V::T*>(dst);
+  auto* x = static_cast<const typename V::T*>(src);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) V::store(d + i, _mm256_add_ps(V::load(d + i), V::load(x + i)));
+  for (; i < n; ++i) d[i] = store<typename V::T>(load(d[i]) + load(x[i]));
+}
+template <class V>
+RT_VEC16 void scale_vec(void* buf, size_t n, float s) {
+  auto* b = static_cast<typename V::T*>(buf);
   const __m256 vs = _mm256_set1_ps(s);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  for (; i < n; ++i) dst[i] = to_f16(src[i] * s);
+  for (; i + 8 <= n; i += 8) V::store(b + i, _mm256_mul_ps(V::load(b + i), vs));
+  for (; i < n; ++i) b[i] = store<typename V::T>(load(b[i]) * s);
 }
-
-__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(float* dst, const f16_t* src, size_t n,
-                                                           float s) {
+template <class V>
+RT_VEC16 void narrow_vec(void* dst, const void* src, size_t n, float s) {  // f32 → T
+  auto* d = static_cast<typename V::T*>(dst);
+  auto* x = static_cast<const float*>(src);
   const __m256 vs = _mm256_set1_ps(s);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
-                                                reinterpret_cast<const __m128i*>(src + i))),
-                                            vs));
-  for (; i < n; ++i) dst[i] = from_f16(src[i]) * s;
+  for (; i + 8 <= n; i += 8) V::store(d + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+  for (; i < n; ++i) d[i] = store<typename V::T>(x[i] * s);
 }
+template <class V>
+RT_VEC16 void widen_vec(void* dst, const void* src, size_t n, float s) {  // T → f32
+  auto* d = static_cast<float*>(dst);
+  auto* x = static_cast<const typename V::T*>(src);
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_mul_ps(V::load(x + i), vs));
+  for (; i < n; ++i) d[i] = load(x[i]) * s;
+}
+#undef RT_VEC16
 
 class CpuReduceKernels final : public ReduceKernels {
  public:
   CpuReduceKernels()
-      : avx2_(__builtin_cpu_supports("avx2")), f16c_(avx2_ && __builtin_cpu_supports("f16c")) {}
+      : avx2_(__builtin_cpu_supports("avx2")), vec16_(avx2_ && __builtin_cpu_supports("f16c")) {}
 
   void reduce_add(DType t, void* dst, const void* src, size_t n) const override {
     switch (t) {
@@ -141,8 +157,10 @@ class CpuReduceKernels final : public ReduceKernels {
         else
           reduce_add_f32_scalar(static_cast<float*>(dst), static_cast<const float*>(src), n);
         return;
-      case DType::bf16: return reduce_add_16<bf16_t>(dst, src, n);
-      case DType::f16: return reduce_add_16<f16_t>(dst, src, n);
+      case DType::bf16:
+        return vec16_ ? reduce_add_vec<Bf16x8>(dst, src, n) : reduce_add_16<bf16_t>(dst, src, n);
+      case DType::f16:
+        return vec16_ ? reduce_add_vec<F16x8>(dst, src, n) : reduce_add_16<f16_t>(dst, src, n);
     }
     throw CommError(str_cat("CPU reduce kernels: unknown element type ", int(t)));
   }
@@ -155,30 +173,22 @@ class CpuReduceKernels final : public ReduceKernels {
         else
           scale_f32_scalar(static_cast<float*>(buf), n, s);
         return;
-      case DType::bf16: return scale_16<bf16_t>(buf, n, s);
-      case DType::f16: return scale_16<f16_t>(buf, n, s);
+      case DType::bf16: return vec16_ ? scale_vec<Bf16x8>(buf, n, s) : scale_16<bf16_t>(buf, n, s);
+      case DType::f16: return vec16_ ? scale_vec<F16x8>(buf, n, s) : scale_16<f16_t>(buf, n, s);
     }
     throw CommError(str_cat("CPU reduce kernels: unknown element type ", int(t)));
   }
 
   void convert(DType to, void* dst, DType from, const void* src, size_t n, float s) const override {
     using F = DType;
-    if (from == F::f32 && to == F::bf16) {
-      if (avx2_) return f32_to_bf16_avx2(static_cast<bf16_t*>(dst), static_cast<const float*>(src), n, s);
-      return convert_scalar<bf16_t, float>(dst, src, n, s);
-    }
-    if (from == F::bf16 && to == F::f32) {
-      if (avx2_) return bf16_to_f32_avx2(static_cast<float*>(dst), static_cast<const bf16_t*>(src), n, s);
-      return convert_scalar<float, bf16_t>(dst, src, n, s);
-    }
-    if (from == F::f32 && to == F::f16) {
-      if (f16c_) return f32_to_f16_f16c(static_cast<f16_t*>(dst), static_cast<const float*>(src), n, s);
-      return convert_scalar<f16_t, float>(dst, src, n, s);
-    }
-    if (from == F::f16 && to == F::f32) {
-      if (f16c_) return f16_to_f32_f16c(static_cast<float*>(dst), static_cast<const f16_t*>(src), n, s);
-      return convert_scalar<float, f16_t>(dst, src, n, s);
-    }
+    if (from == F::f32 && to == F::bf16)
+      return vec16_ ? narrow_vec<Bf16x8>(dst, src, n, s) : convert_scalar<bf16_t, float>(dst, src, n, s);
+    if (from == F::f32 && to == F::f16)
+      return vec16_ ? narrow_vec<F16x8>(dst, src, n, s) : convert_scalar<f16_t, float>(dst, src, n, s);
+    if (from == F::bf16 && to == F::f32)
+      return vec16_ ? widen_vec<Bf16x8>(dst, src, n, s) : convert_scalar<float, bf16_t>(dst, src, n, s);
+    if (from == F::f16 && to == F::f32)
+      return vec16_ ? widen_vec<F16x8>(dst, src, n, s) : convert_scalar<float, f16_t>(dst, src, n, s);
     if (from == F::f32 && to == F::f32) return convert_scalar<float, float>(dst, src, n, s);
     throw CommError(str_cat("CPU reduce kernels: no conversion from ", dtype_name(from), " to ",
                             dtype_name(to)));
@@ -187,7 +197,7 @@ class CpuReduceKernels final : public ReduceKernels {
   bool supports(DType) const override { return true; }
 
  private:
-  bool avx2_, f16c_;
+  bool avx2_, vec16_;
 };
 
 }  // namespace

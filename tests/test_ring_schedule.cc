@@ -182,11 +182,11 @@ bool same16(T a, T b) {
   return a.bits == b.bits;
 }
 
-// Gradient compression's conversions (vector paths with scalar tails) against the host
-// roundings of nn/tensor.h, element by element: fp32 bit patterns from every exponent (normal,
+// Gradient compression's conversions and the 16-bit add and scale (vector paths with scalar
+// tails) against the host roundings of nn/tensor.h, element by element: fp32 bit patterns from every exponent (normal,
 // subnormal, inf, NaN, the fp16 overflow threshold), at every tail length and misalignment, with
 // a scale applied before the one rounding.
-TEST(ReduceKernels, ConversionsRoundOnceAsTheHostRoundings) {
+TEST(ReduceKernels, SixteenBitPathsRoundOnceAsTheHostRoundings) {
   const ReduceKernels& k = cpu_reduce_kernels();
   std::vector<float> x;
   for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 458759u) {
@@ -223,6 +223,36 @@ TEST(ReduceKernels, ConversionsRoundOnceAsTheHostRoundings) {
       EXPECT_EQ(bad_b, 0u) << "bf16 -> f32, scale " << s << " misalign " << misalign;
       EXPECT_EQ(bad_h, 0u) << "f16 -> f32, scale " << s << " misalign " << misalign;
     }
+  }
+  // The 16-bit add and scale (vectors of eight, then the tail) against the host roundings, on
+  // the converted patterns above: fp16 sums past 65504 become inf, NaNs stay NaN.
+  for (size_t misalign : {0, 1, 3}) {
+    const size_t n = x.size() - 1 - misalign;
+    std::vector<bf16_t> b(x.size());
+    std::vector<f16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = to_bf16(x[i]), h[i] = to_f16(x[i]);
+    auto b2 = b;
+    auto h2 = h;
+    // dst[i] += src[i + 1]: neighbours, so that most sums mix magnitudes.
+    k.reduce_add(DType::bf16, b2.data() + misalign, b.data() + misalign + 1, n);
+    k.reduce_add(DType::f16, h2.data() + misalign, h.data() + misalign + 1, n);
+    size_t bad_b = 0, bad_h = 0;
+    for (size_t i = misalign; i < misalign + n; ++i) {
+      bad_b += !same16(b2[i], to_bf16(from_bf16(b[i]) + from_bf16(b[i + 1])));
+      bad_h += !same16(h2[i], to_f16(from_f16(h[i]) + from_f16(h[i + 1])));
+    }
+    EXPECT_EQ(bad_b, 0u) << "bf16 add, misalign " << misalign;
+    EXPECT_EQ(bad_h, 0u) << "f16 add, misalign " << misalign;
+    b2 = b;
+    h2 = h;
+    k.scale(DType::bf16, b2.data() + misalign, n, 1.0f / 3);
+    k.scale(DType::f16, h2.data() + misalign, n, 3.0f);
+    for (size_t i = misalign; i < misalign + n; ++i) {
+      bad_b += !same16(b2[i], to_bf16(from_bf16(b[i]) * (1.0f / 3)));
+      bad_h += !same16(h2[i], to_f16(from_f16(h[i]) * 3.0f));
+    }
+    EXPECT_EQ(bad_b, 0u) << "bf16 scale, misalign " << misalign;
+    EXPECT_EQ(bad_h, 0u) << "f16 scale, misalign " << misalign;
   }
   // The boundaries themselves: 65520 is fp16's first inf, 0x1p-25 rounds to zero (even).
   f16_t h[2];

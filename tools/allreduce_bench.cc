@@ -10,7 +10,10 @@
 //
 // An algorithm may carry its own segment size, receive depth and waiting policy, "ring@128K^8~20"
 // (segment 128 KiB, recv_depth 8, idle_sleep_us 20), so that variants run side by side;
-// "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. With
+// "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. A suffix
+// ":bf16" or ":fp16" times gradient compression as GradientReducer does it: the fp32 buffer
+// converted to the 16-bit type, allreduced as such, converted back (the timing includes both
+// conversions; the check's sums are small integers, exact in both types). With
 // --interleave 1 the algorithms take turns iteration by iteration (rather than size by size), so a
 // machine load that drifts during the run affects them alike: use it to compare alternatives.
 #include <mpi.h>
@@ -124,6 +127,8 @@ long count_wrong(const std::vector<float>& v, int n) {
 struct Candidate {
   std::string label;
   std::unique_ptr<Allreducer> ar;  // null: "openmpi"
+  DType wire = DType::f32;         // bf16/f16: compressed (label suffix ":bf16" / ":fp16")
+  std::vector<uint16_t> wire_buf;
 };
 
 // Buffers of one size: src holds the rank's contribution; ours reduce buf in place (restored from
@@ -139,7 +144,15 @@ void run_once(Candidate& c, Buffers& b, bool restore) {
     return;
   }
   if (restore) std::copy(b.src.begin(), b.src.end(), b.buf.begin());
-  c.ar->allreduce(b.buf, ReduceOp::sum);
+  if (c.wire == DType::f32) {
+    c.ar->allreduce(b.buf, ReduceOp::sum);
+    return;
+  }
+  const ReduceKernels& k = cpu_reduce_kernels();
+  c.wire_buf.resize(b.buf.size());
+  k.convert(c.wire, c.wire_buf.data(), DType::f32, b.buf.data(), b.buf.size(), 1.0f);
+  c.ar->allreduce(c.wire_buf.data(), b.buf.size(), c.wire, ReduceOp::sum);
+  k.convert(DType::f32, b.buf.data(), c.wire, c.wire_buf.data(), b.buf.size(), 1.0f);
 }
 
 // Measures the candidates at one size. More than one candidate: they take turns every iteration,
@@ -225,14 +238,18 @@ int run(int argc, char** argv) {
   }
   std::vector<Candidate> cands;
   for (const std::string& spec : o.algos) {
-    Candidate c{spec, nullptr};
+    Candidate c{spec, nullptr, DType::f32, {}};
     if (spec == "openmpi") {
       cands.push_back(std::move(c));
       continue;
     }
-    CommConfig cfg;  // spec: algorithm[@segment][^recv_depth][~idle_sleep_us], e.g. ring@128K^8~20
-    const size_t tl = spec.find('~');
-    std::string head = spec.substr(0, tl);
+    // spec: algorithm[@segment][^recv_depth][~idle_sleep_us][:bf16|:fp16], e.g. ring@128K^8~20
+    CommConfig cfg;
+    const size_t colon = spec.find(':');
+    if (colon != std::string::npos) c.wire = compression_wire_type(spec.substr(colon + 1), DType::f32);
+    const std::string base = spec.substr(0, colon);
+    const size_t tl = base.find('~');
+    std::string head = base.substr(0, tl);
     const size_t caret = head.find('^');
     cfg.recv_depth = caret == std::string::npos ? o.recv_depth : std::stoi(head.substr(caret + 1));
     head = head.substr(0, caret);
@@ -241,7 +258,7 @@ int run(int argc, char** argv) {
     cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
     // "@X" and --segment-bytes fix the segment whether or not the ranks span several nodes.
     if (at != std::string::npos || o.segment_set) cfg.network_segment_bytes = cfg.segment_bytes;
-    cfg.idle_sleep_us = tl == std::string::npos ? o.idle_sleep_us : std::stoi(spec.substr(tl + 1));
+    cfg.idle_sleep_us = tl == std::string::npos ? o.idle_sleep_us : std::stoi(base.substr(tl + 1));
     c.ar = make_allreducer(cfg, comm);
     cands.push_back(std::move(c));
   }
