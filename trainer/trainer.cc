@@ -185,6 +185,9 @@ void Trainer::train() {
                    total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
+  if (reducer_->wire_type() != DType::f32 && world_ > 1)
+    log_line(str_cat("gradients averaged as ", dtype_name(reducer_->wire_type()),
+                     " (comm.compression): half the bytes on the wire, one rounding per ring hop"));
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
