@@ -50,6 +50,7 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   const size_t esz = dtype_size(t), line = 64 / esz;
   const size_t per = std::max(line, cfg_.bucket_bytes / esz / line * line);
   for (size_t off = 0; off < count; off += per) buckets_.push_back({off, std::min(per, count - off)});
+  times_.resize(buckets_.size());
 
   // Device buffers: the hooks allocate what the steps use now; the staged ring runs on the host
   // mirror with the CPU kernels, the direct one on the buffer with device kernels and scratch.
@@ -76,8 +77,8 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   if (wire_ != t) {
     if (!allreducer_->supports(wire_) || !k->supports(wire_))
       throw CommError(str_cat("comm: compression ", cfg_.compression, " needs an algorithm that sums ",
-                              dtype_name(wire_), "; '", allreducer_->name(),
-                              "' does not (MPI has no 16-bit sum): use ring, reducer or nccl"));
+                              dtype_name(wire_), ", which '", allreducer_->name(),
+                              "' cannot here: use ring, reducer or nccl"));
     // One bucket at a time, where the kernels work (device scratch on the direct path); one
     // rank reduces nothing, so it needs none.
     if (!solo()) {
@@ -120,6 +121,7 @@ GradientReducer::~GradientReducer() {
 void GradientReducer::start_step_locked() {
   active_ = true;
   fenced_ = 0;
+  timed_ = 0;
   ready_ = 0;
   next_ = 0;
   comm_s_ = 0;
@@ -156,27 +158,35 @@ void GradientReducer::begin_step() {
   start_step_locked();
 }
 
+// Reporting thread: the time at which buckets up to grads[0, n) became complete.
+void GradientReducer::time_ready_upto(size_t n) {
+  const Clock::time_point now = Clock::now();
+  while (timed_ < buckets_.size() && buckets_[timed_].offset + buckets_[timed_].len <= n)
+    times_[timed_++].ready = now;
+}
+
 void GradientReducer::on_ready(size_t n) {
-  if (dev_ && !solo()) {
-    start_step_if_idle();
-    fence_upto(std::min(n, count_));
-  }
+  start_step_if_idle();
+  if (dev_ && !solo()) fence_upto(std::min(n, count_));
+  time_ready_upto(std::min(n, count_));  // before ready_ publishes it: ready precedes start
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!active_) start_step_locked();
     ready_ = std::max(ready_, std::min(n, count_));
   }
   if (cfg_.overlap) work_cv_.notify_one();
 }
 
 void GradientReducer::reduce_bucket(size_t b) {
+  BucketTimes& bt = times_[b];
+  bt.start = bt.fenced = bt.end = Clock::now();
   if (solo()) return;  // the average over one rank is the buffer itself: nothing to wait for or copy
   const Range r = buckets_[b];
   const size_t esz = dtype_size(dtype_);
-  const auto t0 = Clock::now();
+  const auto t0 = bt.start;
   // The device's own work first (this rank is not yet waiting for the others).
   if (staged()) dev_->download_wait(ticket_[b]);
   else if (dev_) dev_->wait(fence_[b]);
+  if (dev_) bt.fenced = Clock::now();
   if (stall_ && b == 0) stall_->arrive(++steps_);
   char* bucket = work_ + r.offset * esz;
   if (wire_ == dtype_) {
@@ -193,7 +203,8 @@ void GradientReducer::reduce_bucket(size_t b) {
     if (b + 1 == buckets_.size()) dev_->upload_wait();  // before wait() may return
   }
   if (stall_ && b + 1 == buckets_.size()) stall_->leave();
-  comm_s_ += seconds(Clock::now() - t0);  // only the thread doing the reduce touches comm_s_ now
+  bt.end = Clock::now();
+  comm_s_ += seconds(bt.end - t0);  // only the thread doing the reduce touches comm_s_ now
 }
 
 void GradientReducer::comm_loop() {
@@ -221,12 +232,10 @@ void GradientReducer::comm_loop() {
 
 void GradientReducer::wait() {
   const auto t_wait = Clock::now();
-  if (dev_ && !solo()) {
-    start_step_if_idle();
-    fence_upto(count_);  // the buckets no report completed
-  }
+  start_step_if_idle();
+  if (dev_ && !solo()) fence_upto(count_);  // the buckets no report completed
+  time_ready_upto(count_);
   std::unique_lock<std::mutex> lk(mu_);
-  if (!active_) start_step_locked();
   last_ = StepTimes{};
   last_.compute_s = seconds(t_wait - step_start_);
   last_.buckets = buckets_.size();

@@ -40,6 +40,14 @@ struct StepTimes {
 // caller's thread and plain MPI_Init (or FUNNELED) suffices.
 class GradientReducer {
  public:
+  using Clock = std::chrono::steady_clock;
+  // One bucket's times in the last step: ready (the report, or wait(), that completed it), start
+  // (the reducing thread took it), fenced (the device work it waits for was done, or its download
+  // landed; = start for host buffers), end (averaged, and on the staged path uploaded).
+  struct BucketTimes {
+    Clock::time_point ready, start, fenced, end;
+  };
+
   // Collective: runs comm_check_agreement(comm, model, cfg), so a rank with another model or other
   // settings makes every rank throw here. grads: the flat gradient buffer (count elements of type
   // t), which must stay valid for the reducer's lifetime.
@@ -77,6 +85,8 @@ class GradientReducer {
   void wait();
 
   const StepTimes& last_step() const { return last_; }
+  // Per bucket, valid after wait() until the next step starts (sized at set-up: no allocation).
+  const std::vector<BucketTimes>& last_bucket_times() const { return times_; }
   size_t num_buckets() const { return buckets_.size(); }
   Range bucket(size_t i) const { return buckets_[i]; }
   const char* algorithm() const { return allreducer_->name(); }
@@ -86,7 +96,6 @@ class GradientReducer {
   const char* device_path() const { return dev_ ? device_path_name(dev_->path()) : nullptr; }
 
  private:
-  using Clock = std::chrono::steady_clock;
   GradientReducer(Communicator& comm, const CommConfig& cfg, std::unique_ptr<DeviceGrads> device,
                   void* grads, size_t count, DType t, const ModelFingerprint& model,
                   const ReduceKernels* k);
@@ -95,6 +104,7 @@ class GradientReducer {
   void start_step_locked();
   void start_step_if_idle();
   void fence_upto(size_t n);
+  void time_ready_upto(size_t n);
   bool staged() const { return dev_ && dev_->path() == DevicePath::staged; }
   bool solo() const { return comm_.size() == 1; }
 
@@ -118,6 +128,10 @@ class GradientReducer {
   // download. Written by the reporting thread before it publishes ready_, read after.
   std::vector<uint64_t> fence_, ticket_;
   size_t fenced_ = 0;                  // buckets fenced in this step (reporting thread only)
+  // Each field written by one thread: ready by the reporting thread (timed_ is its cursor),
+  // start/fenced/end by the reducing one before it publishes next_.
+  std::vector<BucketTimes> times_;
+  size_t timed_ = 0;
 
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;

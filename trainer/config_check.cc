@@ -131,6 +131,8 @@ void config_validate(const Config& c) {
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
   k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
+  k.require(c.log.timeline_skip >= 0, "log.timeline_skip", "must be >= 0", c.log.timeline_skip);
+  k.require(c.log.timeline_steps >= 1, "log.timeline_steps", "must be >= 1", c.log.timeline_steps);
   k.require(c.check.every >= 0, "check.every", "must be >= 0", c.check.every);
   const auto& dbg = c.debug;
   k.require(dbg.fault == "none" || dbg.fault == "nan" || dbg.fault == "inf" || dbg.fault == "stall" ||

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include "comm/agreement.h"
 #include "comm/cuda_aware.h"
@@ -148,6 +149,16 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("emulate_compute_ms", cfg_.emulate.compute_ms)
                       .add("backend", net_->backend().name())
                       .add("setup", net_->backend().setup_note()));
+  if (!cfg_.log.timeline.empty()) {
+    // One origin for all ranks (their clocks differ across nodes): the end of a barrier.
+    ctl_comm_->barrier();
+    timeline_origin_ = now_s();
+    if (const std::string path = timeline_path(cfg_.log.timeline, rank_); !path.empty()) {
+      if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty())
+        std::filesystem::create_directories(dir);
+      timeline_ = std::make_unique<Timeline>(path, "log.timeline", rank_, timeline_origin_);
+    }
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -185,6 +196,11 @@ void Trainer::train() {
                    total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
+  if (timeline_ && timeline_first_ < 0) {
+    timeline_first_ = std::min(step_ + cfg_.log.timeline_skip, total_steps_);
+    timeline_end_ = std::min(timeline_first_ + cfg_.log.timeline_steps, total_steps_);
+    if (timeline_first_ == timeline_end_) timeline_->close();
+  }
   if (reducer_->wire_type() != DType::f32 && world_ > 1)
     log_line(str_cat("gradients averaged as ", dtype_name(reducer_->wire_type()),
                      " (comm.compression): half the bytes on the wire, one rounding per ring hop"));
@@ -236,10 +252,12 @@ void Trainer::prefetch_next() {
   const double t = now_s();
   take_batch(next_batch_, next);
   next_wait_s_ = now_s() - t;
+  prefetch_t0_ = t;
   const bool u8 = cfg_.data.output == data::Output::u8;
   net_->backend().stage_input(u8 ? static_cast<const void*>(next_batch_.pixels.data()) : next_batch_.images.data(),
                               u8 ? next_batch_.pixels.size() : next_batch_.images.size() * sizeof(float));
   has_next_ = true;
+  prefetch_t1_ = now_s();
 }
 
 void Trainer::train_step() {
@@ -254,6 +272,8 @@ void Trainer::train_step() {
   }
   const double t1 = now_s();
   const double data_wait = prefetched ? next_wait_s_ : t1 - t0;
+  double t_fwd = t1;  // the forward's end, as the host saw it
+  prefetch_t0_ = prefetch_t1_ = 0;
   inject_fault();
   reducer_->begin_step();
   // Nothing below waits for a device until the reducer does: forward, the logits' copy and
@@ -268,6 +288,7 @@ void Trainer::train_step() {
     else
       net_->queue_forward(batch_.images.data(), batch_.labels.data(), true);
     net_->export_tensor_queued(net_->logits(), logits_.data());  // before backward reuses its memory
+    t_fwd = now_s();
     net_->backward(ready_, scaler_.scale());
     net_->backend().mark_compute(1);
     prefetch_next();  // while the device still runs backward
@@ -328,6 +349,14 @@ void Trainer::train_step() {
   r.loss_scale = scale;
   r.skipped = !apply;
   metrics_->step(rank_, r);
+  if (timeline_ && !timeline_->closed() && step_ > timeline_first_) {
+    timeline_step(*timeline_, step_, {t0, t1, t_fwd, t2, t3, t4, prefetch_t0_, prefetch_t1_, emulated}, *reducer_);
+    if (step_ == timeline_end_) {
+      timeline_->close();
+      log_line(str_cat("timeline of steps ", timeline_first_ + 1, "-", timeline_end_, " written to ",
+                       cfg_.log.timeline));
+    }
+  }
   progress_->step(r, epoch_samples_ ? 100.0 * double(epoch_top1_) / double(epoch_samples_) : 0.0);
 }
 

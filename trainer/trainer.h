@@ -20,6 +20,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/metrics.h"
+#include "trainer/timeline.h"
 
 namespace rt::trainer {
 
@@ -108,6 +109,7 @@ class Trainer {
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
+
   void sync_bn_state();
   data::Loader& val_loader();
   void log_line(const std::string& s) const;
@@ -138,6 +140,10 @@ class Trainer {
   data::Batch next_batch_;           // prefetch_next's batch, when has_next_
   bool prefetch_ = false, has_next_ = false;
   double next_wait_s_ = 0;           // how long prefetch_next waited for it
+  double prefetch_t0_ = 0, prefetch_t1_ = 0;  // when prefetch_next ran in this step (0: not)
+  std::unique_ptr<Timeline> timeline_;  // log.timeline, on the ranks that write one
+  double timeline_origin_ = 0;          // the clock after a barrier: t = 0 on every rank
+  int64_t timeline_first_ = -1, timeline_end_ = -1;  // the window, 0-based step indices
   HostVector<float> logits_;  // in the backend's input_memory(): the step exports into it queued
   std::vector<float> pad_images_;
   std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8

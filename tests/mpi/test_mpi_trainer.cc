@@ -8,10 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -70,6 +73,73 @@ void check_compressed_gradients(MpiTest& t, const std::string& dir) {
   std::ifstream f(comp.run_dir + "/metrics.jsonl");
   const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   MPI_EXPECT(t, log.find("\"comm_wire\":\"bf16\"") != std::string::npos, "metrics: no comm_wire bf16");
+}
+
+// log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
+// phases in order inside the step, every bucket's ready instant and its allreduce on the
+// communication track, which starts no earlier than the bucket was ready and ends before the
+// main thread stopped waiting for gradients; and Python's json module reads the file.
+void check_timeline(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/timeline");
+  c.train.steps = 5;
+  c.comm.bucket_bytes = 16 << 10;  // several buckets for this model
+  c.log.timeline = dir + "/timeline/trace-{rank}.json";
+  c.log.timeline_skip = 1;
+  c.log.timeline_steps = 3;
+  Trainer(c).train();
+  const std::string path = dir + "/timeline/trace-" + std::to_string(t.rank()) + ".json";
+  const std::string cmd = "/usr/bin/python3 -c \"import json,sys; json.load(open(sys.argv[1]))\" " + path;
+  MPI_EXPECT(t, std::system(cmd.c_str()) == 0, path, " is not JSON");
+  struct Ev {
+    std::string name;
+    int pid = -1, tid = -1;
+    double ts = 0, dur = 0;
+    int64_t step = -1, bucket = -1;
+  };
+  std::map<int64_t, std::vector<Ev>> steps;
+  std::ifstream f(path);
+  const std::regex re(R"re("name":"([^"]+)","ph":"[Xi]","pid":(\d+),"tid":(\d+),"ts":([-0-9.]+)(?:,"dur":([0-9.]+))?.*"step":(\d+)(?:,"bucket":(\d+))?)re");
+  for (std::string line; std::getline(f, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    Ev e{m[1], std::stoi(m[2]), std::stoi(m[3]), std::stod(m[4]), m[5].matched ? std::stod(m[5]) : 0,
+         std::stoll(m[6]), m[7].matched ? std::stoll(m[7]) : -1};
+    steps[e.step].push_back(e);
+  }
+  MPI_EXPECT(t, steps.size() == 3 && steps.begin()->first == 2 && steps.rbegin()->first == 4, path,
+             ": ", steps.size(), " steps recorded, from ", steps.empty() ? -1 : steps.begin()->first);
+  const double eps = 0.002;  // the file's microseconds have three decimals
+  for (const auto& [step, evs] : steps) {
+    std::map<std::string, Ev> phase;
+    std::map<int64_t, Ev> ready, reduce;
+    for (const Ev& e : evs) {
+      MPI_EXPECT(t, e.pid == t.rank(), "step ", step, ": pid ", e.pid);
+      if (e.name == "bucket ready") ready[e.bucket] = e;
+      else if (e.name == "allreduce") reduce[e.bucket] = e;
+      else phase[e.name] = e;
+    }
+    const std::string at = str_cat(path, " step ", step);
+    // The CPU backend loads each batch in the step (a "data" span), prefetching none.
+    bool ok = phase.size() == 6;
+    for (const char* name : {"step", "data", "forward", "backward", "wait for gradients", "optimizer"})
+      ok = ok && phase.count(name);
+    MPI_EXPECT(t, ok, at, ": phases missing (", phase.size(), " found)");
+    if (!ok) continue;
+    const Ev &st = phase["step"], &da = phase["data"], &fw = phase["forward"], &bw = phase["backward"],
+             &wt = phase["wait for gradients"], &op = phase["optimizer"];
+    MPI_EXPECT(t, st.ts <= da.ts + eps && da.ts <= fw.ts + eps && fw.ts <= bw.ts + eps && bw.ts <= wt.ts + eps &&
+                      wt.ts <= op.ts + eps && op.ts + op.dur <= st.ts + st.dur + eps,
+               at, ": phases out of order");
+    MPI_EXPECT(t, ready.size() > 2 && reduce.size() == ready.size() && ready.rbegin()->first + 1 == int64_t(ready.size()),
+               at, ": ", ready.size(), " ready, ", reduce.size(), " allreduce events");
+    for (const auto& [b, r] : reduce) {
+      const Ev& rd = ready[b];
+      MPI_EXPECT(t, r.tid == 1 && rd.tid == 0, at, " bucket ", b, ": wrong tracks");
+      MPI_EXPECT(t, rd.ts + eps >= fw.ts && r.ts + eps >= rd.ts && r.ts + r.dur <= wt.ts + wt.dur + eps, at,
+                 " bucket ", b, ": ready ", rd.ts, ", allreduce ", r.ts, "+", r.dur, ", wait ends ",
+                 wt.ts + wt.dur);
+    }
+  }
 }
 
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
@@ -240,6 +310,7 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer", [](rt::test::MpiTest& t, const std::string& dir) {
     check_identical_and_divergence(t, dir);
     check_compressed_gradients(t, dir);
+    check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_data_parallel_equivalence(t, dir);
