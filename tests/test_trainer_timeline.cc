@@ -1,6 +1,7 @@
 // log.timeline's writer: the file is a JSON array of trace events that Python's json module
 // reads, complete after close() and after one "]" when the writer stopped early (a job that
-// died); the paths per rank; an unwritable path names the key and the path.
+// died); a failed write ends the timeline, not the job; the paths per rank; an unwritable path
+// names the key and the path.
 #include "trainer/timeline.h"
 
 #include <gtest/gtest.h>
@@ -72,6 +73,19 @@ TEST(Timeline, ClosedWritesNothingMore) {
   EXPECT_EQ(read(path).find("late"), std::string::npos);
   std::remove(path.c_str());
   std::remove((path + ".n").c_str());
+}
+
+// A write that fails (here /dev/full: no space) closes the timeline and says why, instead of
+// stopping the training.
+TEST(Timeline, AFailedWriteStopsTheTimelineOnly) {
+  Timeline tl("/dev/full", "log.timeline", 0, 0);
+  tl.span(Timeline::kMain, "step", 0, 1);
+  EXPECT_NO_THROW(tl.flush());
+  EXPECT_TRUE(tl.closed());
+  EXPECT_NE(tl.error().find("writing '/dev/full' failed: No space left on device"), std::string::npos)
+      << tl.error();
+  tl.span(Timeline::kMain, "step", 1, 2);  // ignored
+  tl.close();
 }
 
 TEST(Timeline, PathsPerRank) {

@@ -57,8 +57,10 @@ void Timeline::instant(Track track, const char* name, double t, const std::strin
 }
 
 void Timeline::flush() {
-  if (f_ && std::fflush(f_) != 0)
-    throw Error(str_cat("log.timeline: writing '", path_, "' failed: ", std::strerror(errno)));
+  if (!f_ || (std::fflush(f_) == 0 && !std::ferror(f_))) return;
+  error_ = str_cat("writing '", path_, "' failed: ", std::strerror(errno));
+  std::fclose(f_);
+  f_ = nullptr;
 }
 
 void Timeline::close() {

@@ -29,8 +29,10 @@ class Timeline {
   void span(Track track, const char* name, double t0, double t1, const std::string& args = "");
   // An instant on a track.
   void instant(Track track, const char* name, double t, const std::string& args = "");
-  // Flushes what this step recorded.
+  // Flushes what this step recorded. A write that fails (a full disk) closes the file and keeps
+  // the reason in error(): a diagnostic must not stop the training.
   void flush();
+  const std::string& error() const { return error_; }
   // Ends the array; nothing more is recorded. Called by the destructor if not before.
   void close();
   bool closed() const { return !f_; }
@@ -40,7 +42,7 @@ class Timeline {
              const std::string& args);
 
   std::FILE* f_ = nullptr;
-  std::string path_;
+  std::string path_, error_;
   int rank_;
   double origin_s_;
 };
@@ -54,7 +56,7 @@ struct StepPhases {
 
 // Records step `step` (1-based): its phases on the main track, each bucket's ready instant there,
 // and each bucket's allreduce (and any wait for the device before it) on the communication track.
-// Flushes.
+// Flushes (see Timeline::flush).
 void timeline_step(Timeline& tl, int64_t step, const StepPhases& p, const comm::GradientReducer& r);
 
 // The path a rank writes for `log.timeline: pattern` ("" when it writes none): "{rank}" becomes

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -351,7 +352,10 @@ void Trainer::train_step() {
   metrics_->step(rank_, r);
   if (timeline_ && !timeline_->closed() && step_ > timeline_first_) {
     timeline_step(*timeline_, step_, {t0, t1, t_fwd, t2, t3, t4, prefetch_t0_, prefetch_t1_, emulated}, *reducer_);
-    if (step_ == timeline_end_) {
+    if (!timeline_->error().empty()) {  // any rank's: each writes its own file
+      std::fprintf(stderr, "ringtrain: rank %d: log.timeline: %s; the timeline stops here, training goes on\n",
+                   rank_, timeline_->error().c_str());
+    } else if (step_ == timeline_end_) {
       timeline_->close();
       log_line(str_cat("timeline of steps ", timeline_first_ + 1, "-", timeline_end_, " written to ",
                        cfg_.log.timeline));
