@@ -28,6 +28,13 @@ DType compression_wire_type(const std::string& compression, DType t) {
   return compression == "bf16" ? DType::bf16 : DType::f16;
 }
 
+void compressed_allreduce(Allreducer& ar, const ReduceKernels& k, DType wire, void* wire_buf,
+                          float* buf, size_t n, float pre_scale) {
+  k.convert(wire, wire_buf, DType::f32, buf, n, pre_scale);
+  ar.allreduce(wire_buf, n, wire, ReduceOp::sum);
+  k.convert(DType::f32, buf, wire, wire_buf, n, 1.0f);
+}
+
 Allreducer::Allreducer(Communicator& comm, const ReduceKernels& kernels, const CommConfig& cfg,
                        const MemorySpace* scratch)
     : comm_(comm), kernels_(kernels), cfg_(cfg), scratch_space_(scratch) {

@@ -122,6 +122,13 @@ class Allreducer {
   void check_same_call(size_t count, DType t, ReduceOp op);
 };
 
+// Gradient compression's allreduce of the fp32 buf[0, n): each value times pre_scale, rounded once
+// to `wire` into wire_buf (n elements, where the kernels work), summed there by `ar` (one rounding
+// per hop), widened back into buf. GradientReducer's path for a compressed bucket (pre_scale =
+// 1/ranks), and what allreduce_bench times for its ":bf16" candidates.
+void compressed_allreduce(Allreducer& ar, const ReduceKernels& k, DType wire, void* wire_buf,
+                          float* buf, size_t n, float pre_scale);
+
 // Throws rt::CommError for an unknown name, for "nccl" in a program that did not register it, or
 // for an element type the kernels do not support. Collective only in that it must be called on
 // every rank (no messages; a registered algorithm may add its own, as nccl's set-up does).

@@ -160,9 +160,10 @@ void GradientReducer::begin_step() {
 
 // Reporting thread: the time at which buckets up to grads[0, n) became complete.
 void GradientReducer::time_ready_upto(size_t n) {
+  auto complete = [&] { return timed_ < buckets_.size() && buckets_[timed_].offset + buckets_[timed_].len <= n; };
+  if (!complete()) return;  // most reports complete no bucket: no clock read for them
   const Clock::time_point now = Clock::now();
-  while (timed_ < buckets_.size() && buckets_[timed_].offset + buckets_[timed_].len <= n)
-    times_[timed_++].ready = now;
+  while (complete()) times_[timed_++].ready = now;
 }
 
 void GradientReducer::on_ready(size_t n) {
@@ -193,10 +194,10 @@ void GradientReducer::reduce_bucket(size_t b) {
     allreducer_->allreduce(bucket, r.len, dtype_, ReduceOp::average);
   } else {
     // As DDP's compress hooks: divided by the ranks before rounding to the 16-bit type, so that
-    // fp16's running sums are of the average's magnitude, not ranks times it.
-    kernels_->convert(wire_, wire_buf_.data(), dtype_, bucket, r.len, 1.0f / float(comm_.size()));
-    allreducer_->allreduce(wire_buf_.data(), r.len, wire_, ReduceOp::sum);
-    kernels_->convert(dtype_, bucket, wire_, wire_buf_.data(), r.len, 1.0f);
+    // fp16's running sums are of the average's magnitude, not ranks times it. (Compressed
+    // gradients are fp32: compression_wire_type.)
+    compressed_allreduce(*allreducer_, *kernels_, wire_, wire_buf_.data(), reinterpret_cast<float*>(bucket),
+                         r.len, 1.0f / float(comm_.size()));
   }
   if (staged()) {
     dev_->upload(r.offset * esz, r.len * esz);

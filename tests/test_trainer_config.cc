@@ -230,6 +230,10 @@ TEST(trainer_config, DerivedValues) {
   EXPECT_DOUBLE_EQ(config_schedule(c, 16).total_epochs, 90);
   EXPECT_EQ(config_run_dir(c), "runs/d");
   EXPECT_EQ(config_checkpoint_dir(c), "runs/d/checkpoints");
+  // Per-rank files (log.jsonl, log.timeline): one per rank with "{rank}", else rank 0's only.
+  EXPECT_EQ(config_rank_file("t.json", 0), "t.json");
+  EXPECT_EQ(config_rank_file("t.json", 1), "");
+  EXPECT_EQ(config_rank_file("runs/t-{rank}.json", 12), "runs/t-12.json");
 }
 
 TEST(trainer_config, ShippedConfigsAreValid) {

@@ -1,7 +1,7 @@
 // log.timeline's writer: the file is a JSON array of trace events that Python's json module
 // reads, complete after close() and after one "]" when the writer stopped early (a job that
-// died); a failed write ends the timeline, not the job; the paths per rank; an unwritable path
-// names the key and the path.
+// died); a failed write ends the timeline, not the job; an unwritable path names the key and the
+// path.
 #include "trainer/timeline.h"
 
 #include <gtest/gtest.h>
@@ -86,13 +86,6 @@ TEST(Timeline, AFailedWriteStopsTheTimelineOnly) {
       << tl.error();
   tl.span(Timeline::kMain, "step", 1, 2);  // ignored
   tl.close();
-}
-
-TEST(Timeline, PathsPerRank) {
-  EXPECT_EQ(timeline_path("", 0), "");
-  EXPECT_EQ(timeline_path("t.json", 0), "t.json");
-  EXPECT_EQ(timeline_path("t.json", 1), "");  // one file: rank 0's
-  EXPECT_EQ(timeline_path("runs/t-{rank}.json", 12), "runs/t-12.json");
 }
 
 TEST(Timeline, UnwritablePathNamesTheKeyAndThePath) {

@@ -148,11 +148,9 @@ void run_once(Candidate& c, Buffers& b, bool restore) {
     c.ar->allreduce(b.buf, ReduceOp::sum);
     return;
   }
-  const ReduceKernels& k = cpu_reduce_kernels();
   c.wire_buf.resize(b.buf.size());
-  k.convert(c.wire, c.wire_buf.data(), DType::f32, b.buf.data(), b.buf.size(), 1.0f);
-  c.ar->allreduce(c.wire_buf.data(), b.buf.size(), c.wire, ReduceOp::sum);
-  k.convert(DType::f32, b.buf.data(), c.wire, c.wire_buf.data(), b.buf.size(), 1.0f);
+  compressed_allreduce(*c.ar, cpu_reduce_kernels(), c.wire, c.wire_buf.data(), b.buf.data(),
+                       b.buf.size(), 1.0f);
 }
 
 // Measures the candidates at one size. More than one candidate: they take turns every iteration,

@@ -153,5 +153,8 @@ ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total
 ResNetConfig config_resnet(const Config& cfg);
 std::string config_run_dir(const Config& cfg);
 std::string config_checkpoint_dir(const Config& cfg);
+// The file a rank writes for a per-rank path key (log.jsonl, log.timeline): "{rank}" becomes the
+// rank; without it only rank 0 writes the file ("" for the others).
+std::string config_rank_file(const std::string& pattern, int rank);
 
 }  // namespace rt::trainer

@@ -202,4 +202,10 @@ std::string config_checkpoint_dir(const Config& c) {
   return c.checkpoint.dir.empty() ? config_run_dir(c) + "/checkpoints" : c.checkpoint.dir;
 }
 
+std::string config_rank_file(const std::string& pattern, int rank) {
+  const size_t at = pattern.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? pattern : "";
+  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+}
+
 }  // namespace rt::trainer

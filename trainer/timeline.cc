@@ -9,13 +9,6 @@
 
 namespace rt::trainer {
 
-std::string timeline_path(const std::string& pattern, int rank) {
-  if (pattern.empty()) return "";
-  const size_t at = pattern.find("{rank}");
-  if (at == std::string::npos) return rank == 0 ? pattern : "";
-  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
-}
-
 Timeline::Timeline(const std::string& path, const std::string& key, int rank, double origin_s)
     : path_(path), rank_(rank), origin_s_(origin_s) {
   f_ = std::fopen(path.c_str(), "w");

@@ -59,8 +59,4 @@ struct StepPhases {
 // Flushes (see Timeline::flush).
 void timeline_step(Timeline& tl, int64_t step, const StepPhases& p, const comm::GradientReducer& r);
 
-// The path a rank writes for `log.timeline: pattern` ("" when it writes none): "{rank}" becomes
-// the rank; without it only rank 0 writes.
-std::string timeline_path(const std::string& pattern, int rank);
-
 }  // namespace rt::trainer

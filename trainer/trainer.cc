@@ -37,9 +37,7 @@ std::string metrics_path(const Config& c, int rank) {
   const std::string& p = c.log.jsonl;
   if (p == "none") return "";
   if (p.empty()) return rank == 0 ? config_run_dir(c) + "/metrics.jsonl" : "";
-  const size_t at = p.find("{rank}");
-  if (at == std::string::npos) return rank == 0 ? p : "";  // one file: rank 0 alone writes it
-  return p.substr(0, at) + std::to_string(rank) + p.substr(at + 6);
+  return config_rank_file(p, rank);
 }
 
 std::atomic<DeviceGradsFactory>& device_grads_slot() {
@@ -154,7 +152,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     // One origin for all ranks (their clocks differ across nodes): the end of a barrier.
     ctl_comm_->barrier();
     timeline_origin_ = now_s();
-    if (const std::string path = timeline_path(cfg_.log.timeline, rank_); !path.empty()) {
+    if (const std::string path = config_rank_file(cfg_.log.timeline, rank_); !path.empty()) {
       if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty())
         std::filesystem::create_directories(dir);
       timeline_ = std::make_unique<Timeline>(path, "log.timeline", rank_, timeline_origin_);
