@@ -1,5 +1,9 @@
 // The trainer program: MPI start-up and the abort-all error path around trainer::cli_main.
 #include <mpi.h>
+#include <sys/prctl.h>
+
+#include <csignal>
+#include <cstdlib>
 
 #include "comm/communicator.h"
 #include "trainer/cli.h"
@@ -12,7 +16,24 @@
 #endif
 #endif
 
+namespace {
+
+// A rank whose launcher is gone (mpirun killed, or stopped twice so that it exits without waiting
+// for its ranks) otherwise goes on training and writing checkpoints for seconds until the MPI
+// runtime notices, behind the back of whatever the user starts next. The kernel ends it instead.
+// Only under a launcher: a rank started on its own may outlive its shell (nohup) on purpose.
+void end_with_the_launcher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(var) != nullptr) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      return;
+    }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  end_with_the_launcher();
   // SERIALIZED: the gradient reducer's communication thread makes MPI calls during a step while
   // the main thread computes (never two threads in MPI at once).
   int provided = 0;
