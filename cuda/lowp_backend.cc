@@ -61,6 +61,9 @@ class LowpBackend final : public DeviceBackend {
   void accumulate(float* y, const float* x, size_t n) const override {
     reduce_add(Lowp<T>::elem, y, x, 2 * n, ctx_.stream());
   }
+  void accumulate_arena(float* y, const float* x, size_t n) const override {
+    reduce_add(Elem::f32, y, x, n, ctx_.stream());
+  }
   std::unique_ptr<ConvOp<float>> make_conv(const ConvDesc& d) override {
     return std::make_unique<LowpConv<T>>(d, ctx_);
   }

@@ -353,10 +353,16 @@ void Net<T>::run_forward(const int32_t* labels, bool train) {
 }
 
 template <class T>
-void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_scale) {
+void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_scale, const T* addend) {
   if (!labels_) throw Error("backward() needs a forward() with labels first");
   loss_scale_ = loss_scale;
   std::fill(grad_slot_.begin(), grad_slot_.end(), -1);
+  size_t added = 0;  // grads()[0, added) hold the addend
+  auto add_upto = [&](size_t n) {
+    if (!addend || n <= added) return;
+    backend_->accumulate_arena(arena_.grads().data() + added, addend + added, n - added);
+    added = n;
+  };
   for (size_t i = nodes_.size(); i-- > 0;) {
     Node<T>& n = *nodes_[i];
     const double t0 = profiling_ ? profile_clock() : 0.0;
@@ -366,11 +372,13 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
       slot_release(grad_slot_[n.output]);
       grad_slot_[n.output] = -1;
     }
+    if (!n.params.empty()) add_upto(ready_after_[i]);
     if (on_ready && !n.params.empty()) {
       if (ready_sync_) backend_->sync();
       on_ready(ready_after_[i]);
     }
   }
+  add_upto(arena_.size());
   for (int& s : grad_slot_) {  // the input's gradient is never requested; nothing else remains
     if (s >= 0) slot_release(s);
     s = -1;

@@ -75,7 +75,11 @@ class Net {
   // layer, on_ready(n) reports that grads()[0, n) is final (n grows monotonically to size()):
   // final for the host (the backend synced first), or, with set_ready_sync(false), final in the
   // backend's queue order (Backend::stream()), for a consumer that fences on that queue itself.
-  void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0);
+  // addend (arena-sized, in arena memory, zero in the alignment padding like grads(); nullptr:
+  // none): grads() += addend, each range before it is reported, so that what on_ready reports
+  // already holds the gradients of earlier passes.
+  void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0,
+                const T* addend = nullptr);
   void set_ready_sync(bool sync) { ready_sync_ = sync; }
   // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
   // output feeding only a residual add) share memory and are valid only until backward().

@@ -250,6 +250,9 @@ class Backend {
   virtual HostMemory* input_memory() const { return nullptr; }
   // y[i] += x[i] for i < n (gradient accumulation in the backend layout).
   virtual void accumulate(T* y, const T* x, size_t n) const = 0;
+  // y[i] += x[i] for i < n over arena memory (gradient accumulation across passes). The arena
+  // is fp32 even where activations are 16-bit; those backends override this.
+  virtual void accumulate_arena(T* y, const T* x, size_t n) const { accumulate(y, x, n); }
   // Where a Net keeps activations and gradients (act_memory) and its arena (param_memory; host
   // code reaches an arena it may not dereference through copies). nullptr, the CPU backends'
   // answer, is plain host memory.

@@ -1,5 +1,5 @@
 // Whole networks: finite-difference check of residual blocks in double, gradient readiness in
-// backward order, and the oneDNN backend against the reference on a full ResNet step.
+// backward order (with an accumulated addend), and the oneDNN backend against the reference on a full ResNet step.
 #include "nn/net.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +108,43 @@ TEST(Net, GradientsBecomeReadyAsAGrowingPrefix) {
   EXPECT_EQ(last, a.size());
   // What was reported ready was already final.
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(snapshot[i], a.grads()[i]) << "at " << i;
+}
+
+// Gradient accumulation: backward with an addend leaves grads = this pass's gradients + addend,
+// and what each report makes ready already holds the sum (the reducer sends it at once).
+TEST(Net, AddendIsInEveryRangeBeforeItIsReported) {
+  auto net = residual_net();
+  auto input = random_vec<double>(net->shape(0).numel(), 1);
+  std::vector<int32_t> labels = {2, 0};
+  net->forward(input.data(), labels.data(), true);
+  net->backward();
+  auto& a = net->arena();
+  const std::vector<double> g(a.grads().begin(), a.grads().end());
+  // Zero in the alignment padding, as an arena's gradients are (nothing writes there).
+  const std::vector<double> noise = random_vec<double>(a.size(), 5);
+  std::vector<double> add(a.size(), 0.0);
+  for (const ParamInfo& p : a.layout()) std::copy_n(noise.begin() + p.offset, p.count, add.begin() + p.offset);
+  net->forward(input.data(), labels.data(), true);
+  std::vector<double> snapshot(a.size(), 0.0);
+  size_t last = 0;
+  net->backward(
+      [&](size_t ready) {
+        for (size_t i = last; i < ready; ++i) snapshot[i] = a.grads()[i];
+        last = ready;
+      },
+      1.0, add.data());
+  ASSERT_EQ(last, a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a.grads()[i], g[i] + add[i]) << "at " << i;
+    ASSERT_EQ(snapshot[i], a.grads()[i]) << "reported before the addend was in, at " << i;
+  }
+  // Without a callback too, and an addend of nullptr adds nothing.
+  net->forward(input.data(), labels.data(), true);
+  net->backward({}, 1.0, add.data());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.grads()[i], g[i] + add[i]) << "at " << i;
+  net->forward(input.data(), labels.data(), true);
+  net->backward({}, 1.0, nullptr);
+  EXPECT_TRUE(std::equal(g.begin(), g.end(), a.grads().begin()));
 }
 
 TEST(Net, SecondStepReusesBuffersAndRepeatsExactly) {

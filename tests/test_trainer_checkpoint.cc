@@ -30,6 +30,7 @@ struct Fixture {
     meta.optimizer_steps = 1234;
     meta.world = 4;
     meta.batch = 32;
+    meta.accumulate = 3;
     meta.model.param_count = 1001;
     meta.model.grad_elems = 1008;
     meta.model.layout_hash = 0x1234abcd5678ef01ull;
@@ -63,6 +64,7 @@ TEST(trainer_checkpoint, RoundTrip) {
   EXPECT_EQ(c.meta.position.epoch, 3);
   EXPECT_EQ(c.meta.position.step, 17);
   EXPECT_EQ(c.meta.world, 4);
+  EXPECT_EQ(c.meta.accumulate, 3);
   EXPECT_EQ(c.meta.model.layout_hash, f.meta.model.layout_hash);
   EXPECT_EQ(c.config_yaml, f.yaml);
   EXPECT_EQ(c.params, f.params);
@@ -71,6 +73,10 @@ TEST(trainer_checkpoint, RoundTrip) {
   EXPECT_NO_THROW(checkpoint_check_model(c, path, f.meta.model, "resnet20"));
   // No temporary file is left behind.
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  // Files from before train.accumulate hold 0 in its word: one pass per step.
+  f.meta.accumulate = 0;
+  f.write(path);
+  EXPECT_EQ(checkpoint_read(path).meta.accumulate, 1);
   fs::remove_all(dir);
 }
 

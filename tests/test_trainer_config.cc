@@ -128,6 +128,10 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("schedule: schedule: milestones must be strictly increasing"), std::string::npos) << e;
   e = invalid("checkpoint: {keep: 0}\n");
   EXPECT_NE(e.find("key 'checkpoint.keep' must be >= 1"), std::string::npos) << e;
+  e = invalid("", {"train.accumulate=0"});
+  EXPECT_NE(e.find("--set: key 'train.accumulate' must be >= 1 (got 0)"), std::string::npos) << e;
+  e = invalid("train: {accumulate: 2}\nemulate: {compute_ms: 5}\n");
+  EXPECT_NE(e.find("key 'train.accumulate' must be 1 when emulate.compute_ms is set (got 2)"), std::string::npos) << e;
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");
@@ -228,6 +232,12 @@ TEST(trainer_config, DerivedValues) {
   EXPECT_DOUBLE_EQ(config_base_lr(c, 8), 0.1);  // 8 x 32 = 256 images
   EXPECT_DOUBLE_EQ(config_schedule(c, 16).base_lr, 0.2);
   EXPECT_DOUBLE_EQ(config_schedule(c, 16).total_epochs, 90);
+  // Accumulated passes count in the global batch: 4 ranks x 32 x 2 = 256 images per step.
+  Config acc = config_parse("train: {batch: 32, accumulate: 2}\noptimizer: {lr: 0.1}\nschedule: {final_lr: 0.01}\n",
+                            "a.yaml");
+  EXPECT_DOUBLE_EQ(config_global_batch(acc, 4), 256);
+  EXPECT_DOUBLE_EQ(config_base_lr(acc, 4), 0.1);
+  EXPECT_DOUBLE_EQ(config_schedule(acc, 4).final_lr, 0.01);
   EXPECT_EQ(config_run_dir(c), "runs/d");
   EXPECT_EQ(config_checkpoint_dir(c), "runs/d/checkpoints");
   // Per-rank files (log.jsonl, log.timeline): one per rank with "{rank}", else rank 0's only.

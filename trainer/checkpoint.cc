@@ -98,6 +98,7 @@ std::vector<int64_t> meta_words(const CheckpointMeta& m) {
   w[13] = int64_t(m.seed);
   std::memcpy(&w[14], &m.loss_scale, 8);
   w[15] = m.loss_scale_good;
+  w[16] = m.accumulate;
   return w;
 }
 
@@ -118,6 +119,7 @@ CheckpointMeta meta_from(const int64_t* w) {
   m.seed = uint64_t(w[13]);
   std::memcpy(&m.loss_scale, &w[14], 8);
   m.loss_scale_good = w[15];
+  m.accumulate = std::max<int64_t>(1, w[16]);  // 0: written before train.accumulate existed
   return m;
 }
 

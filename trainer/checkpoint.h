@@ -54,6 +54,7 @@ struct CheckpointMeta {
   int64_t optimizer_steps = 0;   // Sgd::steps() (0: momentum not yet initialised)
   int64_t world = 1;             // ranks that wrote it (resuming on another count is allowed)
   int64_t batch = 0;             // per-rank batch
+  int64_t accumulate = 1;        // passes per step (train.accumulate); position counts batches
   comm::ModelFingerprint model;  // refuses a checkpoint of another model
   uint64_t seed = 0;
   double loss_scale = 0;         // LossScaler::scale() (0: none saved; a resume starts at init)

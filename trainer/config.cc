@@ -66,6 +66,7 @@ void config_fields(C& c, V&& v) {
   v("train.epochs", c.train.epochs);
   v("train.steps", c.train.steps);
   v("train.batch", c.train.batch);
+  v("train.accumulate", c.train.accumulate);
   v("train.label_smoothing", c.train.label_smoothing);
   v("loss_scale.mode", c.loss_scale.mode);
   v("loss_scale.init", c.loss_scale.init);

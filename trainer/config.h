@@ -50,7 +50,8 @@ struct OptimConfig {                  // key prefix: optimizer.
 struct TrainConfig {                  // key prefix: train.
   int64_t epochs = 90;                // length of the run (and of cosine/poly decay)
   int64_t steps = 0;                  // >0: stop after this many optimizer steps in total
-  int64_t batch = 32;                 // images per rank per step (global batch = ranks * batch)
+  int64_t batch = 32;                 // images per rank per forward/backward pass
+  int64_t accumulate = 1;             // passes per optimizer step (global batch = ranks * batch * this)
   double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
 };
 
@@ -148,7 +149,8 @@ std::string config_to_yaml(const Config& cfg);
 std::vector<std::string> config_keys();
 
 // Derived values.
-double config_base_lr(const Config& cfg, int world);          // lr * world * batch / 256
+double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
+double config_base_lr(const Config& cfg, int world);          // lr * global batch / 256
 ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total_epochs filled
 ResNetConfig config_resnet(const Config& cfg);
 std::string config_run_dir(const Config& cfg);

@@ -89,6 +89,7 @@ void config_validate(const Config& c) {
   k.require(c.train.epochs >= 1, "train.epochs", "must be >= 1", c.train.epochs);
   k.require(c.train.steps >= 0, "train.steps", "must be >= 0", c.train.steps);
   k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);
+  k.require(c.train.accumulate >= 1, "train.accumulate", "must be >= 1", c.train.accumulate);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
@@ -145,6 +146,9 @@ void config_validate(const Config& c) {
             "must be >= 0 (0 = real compute)", c.emulate.compute_ms);
   k.require(c.emulate.forward_fraction >= 0 && c.emulate.forward_fraction < 1, "emulate.forward_fraction",
             "must be in [0, 1)", c.emulate.forward_fraction);
+  // An emulated step stands for one pass whose gradients go straight to the reducer.
+  k.require(c.emulate.compute_ms <= 0 || c.train.accumulate == 1, "train.accumulate",
+            "must be 1 when emulate.compute_ms is set", c.train.accumulate);
 
   const auto& cu = c.cuda;
   k.require(cu.conv_algos_known(), "cuda.conv_algos", "must be auto, timed or heuristic", cu.conv_algos);
@@ -165,16 +169,18 @@ void config_validate(const Config& c) {
   // runtime's reason, when the model is built.
 }
 
-double config_base_lr(const Config& c, int world) {
-  return c.optimizer.lr * double(world) * double(c.train.batch) / 256.0;
+double config_global_batch(const Config& c, int world) {
+  return double(world) * double(c.train.batch) * double(c.train.accumulate);
 }
+
+double config_base_lr(const Config& c, int world) { return c.optimizer.lr * config_global_batch(c, world) / 256.0; }
 
 ScheduleConfig config_schedule(const Config& c, int world) {
   ScheduleConfig s = c.schedule;
   s.base_lr = config_base_lr(c, world);
   s.total_epochs = double(c.train.epochs);
   // final_lr is written per 256 images like lr, so a recipe keeps its meaning at any batch.
-  s.final_lr = c.schedule.final_lr * double(world) * double(c.train.batch) / 256.0;
+  s.final_lr = c.schedule.final_lr * config_global_batch(c, world) / 256.0;
   return s;
 }
 

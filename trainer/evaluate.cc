@@ -38,7 +38,7 @@ EvalResult Trainer::evaluate() {
   data::Loader& loader = val_loader();
   loader.start_epoch({0, 0});
   const int batch = int(cfg_.train.batch);
-  const int64_t classes = int64_t(logits_.size()) / batch;
+  const int64_t classes = classes_;
   const size_t per_image = pad_images_.size() / size_t(batch);
   int64_t counts[3] = {0, 0, 0};  // samples, top1, top5
   double loss = 0;

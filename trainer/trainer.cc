@@ -26,6 +26,12 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// dst = src, n floats of the arena's memory: in the backend's stream order where it has one.
+void copy_arena(const Arena<float>& a, float* dst, const float* src, size_t n) {
+  if (const MemorySpace* m = a.memory()) m->copy(dst, src, n * sizeof(float));
+  else std::copy_n(src, n, dst);
+}
+
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -76,10 +82,13 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   if (train_loader_->num_classes() > cfg_.model.classes)
     throw ConfigError(str_cat(cfg_.source, ": model.classes is ", cfg_.model.classes, " but the training data has ",
                               train_loader_->num_classes(), " classes"));
-  steps_per_epoch_ = train_loader_->steps_per_epoch();
+  passes_ = cfg_.train.accumulate;
+  // Batches left over past the last whole step of an epoch are dropped, as a short batch is.
+  steps_per_epoch_ = train_loader_->steps_per_epoch() / passes_;
   if (steps_per_epoch_ < 1)
     throw Error(str_cat("data: ", train_loader_->size(), " training samples are fewer than one global batch (",
-                        world_, " ranks x ", batch, ")"));
+                        world_, " ranks x ", batch, passes_ > 1 ? str_cat(" x ", passes_, " accumulated") : "",
+                        ")"));
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = config_schedule(cfg_, world_);
 
@@ -120,9 +129,14 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
   // long runs reallocate a few times).
   losses_.reserve(size_t(std::min<int64_t>(total_steps_, int64_t(1) << 20)));
-  const int64_t classes = net_->shape(net_->logits()).c;
-  // Page-locked for a GPU, so that the step's queued export of the logits does not wait.
-  logits_ = HostVector<float>(size_t(batch * classes), HostAllocator<float>(net_->backend().input_memory()));
+  classes_ = net_->shape(net_->logits()).c;
+  // Page-locked for a GPU, so that the step's queued exports of the logits do not wait.
+  logits_ = HostVector<float>(size_t(passes_ * batch * classes_), HostAllocator<float>(net_->backend().input_memory()));
+  step_labels_.assign(size_t(passes_ * batch), 0);
+  if (passes_ > 1) {
+    grad_sum_ = Buffer<float>(arena.memory());
+    grad_sum_.resize(arena.size());
+  }
   pad_images_.resize(size_t(net_->shape(0).numel()));
   if (cfg_.data.output == data::Output::u8) pad_pixels_.resize(pad_images_.size());
   norm_ = data::norm_params(cfg_.data);
@@ -137,7 +151,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("params", int64_t(arena.param_count()))
                       .add("threads", omp_get_max_threads())
                       .add("batch", cfg_.train.batch)
-                      .add("global_batch", int64_t(world_) * cfg_.train.batch)
+                      .add("accumulate", passes_)
+                      .add("global_batch", int64_t(config_global_batch(cfg_, world_)))
                       .add("steps_per_epoch", steps_per_epoch_)
                       .add("total_steps", total_steps_)
                       .add("base_lr", schedule_.base_lr)
@@ -191,7 +206,9 @@ void Trainer::train() {
     return;
   }
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
-                   " rank(s) x batch ", cfg_.train.batch, ", ", steps_per_epoch_, " steps/epoch, ",
+                   " rank(s) x batch ", cfg_.train.batch,
+                   passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
+                   steps_per_epoch_, " steps/epoch, ",
                    total_steps_ - step_, " steps to go, base lr ", schedule_.base_lr, ", ",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
@@ -210,7 +227,7 @@ void Trainer::train() {
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
     if (!epoch_started_) {
-      train_loader_->start_epoch({epoch, in_epoch});
+      train_loader_->start_epoch({epoch, in_epoch * passes_});  // the loader counts batches
       has_next_ = false;
       epoch_started_ = true;
       epoch_loss_ = 0;
@@ -271,7 +288,8 @@ void Trainer::train_step() {
   }
   const double t1 = now_s();
   const double data_wait = prefetched ? next_wait_s_ : t1 - t0;
-  double t_fwd = t1;  // the forward's end, as the host saw it
+  double t_fwd = t1;  // the (last pass's) forward's end, as the host saw it
+  double pass_wait = 0, earlier_loss = 0;  // the later passes' data waits; the earlier passes' losses
   prefetch_t0_ = prefetch_t1_ = 0;
   inject_fault();
   reducer_->begin_step();
@@ -282,13 +300,33 @@ void Trainer::train_step() {
     emulate_step(t1);
   } else {
     net_->backend().mark_compute(0);
-    if (cfg_.data.output == data::Output::u8)
-      net_->queue_forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true);
-    else
-      net_->queue_forward(batch_.images.data(), batch_.labels.data(), true);
-    net_->export_tensor_queued(net_->logits(), logits_.data());  // before backward reuses its memory
-    t_fwd = now_s();
-    net_->backward(ready_, scaler_.scale());
+    for (int64_t pass = 0; pass < passes_; ++pass) {
+      if (pass > 0) {
+        const double t = now_s();
+        take_batch(batch_, step_);
+        pass_wait += now_s() - t;
+      }
+      if (cfg_.data.output == data::Output::u8)
+        net_->queue_forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true);
+      else
+        net_->queue_forward(batch_.images.data(), batch_.labels.data(), true);
+      const size_t n = size_t(batch_.n);
+      // Before backward reuses the logits' memory.
+      net_->export_tensor_queued(net_->logits(), logits_.data() + size_t(pass) * n * size_t(classes_));
+      std::copy_n(batch_.labels.data(), n, step_labels_.data() + size_t(pass) * n);
+      t_fwd = now_s();
+      // The step's gradient is the mean over its passes: each pass's loss gradient is divided by
+      // their number, and each backward adds the sum of the earlier ones (grad_sum_).
+      const double seed = scaler_.scale() / double(passes_);
+      const float* earlier = pass > 0 ? grad_sum_.data() : nullptr;
+      if (pass + 1 == passes_) {
+        net_->backward(ready_, seed, earlier);  // the step's buckets go to the reducer
+      } else {
+        net_->backward({}, seed, earlier);  // ends with a sync: the next pass may reuse batch_
+        earlier_loss += net_->last_loss();
+        copy_arena(net_->arena(), grad_sum_.data(), net_->arena().grads().data(), grad_sum_.size());
+      }
+    }
     net_->backend().mark_compute(1);
     prefetch_next();  // while the device still runs backward
   }
@@ -300,7 +338,7 @@ void Trainer::train_step() {
   const size_t bad_grads = unscale_gradients();
   // Long computed by now (the gradients behind it are reduced). Emulated steps have none; 0 keeps
   // the divergence check quiet.
-  const double loss = emulated ? 0.0 : net_->last_loss();
+  const double loss = emulated ? 0.0 : (earlier_loss + net_->last_loss()) / double(passes_);
   // The averaged gradients are bitwise equal on every rank, so every rank decides alike.
   const bool apply = std::isfinite(loss) ? scaler_.update(bad_grads > 0) : true;
   if (apply) {
@@ -317,13 +355,13 @@ void Trainer::train_step() {
   const double t4 = now_s();
   if (!emulated) {  // the logits arrived with the sync
     double unused = 0;
-    count_correct(logits_.data(), batch_.labels.data(), batch_.n, int64_t(logits_.size()) / batch_.n,
-                  epoch_top1_, epoch_top5_, unused);
+    count_correct(logits_.data(), step_labels_.data(), int(batch_.n * passes_), classes_, epoch_top1_, epoch_top5_,
+                  unused);
   }
   ++step_;
   losses_.push_back(loss);
-  epoch_loss_ += loss * batch_.n;
-  epoch_samples_ += batch_.n;
+  epoch_loss_ += loss * double(batch_.n * passes_);
+  epoch_samples_ += batch_.n * passes_;
 
   StepRecord r;
   r.step = step_;
@@ -332,8 +370,8 @@ void Trainer::train_step() {
   r.loss = loss;
   r.lr = lr;
   r.step_s = t4 - t0;
-  r.compute_s = t2 - t1;
-  r.data_wait_s = data_wait;
+  r.compute_s = t2 - t1 - pass_wait;
+  r.data_wait_s = data_wait + pass_wait;
   r.exposed_comm_s = reducer_->last_step().exposed_comm_s;
   // A device backend's host calls only queue the work: its own clock times forward + backward,
   // which began on an idle device at t1 (the last step ended with a sync); what the reducer took
@@ -344,7 +382,7 @@ void Trainer::train_step() {
   }
   r.total_comm_s = reducer_->last_step().total_comm_s;
   r.optimizer_s = t4 - t3;
-  r.global_images = int64_t(world_) * cfg_.train.batch;
+  r.global_images = int64_t(config_global_batch(cfg_, world_));
   r.loss_scale = scale;
   r.skipped = !apply;
   metrics_->step(rank_, r);

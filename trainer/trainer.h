@@ -134,7 +134,8 @@ class Trainer {
   std::string config_yaml_, ckpt_dir_, last_checkpoint_;
 
   int64_t step_ = 0;                 // optimizer steps done
-  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0;  // optimizer steps
+  int64_t passes_ = 1;               // train.accumulate: forward/backward passes (batches) per step
   bool epoch_started_ = false;       // the train loader is positioned inside the current epoch
   data::Batch batch_;                // reused: no allocation per step
   data::Batch next_batch_;           // prefetch_next's batch, when has_next_
@@ -144,7 +145,10 @@ class Trainer {
   std::unique_ptr<Timeline> timeline_;  // log.timeline, on the ranks that write one
   double timeline_origin_ = 0;          // the clock after a barrier: t = 0 on every rank
   int64_t timeline_first_ = -1, timeline_end_ = -1;  // the window, 0-based step indices
-  HostVector<float> logits_;  // in the backend's input_memory(): the step exports into it queued
+  HostVector<float> logits_;  // in the backend's input_memory(): each pass of a step exports into it queued
+  std::vector<int32_t> step_labels_;  // the step's labels, pass after pass, counted after its sync
+  int64_t classes_ = 0;               // logits per sample
+  Buffer<float> grad_sum_;  // train.accumulate > 1: the step's earlier passes' gradients (arena memory)
   std::vector<float> pad_images_;
   std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8
   NormParams norm_;                  // data.output u8: the normalization the backend applies

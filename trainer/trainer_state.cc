@@ -35,10 +35,11 @@ void Trainer::save_checkpoint() {
     CheckpointMeta m;
     m.step = step_;
     m.epoch = step_ / steps_per_epoch_;
-    m.position = {step_ / steps_per_epoch_, step_ % steps_per_epoch_};
+    m.position = {step_ / steps_per_epoch_, step_ % steps_per_epoch_ * passes_};  // in batches, as the loader counts
     m.optimizer_steps = opt_->steps();
     m.world = world_;
     m.batch = cfg_.train.batch;
+    m.accumulate = passes_;
     m.model = fingerprint_;
     m.seed = cfg_.seed;
     if (scaler_.enabled()) {
@@ -72,11 +73,15 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
     const auto& m = ck.meta;
     if (for_training) {
-      if (m.world != world_ || m.batch != cfg_.train.batch)
-        throw CheckpointError(str_cat(path, ": written by ", m.world, " rank(s) x batch ", m.batch,
-                                      "; this run has ", world_, " x ", cfg_.train.batch,
-                                      " (resume with the same ranks and train.batch)"));
-      if (m.position.epoch * steps_per_epoch_ + m.position.step != m.step)
+      if (m.world != world_ || m.batch != cfg_.train.batch || m.accumulate != passes_) {
+        auto shape = [](int64_t w, int64_t b, int64_t k) {
+          return str_cat(w, " rank(s) x batch ", b, k > 1 ? str_cat(" x ", k, " accumulated") : "");
+        };
+        throw CheckpointError(str_cat(path, ": written by ", shape(m.world, m.batch, m.accumulate), "; this run has ",
+                                      shape(world_, cfg_.train.batch, passes_),
+                                      " (resume with the same ranks, train.batch and train.accumulate)"));
+      }
+      if (m.position.step % passes_ != 0 || m.position.epoch * steps_per_epoch_ + m.position.step / passes_ != m.step)
         throw CheckpointError(str_cat(path, ": written at step ", m.step, " = epoch ", m.position.epoch,
                                       " + ", m.position.step, " batches, which does not fit this run's ",
                                       steps_per_epoch_, " steps per epoch (did the dataset change?)"));

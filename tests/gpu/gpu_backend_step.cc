@@ -1,7 +1,7 @@
 // The CUDA backend's step passes the trainer calls on the device arena: make_sgd (the fused
 // device SGD, with and without LARS) against Sgd<float> bit for bit, and
 // scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
-// counted exactly).
+// counted exactly); accumulate_arena in fp32 on every CUDA backend.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -105,6 +105,29 @@ TEST(GpuBackendStep, ScaleAndCountNonfinite) {
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 1.0f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, false), 0u);  // not asked to count
+}
+
+// Gradient accumulation adds fp32 arena values on every CUDA backend, the 16-bit ones included
+// (whose accumulate() adds activations of their 16-bit type): exact for these sums.
+TEST(GpuBackendStep, AccumulateArenaAddsFloats) {
+  RT_REQUIRE_GPU();
+  register_backend();
+  const size_t n = (1 << 16) + 5;
+  std::vector<float> y(n), x(n);
+  for (size_t i = 0; i < n; ++i) {
+    y[i] = float(int(i % 977) - 488) * 0.125f + 0x1p-20f;  // not representable in 16 bits
+    x[i] = float(int(i % 131) - 65) * 0.5f;
+  }
+  for (const char* name : {"cuda", "cuda-bf16", "cuda-fp16"}) {
+    auto be = make_backend<float>(name);
+    Device dy(n), dx(n);
+    dy.put(y.data());
+    dx.put(x.data());
+    be->accumulate_arena(dy.p, dx.p, n);
+    be->sync();
+    const std::vector<float> got = dy.get();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], y[i] + x[i]) << name << " at " << i;
+  }
 }
 
 }  // namespace

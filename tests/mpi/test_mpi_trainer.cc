@@ -1,6 +1,7 @@
 // The trainer under mpirun: replicas stay bitwise identical and a diverged rank is named; resume
-// is exact (bitwise) at an epoch boundary and mid-epoch; N ranks x batch b equal 1 rank x batch
-// N*b (a model without batch norm); evaluation counts every sample once; data.output u8 trains and
+// is exact (bitwise) at an epoch boundary and mid-epoch (also with accumulated passes); N ranks x
+// batch b, or x batch b/2 x 2 accumulated passes, equal 1 rank x batch N*b (a model without batch
+// norm); evaluation counts every sample once; data.output u8 trains and
 // evaluates exactly as float; golden losses.
 #include <mpi.h>
 
@@ -144,12 +145,15 @@ void check_timeline(MpiTest& t, const std::string& dir) {
 
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
 // resumed with --resume auto.
-void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch) {
-  Config a = tiny(dir + "/straight" + std::to_string(mid_epoch));
+void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1) {
+  const std::string tag = str_cat(mid_epoch, "_", passes);
+  Config a = tiny(dir + "/straight" + tag);
+  a.train.accumulate = passes;
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
-  Config b = tiny(dir + "/resumed" + std::to_string(mid_epoch));
+  Config b = tiny(dir + "/resumed" + tag);
+  b.train.accumulate = passes;
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -168,11 +172,13 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch) {
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
 }
 
-// N ranks x batch 4 against rank 0 alone with batch 4N, on a model without batch norm.
+// N ranks x batch 4 against rank 0 alone with batch 4N, on a model without batch norm; and N
+// ranks x batch 2 x 2 accumulated passes against the same.
 void check_data_parallel_equivalence(MpiTest& t, const std::string& dir) {
-  auto run = [&](MPI_Comm comm, int64_t batch, const std::string& sub) {
+  auto run = [&](MPI_Comm comm, int64_t batch, const std::string& sub, int64_t passes = 1) {
     Config c = tiny(dir + sub);
     c.train.batch = batch;
+    c.train.accumulate = passes;
     c.train.steps = 4;
     c.optimizer.sgd.nesterov = true;
     TrainerHooks h = fixed_data();
@@ -183,12 +189,21 @@ void check_data_parallel_equivalence(MpiTest& t, const std::string& dir) {
     return std::vector<float>(p.begin(), p.end());
   };
   const auto many = run(MPI_COMM_WORLD, 4, "/dp_many");
+  const auto accumulated = run(MPI_COMM_WORLD, 2, "/dp_accumulated", 2);
   if (t.rank() != 0) return;
   const auto one = run(MPI_COMM_SELF, 4 * t.size(), "/dp_one");
-  double worst = 0;
-  for (size_t i = 0; i < one.size(); ++i)
-    worst = std::max(worst, std::abs(double(many[i]) - one[i]) / (1e-3 + std::abs(double(one[i]))));
-  MPI_EXPECT(t, worst < 2e-5, "N x b and 1 x Nb differ: worst relative difference ", worst);
+  auto worst = [&](const std::vector<float>& v) {
+    double w = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      w = std::max(w, std::abs(double(v[i]) - one[i]) / (1e-3 + std::abs(double(one[i]))));
+    return w;
+  };
+  MPI_EXPECT(t, worst(many) < 2e-5, "N x b and 1 x Nb differ: worst relative difference ", worst(many));
+  MPI_EXPECT(t, worst(accumulated) < 2e-5, "N x b/2 x 2 passes and 1 x Nb differ: worst relative difference ",
+             worst(accumulated));
+  // Not trivially equal: the passes must have been summed, not the last one taken.
+  const auto halves = run(MPI_COMM_SELF, 2 * t.size(), "/dp_half");
+  MPI_EXPECT(t, worst(halves) > 1e-3, "a batch half as large gives the same parameters: the test cannot tell");
 }
 
 // Every validation sample counted once, for any rank count: the same totals as rank 0 alone.
@@ -313,6 +328,7 @@ int main(int argc, char** argv) {
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
+    check_exact_resume(t, dir, true, 2);
     check_data_parallel_equivalence(t, dir);
     check_eval_counts(t, dir);
     check_u8_input(t, dir);

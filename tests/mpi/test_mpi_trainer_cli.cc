@@ -117,7 +117,9 @@ void check_run_eval_resume() {
   expect_error(run(2, "--eval --checkpoint " + ck.back() + " --config " + cfg + " --set model.width=0.5"),
                ck.back() + ": written for another model \\(resnet20", "checkpoint of another model");
   expect_error(run(2, "--config " + cfg + " --set train.batch=2 --resume " + ck.front()),
-               "written by 2 rank\\(s\\) x batch 4; this run has 2 x 2", "resume with another batch");
+               "written by 2 rank\\(s\\) x batch 4; this run has 2 rank\\(s\\) x batch 2", "resume with another batch");
+  expect_error(run(2, "--config " + cfg + " --set train.accumulate=2 --resume " + ck.front()),
+               "this run has 2 rank\\(s\\) x batch 4 x 2 accumulated", "resume with passes accumulated");
   // A newer checkpoint damaged after it was written is passed over by --resume auto.
   fs::resize_file(ck.back(), 100);
   r = run(2, "--config " + cfg + " --resume auto");

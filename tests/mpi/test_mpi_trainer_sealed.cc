@@ -1,8 +1,8 @@
 // The trainer over an arena the host cannot touch (tests/sealed_backend.h, a stand-in for a GPU's
 // device memory): the initial broadcast, training with gradients reduced through staged device
-// hooks, consistency checks, BN statistics averaging, evaluation, emulated compute, a checkpoint
-// and its load must all reach the arena through copies (a host dereference kills the rank), and
-// match the reference backend on host memory bit for bit.
+// hooks (also with accumulated passes), consistency checks, BN statistics averaging, evaluation,
+// emulated compute, a checkpoint and its load must all reach the arena through copies (a host
+// dereference kills the rank), and match the reference backend on host memory bit for bit.
 #include <mpi.h>
 
 #include <cstring>
@@ -65,9 +65,10 @@ std::vector<float> params_of(Trainer& tr) {
   return v;
 }
 
-Config sealed_config(const std::string& dir, bool emulate) {
+Config sealed_config(const std::string& dir, bool emulate, int64_t passes) {
   Config c = tiny(dir);
   c.train.steps = 5;
+  c.train.accumulate = passes;
   c.comm.overlap = false;  // everything on this thread: a stray access faults deterministically
   c.comm.device_path = "staged";
   c.comm.bucket_bytes = 4096;
@@ -88,11 +89,11 @@ std::unique_ptr<Trainer> make(const Config& c, bool sealed) {
   return std::make_unique<Trainer>(c, MPI_COMM_WORLD, h);
 }
 
-void check_sealed_equals_host(MpiTest& t, const std::string& dir, bool emulate) {
-  const std::string tag = emulate ? "/emulated" : "/computed";
-  auto host = make(sealed_config(dir + tag + "_host", emulate), false);
+void check_sealed_equals_host(MpiTest& t, const std::string& dir, bool emulate, int64_t passes = 1) {
+  const std::string tag = emulate ? "/emulated" : passes > 1 ? "/accumulated" : "/computed";
+  auto host = make(sealed_config(dir + tag + "_host", emulate, passes), false);
   host->train();
-  auto sealed = make(sealed_config(dir + tag + "_sealed", emulate), true);
+  auto sealed = make(sealed_config(dir + tag + "_sealed", emulate, passes), true);
   MPI_EXPECT(t, !sealed->net().arena().host_accessible(), "the sealed arena claims host access");
   MPI_EXPECT(t, std::string(sealed->net().backend().name()) == "sealed-reference", "not the sealed backend");
   sealed->train();
@@ -107,7 +108,7 @@ void check_sealed_equals_host(MpiTest& t, const std::string& dir, bool emulate) 
   // The checkpoint the sealed run wrote, loaded into a fresh sealed trainer.
   MPI_EXPECT(t, !sealed->last_checkpoint().empty(), tag, ": no checkpoint written");
   sealed->save_checkpoint();  // after evaluate's averaging: the state it saves is the trainer's
-  auto again = make(sealed_config(dir + tag + "_again", emulate), true);
+  auto again = make(sealed_config(dir + tag + "_again", emulate, passes), true);
   again->load_checkpoint(sealed->last_checkpoint());
   MPI_EXPECT(t, params_of(*again) == p, tag, ": parameters after a checkpoint round trip differ");
   std::vector<float> s1(sealed->net().arena().state().size()), s2(s1.size());
@@ -127,5 +128,6 @@ int main(int argc, char** argv) {
                                                                                  const std::string& dir) {
     check_sealed_equals_host(t, dir, false);
     check_sealed_equals_host(t, dir, true);
+    check_sealed_equals_host(t, dir, false, 2);  // train.accumulate: the sum kept in the sealed space
   });
 }
