@@ -1,7 +1,8 @@
 // A Backend that hands its required calls (the layouts, copies and op factories) to another, the
 // reference by default: test backends derive from it and override only what they change. The
 // calls with a default in Backend keep that default, as they would in a real backend (the
-// default act_import_u8, for one, then goes through the derived act_import).
+// default act_import_u8, for one, then goes through the derived act_import); accumulate_arena,
+// the inner backend's arena arithmetic, is forwarded too.
 #pragma once
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@ class ForwardingBackend : public Backend<T> {
   void act_import(const T* x, const Shape& s, T* d) const override { in_->act_import(x, s, d); }
   void act_export(const T* x, const Shape& s, T* d) const override { in_->act_export(x, s, d); }
   void accumulate(T* y, const T* x, size_t n) const override { in_->accumulate(y, x, n); }
+  void accumulate_arena(T* y, const T* x, size_t n) const override { in_->accumulate_arena(y, x, n); }
   std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc& d) override { return in_->make_conv(d); }
   std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc& d) override {
     return in_->make_batchnorm(d);
