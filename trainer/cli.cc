@@ -16,6 +16,7 @@
 
 #include "comm/mpi_check.h"
 #include "trainer/config.h"
+#include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
 extern char** environ;
@@ -105,7 +106,9 @@ const char* cli_usage() {
          "  --help, -h           this text\n"
          "\n"
          "Rank 0 prints the resolved configuration, progress, epoch summaries; metrics go to\n"
-         "<run_dir>/metrics.jsonl (log.jsonl), checkpoints to <run_dir>/checkpoints.\n";
+         "<run_dir>/metrics.jsonl (log.jsonl), checkpoints to <run_dir>/checkpoints.\n"
+         "SIGUSR1 to mpirun (or SIGTERM, SIGINT to the ranks) stops training after the current step\n"
+         "with a checkpoint; --resume auto continues from it.\n";
 }
 
 CliOptions cli_parse(int argc, const char* const* argv) {
@@ -155,8 +158,10 @@ int run_job(const Config& cfg, const CliOptions& o) {
     return 0;
   }
   if (!o.resume.empty()) t.resume(o.resume);
+  install_stop_handlers();
   t.train();
-  return 0;
+  // Stopped early: not a success, as for a process the signal would have ended.
+  return t.stopped_by() ? 128 + t.stopped_by() : 0;
 }
 }  // namespace
 

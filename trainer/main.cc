@@ -20,12 +20,13 @@ namespace {
 
 // A rank whose launcher is gone (mpirun killed, or stopped twice so that it exits without waiting
 // for its ranks) otherwise goes on training and writing checkpoints for seconds until the MPI
-// runtime notices, behind the back of whatever the user starts next. The kernel ends it instead.
-// Only under a launcher: a rank started on its own may outlive its shell (nohup) on purpose.
+// runtime notices, behind the back of whatever the user starts next. The kernel ends it instead,
+// with SIGKILL: SIGTERM would ask for a clean stop (trainer/stop_signal.h), which needs the job's
+// other ranks. Only under a launcher: a rank started on its own may outlive its shell (nohup).
 void end_with_the_launcher() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
     if (std::getenv(var) != nullptr) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       return;
     }
 }

@@ -18,6 +18,7 @@
 #include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
 #include "nn/resnet.h"
+#include "trainer/stop_signal.h"
 
 namespace rt::trainer {
 namespace {
@@ -236,15 +237,32 @@ void Trainer::train() {
     }
     train_step();
     const bool epoch_end = step_ % steps_per_epoch_ == 0, run_end = step_ == total_steps_;
+    const int stop = run_end ? 0 : agreed_stop_signal();
     if (cfg_.check.every > 0 && (step_ % cfg_.check.every == 0 || run_end)) check_consistency();
     if (epoch_end || run_end) {
       epoch_started_ = !epoch_end;
-      end_epoch(epoch, epoch_start, epoch_end, run_end);
+      end_epoch(epoch, epoch_start, epoch_end, run_end, stop != 0);
     }
     const auto& ck = cfg_.checkpoint;
-    if ((ck.every_steps > 0 && step_ % ck.every_steps == 0) || (ck.at_epoch_end && (epoch_end || run_end)))
+    if (stop || (ck.every_steps > 0 && step_ % ck.every_steps == 0) || (ck.at_epoch_end && (epoch_end || run_end)))
       save_checkpoint();
+    if (stop) {
+      stopped_by_ = stop;
+      report(JsonLine("stop").add("step", step_).add("signal", stop_signal_name(stop)).add("checkpoint", last_checkpoint_),
+             str_cat("stopped by ", stop_signal_name(stop), " after step ", step_, " of ", total_steps_, ": ",
+                     last_checkpoint_, " holds it; continue with --resume auto"));
+      return;
+    }
   }
+}
+
+int Trainer::agreed_stop_signal() {
+  // Collective, between steps (the communication thread is idle): every rank stops after the
+  // same step, whichever ranks the signal reached. A few microseconds per step.
+  if (!stop_handlers_installed()) return 0;
+  int sig = stop_signal();
+  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
+  return sig;
 }
 
 void Trainer::take_batch(data::Batch& b, int64_t step) {
@@ -428,7 +446,7 @@ size_t Trainer::unscale_gradients() {
   return bad;
 }
 
-void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end) {
+void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end, bool stopping) {
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
   double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
@@ -444,7 +462,10 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   std::string text = str_cat("epoch ", epoch + 1, "/", cfg_.train.epochs, ": train loss ", fixed(sums[0] / n, 4),
                              " top1 ", fixed(100 * sums[1] / n, 2), "% top5 ", fixed(100 * sums[2] / n, 2), "%");
   const int64_t every = cfg_.eval.every_epochs;
-  if ((epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end)) {
+  const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);
+  if (due && stopping) {
+    text += ", evaluation skipped (stopping: --eval the checkpoint)";
+  } else if (due) {
     EvalResult v = evaluate();
     line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
         .add("val_samples", v.samples).add("val_s", v.seconds);

@@ -66,8 +66,11 @@ class Trainer {
   // when there is none. Otherwise the path itself. Returns the path loaded.
   std::string resume(const std::string& what);
 
-  // Trains until train.epochs (or train.steps) are done, from wherever the run stands.
+  // Trains until train.epochs (or train.steps) are done, from wherever the run stands, or until
+  // a stop signal (stop_signal.h, once the handlers are installed): then after a checkpoint of
+  // the step every rank finished, and stopped_by() names the signal.
   void train();
+  int stopped_by() const { return stopped_by_; }
   // Distributed top-1/top-5 over the whole validation split. Collective.
   EvalResult evaluate();
   // Saves a checkpoint now (rank 0 writes; every rank takes part in averaging BN statistics).
@@ -108,7 +111,8 @@ class Trainer {
   // With a backend that stages inputs: takes the next step's batch while this step's backward
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();
-  void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end);
+  void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end, bool stopping);
+  int agreed_stop_signal();  // collective: the stop signal any rank caught (stop_signal.h), or 0
 
   void sync_bn_state();
   data::Loader& val_loader();
@@ -134,6 +138,7 @@ class Trainer {
   std::string config_yaml_, ckpt_dir_, last_checkpoint_;
 
   int64_t step_ = 0;                 // optimizer steps done
+  int stopped_by_ = 0;               // the signal train() stopped for (0: none)
   int64_t steps_per_epoch_ = 0, total_steps_ = 0;  // optimizer steps
   int64_t passes_ = 1;               // train.accumulate: forward/backward passes (batches) per step
   bool epoch_started_ = false;       // the train loader is positioned inside the current epoch

@@ -3,13 +3,15 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace cli {
 
@@ -83,6 +85,30 @@ inline int finish(const char* name) {
   if (ec) std::printf("note: %s not removed: %s\n", dir.c_str(), ec.message().c_str());
   std::printf("%s: %s (%d failures)\n", name, failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
+}
+
+// A small 2-epoch ResNet-20 job on synthetic data with its run folder under dir/run; its path.
+inline std::string tiny_config(const std::string& run) {
+  return write(run + ".yaml",
+               "model: {name: resnet20, classes: 4, width: 0.25}\n"
+               "data: {synthetic: true, synthetic_samples: 40, synthetic_classes: 4, image_size: 8, threads: 1}\n"
+               "train: {epochs: 2, batch: 4}\n"
+               "optimizer: {lr: 3.2}\n"
+               "schedule: {kind: cosine, warmup_epochs: 0.5}\n"
+               "log: {interval: 2, print_config: false}\n"
+               "threads: 1\n"
+               "run_dir: " + dir + "/" + run + "\n");
+}
+
+// The run's checkpoints, oldest first.
+inline std::vector<std::string> checkpoints(const std::string& run) {
+  std::vector<std::string> out;
+  std::error_code ec;  // no folder: no checkpoints (the caller's expectation reports it)
+  for (std::filesystem::directory_iterator it(dir + "/" + run + "/checkpoints", ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().extension() == ".rtck") out.push_back(it->path().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace cli

@@ -1,0 +1,193 @@
+// Stopping a running trainer job under mpirun: SIGUSR1 to mpirun, or SIGTERM to one rank, stops
+// every rank after the same step with a checkpoint, an exit status of 128 + the signal and a line
+// saying how to continue, and --resume auto continues from that step; a job whose mpirun is
+// stopped abruptly (SIGTERM twice) leaves a loadable checkpoint; ranks whose mpirun is killed end
+// with it.
+// Usage: test_mpi_trainer_stop MPIEXEC TRAINER   (not itself under mpirun)
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/mpi/cli_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace cli;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Polls until pred() holds, for at most `limit` seconds; whether it did.
+template <class Pred>
+bool wait_for(Pred pred, double limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!pred()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The pids of the trainer processes (mpirun's children, not mpirun) whose command line names
+// `cfg`; zombies have an empty command line and are left out.
+std::vector<int> ranks_running(const std::string& cfg) {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string pid = it->path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(it->path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.rfind(trainer + " ", 0) == 0 && cmd.find(cfg) != std::string::npos) pids.push_back(std::stoi(pid));
+  }
+  return pids;
+}
+
+// Seconds until no rank of `cfg` runs, or `limit` when some still do then.
+double seconds_until_ranks_end(const std::string& cfg, double limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (ranks_running(cfg).empty() || s >= limit) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string ranks_cmd(const std::string& cfg) {
+  return mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer + " --config " +
+         cfg + " --set checkpoint.every_steps=1 --set train.epochs=1000 --set log.progress=false > /dev/null 2>&1";
+}
+
+// A run stopped (SIGTERM to mpirun) while it writes a checkpoint every step leaves a loadable one.
+void check_killed_run() {
+  const std::string cfg = tiny_config("killed");
+  (void)std::system(("timeout -s TERM 3 " + ranks_cmd(cfg)).c_str());
+  // mpirun stopped twice (timeout signals it, then its process group) exits before its ranks.
+  const double s = seconds_until_ranks_end(cfg, 20);
+  expect(s < 20, "the ranks of a job stopped with SIGTERM end", {0, ""});
+  Result r = run(2, "--config " + cfg + " --set train.epochs=1000 --set train.steps=1 --resume auto");
+  expect(r.rc == 0 && r.out.find("loaded ") != std::string::npos, "resume after a killed run", r);
+}
+
+// Ranks whose mpirun is killed end with it rather than train on unseen until the MPI runtime
+// notices (which takes OpenMPI seconds, checkpoints written meanwhile).
+void check_orphaned_ranks() {
+  const std::string cfg = tiny_config("orphaned");
+  const Result launch = shell(ranks_cmd(cfg) + " & echo $!");
+  const int mpirun_pid = std::atoi(launch.out.c_str());
+  expect(mpirun_pid > 0, "mpirun in the background", launch);
+  if (mpirun_pid <= 0) return;
+  const std::string ckpts = dir + "/orphaned/checkpoints";
+  for (int i = 0; i < 3000 && !(fs::exists(ckpts) && !fs::is_empty(ckpts)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool training = ranks_running(cfg).size() == 2;
+  expect(training, "two ranks training", launch);
+  ::kill(mpirun_pid, SIGKILL);
+  const double s = seconds_until_ranks_end(cfg, 20);
+  std::printf("ranks ended %.3f s after their mpirun was killed\n", s);
+  expect(s < 0.5, "ranks end within 0.5 s of their mpirun being killed (took " + std::to_string(s) + " s)", {0, ""});
+  if (s >= 20)
+    for (int pid : ranks_running(cfg)) ::kill(pid, SIGKILL);
+}
+
+
+// A job started in the background: mpirun's pid, and the file that gets its output and then a
+// last line "rc=<exit status>".
+struct Job {
+  int mpirun_pid = 0;
+  std::string out;
+  Result result() const { return {0, read_file(out)}; }
+  // The exit status once mpirun has ended (within `limit` seconds), else -1.
+  int wait(double limit) const {
+    std::smatch m;
+    std::string text;
+    wait_for([&] { return std::regex_search(text = read_file(out), m, std::regex("\nrc=(\\d+)\n")); }, limit);
+    return m.empty() ? -1 : std::stoi(m[1]);
+  }
+};
+
+// Starts a long run of cfg (no checkpoints but the one a stop writes) and waits until it trains.
+Job start_job(const std::string& cfg, const std::string& run) {
+  Job j;
+  j.out = dir + "/" + run + ".out";
+  const std::string pidfile = dir + "/" + run + ".pid";
+  (void)std::system(("( " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer +
+                     " --config " + cfg + " --set train.epochs=100000 --set checkpoint.at_epoch_end=false > " + j.out +
+                     " 2>&1 & echo $! > " + pidfile + "; wait $!; echo rc=$? >> " + j.out + " ) > /dev/null 2>&1 &")
+                        .c_str());
+  wait_for([&] { return std::atoi(read_file(pidfile).c_str()) > 0; }, 10);
+  j.mpirun_pid = std::atoi(read_file(pidfile).c_str());
+  const std::string metrics = dir + "/" + run + "/metrics.jsonl";
+  const bool training = wait_for([&] { return read_file(metrics).find("\"type\":\"step\"") != std::string::npos; }, 60);
+  expect(j.mpirun_pid > 0 && training, run + ": the job trains", j.result());
+  return j;
+}
+
+std::string ckpt_path(const std::string& job, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%010lld.rtck", static_cast<long long>(step));
+  return dir + "/" + job + "/checkpoints/" + name;
+}
+
+// The rank of a trainer process (its OMPI_COMM_WORLD_RANK), -1 if unknown.
+int rank_of(int pid) {
+  std::string env = read_file("/proc/" + std::to_string(pid) + "/environ");
+  std::replace(env.begin(), env.end(), '\0', '\n');
+  std::smatch m;
+  return std::regex_search(env, m, std::regex("(^|\n)OMPI_COMM_WORLD_RANK=(\\d+)")) ? std::stoi(m[2]) : -1;
+}
+
+// `sig` reaches the job (through mpirun, or to one rank): every rank stops after the same step,
+// which the one checkpoint holds, and the run continues from there.
+void check_stop(const std::string& job, int sig, bool to_mpirun) {
+  const std::string cfg = tiny_config(job);
+  const Job j = start_job(cfg, job);
+  if (j.mpirun_pid <= 0) return;
+  int target = j.mpirun_pid;
+  if (!to_mpirun)
+    for (int pid : ranks_running(cfg))
+      if (rank_of(pid) == 1) target = pid;
+  expect(target != j.mpirun_pid || to_mpirun, job + ": rank 1 found", j.result());
+  ::kill(target, sig);
+  const int rc = j.wait(60);
+  const Result r = j.result();
+  const std::string signame = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+  std::smatch m;
+  const bool said = std::regex_search(r.out, m, std::regex("stopped by " + signame + " after step (\\d+) of \\d+: (\\S+) holds it; continue with --resume auto"));
+  expect(rc == 128 + sig && said, job + ": stopped with status " + std::to_string(128 + sig) + " and a line", r);
+  if (rc < 0)
+    for (int pid : ranks_running(cfg)) ::kill(pid, SIGKILL);
+  if (!said) return;
+  const int64_t step = std::stoll(m[1]);
+  const auto ck = checkpoints(job);
+  expect(ck.size() == 1 && ck[0] == m[2].str() && ck[0] == ckpt_path(job, step),
+         job + ": the one checkpoint is the stop's, step " + std::to_string(step), r);
+  const Result resumed = run(2, "--config " + cfg + " --set train.epochs=100000 --set train.steps=" +
+                                    std::to_string(step + 3) + " --resume auto");
+  expect(resumed.rc == 0 && resumed.out.find("loaded " + m[2].str() + ": " + std::to_string(step) + " steps done") !=
+                                std::string::npos,
+         job + ": --resume auto continues from the stop", resumed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!start(argc, argv, "test_mpi_trainer_stop")) return 2;
+  check_stop("usr1", SIGUSR1, true);
+  check_stop("term", SIGTERM, false);
+  check_killed_run();
+  check_orphaned_ranks();
+  return finish("test_mpi_trainer_stop");
+}
