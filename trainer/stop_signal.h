@@ -1,5 +1,5 @@
 // Stopping a run cleanly by signal, as batch systems do ahead of a time limit or a preemption:
-// SIGUSR1 (which mpirun forwards to every rank; e.g. Slurm's `--signal=USR1@120`), SIGTERM and
+// SIGUSR1 (which mpirun forwards to every rank; a batch system's advance warning), SIGTERM and
 // SIGINT ask the training loop to stop at the end of the current step, after a checkpoint, so
 // that `--resume auto` continues exactly there. A second SIGTERM or SIGINT ends the process at
 // once (the default action), for a user who will not wait.
