@@ -3,17 +3,19 @@
 #include <signal.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 
 namespace rt::trainer {
 namespace {
 
-volatile std::sig_atomic_t caught = 0;
+// Lock-free atomics are safe in a signal handler, and the handler may run on any thread.
+std::atomic<int> caught{0};
 std::atomic<bool> installed{false};
+static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void on_stop_signal(int sig) {
-  if (caught == 0) caught = sig;
+  int none = 0;
+  caught.compare_exchange_strong(none, sig);
 }
 
 }  // namespace
