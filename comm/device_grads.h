@@ -54,6 +54,18 @@ class DeviceGrads {
   virtual void download_wait(uint64_t ticket) = 0;
   virtual void upload(size_t offset, size_t bytes) = 0;
   virtual void upload_wait() = 0;
+
+  // Staged path, optional, before setup(): gradient compression converted on the device. The
+  // mirror then holds `wire` values (16-bit), element i at host() + i * dtype_size(wire): download
+  // converts each fp32 value times `scale` on the device, rounding once, and copies the 16-bit
+  // values down (half the bytes); upload copies them up and widens them back. Offsets and byte
+  // counts stay those of the fp32 buffer. False (the default): the hooks cannot, and the caller
+  // converts on the host.
+  virtual bool stage_as(DType wire, float scale) {
+    (void)wire;
+    (void)scale;
+    return false;
+  }
 };
 
 }  // namespace rt::comm

@@ -59,10 +59,14 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   if (dev_ && solo()) {
     k = &cpu_reduce_kernels();
   } else if (dev_) {
-    dev_->setup(grads_, count * esz, buckets_.size());
     fence_.assign(buckets_.size(), 0);
     if (staged()) {
+      // Compressed: 16-bit values on the bus as on the wire, when the hooks convert there.
+      wire_on_device_ = wire_ != t && dev_->stage_as(wire_, 1.0f / float(comm_.size()));
       ticket_.assign(buckets_.size(), 0);
+    }
+    dev_->setup(grads_, count * esz, buckets_.size());
+    if (staged()) {
       work_ = dev_->host();
       k = &cpu_reduce_kernels();
     } else {
@@ -80,8 +84,8 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
                               dtype_name(wire_), ", which '", allreducer_->name(),
                               "' cannot here: use ring, reducer or nccl"));
     // One bucket at a time, where the kernels work (device scratch on the direct path); one
-    // rank reduces nothing, so it needs none.
-    if (!solo()) {
+    // rank reduces nothing, so it needs none, nor do hooks that convert on the device.
+    if (!solo() && !wire_on_device_) {
       wire_buf_ = Buffer<char>(scratch);
       size_t most = 0;
       for (const Range& r : buckets_) most = std::max(most, r.len);
@@ -189,15 +193,16 @@ void GradientReducer::reduce_bucket(size_t b) {
   else if (dev_) dev_->wait(fence_[b]);
   if (dev_) bt.fenced = Clock::now();
   if (stall_ && b == 0) stall_->arrive(++steps_);
-  char* bucket = work_ + r.offset * esz;
-  if (wire_ == dtype_) {
-    allreducer_->allreduce(bucket, r.len, dtype_, ReduceOp::average);
+  if (wire_on_device_) {  // already divided by the ranks and rounded, on the device
+    allreducer_->allreduce(work_ + r.offset * dtype_size(wire_), r.len, wire_, ReduceOp::sum);
+  } else if (wire_ == dtype_) {
+    allreducer_->allreduce(work_ + r.offset * esz, r.len, dtype_, ReduceOp::average);
   } else {
     // As DDP's compress hooks: divided by the ranks before rounding to the 16-bit type, so that
     // fp16's running sums are of the average's magnitude, not ranks times it. (Compressed
     // gradients are fp32: compression_wire_type.)
-    compressed_allreduce(*allreducer_, *kernels_, wire_, wire_buf_.data(), reinterpret_cast<float*>(bucket),
-                         r.len, 1.0f / float(comm_.size()));
+    compressed_allreduce(*allreducer_, *kernels_, wire_, wire_buf_.data(),
+                         reinterpret_cast<float*>(work_ + r.offset * esz), r.len, 1.0f / float(comm_.size()));
   }
   if (staged()) {
     dev_->upload(r.offset * esz, r.len * esz);

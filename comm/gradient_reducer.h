@@ -116,6 +116,7 @@ class GradientReducer {
   std::unique_ptr<DeviceGrads> dev_;  // null: grads is host memory (before allreducer_, which
                                       // may hold its kernels)
   char* work_;                        // where the allreduce runs: grads_, or the staged mirror
+  bool wire_on_device_ = false;       // staged compression: the mirror holds wire_ values
   const ReduceKernels* kernels_ = nullptr;  // the allreducer's, for compression's conversions
   DType wire_;                        // compression: buckets go as this type through wire_buf_,
   Buffer<char> wire_buf_;             // one bucket's worth, where the kernels work (one bucket

@@ -1,4 +1,5 @@
-// CUDA gradient hooks: event fences, pinned-mirror staging on copy streams, direct-path kernels.
+// CUDA gradient hooks: event fences, pinned-mirror staging on copy streams (compressed to 16 bits
+// on the device when asked), direct-path kernels.
 #include "cuda/device_grads.h"
 
 #include <vector>
@@ -74,6 +75,13 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
 
   DevicePath path() const override { return path_; }
 
+  bool stage_as(DType wire, float scale) override {
+    if (path_ != DevicePath::staged || set_up_) return false;
+    wire_ = wire;
+    scale_ = scale;
+    return true;
+  }
+
   void setup(void* device, size_t bytes, size_t per_step) override {
     if (set_up_) throw Error("cuda device grads: set up twice (one GradientReducer per hooks)");
     set_up_ = true;
@@ -82,7 +90,10 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
     const size_t slots = per_step > 0 ? per_step : 1;
     fences_.create(slots);
     if (path_ == DevicePath::staged) {
-      mirror_ = static_cast<char*>(pinned_malloc(bytes));
+      mirror_bytes_ = staged_bytes(bytes);
+      mirror_ = static_cast<char*>(pinned_malloc(mirror_bytes_));
+      // Compressed: the 16-bit values on the device too, converted there on the copy streams.
+      if (wire_ != DType::f32) wire_dev_ = static_cast<char*>(device_malloc(mirror_bytes_));
       // Downloads and uploads on separate streams: the copy engines of each direction run at
       // once, so the upload of one bucket does not hold up the download of the next.
       CUDA_CHECK(cudaStreamCreateWithFlags(&down_, cudaStreamNonBlocking));
@@ -118,7 +129,13 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
     check_range("download", offset, bytes);
     // Ordered behind the fence on the device: the host does not wait for backward here.
     CUDA_CHECK(cudaStreamWaitEvent(down_, fences_.at(after), 0));
-    CUDA_CHECK(cudaMemcpyAsync(mirror_ + offset, device_ + offset, bytes, cudaMemcpyDeviceToHost, down_));
+    if (wire_dev_) {
+      const size_t at = staged_bytes(offset), n = bytes / sizeof(float);
+      convert(elem_of(wire_), wire_dev_ + at, Elem::f32, device_ + offset, n, scale_, down_);
+      CUDA_CHECK(cudaMemcpyAsync(mirror_ + at, wire_dev_ + at, staged_bytes(bytes), cudaMemcpyDeviceToHost, down_));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(mirror_ + offset, device_ + offset, bytes, cudaMemcpyDeviceToHost, down_));
+    }
     CUDA_CHECK(cudaEventRecord(downloads_.at(downloaded_), down_));
     return downloaded_++;
   }
@@ -129,7 +146,13 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
   void upload(size_t offset, size_t bytes) override {
     bind();
     check_range("upload", offset, bytes);
-    CUDA_CHECK(cudaMemcpyAsync(device_ + offset, mirror_ + offset, bytes, cudaMemcpyHostToDevice, up_));
+    if (wire_dev_) {
+      const size_t at = staged_bytes(offset), n = bytes / sizeof(float);
+      CUDA_CHECK(cudaMemcpyAsync(wire_dev_ + at, mirror_ + at, staged_bytes(bytes), cudaMemcpyHostToDevice, up_));
+      convert(Elem::f32, device_ + offset, elem_of(wire_), wire_dev_ + at, n, 1.0f, up_);
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(device_ + offset, mirror_ + offset, bytes, cudaMemcpyHostToDevice, up_));
+    }
   }
   void upload_wait() override {
     bind();
@@ -140,6 +163,8 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
   // The current device is per thread: the communication thread starts on device 0, and the
   // direct path's kernels must launch on the device their stream belongs to.
   void bind() const { bind_device(gpu_); }
+  // The staged copy of `bytes` of the fp32 buffer: as long, or half as long in a 16-bit wire type.
+  size_t staged_bytes(size_t bytes) const { return bytes / sizeof(float) * dtype_size(wire_); }
   void check_range(const char* what, size_t offset, size_t bytes) const {
     if (!mirror_ || offset > bytes_ || bytes > bytes_ - offset)
       throw Error(str_cat("cuda device grads: ", what, " of ", bytes, " bytes at ", offset,
@@ -158,10 +183,14 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
     fences_.destroy();
     downloads_.destroy();
     try {
-      pinned_free(mirror_, bytes_);
+      pinned_free(mirror_, mirror_bytes_);
     } catch (const Error&) {
     }
-    mirror_ = nullptr;
+    try {
+      device_free(wire_dev_, mirror_bytes_);
+    } catch (const Error&) {
+    }
+    mirror_ = wire_dev_ = nullptr;
   }
 
   cudaStream_t compute_;
@@ -173,7 +202,11 @@ class CudaDeviceGrads final : public comm::DeviceGrads {
   EventRing fences_;           // recorded on compute_
   uint64_t recorded_ = 0;      // fences so far (the reporting thread's)
   // staged
-  char* mirror_ = nullptr;     // pinned, bytes_ long
+  char* mirror_ = nullptr;     // pinned, mirror_bytes_ long: fp32 values, or wire_ values
+  size_t mirror_bytes_ = 0;
+  DType wire_ = DType::f32;    // stage_as: the 16-bit type the copies carry ...
+  float scale_ = 1;            // ... and the factor applied before rounding to it
+  char* wire_dev_ = nullptr;   // compressed: the wire_ values on the device, mirror_bytes_ long
   cudaStream_t down_ = nullptr, up_ = nullptr;
   EventRing downloads_;        // recorded on down_ after each download
   uint64_t downloaded_ = 0;    // downloads so far (the reporting thread's)

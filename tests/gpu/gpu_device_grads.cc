@@ -109,7 +109,19 @@ TEST(GpuDeviceGrads, SetupAllocatesOnlyWhatItsPathNeeds) {
     EXPECT_THROW(staged->setup(grads.get(), grads.bytes(), 8), Error);
   }
   EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes);  // freed with the hooks
+  {
+    // Compressed staging: a mirror of half the bytes, and the 16-bit values on the device.
+    auto staged = make_device_grads(compute.s, DevicePath::staged);
+    EXPECT_TRUE(staged->stage_as(DType::bf16, 0.5f));
+    staged->setup(grads.get(), grads.bytes(), 8);
+    EXPECT_FALSE(staged->stage_as(DType::f16, 0.5f));  // too late: set up
+    EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes + int64_t(grads.bytes() / 2));
+    EXPECT_EQ(alloc_stats().device_bytes, before.device_bytes + int64_t(grads.bytes() / 2));
+  }
+  EXPECT_EQ(alloc_stats().pinned_bytes, before.pinned_bytes);
+  EXPECT_EQ(alloc_stats().device_bytes, before.device_bytes);
   auto direct = make_device_grads(compute.s, DevicePath::direct);
+  EXPECT_FALSE(direct->stage_as(DType::bf16, 1.0f));  // staging only
   direct->setup(grads.get(), grads.bytes(), 8);
   EXPECT_EQ(alloc_stats().pinned_allocs, before.pinned_allocs + 1);  // none more
   EXPECT_EQ(direct->host(), nullptr);

@@ -101,7 +101,8 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
                            // before the fence (recorded, waited, or the download is behind)
   };
 
-  explicit FakeDeviceGrads(comm::DevicePath path) : path_(path) {}
+  // converts: the staged path accepts stage_as (compression converted on the "device").
+  explicit FakeDeviceGrads(comm::DevicePath path, bool converts = false) : path_(path), converts_(converts) {}
   ~FakeDeviceGrads() override {
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -111,10 +112,17 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
   }
   comm::DevicePath path() const override { return path_; }
 
+  DType staged_wire() const { return wire_; }  // what stage_as accepted (f32: nothing)
+  bool stage_as(DType wire, float scale) override {
+    if (!converts_ || path_ != comm::DevicePath::staged) return false;
+    wire_ = wire;
+    scale_ = scale;
+    return true;
+  }
   void setup(void* device, size_t bytes, size_t) override {
     attach(device, bytes);
     ++setups;
-    if (path_ == comm::DevicePath::staged) mirror_.assign(bytes, 0);
+    if (path_ == comm::DevicePath::staged) mirror_.assign(staged_bytes(bytes), 0);
   }
   // The buffer backward writes into, for a test whose reducer may not call setup (one rank).
   void attach(void* device, size_t bytes) {
@@ -144,7 +152,8 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
     queued_ = written_ = waited_ = 0;
     log_.clear();
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    for (size_t i = 0; i + 4 <= mirror_.size(); i += 4) std::memcpy(&mirror_[i], &nan, 4);
+    if (wire_ != DType::f32) std::fill(mirror_.begin(), mirror_.end(), char(0xff));  // a bf16 and fp16 NaN
+    else for (size_t i = 0; i + 4 <= mirror_.size(); i += 4) std::memcpy(&mirror_[i], &nan, 4);
   }
 
   uint64_t record() override {
@@ -185,7 +194,11 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
                                              " ran with only ", written_, " written");
       lk2.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(id % 3 == 0 ? 300 : 20));
-      std::memcpy(mirror_.data() + offset, device_ + offset, bytes);
+      if (wire_ != DType::f32)
+        comm::cpu_reduce_kernels().convert(wire_, mirror_.data() + staged_bytes(offset), DType::f32, device_ + offset,
+                                           bytes / 4, scale_);
+      else
+        std::memcpy(mirror_.data() + offset, device_ + offset, bytes);
       lk2.lock();
       downloaded_ = id + 1;
       cv_.notify_all();
@@ -205,7 +218,11 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
     }
     up_.enqueue([=, this] {
       std::this_thread::sleep_for(std::chrono::microseconds(200));  // lands late
-      std::memcpy(device_ + offset, mirror_.data() + offset, bytes);
+      if (wire_ != DType::f32)
+        comm::cpu_reduce_kernels().convert(DType::f32, device_ + offset, wire_, mirror_.data() + staged_bytes(offset),
+                                           bytes / 4, 1.0f);
+      else
+        std::memcpy(device_ + offset, mirror_.data() + offset, bytes);
     });
   }
   void upload_wait() override {
@@ -229,6 +246,7 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
   CountingSpace scratch;
 
  private:
+  size_t staged_bytes(size_t bytes) const { return bytes / 4 * dtype_size(wire_); }
   template <class... A>
   void violate(const A&... a) {  // mu_ held
     if (violations_.size() < 20) violations_.push_back(str_cat(a...));
@@ -265,6 +283,9 @@ class FakeDeviceGrads final : public comm::DeviceGrads {
   };
 
   comm::DevicePath path_;
+  bool converts_;
+  DType wire_ = DType::f32;  // stage_as
+  float scale_ = 1;
   char* device_ = nullptr;
   size_t bytes_ = 0;
   std::vector<char> mirror_;

@@ -135,6 +135,7 @@ void check_paths(MpiTest& t) {
     std::string algo;
     size_t bucket_bytes;
     std::string compression = "none";
+    bool converts = false;  // staged: the hooks convert to the wire type on the "device"
   };
   std::vector<Case> cases;
   for (DevicePath p : {DevicePath::staged, DevicePath::direct})
@@ -149,6 +150,8 @@ void check_paths(MpiTest& t) {
     cases.push_back({p, "ring", 100000, "bf16"});
     cases.push_back({p, "reducer", 4096, "fp16"});
   }
+  cases.push_back({DevicePath::staged, "ring", 100000, "bf16", true});
+  cases.push_back({DevicePath::staged, "reducer", 4096, "fp16", true});
   for (const Case& c : cases) {
     for (bool overlap : {true, false}) {
       CommConfig cfg;
@@ -160,16 +163,18 @@ void check_paths(MpiTest& t) {
       cfg.compression = c.compression;
       const std::string what = str_cat(device_path_name(c.path), " ", c.algo, " bucket ",
                                        c.bucket_bytes, " overlap ", overlap, " compression ",
-                                       c.compression);
+                                       c.compression, c.converts ? " (converted by the hooks)" : "");
       const ModelFingerprint fp = buffer_fingerprint(kCount, DType::f32);
       std::vector<float> dev_buf(kCount), host(kCount);
-      auto owned = std::make_unique<FakeDeviceGrads>(c.path);
+      auto owned = std::make_unique<FakeDeviceGrads>(c.path, c.converts);
       FakeDeviceGrads& dev = *owned;
       GradientReducer gr(comm, cfg, std::move(owned), dev_buf.data(), kCount, DType::f32, fp);
       GradientReducer ref(ref_comm, cfg, host, fp);
       dev.attach(dev_buf.data(), kCount * 4);
       const bool solo = t.size() == 1;  // the hooks are never set up: nothing is allocated
       MPI_EXPECT(t, dev.setups == (solo ? 0 : 1), what, ": hooks set up ", dev.setups, " times");
+      MPI_EXPECT(t, dev.staged_wire() == (c.converts && !solo ? gr.wire_type() : DType::f32), what,
+                 ": the hooks stage ", dtype_name(dev.staged_wire()));
       MPI_EXPECT(t, std::string(gr.device_path()) == device_path_name(c.path), what, ": path ",
                  gr.device_path());
       const int scratch_allocs = dev.scratch.allocs;  // reserved at set-up on the direct path
