@@ -82,4 +82,13 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+data::Loader& Trainer::val_loader() {
+  if (!val_loader_) {
+    auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
+    val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
+    val_loader_->set_batch_memory(net_->backend().input_memory());
+  }
+  return *val_loader_;
+}
+
 }  // namespace rt::trainer

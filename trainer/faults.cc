@@ -1,6 +1,7 @@
 // Numerical faults and injected ones: the per-step check for non-finite gradients, the diagnosis
-// that names the step, rank and layer where they arose, and the debug.* faults that prove the
-// job's reactions (a poisoned parameter, a stalled, killed or failing rank).
+// that names the step, rank and layer where they arose, the replicas' checksum comparison that
+// names diverged ranks, and the debug.* faults that prove the job's reactions (a poisoned
+// parameter, a stalled, killed or failing rank).
 #include <signal.h>
 #include <unistd.h>
 
@@ -115,6 +116,19 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
                       "; first non-finite gradient in backward order: ", first_grad,
                       ". Stopped before the update", last_checkpoint_.empty() ? "" : "; the last checkpoint is ",
                       last_checkpoint_));
+}
+
+void Trainer::check_consistency() {
+  HostView<float> p = net_->arena().host_params();
+  const uint64_t mine = checkpoint_hash(p.data(), (p.size() * sizeof(float) / 8) * 8);
+  std::vector<uint64_t> all(static_cast<size_t>(world_));
+  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  std::string bad;
+  for (int r = 1; r < world_; ++r)
+    if (all[size_t(r)] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+  if (!bad.empty())
+    throw CommError(str_cat("parameters diverged at step ", step_, ": rank(s) ", bad,
+                            " differ from rank 0 (checksums compared every ", cfg_.check.every, " steps)"));
 }
 
 }  // namespace rt::trainer

@@ -478,35 +478,4 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
 }
 
-void Trainer::sync_bn_state() {
-  // Each rank's running statistics saw only its own batches: average them so that evaluation
-  // and checkpoints use one set, identical on every rank.
-  if (world_ == 1 || net_->arena().state().empty()) return;
-  HostView<float> state = net_->arena().host_state();  // the ring reduces host memory
-  ctl_reduce_->allreduce(state.span(), comm::ReduceOp::average);
-  state.commit();
-}
-
-void Trainer::check_consistency() {
-  HostView<float> p = net_->arena().host_params();
-  const uint64_t mine = checkpoint_hash(p.data(), (p.size() * sizeof(float) / 8) * 8);
-  std::vector<uint64_t> all(static_cast<size_t>(world_));
-  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
-  std::string bad;
-  for (int r = 1; r < world_; ++r)
-    if (all[size_t(r)] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
-  if (!bad.empty())
-    throw CommError(str_cat("parameters diverged at step ", step_, ": rank(s) ", bad,
-                            " differ from rank 0 (checksums compared every ", cfg_.check.every, " steps)"));
-}
-
-data::Loader& Trainer::val_loader() {
-  if (!val_loader_) {
-    auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
-    val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
-    val_loader_->set_batch_memory(net_->backend().input_memory());
-  }
-  return *val_loader_;
-}
-
 }  // namespace rt::trainer

@@ -1,5 +1,6 @@
 // The trainer's persistent state: saving checkpoints (rank 0 writes), loading them (rank 0 reads,
-// every rank receives the state by broadcast) and finding the one to resume from.
+// every rank receives the state by broadcast), finding the one to resume from, and averaging the
+// ranks' BN statistics before a checkpoint or evaluation.
 #include <chrono>
 
 #include "comm/agreement.h"
@@ -129,6 +130,15 @@ std::string Trainer::resume(const std::string& what) {
   }
   load_checkpoint(path);
   return path;
+}
+
+void Trainer::sync_bn_state() {
+  // Each rank's running statistics saw only its own batches: average them so that evaluation
+  // and checkpoints use one set, identical on every rank.
+  if (world_ == 1 || net_->arena().state().empty()) return;
+  HostView<float> state = net_->arena().host_state();  // the ring reduces host memory
+  ctl_reduce_->allreduce(state.span(), comm::ReduceOp::average);
+  state.commit();
 }
 
 }  // namespace rt::trainer
