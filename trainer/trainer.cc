@@ -248,8 +248,9 @@ void Trainer::train() {
       save_checkpoint();
     if (stop) {
       stopped_by_ = stop;
-      report(JsonLine("stop").add("step", step_).add("signal", stop_signal_name(stop)).add("checkpoint", last_checkpoint_),
-             str_cat("stopped by ", stop_signal_name(stop), " after step ", step_, " of ", total_steps_, ": ",
+      const char* name = stop_signal_name(stop);
+      report(JsonLine("stop").add("step", step_).add("signal", name).add("checkpoint", last_checkpoint_),
+             str_cat("stopped by ", name, " after step ", step_, " of ", total_steps_, ": ",
                      last_checkpoint_, " holds it; continue with --resume auto"));
       return;
     }

@@ -102,7 +102,6 @@ void check_orphaned_ranks() {
     for (int pid : ranks_running(cfg)) ::kill(pid, SIGKILL);
 }
 
-
 // A job started in the background: mpirun's pid, and the file that gets its output and then a
 // last line "rc=<exit status>".
 struct Job {
@@ -165,7 +164,9 @@ void check_stop(const std::string& job, int sig, bool to_mpirun) {
   const Result r = j.result();
   const std::string signame = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
   std::smatch m;
-  const bool said = std::regex_search(r.out, m, std::regex("stopped by " + signame + " after step (\\d+) of \\d+: (\\S+) holds it; continue with --resume auto"));
+  const std::regex line("stopped by " + signame +
+                        " after step (\\d+) of \\d+: (\\S+) holds it; continue with --resume auto");
+  const bool said = std::regex_search(r.out, m, line);
   expect(rc == 128 + sig && said, job + ": stopped with status " + std::to_string(128 + sig) + " and a line", r);
   if (rc < 0)
     for (int pid : ranks_running(cfg)) ::kill(pid, SIGKILL);
