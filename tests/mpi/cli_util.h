@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cli {
@@ -85,6 +86,40 @@ inline int finish(const char* name) {
   if (ec) std::printf("note: %s not removed: %s\n", dir.c_str(), ec.message().c_str());
   std::printf("%s: %s (%d failures)\n", name, failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
+}
+
+// The text of a file ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Polls until pred() holds, for at most `limit` seconds; whether it did.
+template <class Pred>
+bool wait_for(Pred pred, double limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!pred()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The pids of the processes whose command line mentions `needle` (a job's own config file) and,
+// if `program` is given, starts with it (the trainer's ranks, not their mpirun). Zombies have an
+// empty command line and are left out.
+inline std::vector<int> processes_with(const std::string& needle, const std::string& program = "") {
+  std::vector<int> pids;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string pid = it->path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(it->path() / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(needle) != std::string::npos && (program.empty() || cmd.rfind(program + " ", 0) == 0))
+      pids.push_back(std::stoi(pid));
+  }
+  return pids;
 }
 
 // A small 2-epoch ResNet-20 job on synthetic data with its run folder under dir/run; its path.

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/mpi/cli_util.h"
@@ -45,7 +44,8 @@ std::string config(const std::string& run, const std::string& checkpoint = "{eve
                "run_dir: " + dir + "/" + run + "\n");
 }
 
-std::vector<std::string> checkpoints(const std::string& folder) {
+// Every file in a folder (temporary ones too), by name.
+std::vector<std::string> files_in(const std::string& folder) {
   std::vector<std::string> out;
   if (!fs::is_directory(folder)) return out;
   for (const auto& e : fs::directory_iterator(folder)) out.push_back(e.path().filename().string());
@@ -62,19 +62,8 @@ std::string list(const std::vector<std::string>& v) {
 // Processes whose command line mentions `needle` (the scenario's own config file), waiting up to
 // 5 s for mpirun's teardown to finish.
 int survivors(const std::string& needle) {
-  int n = 0;
-  for (int tries = 0; tries < 50; ++tries) {
-    n = 0;
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      std::ifstream f(e.path() / "cmdline", std::ios::binary);
-      std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-      if (cmd.find(needle) != std::string::npos) ++n;
-    }
-    if (n == 0) return 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return n;
+  wait_for([&] { return processes_with(needle).empty(); }, 5);
+  return int(processes_with(needle).size());
 }
 
 // A job that must fail: non-zero, within 30 s, every pattern in its output, nobody left running.
@@ -101,7 +90,7 @@ void kill_and_resume() {
   const std::string cfg = config("killed");
   r = run(2, "--config " + cfg + " --set debug.fault=kill --set debug.rank=1 --set debug.step=7");
   // Rank 1 dies at the start of step 7, when rank 0 may still be writing step 6's checkpoint.
-  const auto ck = checkpoints(dir + "/killed/checkpoints");
+  const auto ck = files_in(dir + "/killed/checkpoints");
   const bool kept = !ck.empty() && (ck.back() == "ckpt-0000000006.rtck" || ck.back() == "ckpt-0000000005.rtck");
   expect(kept, "the checkpoint of step 5 or 6 kept after the kill, no temporary file", r);
   expect_fault("rank 1 killed (SIGKILL) in step 7", r, cfg, {"rank 1 .*signal 9"},
@@ -122,7 +111,7 @@ void failing_ranks() {
   std::string cfg = config("throw");
   Result r = run(2, "--config " + cfg + " --set debug.fault=throw --set debug.rank=1 --set debug.step=4");
   expect_fault("rank 1 throws in step 4", r, cfg, {"ringtrain: rank 1 of 2: debug: injected failure at step 4"},
-               "the rank's message, MPI_Abort stops the others", list(checkpoints(dir + "/throw/checkpoints")));
+               "the rank's message, MPI_Abort stops the others", list(files_in(dir + "/throw/checkpoints")));
 
   cfg = config("stall");
   r = run(3, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=2 --set debug.step=4"
@@ -130,7 +119,7 @@ void failing_ranks() {
   expect_fault("rank 2 of 3 stalls before step 4's allreduce", r, cfg,
                {"warning: stall: rank\\(s\\) 2 of 3 have not reached the gradient allreduce of step 4 after 1\\.",
                 "stall: rank\\(s\\) 2 of 3 have not reached .* stopping the job"},
-               "warning after 1 s naming rank 2, stop after 4 s", list(checkpoints(dir + "/stall/checkpoints")));
+               "warning after 1 s naming rank 2, stop after 4 s", list(files_in(dir + "/stall/checkpoints")));
 }
 
 void numerical_faults() {
@@ -138,7 +127,7 @@ void numerical_faults() {
     const std::string run_name = std::string("poison-") + kind, cfg = config(run_name);
     Result r = run(2, "--config " + cfg + " --set debug.fault=" + kind +
                           " --set debug.rank=1 --set debug.step=3 --set debug.param=layer2.1.conv1.weight");
-    const auto ck = checkpoints(dir + "/" + run_name + "/checkpoints");
+    const auto ck = files_in(dir + "/" + run_name + "/checkpoints");
     expect(ck.size() == 2 && ck.back() == "ckpt-0000000002.rtck", std::string(kind) + ": steps 1-2 kept", r);
     expect_fault(std::string(kind == std::string("nan") ? "NaN" : "Inf") + " in a parameter on rank 1, step 3", r,
                  cfg,
@@ -154,7 +143,7 @@ void disk_faults() {
   fs::create_directories(mnt);
   const std::string probe = config("probe", "{every_steps: 1, keep: 1}");
   Result r = run(2, "--config " + probe + " --set train.steps=1");
-  const auto pk = checkpoints(dir + "/probe/checkpoints");
+  const auto pk = files_in(dir + "/probe/checkpoints");
   if (r.rc != 0 || pk.empty()) return expect(false, "probe run for the checkpoint size", r);
   const uintmax_t size = fs::file_size(dir + "/probe/checkpoints/" + pk[0]);
   // Room for one checkpoint and a half: the second write runs out of space.
@@ -166,7 +155,7 @@ void disk_faults() {
   }
   std::string cfg = config("full", "{dir: " + mnt + "/full, every_steps: 1, keep: 3}");
   r = run(2, "--config " + cfg);
-  auto ck = checkpoints(mnt + "/full");
+  auto ck = files_in(mnt + "/full");
   expect(ck == std::vector<std::string>{"ckpt-0000000001.rtck"}, "disk full: step 1 kept, no temporary file", r);
   expect_fault("checkpoint disk full (tmpfs for 1.5 checkpoints)", r, cfg,
                {"rank 0 of 2: .*ckpt-0000000002.rtck.tmp: cannot write the checkpoint \\(No space left on device\\); "
@@ -186,7 +175,7 @@ void disk_faults() {
                           " 2>/dev/null; do sleep 0.002; done' ) & " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " +
                           trainer + " --config " + cfg + " --set train.epochs=1000; rc=$?; wait; exit $rc";
   r = shell(cmd);
-  ck = checkpoints(mnt + "/ro");
+  ck = files_in(mnt + "/ro");
   expect(!ck.empty(), "read-only folder: the checkpoints written before are kept", r);
   // Which call meets the read-only folder (create, write, sync, rename) depends on when it turns.
   expect_fault("checkpoint folder turns read-only mid-run", r, cfg,

@@ -9,60 +9,24 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/mpi/cli_util.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace cli;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-// Polls until pred() holds, for at most `limit` seconds; whether it did.
-template <class Pred>
-bool wait_for(Pred pred, double limit) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!pred()) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-// The pids of the trainer processes (mpirun's children, not mpirun) whose command line names
-// `cfg`; zombies have an empty command line and are left out.
-std::vector<int> ranks_running(const std::string& cfg) {
-  std::vector<int> pids;
-  std::error_code ec;
-  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string pid = it->path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(it->path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (cmd.rfind(trainer + " ", 0) == 0 && cmd.find(cfg) != std::string::npos) pids.push_back(std::stoi(pid));
-  }
-  return pids;
-}
+// The trainer processes of the job whose config is `cfg` (not its mpirun).
+std::vector<int> ranks_running(const std::string& cfg) { return processes_with(cfg, trainer); }
 
 // Seconds until no rank of `cfg` runs, or `limit` when some still do then.
 double seconds_until_ranks_end(const std::string& cfg, double limit) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (ranks_running(cfg).empty() || s >= limit) return s;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_for([&] { return ranks_running(cfg).empty(); }, limit);
+  return std::min(limit, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 std::string ranks_cmd(const std::string& cfg) {
@@ -89,9 +53,7 @@ void check_orphaned_ranks() {
   const int mpirun_pid = std::atoi(launch.out.c_str());
   expect(mpirun_pid > 0, "mpirun in the background", launch);
   if (mpirun_pid <= 0) return;
-  const std::string ckpts = dir + "/orphaned/checkpoints";
-  for (int i = 0; i < 3000 && !(fs::exists(ckpts) && !fs::is_empty(ckpts)); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_for([&] { return !checkpoints("orphaned").empty(); }, 60);
   const bool training = ranks_running(cfg).size() == 2;
   expect(training, "two ranks training", launch);
   ::kill(mpirun_pid, SIGKILL);
