@@ -18,10 +18,14 @@ const std::vector<std::string>& allreduce_algorithms() {
   return names;
 }
 
+bool compression_known(const std::string& compression) {
+  return compression == "none" || compression == "bf16" || compression == "fp16";
+}
+
 DType compression_wire_type(const std::string& compression, DType t) {
-  if (compression == "none") return t;
-  if (compression != "bf16" && compression != "fp16")
+  if (!compression_known(compression))
     throw CommError(str_cat("comm: unknown compression '", compression, "' (none, bf16 or fp16)"));
+  if (compression == "none") return t;
   if (t != DType::f32)
     throw CommError(str_cat("comm: compression ", compression, " applies to f32 gradients, not ",
                             dtype_name(t)));

@@ -49,6 +49,8 @@ struct CommConfig {
                                       // Compression.fp16)
 };
 
+// Whether `compression` names a setting: none, bf16 or fp16.
+bool compression_known(const std::string& compression);
 // The element type gradient buckets of type t travel in under `compression`: t itself for
 // "none", else bf16 or f16, which only fp32 gradients may be compressed to. CommError for an
 // unknown name or another gradient type.

@@ -187,7 +187,6 @@ void GradientReducer::reduce_bucket(size_t b) {
   if (solo()) return;  // the average over one rank is the buffer itself: nothing to wait for or copy
   const Range r = buckets_[b];
   const size_t esz = dtype_size(dtype_);
-  const auto t0 = bt.start;
   // The device's own work first (this rank is not yet waiting for the others).
   if (staged()) dev_->download_wait(ticket_[b]);
   else if (dev_) dev_->wait(fence_[b]);
@@ -210,7 +209,7 @@ void GradientReducer::reduce_bucket(size_t b) {
   }
   if (stall_ && b + 1 == buckets_.size()) stall_->leave();
   bt.end = Clock::now();
-  comm_s_ += seconds(bt.end - t0);  // only the thread doing the reduce touches comm_s_ now
+  comm_s_ += seconds(bt.end - bt.start);  // only the thread doing the reduce touches comm_s_ now
 }
 
 void GradientReducer::comm_loop() {

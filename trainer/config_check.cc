@@ -122,7 +122,7 @@ void config_validate(const Config& c) {
             "comm.device_path", "must be auto, staged or direct", c.comm.device_path);
   k.require(c.comm.algorithm != "nccl" || c.comm.device_path != "staged", "comm.device_path",
             "staged cannot be used with comm.algorithm nccl (use auto or direct)", c.comm.device_path);
-  k.require(c.comm.compression == "none" || c.comm.compression == "bf16" || c.comm.compression == "fp16",
+  k.require(comm::compression_known(c.comm.compression),
             "comm.compression", "must be none, bf16 or fp16", c.comm.compression);
   k.require(c.comm.compression == "none" || c.comm.algorithm != "mpi", "comm.compression",
             "bf16 and fp16 need comm.algorithm ring, reducer or nccl (MPI_Allreduce has no 16-bit sum)",

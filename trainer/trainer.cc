@@ -319,6 +319,9 @@ void Trainer::train_step() {
     emulate_step(t1);
   } else {
     net_->backend().mark_compute(0);
+    // The step's gradient is the mean over its passes: each pass's loss gradient is divided by
+    // their number, and each backward adds the sum of the earlier ones (grad_sum_).
+    const double seed = scaler_.scale() / double(passes_);
     for (int64_t pass = 0; pass < passes_; ++pass) {
       if (pass > 0) {
         const double t = now_s();
@@ -334,9 +337,6 @@ void Trainer::train_step() {
       net_->export_tensor_queued(net_->logits(), logits_.data() + size_t(pass) * n * size_t(classes_));
       std::copy_n(batch_.labels.data(), n, step_labels_.data() + size_t(pass) * n);
       t_fwd = now_s();
-      // The step's gradient is the mean over its passes: each pass's loss gradient is divided by
-      // their number, and each backward adds the sum of the earlier ones (grad_sum_).
-      const double seed = scaler_.scale() / double(passes_);
       const float* earlier = pass > 0 ? grad_sum_.data() : nullptr;
       if (pass + 1 == passes_) {
         net_->backward(ready_, seed, earlier);  // the step's buckets go to the reducer
