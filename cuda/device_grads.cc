@@ -13,14 +13,16 @@ namespace {
 
 using comm::DevicePath;
 
-// The direct path's receive scratch: device memory through the counted allocator.
+// The direct path's receive scratch: device memory through the counted allocator. Each call is
+// done when it returns (the legacy stream, synchronized): the reduce stream and the MPI library's
+// own streams do not wait for the legacy stream.
 class ScratchSpace final : public MemorySpace {
  public:
   std::string name() const override { return "cuda device (allreduce scratch)"; }
   void* allocate(size_t bytes) const override {
     void* p = device_malloc(bytes);
     try {
-      CUDA_CHECK(cudaMemset(p, 0, bytes));
+      zero(p, bytes);
     } catch (...) {
       deallocate(p, bytes);
       throw;
@@ -35,15 +37,23 @@ class ScratchSpace final : public MemorySpace {
   }
   void copy(void* dst, const void* src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    finish();
   }
-  void zero(void* p, size_t bytes) const override { CUDA_CHECK(cudaMemset(p, 0, bytes)); }
+  void zero(void* p, size_t bytes) const override {
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    finish();
+  }
   void to_host(void* host_dst, const void* src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
   }
   void from_host(void* dst, const void* host_src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    finish();
   }
   bool host_accessible() const override { return false; }
+
+ private:
+  static void finish() { CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
 };
 
 // A ring of events, one per fence or download a step makes. Reusing a slot re-records its event;

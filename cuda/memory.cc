@@ -153,9 +153,15 @@ HostMemory& pinned_memory(int device) {
   return *p;
 }
 
+// cudaMemcpy from pageable memory returns once the bytes are staged, before their DMA to the
+// device ends, and cudaMemset returns at once: both are then still queued on the legacy stream.
+static void finish_legacy_stream() { CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
+
 void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {
   check_range("upload", n, offset, bytes_);
-  if (n) CUDA_CHECK(cudaMemcpy(static_cast<char*>(p_) + offset, host, n, cudaMemcpyHostToDevice));
+  if (!n) return;
+  CUDA_CHECK(cudaMemcpy(static_cast<char*>(p_) + offset, host, n, cudaMemcpyHostToDevice));
+  finish_legacy_stream();
 }
 
 void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
@@ -165,7 +171,9 @@ void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
 }
 
 void DeviceBuffer::zero() {
-  if (bytes_) CUDA_CHECK(cudaMemset(p_, 0, bytes_));
+  if (!bytes_) return;
+  CUDA_CHECK(cudaMemset(p_, 0, bytes_));
+  finish_legacy_stream();
 }
 
 // A destructor must not throw: a failed free (a dead context at exit) is dropped.

@@ -63,7 +63,10 @@ class DeviceBuffer {
   void* get() const { return p_; }
   template <class T> T* as() const { return static_cast<T*>(p_); }
   size_t bytes() const { return bytes_; }
-  // Synchronous copies for set-up and tests (offset and size in bytes, checked against bytes()).
+  // Copies for set-up and tests (offset and size in bytes, checked against bytes()), done when
+  // they return, so that work on any stream may use the buffer next. They run on the legacy
+  // default stream, which the backends' non-blocking streams do not wait for: download() reads
+  // what work queued elsewhere has not finished writing unless that stream was synchronized.
   void upload(const void* host, size_t n, size_t offset = 0);
   void download(void* host, size_t n, size_t offset = 0) const;
   void zero();

@@ -53,9 +53,10 @@ cudaMemoryType memory_type(const void* p) {
 }
 
 // A copy on stream s, each end classified once. It returns only once done where CUDA's does
-// (`blocking_call`: cudaMemcpy, except between device buffers; any call into pageable memory or
-// between host buffers); otherwise it is queued. Pageable memory is read at the call (CUDA
-// stages it then, so the caller may reuse it at once).
+// (`blocking_call`: cudaMemcpy, except between device buffers and from pageable memory to the
+// device, whose DMA "may not have completed" on return; any call into pageable memory or between
+// host buffers); otherwise it is queued. Pageable memory is read at the call (CUDA stages it
+// then, so the caller may reuse it at once).
 cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool blocking_call) {
   if (!bytes) return cudaSuccess;
   const cudaMemoryType from = memory_type(src), to = memory_type(dst);
@@ -69,7 +70,9 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool 
   } else {
     w = [=] { std::memmove(dst, src, bytes); };
   }
-  if ((blocking_call && !device_to_device) || host_to_host || to == cudaMemoryTypeUnregistered)
+  const bool pageable_upload = from == cudaMemoryTypeUnregistered && to == cudaMemoryTypeDevice;
+  if ((blocking_call && !device_to_device && !pageable_upload) || host_to_host ||
+      to == cudaMemoryTypeUnregistered)
     run_in_order(s, std::move(w));
   else
     enqueue(s, std::move(w));

@@ -161,12 +161,36 @@ TEST(emu_streams, FreeWaitsForWorkThatMayStillUseTheMemory) {
   EXPECT_EQ(rt_emu::items_run(), before + 1);
 }
 
+// cudaMemcpy from pageable memory returns once the bytes are staged ("the DMA to final destination
+// may not have completed"): a non-blocking stream's work may run before the copy lands; a
+// synchronize of the legacy stream ends it. From page-locked memory it is done on return.
+TEST(emu_streams, UploadFromPageableMemoryEndsOnlyWithTheLegacyStream) {
+  Buf a, b;
+  Stream nonblocking;
+  std::vector<unsigned char> host(kBytes, 7);
+  ASSERT_EQ(cudaMemcpy(a.p, host.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+  host.assign(kBytes, 8);  // staged at the call: the caller may reuse its buffer
+  ASSERT_EQ(cudaMemcpyAsync(b.p, a.p, kBytes, cudaMemcpyDeviceToDevice, nonblocking.s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nonblocking.s), cudaSuccess);
+  EXPECT_TRUE(b.all(rt_emu::kPoison));
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_TRUE(a.all(7));
+
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, kBytes), cudaSuccess);
+  std::memset(pinned, 9, kBytes);
+  ASSERT_EQ(cudaMemcpy(a.p, pinned, kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_TRUE(a.all(9));
+  cudaFreeHost(pinned);
+}
+
 TEST(emu_streams, LibraryCallsQueueOnTheirHandlesStream) {
   Stream s;
   float* d = nullptr;  // a, b, c: 1 x 1 matrices
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 3 * sizeof(float)), cudaSuccess);
   const float ab[2] = {2, 3};
   ASSERT_EQ(cudaMemcpy(d, ab, sizeof ab, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);  // s does not wait for stream 0
   cublasHandle_t h;
   ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
   ASSERT_EQ(cublasSetStream(h, s.s), CUBLAS_STATUS_SUCCESS);

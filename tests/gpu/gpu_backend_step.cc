@@ -33,7 +33,10 @@ std::vector<ParamInfo> layout_of(std::initializer_list<size_t> counts) {
 struct Device {
   explicit Device(size_t n) : n(n) { CUDA_CHECK(cudaMalloc(&p, n * sizeof(float))); }
   ~Device() { cudaFree(p); }
-  void put(const float* h) const { CUDA_CHECK(cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice)); }
+  void put(const float* h) const {  // done on return: the backend's stream does not wait for it
+    CUDA_CHECK(cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
   std::vector<float> get() const {
     std::vector<float> h(n);
     CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));

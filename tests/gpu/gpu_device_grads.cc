@@ -135,7 +135,7 @@ TEST(GpuDeviceGrads, SetupAllocatesOnlyWhatItsPathNeeds) {
   {
     const std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
     DeviceBuffer da = to_device(a);
-    CUDA_CHECK(cudaMemcpy(scratch, b.data(), 12, cudaMemcpyHostToDevice));
+    space->from_host(scratch, b.data(), 12);
     direct->kernels().reduce_add(DType::f32, da.get(), scratch, 3);  // done when it returns
     EXPECT_EQ(to_host<float>(da, 3), (std::vector<float>{11, 22, 33}));
   }

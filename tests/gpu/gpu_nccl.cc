@@ -80,6 +80,7 @@ size_t check_allreduce(comm::Allreducer& ar, void* buf, DType t, size_t n, Reduc
   for (size_t i = 0; i < n; ++i) mine[i] = init_value(t, g_rank, i);
   const std::vector<char> in = encode(t, mine);
   CUDA_CHECK(cudaMemcpy(buf, in.data(), in.size(), cudaMemcpyDefault));
+  CUDA_CHECK(cudaDeviceSynchronize());  // NCCL's stream does not wait for the legacy stream
   ar.allreduce(buf, n, t, op);
   std::vector<char> out(in.size());
   CUDA_CHECK(cudaMemcpy(out.data(), buf, out.size(), cudaMemcpyDefault));

@@ -190,7 +190,9 @@ TEST(GpuTrainer, AlgorithmCacheServesTheNextRun) {
     EXPECT_EQ(m[2], file);
     const int read = std::stoi(m[1]), added = std::stoi(m[3]);
     EXPECT_EQ(read + added, 6);
-    if (run == 1) EXPECT_EQ(read, 6);
+    if (run == 1) {
+      EXPECT_EQ(read, 6);
+    }
     const auto lines = file_lines();
     if (run == 0) {
       first = lines;
