@@ -97,14 +97,20 @@ class ResNet50(nn.Module):
 
 
 def set_tf32(on):
-    """The TF32 switches the issue names; newer PyTorch, which may drop them, has fp32_precision."""
+    """The TF32 switches the issue names (PyTorch 2.9+ warns that they are deprecated and still
+    honours them; each sets conv and rnn alike); where they are gone, fp32_precision, with cuDNN's
+    conv and rnn set alike (PyTorch refuses to read cuDNN's flag while the two differ)."""
+    import warnings
     try:
-        torch.backends.cuda.matmul.allow_tf32 = on
-        torch.backends.cudnn.allow_tf32 = on  # default True: must be cleared for fp32
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.backends.cuda.matmul.allow_tf32 = on
+            torch.backends.cudnn.allow_tf32 = on  # default True: must be cleared for fp32
     except (AttributeError, RuntimeError):
         prec = "tf32" if on else "ieee"
         torch.backends.cuda.matmul.fp32_precision = prec
         torch.backends.cudnn.conv.fp32_precision = prec
+        torch.backends.cudnn.rnn.fp32_precision = prec
 
 
 def used_mib(dev):
@@ -115,7 +121,7 @@ def used_mib(dev):
 
 # An op's kind of layer by words in its name, checked in this order (addmm is fc, not add;
 # _foreach_add_ is the optimizer's).
-KINDS = [("conv", ("conv",)), ("bn", ("batch_norm", "batchnorm")), ("relu", ("relu", "threshold")),
+KINDS = [("conv", ("conv",)), ("bn", ("batch_norm", "batchnorm")), ("relu", ("relu", "threshold", "clamp_min")),
          ("fc", ("addmm", "mm", "linear")), ("optimizer", ("foreach", "sgd")),
          ("loss", ("cross_entropy", "softmax", "nll")), ("pool", ("pool", "mean")), ("add", ("add",)),
          ("cast", ("aten::to", "aten::_to_copy", "aten::copy_"))]
@@ -139,7 +145,21 @@ def print_profile(step, sync, n, cuda):
                 return v
         return 0.0
 
-    ops = sorted(((own_us(e) / n / 1e3, e.key) for e in prof.key_averages()), reverse=True)
+    try:
+        from torch.autograd import DeviceType
+    except ImportError:
+        DeviceType = None
+
+    def counted(e):
+        # key_averages() carries each kernel's time twice: in the self device time of the op that
+        # launched it and in the kernel's own row (device_type CUDA); GPU-side user annotations
+        # (Optimizer.step#SGD.step, ...) carry their whole span once more. Count the ops' rows only.
+        if getattr(e, "is_user_annotation", False):
+            return False
+        dt = getattr(e, "device_type", None)
+        return not cuda or DeviceType is None or dt is None or dt == DeviceType.CPU
+
+    ops = sorted(((own_us(e) / n / 1e3, e.key) for e in prof.key_averages() if counted(e)), reverse=True)
     kinds, total = {}, sum(ms for ms, _ in ops)
     for ms, name in ops:
         low = name.lower()

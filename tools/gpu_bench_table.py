@@ -19,8 +19,15 @@ WARM_STEPS = 5  # the trainer's first steps choose algorithms and fill the loade
 
 def trainer_summary(metrics_path):
     """The trainer's per-step figures after its warm-up, or None when it has none."""
+    steps = []
     with open(metrics_path) as f:
-        steps = [r for r in map(json.loads, f) if r.get("type") == "step" and r["step"] > WARM_STEPS]
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:  # the last line of a run killed mid-write
+                continue
+            if r.get("type") == "step" and r.get("step", 0) > WARM_STEPS:
+                steps.append(r)
     if not steps:
         return None
     v = [r["img_s"] for r in steps]
