@@ -4,8 +4,8 @@
 # and takes MPI and yaml-cpp from .gpu-deps (tools/bundle_gpu_deps.sh) when the machine has none,
 # for the tests that run under mpirun (the ring allreduce on device buffers, NCCL on 2 ranks,
 # trainer_cuda on synthetic data against the reference backend). Logs and a summary go to $OUT
-# (default ./gpu-out). Exit status: 0 when no test failed (and, where nvidia-smi sees a GPU, none
-# was skipped) and bench_gpu_step succeeded, 1 otherwise. With a GPU it then benchmarks the
+# (default ./gpu-out). Exit status: 0 when no test failed (and, where nvidia-smi sees a GPU, the
+# tests could use it) and bench_gpu_step succeeded, 1 otherwise. With a GPU it then benchmarks the
 # training step (bench_gpu_step against tools/bench_torch_gpu.py) into $OUT/bench.md, within what
 # is left of the time budget.
 #
