@@ -21,12 +21,15 @@ std::string clean(std::string s) {
   return s;
 }
 
-// Reads "<algo> <math>" for one direction: an algorithm below `count` and a known math type.
+// Reads "<algo> <math>" for one direction: an algorithm below `count` and a math type we choose
+// (never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which would let fp32 run in fp16).
 template <class Algo>
 bool read_pair(std::istringstream& in, int count, Algo* algo, cudnnMathType_t* math) {
   long a = -1, m = -1;
   if (!(in >> a >> m)) return false;
-  if (a < 0 || a >= count || m < CUDNN_DEFAULT_MATH || m > CUDNN_FMA_MATH) return false;
+  if (a < 0 || a >= count ||
+      (m != CUDNN_DEFAULT_MATH && m != CUDNN_TENSOR_OP_MATH && m != CUDNN_FMA_MATH))
+    return false;
   *algo = Algo(a);
   *math = cudnnMathType_t(m);
   return true;

@@ -12,14 +12,16 @@ namespace rt::cuda {
 namespace {
 
 // The ranked perf results of one direction into candidates, then the policy's choice. The three
-// cudnn*AlgoPerf_t structs share these fields.
+// cudnn*AlgoPerf_t structs share these fields. A result that converts fp32 to fp16 is no candidate.
 template <class Perf>
 const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextConfig& cfg,
                    const ConvDesc& d, const char* kind, const char* direction) {
   std::vector<AlgoCandidate> cands;
   for (int i = 0; i < returned; ++i)
-    cands.push_back({int(perf[i].algo), perf[i].status == CUDNN_STATUS_SUCCESS, perf[i].memory,
-                     perf[i].determinism == CUDNN_DETERMINISTIC});
+    cands.push_back({int(perf[i].algo),
+                     perf[i].status == CUDNN_STATUS_SUCCESS &&
+                         perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+                     perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
   const int k = algo_pick(cands, cfg.workspace_limit, cfg.deterministic);
   if (k < 0)
     throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
@@ -29,29 +31,49 @@ const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextCon
   return perf[size_t(k)];
 }
 
+// The math types of the three descriptors, kept and put back.
+struct MathTypes {
+  cudnnConvolutionDescriptor_t c[3];
+  cudnnMathType_t m[3]{};
+  MathTypes(cudnnConvolutionDescriptor_t fwd, cudnnConvolutionDescriptor_t data,
+            cudnnConvolutionDescriptor_t filter)
+      : c{fwd, data, filter} {
+    for (int i = 0; i < 3; ++i) CUDNN_CHECK(cudnnGetConvolutionMathType(c[i], &m[i]));
+  }
+  void restore() const {
+    for (int i = 0; i < 3; ++i) CUDNN_CHECK(cudnnSetConvolutionMathType(c[i], m[i]));
+  }
+};
+
 // Whether a choice read from the algorithm cache file still holds here: cuDNN accepts each
 // algorithm for these descriptors under its math type (it reports NOT_SUPPORTED otherwise, as
 // for a file edited by hand), the workspace fits the limit, and without tensor_ops no direction
-// may use tensor cores. Sets a.workspace and the descriptors' math types.
+// may use tensor cores. Sets a.workspace and the descriptors' math types; when it does not hold,
+// the math types are left as they were, for the search that follows.
 bool stored_choice_fits(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                         cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                         cudnnConvolutionDescriptor_t bwd_data, cudnnConvolutionDescriptor_t bwd_filter,
-                        const ContextConfig& cfg, bool tensor_ops, ConvAlgos& a) {
+                        const ContextConfig& cfg, bool tensor_ops, bool input_grad, ConvAlgos& a) {
   if (!tensor_ops && (a.fwd_math != CUDNN_FMA_MATH || a.bwd_data_math != CUDNN_FMA_MATH ||
                       a.bwd_filter_math != CUDNN_FMA_MATH))
     return false;
+  const MathTypes before(fwd, bwd_data, bwd_filter);
   CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
   CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, a.bwd_data_math));
   CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, a.bwd_filter_math));
   size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
   if (cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws) != CUDNN_STATUS_SUCCESS ||
-      cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws) !=
-          CUDNN_STATUS_SUCCESS ||
+      (input_grad &&
+       cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws) !=
+           CUDNN_STATUS_SUCCESS) ||
       cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws) !=
-          CUDNN_STATUS_SUCCESS)
+          CUDNN_STATUS_SUCCESS ||
+      std::max({fwd_ws, data_ws, filter_ws}) > cfg.workspace_limit) {
+    before.restore();
     return false;
+  }
   a.workspace = std::max({fwd_ws, data_ws, filter_ws});
-  return a.workspace <= cfg.workspace_limit;
+  return true;
 }
 
 }  // namespace
@@ -71,7 +93,7 @@ void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& 
 std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind) {
   return str_cat(kind, tensor_ops ? "tensor-op " : "fma ", d.in.str(), " out_c ", d.out_c,
                  " kernel ", d.kernel_h, "x", d.kernel_w, " stride ", d.stride_h, "x", d.stride_w,
-                 " pad ", d.pad_h, "x", d.pad_w);
+                 " pad ", d.pad_h, "x", d.pad_w, d.input_grad ? "" : " no-dx");
 }
 
 ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
@@ -90,7 +112,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   const ContextConfig& cfg = ctx.config();
   if (const ConvAlgos* s = ctx.conv_algos().stored(key)) {
     ConvAlgos a = *s;
-    if (stored_choice_fits(h, x, w, y, fwd, bwd_data, bwd_filter, cfg, tensor_ops, a)) {
+    if (stored_choice_fits(h, x, w, y, fwd, bwd_data, bwd_filter, cfg, tensor_ops, d.input_grad, a)) {
       ctx.conv_algos().add(key, a, /*from_file=*/true);
       return a;
     }
@@ -110,7 +132,11 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     a.fwd_math = math(p.mathType);
     CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
   }
-  {
+  // No backward-data algorithm for a layer never asked for dx: none is timed on the network's
+  // largest input, and a layout cuDNN has no dgrad kernel for (3 channels, NHWC, 16 bits) cannot
+  // fail the set-up. Its field stays algorithm 0, never run.
+  a.bwd_data_math = math(CUDNN_DEFAULT_MATH);
+  if (d.input_grad) {
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
@@ -143,10 +169,18 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   // Workspace sizes for the chosen algorithms under the final math types.
   size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws));
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws));
+  if (d.input_grad)
+    CUDNN_CHECK(
+        cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws));
   CUDNN_CHECK(
       cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws));
   a.workspace = std::max({fwd_ws, data_ws, filter_ws});
+  // The candidates' sizes were reported under their own math types; under FMA math the chosen
+  // ones may ask for more.
+  if (a.workspace > cfg.workspace_limit)
+    throw Error(str_cat("layer ", d.name, ": the cuDNN ", kind, "algorithms chosen for input ",
+                        d.in.str(), " need a workspace of ", a.workspace, " bytes, more than the ",
+                        cfg.workspace_limit, " allowed"));
   ctx.conv_algos().add(key, a);
   return a;
 }

@@ -75,6 +75,9 @@ void CudnnConv::backward(const float* x, const float* w, const float* dy, float*
                          float* db) {
   const float one = 1, zero = 0;
   cudnnHandle_t h = ctx_.cudnn();
+  if (dx && !d_.input_grad)
+    throw Error(str_cat("layer ", d_.name, ": asked for the input gradient of a convolution built "
+                        "without one (ConvDesc::input_grad)"));
   if (dx)
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, bwd_data_, bwd_data_algo_,
                                              ctx_.workspace(), workspace_, &zero, x_, dx));

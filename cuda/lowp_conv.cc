@@ -98,6 +98,9 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
                         float* db) {
   const float one = 1, zero = 0;
   cudnnHandle_t h = ctx_.cudnn();
+  if (dx && !d_.input_grad)
+    throw Error(str_cat("layer ", d_.name, ": asked for the input gradient of a convolution built "
+                        "without one (ConvDesc::input_grad)"));
   if (dx) {
     weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
     CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,

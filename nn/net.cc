@@ -60,6 +60,7 @@ template <class T>
 int Net<T>::conv(int x, ConvDesc d) {
   check_building(d.name);
   d.in = shapes_.at(x);
+  d.input_grad = needs_grad(x);
   auto n = std::make_unique<WeightedNode<T, ConvOp<T>>>();
   n->op = backend_->make_conv(d);
   n->bias = d.bias;

@@ -30,6 +30,10 @@ struct ConvDesc {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
   bool bias = false;
+  // False when backward is never asked for dx (Net sets it for a layer reading the network's
+  // input): a backend need not prepare for it (the CUDA backends choose no backward-data
+  // algorithm, and refuse a dx then).
+  bool input_grad = true;
   Shape out() const {
     return {in.n, out_c, (in.h + 2 * pad_h - kernel_h) / stride_h + 1,
             (in.w + 2 * pad_w - kernel_w) / stride_w + 1};

@@ -11,6 +11,7 @@
 // summation order and fp32 accumulation (it is more exact), and its speed.
 #include <cudnn.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +94,11 @@ cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* return
 
 }  // namespace
 
+namespace rt_emu {
+std::atomic<int64_t> g_bwd_data_algo_queries{0};
+int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
+}  // namespace rt_emu
+
 extern "C" {
 
 size_t cudnnGetVersion(void) { return CUDNN_VERSION; }  // the headers it was built with
@@ -168,6 +174,11 @@ cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t c, cudnnM
   c->math = m;
   return CUDNN_STATUS_SUCCESS;
 }
+cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t c, cudnnMathType_t* m) {
+  if (!c || !m) return CUDNN_STATUS_BAD_PARAM;
+  *m = c->math;
+  return CUDNN_STATUS_SUCCESS;
+}
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t cv,
                                                     const cudnnTensorDescriptor_t x,
                                                     const cudnnFilterDescriptor_t w, int* n, int* c,
@@ -209,6 +220,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int req,
     int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
+  rt_emu::g_bwd_data_algo_queries.fetch_add(1);
   if (!geometry(cv, dx, w, dy)) return CUDNN_STATUS_BAD_PARAM;
   return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(cv, req, got, p);
 }

@@ -43,4 +43,7 @@ inline cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f,
 
 inline float scalar(const void* p) { return *static_cast<const float*>(p); }
 
+// Backward-data algorithm searches (heuristic or timed) this process has asked for (tests).
+int64_t bwd_data_algo_queries();
+
 }  // namespace rt_emu

@@ -99,15 +99,16 @@ TEST(ConvAlgoFile, MalformedLinesAreCountedAndIgnored) {
                    << "id\tk4\t8 1 0 0 0 0\n"             // 5: no forward algorithm 8
                    << "id\tk5\t0 4 0 0 0 0\n"             // 6: no math type 4
                    << "id\tk6\t-1 0 0 0 0 0\n"            // 7: negative
-                   << "id k7 0 0 0 0 0 0\n"               // 8: no tabs
-                   << "\tk8\t0 0 0 0 0 0\n"               // 9: no identity
-                   << "id\t\t0 0 0 0 0 0\n"               // 10: no key
+                   << "id\tk10\t0 0 0 2 0 0\n"            // 8: fp32 converted to fp16 (math 2)
+                   << "id k7 0 0 0 0 0 0\n"               // 9: no tabs
+                   << "\tk8\t0 0 0 0 0 0\n"               // 10: no identity
+                   << "id\t\t0 0 0 0 0 0\n"               // 11: no key
                    << "\n"                                // empty lines are skipped
-                   << "id\tk9\t0 1 x 0 0 0\n"             // 12: not a number
-                   << good.substr(0, good.size() / 2);   // 13: torn by a killed process
+                   << "id\tk9\t0 1 x 0 0 0\n"             // 13: not a number
+                   << good.substr(0, good.size() / 2);   // 14: torn by a killed process
   const AlgoFileContents c = read_algo_file(f, "id");
   EXPECT_EQ(c.lines, 1);
-  EXPECT_EQ(c.malformed, 10);
+  EXPECT_EQ(c.malformed, 11);
   EXPECT_EQ(c.first_malformed, 3);
   ASSERT_EQ(c.choices.size(), 1u);
   EXPECT_TRUE(same(c.choices.at("k"), sample(0)));

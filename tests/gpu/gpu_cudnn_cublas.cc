@@ -16,6 +16,9 @@
 #include "cuda/lowp_conv.h"
 #include "cuda/lowp_kernels.h"  // bf16
 #include "tests/gpu/gpu_test_util.h"
+#ifdef RT_CUDA_EMULATOR
+#include "tests/cuda_emu/cudnn_emu.h"  // bwd_data_algo_queries
+#endif
 
 namespace rt::cuda {
 namespace {
@@ -131,6 +134,54 @@ TEST(GpuCudnnConv, AlgorithmsChosenOncePerShape) {
     EXPECT_EQ(fresh.conv_algos().shapes(), 1);
     EXPECT_EQ(fresh.conv_algos().reused(), 0);
   }
+}
+
+// A layer built without an input gradient (the network's first): no backward-data algorithm is
+// chosen, its choice is kept apart from the same geometry's with one, y and dw are still right,
+// and a backward asking for dx is refused.
+TEST(GpuCudnnConv, NoBackwardDataAlgorithmWithoutAnInputGradient) {
+  RT_REQUIRE_GPU();
+  ContextConfig cfg;
+  cfg.benchmark_algos = true;
+  CudaContext ctx(cfg);
+  ConvDesc d{"stem", {2, 3, 16, 16}, 8, 7, 7, 2, 2, 3, 3, true};
+  d.input_grad = false;
+#ifdef RT_CUDA_EMULATOR
+  const int64_t queries = rt_emu::bwd_data_algo_queries();
+#endif
+  CudnnConv conv(d, ctx);
+  LowpConv<bf16> lowp(d, ctx);
+#ifdef RT_CUDA_EMULATOR
+  EXPECT_EQ(rt_emu::bwd_data_algo_queries(), queries);
+#endif
+  EXPECT_EQ(ctx.conv_algos().shapes(), 2);
+  ConvDesc with_dx = d;
+  with_dx.input_grad = true;
+  CudnnConv other(with_dx, ctx);
+  EXPECT_EQ(ctx.conv_algos().shapes(), 3);
+  EXPECT_EQ(ctx.conv_algos().reused(), 0);
+
+  auto ref = make_backend<float>("reference")->make_conv(with_dx);
+  const size_t nx = size_t(d.in.numel()), nw = size_t(d.weight_count()), ny = size_t(d.out().numel());
+  const auto x = randn(nx, 7), w = randn(nw, 8), b = randn(8, 9), dy = randn(ny, 10);
+  std::vector<float> y(ny), dx(nx), dw(nw), db(8);
+  ref->forward(x.data(), w.data(), b.data(), y.data());
+  ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+  DeviceBuffer gx = to_device(x), gw = to_device(w), gb = to_device(b), gdy = to_device(dy),
+               gy(ny * 4), gdx(nx * 4), gdw(nw * 4), gdb(8 * 4);
+  conv.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+  conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
+                gdb.as<float>());
+  CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+  expect_close(to_host<float>(gy, ny), y, "y", d.name);
+  expect_close(to_host<float>(gdw, nw), dw, "dw", d.name);
+  expect_close(to_host<float>(gdb, 8), db, "db", d.name);
+  EXPECT_THROW(conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+                             gdw.as<float>(), gdb.as<float>()),
+               Error);
+  EXPECT_THROW(lowp.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+                             gdw.as<float>(), gdb.as<float>()),
+               Error);
 }
 
 bool same_algos(const ConvAlgos& a, const ConvAlgos& b) {
