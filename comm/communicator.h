@@ -34,8 +34,11 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }
   size_t max_elems_per_call() const { return max_elems_; }
-  // How many nodes (shared-memory domains, as MPI_COMM_TYPE_SHARED sees them) the ranks span.
+  // How many nodes (shared-memory domains, as MPI_COMM_TYPE_SHARED sees them) the ranks span,
+  // and this rank's place among its node's ranks.
   int nodes() const { return nodes_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
 
   // One nonblocking message of n <= max_elems_per_call() elements.
   MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag);
@@ -62,7 +65,7 @@ class Communicator {
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, nodes_ = 1;
+  int rank_ = 0, size_ = 1, nodes_ = 1, local_rank_ = 0, local_size_ = 1;
   size_t max_elems_;
   std::vector<MPI_Status> statuses_;  // reused by wait_all
   StallWatch* stall_ = nullptr;

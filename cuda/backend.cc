@@ -96,10 +96,10 @@ class CudaBackend final : public DeviceBackend {
 // "cuda-tf32": TF32 tensor cores and algorithms timed once per shape (PyTorch's
 // allow_tf32 + cudnn.benchmark): the fast configuration.
 std::unique_ptr<Backend<float>> make_default(const BackendOptions& o) {
-  return make_cuda_backend(context_config(o, "cuda", false, local_rank_device()));
+  return make_cuda_backend(context_config(o, "cuda", false, local_rank_device(o)));
 }
 std::unique_ptr<Backend<float>> make_tf32(const BackendOptions& o) {
-  ContextConfig cfg = context_config(o, "cuda-tf32", true, local_rank_device());
+  ContextConfig cfg = context_config(o, "cuda-tf32", true, local_rank_device(o));
   cfg.allow_tf32 = true;
   return make_cuda_backend(cfg);
 }
@@ -120,19 +120,25 @@ std::string shared_device_note(int local_size, int devices) {
                  "): each gets a fraction of one; launch one rank per GPU for full speed");
 }
 
-int local_rank_device() {
-  // The launchers' node-local rank (Open MPI, MPICH/Hydra, Slurm): rank k of a node takes GPU k
-  // (modulo the GPUs it sees), as Horovod and torchrun place ranks.
-  const int local = launcher_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
-  const int n = device_count();
+int node_local_rank(const BackendOptions& o) {
+  if (o.local_rank >= 0) return o.local_rank;
+  return std::max(launcher_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0), 0);
+}
+int node_local_size(const BackendOptions& o) {
+  if (o.local_size > 0) return o.local_size;
+  return std::max(launcher_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1), 1);
+}
+
+int local_rank_device(const BackendOptions& o) {
+  // Rank k of a node takes GPU k (modulo the GPUs it sees), as Horovod and torchrun place ranks.
+  const int local = node_local_rank(o), n = device_count();
   static std::once_flag noted;
   if (local == 0)
-    std::call_once(noted, [n] {
-      const std::string note =
-          shared_device_note(launcher_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1), n);
+    std::call_once(noted, [n, size = node_local_size(o)] {
+      const std::string note = shared_device_note(size, n);
       if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     });
-  return n > 0 ? std::max(local, 0) % n : 0;
+  return n > 0 ? local % n : 0;
 }
 
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {

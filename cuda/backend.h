@@ -12,11 +12,15 @@ namespace rt::cuda {
 // Throws rt::Error naming the backend, with the runtime's reason, when no device is usable.
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {});
 
-// The device for this process: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
-// or SLURM_LOCALID; 0 without) modulo the visible devices. The registered backends use it. Where
-// the node has more ranks than devices (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), local
-// rank 0 prints shared_device_note once to stderr.
-int local_rank_device();
+// This process's node-local rank and the node's rank count: o.local_rank / o.local_size where set
+// (an MPI program's own answer), else the launcher's variables (OMPI_COMM_WORLD_LOCAL_RANK,
+// MPI_LOCALRANKID or SLURM_LOCALID; OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS), else 0 and 1.
+int node_local_rank(const BackendOptions& o);
+int node_local_size(const BackendOptions& o);
+// The device for this process: node_local_rank modulo the visible devices. The registered
+// backends use it. Where the node has more ranks than devices, local rank 0 prints
+// shared_device_note once to stderr.
+int local_rank_device(const BackendOptions& o);
 // "" when each of a node's local_size ranks has a device of its own; else a one-line note that
 // they share them. Sharing works (the tests run two ranks on one GPU) but each rank then gets a
 // fraction of a device, which is rarely what a launch meant.

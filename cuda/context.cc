@@ -41,9 +41,12 @@ CudaContext::CudaContext(ContextConfig cfg) : cfg_(cfg) {
     CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    // cuBLAS's default math keeps fp32 GEMMs in fp32; TF32 only when asked for.
-    CUBLAS_CHECK(cublasSetMathMode(cublas_, cfg_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                            : CUBLAS_DEFAULT_MATH));
+    // cuBLAS's default math keeps fp32 GEMMs in fp32; TF32 only when asked for. A GEMM with a
+    // 16-bit output (the 16-bit backends' dx) would otherwise be free to add split-K partial
+    // sums in 16 bits: every reduction in fp32, as the accumulator.
+    const int math = (cfg_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    CUBLAS_CHECK(cublasSetMathMode(cublas_, cublasMath_t(math)));
     if (!cfg_.algo_cache.empty()) conv_algos_.use_file(cfg_.algo_cache, context_identity(cfg_));
   } catch (...) {
     release();

@@ -111,7 +111,7 @@ template <DType t>
 std::unique_ptr<Backend<float>> make_registered(const BackendOptions& o) {
   // Timed by default, as cuda-tf32: the fast configuration.
   return make_cuda_lowp_backend(
-      t, context_config(o, t == DType::bf16 ? "cuda-bf16" : "cuda-fp16", true, local_rank_device()));
+      t, context_config(o, t == DType::bf16 ? "cuda-bf16" : "cuda-fp16", true, local_rank_device(o)));
 }
 
 template <class T>

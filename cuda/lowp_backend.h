@@ -17,7 +17,7 @@ namespace rt::cuda {
 std::unique_ptr<Backend<float>> make_cuda_lowp_backend(DType t, const ContextConfig& cfg = {});
 
 // Makes rt::make_backend<float>("cuda-bf16") and ("cuda-fp16") build make_cuda_lowp_backend() on
-// the process's local_rank_device(), with convolution algorithms timed once per shape. Called by
+// the process's local_rank_device(options), with convolution algorithms timed once per shape. Called by
 // rt::cuda::register_backend().
 void register_lowp_backends();
 

@@ -2,6 +2,7 @@
 #include "cuda/reduce_device.h"
 
 #include "cuda/check.h"
+#include "cuda/memory.h"  // bind_device
 
 namespace rt::cuda {
 
@@ -14,18 +15,25 @@ namespace {
 
 class DeviceReduceKernels final : public comm::ReduceKernels {
  public:
-  explicit DeviceReduceKernels(cudaStream_t stream) : stream_(stream) {}
+  // The stream's device is the one current here; each call binds it first, as the calls come from
+  // the communication thread, which starts on device 0 whatever the rank's.
+  explicit DeviceReduceKernels(cudaStream_t stream) : stream_(stream) {
+    CUDA_CHECK(cudaGetDevice(&device_));
+  }
 
   void reduce_add(DType t, void* dst, const void* src, size_t n) const override {
+    bind_device(device_);
     cuda::reduce_add(elem_of(t), dst, src, n, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void scale(DType t, void* buf, size_t n, float s) const override {
+    bind_device(device_);
     cuda::scale(elem_of(t), buf, n, s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void convert(DType to, void* dst, DType from, const void* src, size_t n,
                float s) const override {
+    bind_device(device_);
     cuda::convert(elem_of(to), dst, elem_of(from), src, n, s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
@@ -33,6 +41,7 @@ class DeviceReduceKernels final : public comm::ReduceKernels {
 
  private:
   cudaStream_t stream_;
+  int device_ = 0;
 };
 
 }  // namespace

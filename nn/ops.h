@@ -324,6 +324,10 @@ struct BackendOptions {
   // appended), so that timed choice runs once per GPU model, software and configuration; "" for
   // none.
   std::string algo_cache;
+  // This process's rank among those of its node, and their number, as an MPI program learns them
+  // (MPI_COMM_TYPE_SHARED): local rank k takes GPU k. -1 / 0: from the launcher's variables.
+  int local_rank = -1;
+  int local_size = 0;
 
   // The rules every reader of these options applies (the trainer's config check names the key,
   // the cuda backends the backend): conv_algos is one of the three, and deterministic results

@@ -93,8 +93,12 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = config_schedule(cfg_, world_);
 
+  // The node-local rank from MPI itself picks the GPU, whatever the launcher.
+  BackendOptions backend_opts = cfg_.cuda;
+  backend_opts.local_rank = grad_comm_->local_rank();
+  backend_opts.local_size = grad_comm_->local_size();
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
-                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, cfg_.cuda));
+                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, backend_opts));
   auto& arena = net_->arena();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);

@@ -3,7 +3,10 @@
 // runtime's reason.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/backend.h"
 #include "cuda/context.h"
@@ -47,6 +50,31 @@ TEST(CudaBackendRegistry, SharedDeviceNote) {
             "ringtrain: note: 2 ranks on this node share its 1 GPU (local rank k takes GPU k mod 1): "
             "each gets a fraction of one; launch one rank per GPU for full speed");
   EXPECT_NE(shared_device_note(16, 8).find("16 ranks on this node share its 8 GPUs"), std::string::npos);
+}
+
+// The node-local rank an MPI program gives wins over the launchers' variables, which stand in
+// where it gives none; without either, rank 0 of 1.
+TEST(CudaBackendRegistry, NodeLocalRankFromTheProgramOrTheLauncher) {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars) {
+    if (const char* s = std::getenv(v)) saved.emplace_back(v, s);
+    unsetenv(v);
+  }
+  BackendOptions o;
+  EXPECT_EQ(node_local_rank(o), 0);
+  EXPECT_EQ(node_local_size(o), 1);
+  setenv("SLURM_LOCALID", "3", 1);
+  setenv("MPI_LOCALNRANKS", "4", 1);
+  EXPECT_EQ(node_local_rank(o), 3);
+  EXPECT_EQ(node_local_size(o), 4);
+  o.local_rank = 1;
+  o.local_size = 2;
+  EXPECT_EQ(node_local_rank(o), 1);
+  EXPECT_EQ(node_local_size(o), 2);
+  for (const char* v : vars) unsetenv(v);
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
 }
 
 // A job's cuda.* options as the context the backend runs on.
