@@ -139,55 +139,59 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
         load_channels(a.beta, c0, beta);
       }
     }
-    // Unrolled so that several rows' loads are in flight at once; the adds stay in row order.
-#pragma unroll 4
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
-      const int64_t v = r * groups + grp;
-      float x[kVec], dy[kVec];
-      load_vec(a.dy, v, dy);
-      if (K == ChannelSum::bn_grad) load_vec(a.x, v, x);
+    uint4 bx[kRowBatch2], bd[kRowBatch2];
+    batched_rows<kRowBatch2>(
+        r0 + threadIdx.y, r1, g.vec_rows,
+        [&](int j, int64_t r) {
+          bd[j] = load_raw(a.dy, r * groups + grp);
+          if (K == ChannelSum::bn_grad) bx[j] = load_raw(a.x, r * groups + grp);
+        },
+        [&](int j, int64_t) {
+          float x[kVec], dy[kVec];
+          widen<T>(bd[j], dy);
+          if (K == ChannelSum::bn_grad) widen<T>(bx[j], x);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        if constexpr (K == ChannelSum::dy) {
-          s1[k] += dy[k];
-        } else {
-          const float gr = masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
-          s1[k] += gr;
-          s2[k] += gr * (x[k] - mean[k]) * invstd[k];
-        }
-      }
-    }
+          for (int k = 0; k < kVec; ++k) {
+            if constexpr (K == ChannelSum::dy) {
+              s1[k] += dy[k];
+            } else {
+              const float gr = masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
+              s1[k] += gr;
+              s2[k] += gr * (x[k] - mean[k]) * invstd[k];
+            }
+          }
+        });
   }
   share(sh, g, s1, s2);
   __syncthreads();
-  if (threadIdx.y == 0 && grp < groups) {
-    for (int k = 0; k < kVec; ++k) {
-      float t1 = 0.0f, t2 = 0.0f;
-      for (int y = 0; y < g.vec_rows; ++y) {
-        t1 += sh[0][shared_at(g, y, k)];
-        t2 += sh[1][shared_at(g, y, k)];
-      }
-      a.partial[int64_t(blockIdx.y) * g.channels + c0 + k] = t1;
-      a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = t2;
+  // Thread (tx, ty < kVec) adds channel c0 + ty's row sums, in ty order.
+  if (threadIdx.y < kVec && grp < groups) {
+    const int k = int(threadIdx.y);
+    float t1 = 0.0f, t2 = 0.0f;
+    for (int y = 0; y < g.vec_rows; ++y) {
+      t1 += sh[0][shared_at(g, y, k)];
+      t2 += sh[1][shared_at(g, y, k)];
     }
+    a.partial[int64_t(blockIdx.y) * g.channels + c0 + k] = t1;
+    a.partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = t2;
   }
 }
 
-// Chan's update of (count n, mean, M2) by another part (nb, mb, m2b) of the same channel: exact
-// in real arithmetic for any split, and free of the cancellation of sum(x^2) - sum(x)^2 / n.
-__device__ inline void welford_merge(double& n, double& mean, double& m2, double nb, double mb,
-                                     double m2b) {
-  if (nb == 0) return;
-  const double nab = n + nb, delta = mb - mean;
-  mean += delta * (nb / nab);
-  m2 += m2b + delta * delta * (n * nb / nab);
-  n = nab;
+// Parts i of one channel, each of n_i values with mean mu_i and M2_i (sum of squared deviations
+// from mu_i), combine exactly (in real arithmetic) into mean = sum n_i mu_i / n and
+// M2 = sum M2_i + sum n_i (mu_i - mean)^2: two passes of independent terms, no division inside,
+// and none of the cancellation of sum(x^2) - sum(x)^2 / n (each mu_i - mean is small).
+
+// Rows of a chunk that block row y takes: y, y + vec_rows, ... below the chunk's rows.
+__device__ inline double rows_of(int64_t chunk_rows, int y, int vec_rows) {
+  return double(chunk_rows > y ? (chunk_rows - y + vec_rows - 1) / vec_rows : 0);
 }
 
 // The forward's statistics in one pass over x on the vector grid (the element grid takes two:
 // the mean, then the squared deviations). Each thread keeps Welford's running mean and M2 of its
-// channels over its rows in fp32; thread ty == 0 merges the block's rows in ty order (Chan, in
-// double) into partial[chunk][c] (mean) and partial[chunks + chunk][c] (M2).
+// channels over its rows in fp32; thread (tx, ty < kVec) then combines channel c0 + ty's block
+// rows, in ty order and in double, into partial[chunk][c] (mean) and partial[chunks + chunk][c]
+// (M2).
 template <class T>
 __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* partial) {
   __shared__ VecShared sh;
@@ -196,58 +200,95 @@ __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* part
   float mean[kVec] = {}, m2[kVec] = {};
   if (grp < groups) {
     float n = 0.0f;  // exact: at most rows_per_chunk, far below 2^24
-#pragma unroll 4
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
-      float e[kVec];
-      load_vec(x, r * groups + grp, e);
-      n += 1.0f;
-      const float inv = 1.0f / n;
+    uint4 bx[kRowBatch];
+    batched_rows<kRowBatch>(
+        r0 + threadIdx.y, r1, g.vec_rows,
+        [&](int j, int64_t r) { bx[j] = load_raw(x, r * groups + grp); },
+        [&](int j, int64_t) {
+          float e[kVec];
+          widen<T>(bx[j], e);
+          n += 1.0f;
+          const float inv = 1.0f / n;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float d = e[k] - mean[k];
-        mean[k] += d * inv;
-        m2[k] += d * (e[k] - mean[k]);
-      }
-    }
+          for (int k = 0; k < kVec; ++k) {
+            const float d = e[k] - mean[k];
+            mean[k] += d * inv;
+            m2[k] += d * (e[k] - mean[k]);
+          }
+        });
   }
   share(sh, g, mean, m2);
   __syncthreads();
-  if (threadIdx.y == 0 && grp < groups) {
-    for (int k = 0; k < kVec; ++k) {
-      double n = 0, mu = 0, s = 0;
-      for (int y = 0; y < g.vec_rows && r0 + y < r1; ++y) {
-        const double rows_y = double((r1 - r0 - y + g.vec_rows - 1) / g.vec_rows);
-        welford_merge(n, mu, s, rows_y, sh[0][shared_at(g, y, k)], sh[1][shared_at(g, y, k)]);
-      }
-      partial[int64_t(blockIdx.y) * g.channels + c0 + k] = float(mu);
-      partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = float(s);
+  if (threadIdx.y < kVec && grp < groups) {
+    const int k = int(threadIdx.y);
+    const int64_t chunk_rows = r1 - r0;
+    double s = 0;
+    for (int y = 0; y < g.vec_rows; ++y) s += rows_of(chunk_rows, y, g.vec_rows) * sh[0][shared_at(g, y, k)];
+    const double mu = s / double(chunk_rows);
+    double m = 0;
+    for (int y = 0; y < g.vec_rows; ++y) {
+      const double d = double(sh[0][shared_at(g, y, k)]) - mu;
+      m += sh[1][shared_at(g, y, k)] + rows_of(chunk_rows, y, g.vec_rows) * d * d;
     }
+    partial[int64_t(blockIdx.y) * g.channels + c0 + k] = float(mu);
+    partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = float(m);
   }
 }
 
-// The chunks' (mean, M2) merged in chunk order: the mean and the sum of squared deviations.
+// The second pass over the chunks: a warp per channel (kWarpsPerBlock channels per block), lane l
+// adding chunks l, l + 32, ... in order, then the lanes' sums in a fixed butterfly, after which
+// every lane holds the same bits.
+constexpr int kWarpsPerBlock = 8;
+__device__ inline double warp_sum(double v) {
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ inline int64_t warp_channel() {
+  return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+}
+__device__ inline double chunk_rows(const ChannelReduceGeom& g, int64_t k) {
+  const int64_t rows = g.rows - k * g.rows_per_chunk;
+  return double(rows < g.rows_per_chunk ? rows : g.rows_per_chunk);
+}
+uint32_t warp_blocks(int64_t channels) {
+  return uint32_t((channels + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+// The chunks' (mean, M2) combined: the mean and the sum of squared deviations.
 __global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, float* mean,
                                      float* var_sum) {
-  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
-    double n = 0, mu = 0, s = 0;
-    for (int64_t k = 0; k < g.chunks; ++k) {
-      const int64_t rows = g.rows - k * g.rows_per_chunk;
-      welford_merge(n, mu, s, double(rows < g.rows_per_chunk ? rows : g.rows_per_chunk),
-                    partial[k * g.channels + c], partial[(g.chunks + k) * g.channels + c]);
-    }
+  const int64_t c = warp_channel();
+  if (c >= g.channels) return;  // the whole warp: its lanes share c
+  const int lane = int(threadIdx.x % 32);
+  double s = 0;
+  for (int64_t k = lane; k < g.chunks; k += 32) s += chunk_rows(g, k) * partial[k * g.channels + c];
+  const double mu = warp_sum(s) / double(g.rows);
+  double m = 0;
+  for (int64_t k = lane; k < g.chunks; k += 32) {
+    const double d = double(partial[k * g.channels + c]) - mu;
+    m += partial[(g.chunks + k) * g.channels + c] + chunk_rows(g, k) * d * d;
+  }
+  m = warp_sum(m);
+  if (lane == 0) {
     mean[c] = float(mu);
-    var_sum[c] = float(s);
+    var_sum[c] = float(m);
   }
 }
 
 __global__ void channel_total_kernel(const float* partial, ChannelReduceGeom g, float* s1,
                                      float* s2) {
-  for (int64_t c = first_index(); c < g.channels; c += grid_stride()) {
-    double t1 = 0, t2 = 0;
-    for (int64_t k = 0; k < g.chunks; ++k) {
-      t1 += partial[k * g.channels + c];
-      t2 += partial[(g.chunks + k) * g.channels + c];
-    }
+  const int64_t c = warp_channel();
+  if (c >= g.channels) return;
+  const int lane = int(threadIdx.x % 32);
+  double t1 = 0, t2 = 0;
+  for (int64_t k = lane; k < g.chunks; k += 32) {
+    t1 += partial[k * g.channels + c];
+    t2 += partial[(g.chunks + k) * g.channels + c];
+  }
+  t1 = warp_sum(t1);
+  t2 = warp_sum(t2);
+  if (lane == 0) {
     s1[c] = float(t1);
     if (s2) s2[c] = float(t2);
   }
@@ -309,19 +350,24 @@ __global__ void bn_apply_vec_kernel(const T* x, const T* res, const float* mean_
   load_channels(mean_p, grp * kVec, mean);
   load_channels(scale_p, grp * kVec, scale);
   load_channels(beta_p, grp * kVec, beta);
-#pragma unroll 4
-  for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
-    const int64_t v = r * groups + grp;
-    float e[kVec], er[kVec] = {};
-    load_vec(x, v, e);
-    if (res) load_vec(res, v, er);
+  uint4 bx[kRowBatch], br[kRowBatch];
+  batched_rows<kRowBatch>(
+      r0 + threadIdx.y, r1, g.vec_rows,
+      [&](int j, int64_t r) {
+        bx[j] = load_raw(x, r * groups + grp);
+        if (res) br[j] = load_raw(res, r * groups + grp);
+      },
+      [&](int j, int64_t r) {  // y may be x or res: row r of both was loaded above
+        float e[kVec], er[kVec] = {};
+        widen<T>(bx[j], e);
+        if (res) widen<T>(br[j], er);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float b = bn_out(bn_value(e[k], mean[k], scale[k], beta[k]), res, er[k]);
-      e[k] = relu ? relu_value(b) : b;
-    }
-    store_vec(y, v, e);
-  }
+        for (int k = 0; k < kVec; ++k) {
+          const float b = bn_out(bn_value(e[k], mean[k], scale[k], beta[k]), res, er[k]);
+          e[k] = relu ? relu_value(b) : b;
+        }
+        store_vec(y, r * groups + grp, e);
+      });
 }
 
 // dx = gamma invstd (g - sum_g / m - xhat sum_gxhat / m).
@@ -366,19 +412,24 @@ __global__ void bn_backward_vec_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g)
     mg[k] = mg[k] * inv_m;
     mgx[k] = mgx[k] * inv_m;
   }
-#pragma unroll 4
-  for (int64_t r = r0 + threadIdx.y; r < r1; r += g.vec_rows) {
-    const int64_t v = r * groups + grp;
-    float x[kVec], d[kVec];
-    load_vec(a.x, v, x);
-    load_vec(a.dy, v, d);
+  uint4 bx[kRowBatch2], bd[kRowBatch2];
+  batched_rows<kRowBatch2>(
+      r0 + threadIdx.y, r1, g.vec_rows,
+      [&](int j, int64_t r) {
+        bx[j] = load_raw(a.x, r * groups + grp);
+        bd[j] = load_raw(a.dy, r * groups + grp);
+      },
+      [&](int j, int64_t r) {
+        float x[kVec], d[kVec];
+        widen<T>(bx[j], x);
+        widen<T>(bd[j], d);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const bool pass = !a.relu || bn_passes<T>(bn_value(x[k], mean[k], scale[k], beta[k]));
-      d[k] = bn_dx(pass ? d[k] : 0.0f, (x[k] - mean[k]) * invstd[k], gi[k], mg[k], mgx[k]);
-    }
-    store_vec(a.dx, v, d);  // dx may alias dy: this vector of dy was read above
-  }
+        for (int k = 0; k < kVec; ++k) {
+          const bool pass = !a.relu || bn_passes<T>(bn_value(x[k], mean[k], scale[k], beta[k]));
+          d[k] = bn_dx(pass ? d[k] : 0.0f, (x[k] - mean[k]) * invstd[k], gi[k], mg[k], mgx[k]);
+        }
+        store_vec(a.dx, r * groups + grp, d);  // dx may alias dy: row r of dy was loaded above
+      });
 }
 
 dim3 vec_grid(const ChannelReduceGeom& g) { return dim3(uint32_t(g.vec_tiles), uint32_t(g.chunks)); }
@@ -412,7 +463,8 @@ void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float*
     case ChannelSum::dy: launch_partial<T, ChannelSum::dy>(a, g, vec, stream); break;
     case ChannelSum::bn_grad: launch_partial<T, ChannelSum::bn_grad>(a, g, vec, stream); break;
   }
-  channel_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  channel_total_kernel<<<warp_blocks(g.channels), kWarpsPerBlock * 32, 0, stream>>>(a.partial, g, s1,
+                                                                                   s2);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -423,8 +475,8 @@ void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, floa
   if (on_vec_grid(g, {x})) {
     bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
     CUDA_CHECK_LAUNCH();
-    welford_total_kernel<<<blocks_for(g.channels), kThreads, 0, stream>>>(partial, g, mean,
-                                                                        var_sum);
+    welford_total_kernel<<<warp_blocks(g.channels), kWarpsPerBlock * 32, 0, stream>>>(partial, g, mean,
+                                                                                    var_sum);
     CUDA_CHECK_LAUNCH();
     return;
   }

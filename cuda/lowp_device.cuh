@@ -23,13 +23,20 @@ inline uint32_t blocks_for(int64_t n) { return grid_for(size_t(n)); }
 // Vector v: elements [v * kVec, v * kVec + kVec), one 16-byte access. The bytes go through
 // element arrays with memcpy, not a cast pointer (see map_kernel in elementwise.cuh).
 template <class T>
-__device__ inline void load_vec(const T* p, int64_t v, float (&f)[kVec]) {
+__device__ inline uint4 load_raw(const T* p, int64_t v) {
   static_assert(sizeof(T) * kVec == sizeof(uint4));
-  const uint4 u = reinterpret_cast<const uint4*>(p)[v];
+  return reinterpret_cast<const uint4*>(p)[v];
+}
+template <class T>
+__device__ inline void widen(const uint4& u, float (&f)[kVec]) {
   T e[kVec];
   memcpy(static_cast<void*>(e), &u, sizeof u);
 #pragma unroll
   for (int k = 0; k < kVec; ++k) f[k] = to_f32(e[k]);
+}
+template <class T>
+__device__ inline void load_vec(const T* p, int64_t v, float (&f)[kVec]) {
+  widen<T>(load_raw(p, v), f);
 }
 template <class T>
 __device__ inline void store_vec(T* p, int64_t v, const float (&f)[kVec]) {
@@ -40,6 +47,29 @@ __device__ inline void store_vec(T* p, int64_t v, const float (&f)[kVec]) {
   memcpy(&u, static_cast<const void*>(e), sizeof u);
   reinterpret_cast<uint4*>(p)[v] = u;
 }
+// Rows first, first + step, ... below end, B at a time: load(j, r) puts row r in slot j for the
+// whole batch first, so that its loads are all in flight at once (a loop the compiler unrolls
+// keeps an exit test before each copy's loads: one row in flight per thread), then use(j, r)
+// takes them in row order, so sums keep their order. The rest one by one in slot 0. Four rows of
+// one tensor, or two of two (kRowBatch2): 64 bytes in flight per thread within 128 registers.
+constexpr int kRowBatch = 4;
+constexpr int kRowBatch2 = 2;
+template <int B, class Load, class Use>
+__device__ inline void batched_rows(int64_t first, int64_t end, int64_t step, Load&& load,
+                                    Use&& use) {
+  int64_t r = first;
+  for (; r + (B - 1) * step < end; r += B * step) {
+#pragma unroll
+    for (int j = 0; j < B; ++j) load(j, r + j * step);
+#pragma unroll
+    for (int j = 0; j < B; ++j) use(j, r + j * step);
+  }
+  for (; r < end; r += step) {
+    load(0, r);
+    use(0, r);
+  }
+}
+
 // Per-channel fp32 parameters of channels [c0, c0 + kVec), once per thread.
 __device__ inline void load_channels(const float* p, int64_t c0, float (&f)[kVec]) {
 #pragma unroll

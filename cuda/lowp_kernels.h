@@ -123,7 +123,7 @@ struct ChannelSumArgs {
   bool relu = false;
   float* partial = nullptr;
 };
-// Runs both passes: the chunk partials, then the per-channel totals, summed in double in chunk
+// Runs both passes: the chunk partials, then the per-channel totals, summed in double in a fixed
 // order, into s1 (and s2 for bn_grad), fp32 [channels].
 template <class T>
 void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,

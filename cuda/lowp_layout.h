@@ -45,8 +45,10 @@ RT_HOST_DEVICE inline int64_t ohwi_from_oihw(int64_t oihw, const WeightGeom& g) 
 
 // Per-channel sums over the rows (N*H*W) of an NHWC tensor, deterministically: blocks of
 // kChannelTile channels x kRowThreads rows; block (tile, chunk) sums rows [chunk * rows_per_chunk,
-// +rows_per_chunk) of its channels into partial[chunk][c]; a second pass adds the chunks of each
-// channel in chunk order. The chunk count is capped so that the second pass stays short.
+// +rows_per_chunk) of its channels into partial[chunk][c]; a second pass (a warp per channel)
+// adds the chunks of each channel in a fixed order. There are enough chunks for about
+// kTargetBlocks blocks (a few per multiprocessor of a large GPU, the same on every GPU, so the
+// same bits), at least kMinRowsPerChunk rows each, and at most kMaxChunks.
 //
 // Where the channels are a multiple of kVec (8 two-byte values, 16 bytes) and the buffers are
 // 16-byte aligned (every ResNet layer but the input), the batch-norm kernels take the vector
@@ -56,7 +58,8 @@ RT_HOST_DEVICE inline int64_t ohwi_from_oihw(int64_t oihw, const WeightGeom& g) 
 // whole 128-byte lines), and block (vec tile, chunk) covers the same rows as above.
 constexpr int kChannelTile = 32;  // channels per block: one warp reads 32 neighbouring channels
 constexpr int kRowThreads = 8;    // rows a block walks at once
-constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kTargetBlocks = 1024;
+constexpr int64_t kMaxChunks = 1024;
 constexpr int64_t kMinRowsPerChunk = 64;
 constexpr int kVec = 8;
 constexpr int kVecBlock = 256;
@@ -76,9 +79,6 @@ inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
   g.rows = rows;
   g.channels = channels;
   if (rows <= 0 || channels <= 0) return g;
-  const int64_t even = (rows + kMaxChunks - 1) / kMaxChunks;
-  g.rows_per_chunk = even > kMinRowsPerChunk ? even : kMinRowsPerChunk;
-  g.chunks = (rows + g.rows_per_chunk - 1) / g.rows_per_chunk;
   g.tiles = (channels + kChannelTile - 1) / kChannelTile;
   if (channels % kVec == 0) {
     const int64_t groups = channels / kVec;
@@ -86,6 +86,12 @@ inline ChannelReduceGeom channel_reduce_geom(int64_t rows, int64_t channels) {
     g.vec_rows = kVecBlock / g.vec_groups;
     g.vec_tiles = (groups + g.vec_groups - 1) / g.vec_groups;
   }
+  const int64_t across = g.vec_tiles > 0 ? g.vec_tiles : g.tiles;
+  int64_t want = (kTargetBlocks + across - 1) / across;
+  if (want > kMaxChunks) want = kMaxChunks;
+  const int64_t even = (rows + want - 1) / want;
+  g.rows_per_chunk = even > kMinRowsPerChunk ? even : kMinRowsPerChunk;
+  g.chunks = (rows + g.rows_per_chunk - 1) / g.rows_per_chunk;
   return g;
 }
 

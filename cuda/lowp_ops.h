@@ -19,7 +19,8 @@ template <class T>
 T* lowp_data(float* p) { return reinterpret_cast<T*>(p); }
 
 // Our own kernels (cuDNN's legacy batch norm is not used for 16-bit data): per-channel
-// statistics in fp32, two passes (mean, then squared deviations), summed in a fixed order. The
+// statistics in fp32 (one Welford pass on the vector grid, else the mean, then the squared
+// deviations), combined in a fixed order. The
 // chunk partials live in `scratch`, shared by all batch norms of a model.
 template <class T>
 std::unique_ptr<BatchNormOp<float>> make_lowp_batchnorm(const BatchNormDesc& d, CudaContext& ctx,

@@ -83,6 +83,11 @@ TEST(LowpLayout, ChannelReduceGridCoversEveryRowOnce) {
       EXPECT_LT((g.chunks - 1) * g.rows_per_chunk, rows);     // no empty chunk
       EXPECT_EQ(g.tiles, (channels + kChannelTile - 1) / kChannelTile);
       EXPECT_GE(g.tiles * kChannelTile, channels);
+      // A large tensor spreads over about kTargetBlocks blocks, whatever its width.
+      const int64_t across = g.vec_tiles > 0 ? g.vec_tiles : g.tiles;
+      if (rows >= kMaxChunks * kMinRowsPerChunk) {
+        EXPECT_GE(across * g.chunks, kTargetBlocks);
+      }
       // The vector grid: every group of kVec channels in exactly one tile, a block within
       // kVecBlock threads (its shared sums sized for that), and enough rows per block that a warp
       // reads whole rows of narrow layers.
