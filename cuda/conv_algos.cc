@@ -86,6 +86,8 @@ int conv_narrow(int64_t v, const ConvDesc& d) {
 
 void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
                      cudnnTensorFormat_t format, cudnnDataType_t type) {
+  RT_SHAPE_CHECK(s.numel() <= INT32_MAX, "layer ", d.name, ": tensor ", s.str(), " has ", s.numel(),
+                 " elements, more than cuDNN's 2^31 - 1 per tensor: a smaller batch");
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, format, type, conv_narrow(s.n, d), conv_narrow(s.c, d),
                                          conv_narrow(s.h, d), conv_narrow(s.w, d)));
 }

@@ -16,8 +16,8 @@ int narrow(int64_t v, const BatchNormDesc& d) {
   return int(v);
 }
 
-// Spatial mode: statistics per channel over N, H, W. (SPATIAL_PERSISTENT is faster but may
-// overflow on some inputs and is not deterministic.)
+// Spatial mode: statistics per channel over N, H, W. (SPATIAL_PERSISTENT is faster, and
+// deterministic, but its scaled integer reduction may overflow to Inf/NaN on large inputs.)
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
 
 }  // namespace
@@ -27,6 +27,9 @@ CudnnBatchNorm::CudnnBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedS
   d_.validate();
   RT_SHAPE_CHECK(d_.eps >= CUDNN_BN_MIN_EPSILON, "layer ", d_.name, ": batch norm eps ", d_.eps,
                  " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
+  // A legacy tensor descriptor holds at most 2^31 - 1 elements (a bare cuDNN status otherwise).
+  RT_SHAPE_CHECK(d_.in.numel() <= INT32_MAX, "layer ", d_.name, ": input ", d_.in.str(), " has ",
+                 d_.in.numel(), " elements, more than cuDNN's 2^31 - 1 per tensor: a smaller batch");
   try {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&param_));

@@ -23,7 +23,8 @@ class SharedScratch {
 
 class CudnnBatchNorm final : public BatchNormOp<float> {
  public:
-  // Throws ShapeError naming the layer for eps below cuDNN's minimum (CUDNN_BN_MIN_EPSILON).
+  // Throws ShapeError naming the layer for eps below cuDNN's minimum (CUDNN_BN_MIN_EPSILON, 0 in
+  // cuDNN 9; BatchNormDesc already refuses eps <= 0) or an input over 2^31 - 1 elements.
   CudnnBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch);
   ~CudnnBatchNorm() override;
   CudnnBatchNorm(const CudnnBatchNorm&) = delete;

@@ -26,7 +26,10 @@ DeviceSoftmaxXent::DeviceSoftmaxXent(const SoftmaxXentDesc& d, cudaStream_t stre
 
 DeviceSoftmaxXent::~DeviceSoftmaxXent() {
   try {
-    if (done_) CUDA_CHECK(cudaEventDestroy(done_));
+    if (done_) {
+      cudaEventSynchronize(done_);  // the last forward's copy into the page-locked block
+      CUDA_CHECK(cudaEventDestroy(done_));
+    }
     pinned_free(host_result_, pinned_bytes_);
   } catch (const Error&) {  // a dead context at exit: nothing left to free
   }

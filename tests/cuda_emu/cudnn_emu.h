@@ -32,6 +32,7 @@ namespace rt_emu {
 inline cudnnStatus_t set_tensor(cudnnTensorStruct* t, cudnnTensorFormat_t f,
                                 cudnnDataType_t type, int n, int c, int h, int w) {
   if (!t || n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
+  if (int64_t(n) * c * h * w > INT32_MAX) return CUDNN_STATUS_NOT_SUPPORTED;  // 2 Gi elements
   if (f != CUDNN_TENSOR_NCHW && f != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_NOT_SUPPORTED;
   if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_HALF && type != CUDNN_DATA_BFLOAT16)
     return CUDNN_STATUS_NOT_SUPPORTED;

@@ -1,6 +1,7 @@
 // The CUDA backend's layers (batch norm, ReLU, residual add, pooling, padded shortcut) forward
 // and backward against the reference backend.
 #include <random>
+#include <string>
 
 #include "cuda/backend.h"
 #include "gpu_test_util.h"
@@ -98,6 +99,27 @@ TEST(GpuBackendOps, BatchNormRefusesOneValuePerChannel) {
   EXPECT_THROW(op->forward_train(x.as<float>(), p.as<float>(), q.as<float>(), y.as<float>(),
                                  rm.as<float>(), rv.as<float>()),
                ShapeError);
+}
+
+// cuDNN's legacy descriptors hold at most 2^31 - 1 elements: a larger batch is refused when the
+// layer is made, naming it, before anything is allocated for it.
+TEST(GpuBackendOps, TensorsOverCudnnsElementLimitAreRefusedByName) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  const Shape big{2048, 64, 128, 128};  // 2^31 elements
+  try {
+    b.gpu->make_batchnorm({"bn_big", big});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("bn_big"), std::string::npos) << e.what();
+  }
+  ConvDesc conv{"conv_big", big, 8, 1, 1, 1, 1, 0, 0, false};
+  try {
+    b.gpu->make_conv(conv);
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("conv_big"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GpuBackendOps, ReluAndAdd) {
