@@ -65,7 +65,8 @@ say "gpu_check: GPU visible to nvidia-smi: $([ $gpu_present = 1 ] && echo yes ||
 
 args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DRT_GPU_ONLY=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch")
 gtest=${GTEST_SOURCE:-}
-for d in /usr/src/googletest "$root/.gpu-deps/googletest"; do
+# The bundled one first: a machine's own may be too old for its CMake (CMake 4 refuses < 3.5).
+for d in "$root/.gpu-deps/googletest" /usr/src/googletest; do
   [ -z "$gtest" ] && [ -f "$d/CMakeLists.txt" ] && gtest=$d
 done
 [ -n "$gtest" ] && args+=("-DRT_GTEST_SOURCE=$gtest")
@@ -154,12 +155,14 @@ else
     local name=$1 cap=$2 left=$(( deadline - $(date +%s) ))
     shift 2
     [ $left -lt $cap ] && cap=$left
+    bench_rc=0
     if [ $cap -lt 30 ]; then
       echo "not run: time budget spent" >"$out/bench-$name.log"; say "gpu_check: bench $name: not run (time budget spent)"
       return 0
     fi
     timeout -k 10 "$cap" "$@" >"$out/bench-$name.log" 2>&1
     local brc=$?
+    bench_rc=$brc
     [ $brc = 124 ] || [ $brc = 137 ] && echo "timed out after $cap s" >>"$out/bench-$name.log"
     say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $(tail -1 "$out/bench-$name.log")")"
     if [ $brc -ne 0 ] && [ "${name%%-*}" = ringtrain ]; then say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1; fi
@@ -194,23 +197,37 @@ EOF2
     fi
     rm -rf "$trun"
   }
-  # bf16 first: its ratio is the target, and a budget cut should take fp16 (not asked for), not
-  # it; the trainer right after it (where built), as it is the figure users see.
-  for p in bf16 tf32 fp32 fp16; do
+  pair() {
+    local p=$1
     bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" "${cache[@]}" \
       --json "$out/bench-ringtrain-$p.json"
+    local ours=$bench_rc
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
-    [ $p = bf16 ] && [ -x "$build/bin/trainer_cuda" ] && bench_trainer
-  done
+    bench_rc=$ours
+  }
   gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   # The table: one row per run; a run without its JSON shows its log's last line instead.
-  if ! python3 "$root/tools/gpu_bench_table.py" table "$out" "$gpu_name" "${bargs[*]}" \
-      >"$out/bench.md" 2>"$out/bench-table.log"
-  then
-    say "gpu_check: FAILED to write bench.md (see bench-table.log)"
+  table() {
+    if ! python3 "$root/tools/gpu_bench_table.py" table "$out" "$gpu_name" "${bargs[*]}" \
+        >"$out/bench.md" 2>"$out/bench-table.log"
+    then
+      say "gpu_check: FAILED to write bench.md (see bench-table.log)"
+    fi
+  }
+  # bf16 first: its ratio is the target; the trainer right after it (where built), as it is the
+  # figure users see, unless the bf16 step itself timed out (the trainer would hang the same way).
+  pair bf16
+  if [ -x "$build/bin/trainer_cuda" ]; then
+    if [ $bench_rc = 124 ] || [ $bench_rc = 137 ]; then
+      say "gpu_check: bench ringtrain-trainer-bf16: not run (the bf16 step timed out)"
+    else
+      bench_trainer
+    fi
   fi
-  [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
+  pair tf32
+  pair fp32
+  table
   # With time left: where a bf16 step's time goes, by kind of layer, on both sides (the device
   # synced around each of our layers; PyTorch's own device time per op from its profiler).
   pargs=(--batch "${BENCH_BATCH:-256}" --size "${BENCH_SIZE:-224}" --warmup 3 --steps 2 --repeats 1 --profile 3)
@@ -223,6 +240,10 @@ EOF2
   # Then what the batch norm + residual add fusion buys: the bf16 step with it off, as the table's.
   bench ringtrain-bf16-nofuse 150 "$build/bin/bench_gpu_step" --precision bf16 --no-fuse "${bargs[@]}" \
     "${cache[@]}" --json "$out/bench-ringtrain-bf16-nofuse.json"
+  # fp16, which the table does not need, last: a budget cut takes it first.
+  pair fp16
+  table
+  [ -s "$out/bench.md" ] && cat "$out/bench.md" >>"$summary"
 fi
 
 # With time left and compute-sanitizer there (it needs a runtime that exposes the GPU's debug
@@ -235,7 +256,7 @@ if [ $gpu_present = 1 ] && [ -n "$san" ] && [ $left -ge 60 ]; then
   for t in gpu_lowp_ops gpu_backend_ops gpu_sgd gpu_reduce; do
     left=$(( start + budget - $(date +%s) ))
     [ $left -lt 20 ] && { say "gpu_check: memcheck $t: not run (time budget spent)"; continue; }
-    timeout -k 5 $(( left - 10 )) "$san" --tool memcheck --error-exitcode 99 "$build/tests/$t" \
+    timeout -k 5 $(( left - 10 )) "$san" --tool memcheck --print-limit 100 --error-exitcode 99 "$build/tests/$t" \
       >"$out/memcheck-$t.log" 2>&1
     mrc=$?
     summary_line=$(grep -m 1 'ERROR SUMMARY' "$out/memcheck-$t.log" || tail -1 "$out/memcheck-$t.log")
