@@ -36,6 +36,18 @@ def trainer_summary(metrics_path):
             "compute_s": statistics.median(r["compute_s"] for r in steps), "steps": len(v)}
 
 
+def last_line(lines):
+    """The last non-empty line outside the "-----" banners Open MPI closes an aborted job with."""
+    last, banner = None, False
+    for line in lines:
+        line = line.strip()
+        if line and set(line) == {"-"}:
+            banner = not banner
+        elif line and not banner:
+            last = line
+    return last
+
+
 def load(out, name):
     """bench-NAME.json's figures; else the last line of bench-NAME.log; else "not run"."""
     try:
@@ -44,8 +56,8 @@ def load(out, name):
     except (OSError, ValueError):
         try:
             with open(f"{out}/bench-{name}.log") as f:
-                lines = [line.strip() for line in f if line.strip()]
-            return lines[-1][:120].replace("|", "/") if lines else "no output"
+                line = last_line(f)
+            return line[:120].replace("|", "/") if line else "no output"
         except OSError:
             return "not run"
 

@@ -139,7 +139,7 @@ rc=0
 # run in its own process under a timeout cut to the time left. Pairs of the same precision run
 # back to back, so that a budget cut still leaves a comparison. A failing bench_gpu_step (error,
 # timeout, or any allocation in the timed steps) fails the check; PyTorch problems are reported.
-rm -f "$out"/bench-* "$out/bench.md"
+rm -f "$out"/bench-* "$out/bench.md" "$out/trainer-bf16-metrics.jsonl"
 if [ $gpu_present = 0 ]; then
   say "gpu_check: benchmark skipped: no GPU ($("$build/bin/bench_gpu_step" 2>&1 | head -1))"
 else
@@ -164,7 +164,10 @@ else
     local brc=$?
     bench_rc=$brc
     [ $brc = 124 ] || [ $brc = 137 ] && echo "timed out after $cap s" >>"$out/bench-$name.log"
-    say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $(tail -1 "$out/bench-$name.log")")"
+    # The last line outside Open MPI's abort banner (a failed rank's own error comes before it).
+    local last
+    last=$(awk '/^-----+$/ {b = !b; next} !b && NF {l = $0} END {print l}' "$out/bench-$name.log")
+    say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $last")"
     if [ $brc -ne 0 ] && [ "${name%%-*}" = ringtrain ]; then say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1; fi
   }
   # The trainer program itself, one rank, bf16, the same batch: synthetic 8-bit images made by the
@@ -214,6 +217,7 @@ EOF2
     then
       say "gpu_check: FAILED to write bench.md (see bench-table.log)"
     fi
+    pack  # the table is kept even if the run is killed during the next bench
   }
   # bf16 first: its ratio is the target; the trainer right after it (where built), as it is the
   # figure users see, unless the bf16 step itself timed out (the trainer would hang the same way).

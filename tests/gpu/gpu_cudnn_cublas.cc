@@ -253,6 +253,24 @@ TEST(GpuCudnnConv, AlgorithmChoicesKeptInAFile) {
   EXPECT_EQ(after.lines, 7);  // 2 + 1 heuristic + 2 stale + 2 chosen again
   EXPECT_NE(after.choices.at(conv_algo_key(c, false, "")).fwd, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
   EXPECT_EQ(after.choices.at(conv_algo_key(d, false, "")).fwd_math, CUDNN_FMA_MATH);
+
+  // A stale line for a tensor-op convolution (an algorithm cuDNN refuses, under FMA math): the
+  // search that replaces it runs under the convolution's own math type, not the line's.
+  ConvAlgos fma_stale;
+  fma_stale.fwd = CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD;
+  fma_stale.fwd_math = fma_stale.bwd_data_math = fma_stale.bwd_filter_math = CUDNN_FMA_MATH;
+  append_algo_file(file, algo_file_line(id, conv_algo_key(c, true, "bf16 NHWC "), fma_stale));
+  {
+    CudaContext ctx(cfg);
+    LowpConv<bf16> lowp(c, ctx);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 0);
+    const ConvAlgos* chosen_again = ctx.conv_algos().find(conv_algo_key(c, true, "bf16 NHWC "));
+    ASSERT_NE(chosen_again, nullptr);
+    EXPECT_NE(chosen_again->fwd, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD);
+#ifdef RT_CUDA_EMULATOR  // which reports the descriptor's math type as the algorithm's
+    EXPECT_EQ(chosen_again->fwd_math, CUDNN_TENSOR_OP_MATH);
+#endif
+  }
   std::filesystem::remove(file);
 }
 

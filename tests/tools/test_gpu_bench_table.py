@@ -53,6 +53,22 @@ class TrainerSummary(unittest.TestCase):
             self.assertEqual(gbt.main(["x", "trainer", path]), 1)
         self.assertIn("no steps after the first 5", err.getvalue())
 
+    def test_a_line_cut_by_a_kill_is_skipped(self):
+        path = self.write([{"type": "step", "step": s, "img_s": 10.0 * s, "data_wait_s": 0,
+                            "compute_s": 0} for s in range(1, 9)])
+        with open(path, "a") as f:
+            f.write('{"type": "step", "step": 9, "img_')
+        self.assertEqual(gbt.trainer_summary(path)["steps"], 3)
+
+
+class LastLine(unittest.TestCase):
+    def test_open_mpis_abort_banner_is_passed_over(self):
+        log = ["starting", "error: layer conv1: out of memory", "-" * 60,
+               "MPI_ABORT was invoked on rank 0", "with errorcode 1.", "-" * 60, ""]
+        self.assertEqual(gbt.last_line(log), "error: layer conv1: out of memory")
+        self.assertEqual(gbt.last_line(["a", "b", ""]), "b")
+        self.assertIsNone(gbt.last_line(["", "  "]))
+
 
 class Table(unittest.TestCase):
     def setUp(self):
