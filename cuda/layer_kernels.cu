@@ -115,11 +115,18 @@ __global__ void maxpool_backward_kernel(const int32_t* argmax, const float* dy, 
   }
 }
 
+// A warp per plane (a plane's hw values are contiguous in NCHW: one thread per plane would read
+// them hw floats apart across the warp): lane l adds elements l, l + 32, ... in double, then the
+// lanes' sums add in a fixed butterfly, so every run gives the same bits.
 __global__ void avgpool_forward_kernel(const float* x, float* y, int64_t planes, int64_t hw) {
-  for (int64_t p = first_index(); p < planes; p += grid_stride()) {
+  const int lane = int(threadIdx.x % 32);
+  const int64_t warps = grid_stride() / 32;
+  for (int64_t p = first_index() / 32; p < planes; p += warps) {  // the same p across the warp
     double s = 0;
-    for (int64_t e = 0; e < hw; ++e) s += x[p * hw + e];
-    y[p] = float(s / double(hw));
+    for (int64_t e = lane; e < hw; e += 32) s += x[p * hw + e];
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+    if (lane == 0) y[p] = float(s / double(hw));
   }
 }
 
@@ -205,7 +212,7 @@ void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const P
 
 void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaStream_t stream) {
   if (planes <= 0) return;
-  avgpool_forward_kernel<<<blocks_for(planes), kThreads, 0, stream>>>(x, y, planes, hw);
+  avgpool_forward_kernel<<<grid_for(size_t(planes) * 32), kThreads, 0, stream>>>(x, y, planes, hw);
   CUDA_CHECK_LAUNCH();
 }
 
