@@ -78,21 +78,24 @@ def table(out, gpu, bargs, now=None):
             "| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocator peak, MiB "
             "| allocations in timed steps | ringtrain / PyTorch |",
             "|---|---|---|---|---|---|---|"]
-    for name in names:
-        who, prec = name.split("-")
-        label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
-        r = runs[name]
+    def row(label, r, ours, peer):
         if not isinstance(r, dict):
-            rows.append(f"| {label} | {r} | | | | | |")
-            continue
-        ours = who == "ringtrain"
-        peer = runs[f"pytorch-{prec}"]
+            return f"| {label} | {r} | | | | | |"
         ratio = f"{r['img_per_s'] / peer['img_per_s']:.2f}" if ours and isinstance(peer, dict) else ""
         alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
                  else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
-        rows.append(f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
-                    f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} "
-                    f"| {r['steady_allocs'] if ours else ''} | {ratio} |")
+        return (f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
+                f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} "
+                f"| {r['steady_allocs'] if ours else ''} | {ratio} |")
+
+    for name in names:
+        who, prec = name.split("-")
+        label = f"{'ringtrain' if who == 'ringtrain' else 'PyTorch'} {prec}"
+        rows.append(row(label, runs[name], who == "ringtrain", runs[f"pytorch-{prec}"]))
+    nofuse = load(out, "ringtrain-bf16-nofuse")
+    if nofuse != "not run":  # what fusing each batch norm with its residual add buys
+        rows.append(row("ringtrain bf16, batch norm and residual add unfused", nofuse, True,
+                        runs["pytorch-bf16"]))
     if isinstance(trainer, dict):
         peer = runs["pytorch-bf16"]
         ratio = f"{trainer['img_per_s'] / peer['img_per_s']:.2f}" if isinstance(peer, dict) else ""

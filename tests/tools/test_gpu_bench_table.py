@@ -110,6 +110,10 @@ class Table(unittest.TestCase):
         trainer = rows["ringtrain bf16, the trainer (loader, upload, step; 1 rank)"]
         self.assertIn("| 3150.0 [3100.0–3200.0] |", trainer)
         self.assertTrue(trainer.endswith("| 1.05 (data wait 0.4 ms/step) |"))
+        self.assertNotIn("ringtrain bf16, batch norm and residual add unfused", rows)  # not run
+        self.put("ringtrain-bf16-nofuse", ours(3000.0))
+        _, rows = self.rows()
+        self.assertTrue(rows["ringtrain bf16, batch norm and residual add unfused"].endswith("| 0 | 1.00 |"))
         for line in text.splitlines():  # every row has the header's 7 columns
             if line.startswith("|"):
                 self.assertEqual(line.count("|"), 8, line)
