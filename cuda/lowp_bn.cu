@@ -55,7 +55,9 @@ bool on_vec_grid(const ChannelReduceGeom& g, std::initializer_list<const void*> 
 }
 
 // The block's per-thread results on the vector grid: two values per channel, thread (x, y)'s
-// at shared_at(g, y, k) for its channel c0 + k.
+// at shared_at(g, y, k) for its channel c0 + k. Threads (x, y < kVec) then combine one channel
+// each, so a block has at least kVec rows of threads.
+static_assert(kVecBlock / kVecMaxGroups >= kVec);
 using VecShared = float[2][kVecBlock * kVec];
 __device__ inline int shared_at(const ChannelReduceGeom& g, int y, int k) {
   return (y * g.vec_groups + int(threadIdx.x)) * kVec + k;
