@@ -237,62 +237,76 @@ __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* part
   }
 }
 
-// The second pass over the chunks: a warp per channel (kWarpsPerBlock channels per block), lane l
-// adding chunks l, l + 32, ... in order, then the lanes' sums in a fixed butterfly, after which
-// every lane holds the same bits.
-constexpr int kWarpsPerBlock = 8;
-__device__ inline double warp_sum(double v) {
-#pragma unroll
-  for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-__device__ inline int64_t warp_channel() {
-  return int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-}
+// The second pass over the chunks, in a fixed order. Where there are many (a narrow layer's large
+// tensor), a warp per channel: lane l adds chunks l, l + 32, ... in order, then the lanes' sums
+// add in a fixed butterfly, after which every lane holds the same bits. Where there are few
+// (wide layers), a thread per channel (Lanes = 1) does it alone.
+constexpr int64_t kWarpChunks = 64;  // chunks from which a channel gets a warp
 __device__ inline double chunk_rows(const ChannelReduceGeom& g, int64_t k) {
   const int64_t rows = g.rows - k * g.rows_per_chunk;
   return double(rows < g.rows_per_chunk ? rows : g.rows_per_chunk);
 }
-uint32_t warp_blocks(int64_t channels) {
-  return uint32_t((channels + kWarpsPerBlock - 1) / kWarpsPerBlock);
+template <int Lanes>
+__device__ inline double lanes_sum(double v) {
+  if constexpr (Lanes == 32) {
+#pragma unroll
+    for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  }
+  return v;
+}
+// Channels c, c + stride, ... of this thread's lanes (the same for a warp's lanes when Lanes = 32).
+template <int Lanes>
+__device__ inline int64_t lanes_channel() {
+  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Lanes;
+}
+template <int Lanes>
+__device__ inline int64_t lanes_stride() {
+  return int64_t(gridDim.x) * blockDim.x / Lanes;
+}
+template <int Lanes>
+uint32_t lanes_blocks(int64_t channels) {
+  return blocks_for(channels * Lanes);
 }
 
 // The chunks' (mean, M2) combined: the mean and the sum of squared deviations.
+template <int Lanes>
 __global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, float* mean,
                                      float* var_sum) {
-  const int64_t c = warp_channel();
-  if (c >= g.channels) return;  // the whole warp: its lanes share c
-  const int lane = int(threadIdx.x % 32);
-  double s = 0;
-  for (int64_t k = lane; k < g.chunks; k += 32) s += chunk_rows(g, k) * partial[k * g.channels + c];
-  const double mu = warp_sum(s) / double(g.rows);
-  double m = 0;
-  for (int64_t k = lane; k < g.chunks; k += 32) {
-    const double d = double(partial[k * g.channels + c]) - mu;
-    m += partial[(g.chunks + k) * g.channels + c] + chunk_rows(g, k) * d * d;
-  }
-  m = warp_sum(m);
-  if (lane == 0) {
-    mean[c] = float(mu);
-    var_sum[c] = float(m);
+  const int lane = int(threadIdx.x % Lanes);
+  // A warp's lanes share c: they loop, and shuffle, together.
+  for (int64_t c = lanes_channel<Lanes>(); c < g.channels; c += lanes_stride<Lanes>()) {
+    double s = 0;
+    for (int64_t k = lane; k < g.chunks; k += Lanes) s += chunk_rows(g, k) * partial[k * g.channels + c];
+    const double mu = lanes_sum<Lanes>(s) / double(g.rows);
+    double m = 0;
+    for (int64_t k = lane; k < g.chunks; k += Lanes) {
+      const double d = double(partial[k * g.channels + c]) - mu;
+      m += partial[(g.chunks + k) * g.channels + c] + chunk_rows(g, k) * d * d;
+    }
+    m = lanes_sum<Lanes>(m);
+    if (lane == 0) {
+      mean[c] = float(mu);
+      var_sum[c] = float(m);
+    }
   }
 }
 
+template <int Lanes>
 __global__ void channel_total_kernel(const float* partial, ChannelReduceGeom g, float* s1,
                                      float* s2) {
-  const int64_t c = warp_channel();
-  if (c >= g.channels) return;
-  const int lane = int(threadIdx.x % 32);
-  double t1 = 0, t2 = 0;
-  for (int64_t k = lane; k < g.chunks; k += 32) {
-    t1 += partial[k * g.channels + c];
-    t2 += partial[(g.chunks + k) * g.channels + c];
-  }
-  t1 = warp_sum(t1);
-  t2 = warp_sum(t2);
-  if (lane == 0) {
-    s1[c] = float(t1);
-    if (s2) s2[c] = float(t2);
+  const int lane = int(threadIdx.x % Lanes);
+  for (int64_t c = lanes_channel<Lanes>(); c < g.channels; c += lanes_stride<Lanes>()) {
+    double t1 = 0, t2 = 0;
+    for (int64_t k = lane; k < g.chunks; k += Lanes) {
+      t1 += partial[k * g.channels + c];
+      t2 += partial[(g.chunks + k) * g.channels + c];
+    }
+    t1 = lanes_sum<Lanes>(t1);
+    t2 = lanes_sum<Lanes>(t2);
+    if (lane == 0) {
+      s1[c] = float(t1);
+      if (s2) s2[c] = float(t2);
+    }
   }
 }
 
@@ -465,8 +479,12 @@ void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float*
     case ChannelSum::dy: launch_partial<T, ChannelSum::dy>(a, g, vec, stream); break;
     case ChannelSum::bn_grad: launch_partial<T, ChannelSum::bn_grad>(a, g, vec, stream); break;
   }
-  channel_total_kernel<<<warp_blocks(g.channels), kWarpsPerBlock * 32, 0, stream>>>(a.partial, g, s1,
-                                                                                   s2);
+  const bool warps = g.chunks >= kWarpChunks;
+  const uint32_t blocks = warps ? lanes_blocks<32>(g.channels) : lanes_blocks<1>(g.channels);
+  if (warps)
+    channel_total_kernel<32><<<blocks, kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  else
+    channel_total_kernel<1><<<blocks, kThreads, 0, stream>>>(a.partial, g, s1, s2);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -477,8 +495,12 @@ void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, floa
   if (on_vec_grid(g, {x})) {
     bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
     CUDA_CHECK_LAUNCH();
-    welford_total_kernel<<<warp_blocks(g.channels), kWarpsPerBlock * 32, 0, stream>>>(partial, g, mean,
-                                                                                    var_sum);
+    const bool warps = g.chunks >= kWarpChunks;
+    const uint32_t blocks = warps ? lanes_blocks<32>(g.channels) : lanes_blocks<1>(g.channels);
+    if (warps)
+      welford_total_kernel<32><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
+    else
+      welford_total_kernel<1><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
     CUDA_CHECK_LAUNCH();
     return;
   }
