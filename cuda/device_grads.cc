@@ -37,23 +37,20 @@ class ScratchSpace final : public MemorySpace {
   }
   void copy(void* dst, const void* src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    finish();
+    finish_legacy_stream();
   }
   void zero(void* p, size_t bytes) const override {
     CUDA_CHECK(cudaMemset(p, 0, bytes));
-    finish();
+    finish_legacy_stream();
   }
   void to_host(void* host_dst, const void* src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
   }
   void from_host(void* dst, const void* host_src, size_t bytes) const override {
     CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
-    finish();
+    finish_legacy_stream();
   }
   bool host_accessible() const override { return false; }
-
- private:
-  static void finish() { CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
 };
 
 // A ring of events, one per fence or download a step makes. Reusing a slot re-records its event;

@@ -153,9 +153,7 @@ HostMemory& pinned_memory(int device) {
   return *p;
 }
 
-// cudaMemcpy from pageable memory returns once the bytes are staged, before their DMA to the
-// device ends, and cudaMemset returns at once: both are then still queued on the legacy stream.
-static void finish_legacy_stream() { CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
+void finish_legacy_stream() { CUDA_CHECK(cudaStreamSynchronize(nullptr)); }
 
 void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {
   check_range("upload", n, offset, bytes_);

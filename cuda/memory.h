@@ -36,6 +36,11 @@ bool is_page_locked(const void* p);
 // thread that never chose one gets device 0, and a context there, at its first CUDA call).
 void bind_device(int device);
 
+// Waits for the legacy default stream: cudaMemcpy from pageable memory returns once the bytes are
+// staged, before their DMA to the device ends, and cudaMemset returns at once, both still queued
+// there, where the backends' non-blocking streams do not wait for them.
+void finish_legacy_stream();
+
 // pinned_malloc / pinned_free as a HostMemory for the backends on `device` (their
 // input_memory()), callable from any thread; process-wide, so batches allocated there may
 // outlive any backend.
