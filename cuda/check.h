@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdint>
+
 #include "nn/error.h"
 
 namespace rt::cuda {
@@ -15,6 +17,21 @@ namespace rt::cuda {
 [[noreturn]] void throw_cudnn_error(const char* file, int line, const char* call, cudnnStatus_t s);
 [[noreturn]] void throw_cublas_error(const char* file, int line, const char* call,
                                      cublasStatus_t s);
+
+// cuDNN and cuBLAS take int dimensions, and a legacy cuDNN tensor descriptor holds at most
+// 2^31 - 1 elements; past either they answer with a bare status, so these name the layer (any
+// layer description with a name and an input shape).
+template <class Desc>
+int lib_int(int64_t v, const Desc& d, const char* lib = "cuDNN", int64_t least = 0) {
+  RT_SHAPE_CHECK(v >= least && v <= INT32_MAX, "layer ", d.name, ": dimension ", v, " does not fit ",
+                 lib, "'s int (input ", d.in.str(), ")");
+  return int(v);
+}
+template <class Desc, class S>
+void check_cudnn_numel(const S& s, const Desc& d) {
+  RT_SHAPE_CHECK(s.numel() <= INT32_MAX, "layer ", d.name, ": tensor ", s.str(), " has ", s.numel(),
+                 " elements, more than cuDNN's 2^31 - 1 per tensor: a smaller batch");
+}
 
 }  // namespace rt::cuda
 

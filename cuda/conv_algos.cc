@@ -78,18 +78,11 @@ bool stored_choice_fits(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterD
 
 }  // namespace
 
-int conv_narrow(int64_t v, const ConvDesc& d) {
-  RT_SHAPE_CHECK(v >= 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
-                 " does not fit cuDNN's int (input ", d.in.str(), ")");
-  return int(v);
-}
-
 void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
                      cudnnTensorFormat_t format, cudnnDataType_t type) {
-  RT_SHAPE_CHECK(s.numel() <= INT32_MAX, "layer ", d.name, ": tensor ", s.str(), " has ", s.numel(),
-                 " elements, more than cuDNN's 2^31 - 1 per tensor: a smaller batch");
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, format, type, conv_narrow(s.n, d), conv_narrow(s.c, d),
-                                         conv_narrow(s.h, d), conv_narrow(s.w, d)));
+  check_cudnn_numel(s, d);
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, format, type, lib_int(s.n, d), lib_int(s.c, d),
+                                         lib_int(s.h, d), lib_int(s.w, d)));
 }
 
 std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind) {

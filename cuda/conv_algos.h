@@ -14,11 +14,8 @@
 
 namespace rt::cuda {
 
-// cuDNN takes int dimensions: v, or rt::ShapeError naming the layer when it does not fit.
-int conv_narrow(int64_t v, const ConvDesc& d);
-
 // Sets a 4-D tensor descriptor of logical shape s (N, C, H, W whatever the format: the format sets
-// the strides), checking each dimension with conv_narrow and the total against the legacy
+// the strides), checking each dimension with lib_int and the total against the legacy
 // descriptors' 2^31 - 1 elements (rt::ShapeError naming the layer).
 void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& d,
                      cudnnTensorFormat_t format, cudnnDataType_t type);

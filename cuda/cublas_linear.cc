@@ -14,17 +14,11 @@
 
 namespace rt::cuda {
 
-int linear_narrow(int64_t v, const LinearDesc& d) {
-  RT_SHAPE_CHECK(v > 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
-                 " does not fit cuBLAS's int (input ", d.in.str(), ")");
-  return int(v);
-}
-
 CublasLinear::CublasLinear(const LinearDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
-  n_ = linear_narrow(d_.in.n, d_);
-  in_ = linear_narrow(d_.in.chw(), d_);
-  out_ = linear_narrow(d_.out_features, d_);
+  n_ = lib_int(d_.in.n, d_, "cuBLAS", 1);
+  in_ = lib_int(d_.in.chw(), d_, "cuBLAS", 1);
+  out_ = lib_int(d_.out_features, d_, "cuBLAS", 1);
   if (d_.bias) {
     ones_ = DeviceBuffer(size_t(n_) * sizeof(float));
     const std::vector<float> ones(size_t(n_), 1.0f);

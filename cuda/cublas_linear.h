@@ -7,9 +7,6 @@
 
 namespace rt::cuda {
 
-// cuBLAS takes int dimensions: v, or rt::ShapeError naming the layer outside (0, INT32_MAX].
-int linear_narrow(int64_t v, const LinearDesc& d);
-
 class CublasLinear final : public LinearOp<float> {
  public:
   // Allocates a vector of ones (batch length) for the bias terms, once. Throws rt::ShapeError

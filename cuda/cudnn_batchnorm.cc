@@ -10,12 +10,6 @@
 namespace rt::cuda {
 namespace {
 
-int narrow(int64_t v, const BatchNormDesc& d) {
-  RT_SHAPE_CHECK(v >= 0 && v <= INT32_MAX, "layer ", d.name, ": dimension ", v,
-                 " does not fit cuDNN's int (input ", d.in.str(), ")");
-  return int(v);
-}
-
 // Spatial mode: statistics per channel over N, H, W. (SPATIAL_PERSISTENT is faster, and
 // deterministic, but its scaled integer reduction may overflow to Inf/NaN on large inputs.)
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
@@ -27,15 +21,13 @@ CudnnBatchNorm::CudnnBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedS
   d_.validate();
   RT_SHAPE_CHECK(d_.eps >= CUDNN_BN_MIN_EPSILON, "layer ", d_.name, ": batch norm eps ", d_.eps,
                  " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON);
-  // A legacy tensor descriptor holds at most 2^31 - 1 elements (a bare cuDNN status otherwise).
-  RT_SHAPE_CHECK(d_.in.numel() <= INT32_MAX, "layer ", d_.name, ": input ", d_.in.str(), " has ",
-                 d_.in.numel(), " elements, more than cuDNN's 2^31 - 1 per tensor: a smaller batch");
+  check_cudnn_numel(d_.in, d_);
   try {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&param_));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                           narrow(d_.in.n, d_), narrow(d_.in.c, d_),
-                                           narrow(d_.in.h, d_), narrow(d_.in.w, d_)));
+                                           lib_int(d_.in.n, d_), lib_int(d_.in.c, d_),
+                                           lib_int(d_.in.h, d_), lib_int(d_.in.w, d_)));
     CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param_, x_, kMode));
   } catch (...) {
     release();

@@ -19,14 +19,14 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
     conv_set_tensor(bias_, Shape{1, d_.out_c, 1, 1}, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                           conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),
-                                           conv_narrow(d_.kernel_h, d_), conv_narrow(d_.kernel_w, d_)));
+                                           lib_int(d_.out_c, d_), lib_int(d_.in.c, d_),
+                                           lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
       CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
       // Cross-correlation is what every framework calls convolution; fp32 accumulation.
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-          *c, conv_narrow(d_.pad_h, d_), conv_narrow(d_.pad_w, d_), conv_narrow(d_.stride_h, d_),
-          conv_narrow(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+          *c, lib_int(d_.pad_h, d_), lib_int(d_.pad_w, d_), lib_int(d_.stride_h, d_),
+          lib_int(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       CUDNN_CHECK(cudnnSetConvolutionMathType(*c, cfg.allow_tf32 ? CUDNN_DEFAULT_MATH
                                                                  : CUDNN_FMA_MATH));
     }

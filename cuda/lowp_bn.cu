@@ -183,6 +183,23 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
 // from mu_i), combine exactly (in real arithmetic) into mean = sum n_i mu_i / n and
 // M2 = sum M2_i + sum n_i (mu_i - mean)^2: two passes of independent terms, no division inside,
 // and none of the cancellation of sum(x^2) - sum(x)^2 / n (each mu_i - mean is small).
+// This thread takes parts i = first, first + step, ... < end; reduce adds the threads' terms
+// (the identity for a thread alone, a warp's butterfly for its lanes); n(i), mu(i) and m2(i)
+// read part i, of total count n_total.
+template <class N, class Mu, class M2, class Reduce>
+__device__ inline void combine_parts(int64_t first, int64_t end, int64_t step, double n_total,
+                                     N n, Mu mu, M2 m2, Reduce reduce, double& mean,
+                                     double& m2_total) {
+  double s = 0;
+  for (int64_t i = first; i < end; i += step) s += n(i) * mu(i);
+  mean = reduce(s) / n_total;
+  double m = 0;
+  for (int64_t i = first; i < end; i += step) {
+    const double d = double(mu(i)) - mean;
+    m += m2(i) + n(i) * d * d;
+  }
+  m2_total = reduce(m);
+}
 
 // Rows of a chunk that block row y takes: y, y + vec_rows, ... below the chunk's rows.
 __device__ inline double rows_of(int64_t chunk_rows, int y, int vec_rows) {
@@ -224,14 +241,13 @@ __global__ void bn_stats_vec_kernel(const T* x, ChannelReduceGeom g, float* part
   if (threadIdx.y < kVec && grp < groups) {
     const int k = int(threadIdx.y);
     const int64_t chunk_rows = r1 - r0;
-    double s = 0;
-    for (int y = 0; y < g.vec_rows; ++y) s += rows_of(chunk_rows, y, g.vec_rows) * sh[0][shared_at(g, y, k)];
-    const double mu = s / double(chunk_rows);
-    double m = 0;
-    for (int y = 0; y < g.vec_rows; ++y) {
-      const double d = double(sh[0][shared_at(g, y, k)]) - mu;
-      m += sh[1][shared_at(g, y, k)] + rows_of(chunk_rows, y, g.vec_rows) * d * d;
-    }
+    double mu, m;
+    combine_parts(
+        0, g.vec_rows, 1, double(chunk_rows),
+        [&](int64_t y) { return rows_of(chunk_rows, int(y), g.vec_rows); },
+        [&](int64_t y) { return sh[0][shared_at(g, int(y), k)]; },
+        [&](int64_t y) { return sh[1][shared_at(g, int(y), k)]; }, [](double v) { return v; },
+        mu, m);
     partial[int64_t(blockIdx.y) * g.channels + c0 + k] = float(mu);
     partial[(g.chunks + int64_t(blockIdx.y)) * g.channels + c0 + k] = float(m);
   }
@@ -275,15 +291,12 @@ __global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, 
   const int lane = int(threadIdx.x % Lanes);
   // A warp's lanes share c: they loop, and shuffle, together.
   for (int64_t c = lanes_channel<Lanes>(); c < g.channels; c += lanes_stride<Lanes>()) {
-    double s = 0;
-    for (int64_t k = lane; k < g.chunks; k += Lanes) s += chunk_rows(g, k) * partial[k * g.channels + c];
-    const double mu = lanes_sum<Lanes>(s) / double(g.rows);
-    double m = 0;
-    for (int64_t k = lane; k < g.chunks; k += Lanes) {
-      const double d = double(partial[k * g.channels + c]) - mu;
-      m += partial[(g.chunks + k) * g.channels + c] + chunk_rows(g, k) * d * d;
-    }
-    m = lanes_sum<Lanes>(m);
+    double mu, m;
+    combine_parts(
+        lane, g.chunks, Lanes, double(g.rows), [&](int64_t k) { return chunk_rows(g, k); },
+        [&](int64_t k) { return partial[k * g.channels + c]; },
+        [&](int64_t k) { return partial[(g.chunks + k) * g.channels + c]; },
+        [](double v) { return lanes_sum<Lanes>(v); }, mu, m);
     if (lane == 0) {
       mean[c] = float(mu);
       var_sum[c] = float(m);

@@ -32,13 +32,13 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
     // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, kCudnnType<T>, CUDNN_TENSOR_NHWC,
-                                           conv_narrow(d_.out_c, d_), conv_narrow(d_.in.c, d_),
-                                           conv_narrow(d_.kernel_h, d_), conv_narrow(d_.kernel_w, d_)));
+                                           lib_int(d_.out_c, d_), lib_int(d_.in.c, d_),
+                                           lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
       CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-          *c, conv_narrow(d_.pad_h, d_), conv_narrow(d_.pad_w, d_), conv_narrow(d_.stride_h, d_),
-          conv_narrow(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+          *c, lib_int(d_.pad_h, d_), lib_int(d_.pad_w, d_), lib_int(d_.stride_h, d_),
+          lib_int(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
       CUDNN_CHECK(cudnnSetConvolutionMathType(*c, CUDNN_TENSOR_OP_MATH));
     }
     int n = 0, c = 0, oh = 0, ow = 0;

@@ -22,9 +22,9 @@ class LowpLinear final : public LinearOp<float> {
  public:
   LowpLinear(const LinearDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     d_.validate();
-    n_ = linear_narrow(d_.in.n, d_);
-    in_ = linear_narrow(d_.in.chw(), d_);
-    out_ = linear_narrow(d_.out_features, d_);
+    n_ = lib_int(d_.in.n, d_, "cuBLAS", 1);
+    in_ = lib_int(d_.in.chw(), d_, "cuBLAS", 1);
+    out_ = lib_int(d_.out_features, d_, "cuBLAS", 1);
     wg_ = {d_.out_features, d_.in.c, d_.in.h, d_.in.w};
     w16_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(T));
     dw32_ = DeviceBuffer(size_t(out_) * size_t(in_) * sizeof(float));

@@ -201,6 +201,7 @@ EOF2
     fi
     rm -rf "$trun"
   }
+  # pair P: our step and PyTorch's at precision P; its status is our step's.
   pair() {
     local p=$1
     bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" "${cache[@]}" \
@@ -208,7 +209,7 @@ EOF2
     local ours=$bench_rc
     bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
-    bench_rc=$ours
+    return $ours
   }
   gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   # The table: one row per run; a run without its JSON shows its log's last line instead.
@@ -223,8 +224,9 @@ EOF2
   # bf16 first: its ratio is the target; the trainer right after it (where built), as it is the
   # figure users see, unless the bf16 step itself timed out (the trainer would hang the same way).
   pair bf16
+  bf16_rc=$?
   if [ -x "$build/bin/trainer_cuda" ]; then
-    if [ $bench_rc = 124 ] || [ $bench_rc = 137 ]; then
+    if [ $bf16_rc = 124 ] || [ $bf16_rc = 137 ]; then
       say "gpu_check: bench ringtrain-trainer-bf16: not run (the bf16 step timed out)"
     else
       bench_trainer
