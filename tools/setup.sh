@@ -13,6 +13,7 @@ pkgs=(
   libopencv-dev                      # image decode and augmentation
   libyaml-cpp-dev                    # configuration files
   libgtest-dev libgmock-dev          # tests
+  libboost-context-dev               # fibers for the CUDA emulator's block threads (tests)
   python3 python3-numpy              # scaling cost model and its tests
   python3-matplotlib                 # plots of tools/scaling and tools/costmodel.py
   iproute2                           # emulated cluster (network namespaces, tc)

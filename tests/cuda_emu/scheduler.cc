@@ -1,9 +1,12 @@
-// The emulator's scheduler: a block's threads as ucontext fibers on the calling OS thread. A fiber
-// runs until it reaches a barrier or ends; when none can run, the barriers whose threads have all
-// arrived open, and if none can open, the block is deadlocked and the launch fails.
+// The emulator's scheduler: a block's threads as fibers (Boost.Context) on the calling OS thread. A
+// fiber runs until it reaches a barrier or ends; when none can run, the barriers whose threads have
+// all arrived open, and if none can open, the block is deadlocked and the launch fails.
 #include <sys/mman.h>
-#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
+#include <boost/context/fiber.hpp>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -24,8 +27,11 @@ constexpr size_t kMaxSharedBytes = 48 << 10;
 
 enum class State { runnable, at_block_barrier, at_warp_barrier, done };
 
+namespace bctx = boost::context;
+
 struct Fiber {
-  ucontext_t ctx;
+  bctx::fiber self;  // the thread while suspended (empty while it runs and once it ended)
+  bctx::fiber back;  // while it runs: the scheduler, resumed when it waits
   State state = State::runnable;
 };
 
@@ -44,22 +50,71 @@ class Stacks {
   void* base_;
 };
 
+// Boost.Context's stack allocator concept over one of those stacks (they outlive every fiber).
+struct ReservedStack {
+  void* bottom;
+  bctx::stack_context allocate() const {
+    bctx::stack_context s;
+    s.size = kStackBytes;
+    s.sp = static_cast<char*>(bottom) + kStackBytes;  // stacks grow down from here
+    return s;
+  }
+  void deallocate(bctx::stack_context&) const noexcept {}
+};
+
+// AddressSanitizer tracks the stack it runs on: a switch it is not told of makes it take frames on
+// the other stack for overflows, and an exception thrown there leaves them poisoned. So every
+// switch is announced (start before, finish after), and a fiber's last one says it ends (no save).
+struct StackSpan {
+  const void* bottom = nullptr;
+  size_t size = 0;
+};
+#if defined(__SANITIZE_ADDRESS__)
+// Switches to `to`, running on `span`; returns the fiber that switched back here.
+bctx::fiber switch_to(bctx::fiber&& to, StackSpan span) {
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&fake_stack, span.bottom, span.size);
+  bctx::fiber back = std::move(to).resume();
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+  return back;
+}
+// First thing in a fiber: the span of the stack that switched to it.
+StackSpan entered() {
+  StackSpan from;
+  __sanitizer_finish_switch_fiber(nullptr, &from.bottom, &from.size);
+  return from;
+}
+// Last thing in a fiber, before it returns to `span`.
+void leaving(StackSpan span) { __sanitizer_start_switch_fiber(nullptr, span.bottom, span.size); }
+#else
+bctx::fiber switch_to(bctx::fiber&& to, StackSpan) { return std::move(to).resume(); }
+StackSpan entered() { return {}; }
+void leaving(StackSpan) {}
+#endif
+
+// Thrown at a waiting thread of a failed block, so that its fiber unwinds and ends here rather
+// than through Boost's forced unwinding, which ASan is not told of.
+struct Abandoned {};
+
 struct Block {
   const std::function<void()>* body = nullptr;
   dim3 dim;
   unsigned threads = 0;
   std::vector<Fiber> fibers;
   std::vector<unsigned char> slots;  // kWarpSlotBytes per thread, for shuffles
-  ucontext_t scheduler;
+  const Stacks* stacks = nullptr;
+  StackSpan scheduler;  // the calling thread's stack, where the fibers return
   unsigned current = 0;
   std::exception_ptr error;
   bool direct = false;  // threads run one after another on the calling thread, no fibers
   bool waited = false;  // some thread reached a barrier
+  bool abandon = false;  // the block failed: waiting threads throw Abandoned when resumed
 };
 
 // Whether each kernel (by the type of its launch) reached a barrier in its first launch, which
 // runs as fibers. Later launches of a kernel that did not run its threads straight on the calling
-// thread, one after another: switching fibers costs system calls, and most kernels never wait. A
+// thread, one after another: even a system-call-free fiber switch costs more than the few
+// instructions of most kernels' threads, and most kernels never wait. A
 // kernel that then reaches a barrier after all fails its launch instead of running wrongly.
 std::mutex g_kernels_mu;
 std::unordered_map<std::type_index, bool>& uses_barriers() {
@@ -75,22 +130,35 @@ Block& block() {
   return *tl_block;
 }
 
-// The fiber's entry: runs the kernel body for the current thread; an exception ends the fiber
-// and is rethrown by the scheduler (it cannot unwind past the fiber's first frame).
-void fiber_main() {
-  Block& b = *tl_block;
+// Thread t's fiber: runs the kernel body for it; an exception ends the fiber and is rethrown by
+// the scheduler (it cannot unwind past the fiber's first frame). Boost's forced_unwind (a fiber
+// destroyed while suspended, which abandon() prevents) must pass.
+bctx::fiber fiber_main(Block& b, unsigned t, bctx::fiber&& scheduler) {
+  b.scheduler = entered();
+  b.fibers[t].back = std::move(scheduler);
   try {
-    (*b.body)();
+    if (!b.abandon) (*b.body)();  // a thread first resumed to be abandoned never starts
+  } catch (const bctx::detail::forced_unwind&) {
+    throw;
+  } catch (const Abandoned&) {
   } catch (...) {
     if (!b.error) b.error = std::current_exception();
   }
-  b.fibers[b.current].state = State::done;
-  // Returning resumes uc_link: the scheduler.
+  b.fibers[t].state = State::done;
+  leaving(b.scheduler);
+  return std::move(b.fibers[t].back);  // ends the fiber, resuming the scheduler
 }
 
 void set_thread(Block& b, unsigned t) {
   b.current = t;
   tl_builtins.thread_idx = {t % b.dim.x, (t / b.dim.x) % b.dim.y, t / (b.dim.x * b.dim.y)};
+}
+
+// Scheduler side: runs thread t until it waits or ends.
+void resume(Block& b, unsigned t) {
+  set_thread(b, t);
+  b.fibers[t].self =
+      switch_to(std::move(b.fibers[t].self), {b.stacks->stack(t), kStackBytes});
 }
 
 void wait(State s) {
@@ -100,8 +168,10 @@ void wait(State s) {
                     "one in a later launch; run it first where it waits");
   b.waited = true;
   const unsigned self = b.current;
-  b.fibers[self].state = s;
-  swapcontext(&b.fibers[self].ctx, &b.scheduler);  // the scheduler resumes it as `self` again
+  Fiber& f = b.fibers[self];
+  f.state = s;
+  f.back = switch_to(std::move(f.back), b.scheduler);  // the scheduler resumes it as `self` again
+  if (b.abandon) throw Abandoned{};
 }
 
 // Opens every barrier whose threads have all arrived; false when none could open.
@@ -150,7 +220,15 @@ bool open_barriers(Block& b) {
                               " at a warp shuffle (which needs all 32 lanes), ", done, " ended"));
 }
 
-void run_block(Block& b, const Stacks& stacks) {
+// A failed block's waiting threads unwind and end (their locals destroyed), each resumed once to
+// throw Abandoned from its barrier.
+void abandon(Block& b) noexcept {
+  b.abandon = true;
+  for (unsigned t = 0; t < b.threads; ++t)
+    if (b.fibers[t].self) resume(b, t);
+}
+
+void run_block(Block& b) {
   if (b.direct) {
     for (unsigned t = 0; t < b.threads; ++t) {
       set_thread(b, t);
@@ -159,26 +237,28 @@ void run_block(Block& b, const Stacks& stacks) {
     return;
   }
   for (unsigned t = 0; t < b.threads; ++t) {
-    Fiber& f = b.fibers[t];
-    f.state = State::runnable;
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = stacks.stack(t);
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = &b.scheduler;
-    makecontext(&f.ctx, fiber_main, 0);
+    b.fibers[t].state = State::runnable;
+    b.fibers[t].self = bctx::fiber(std::allocator_arg, ReservedStack{b.stacks->stack(t)},
+                                   [&b, t](bctx::fiber&& scheduler) {
+                                     return fiber_main(b, t, std::move(scheduler));
+                                   });
   }
-  for (;;) {
-    // Each runnable thread runs until it waits at a barrier or ends; afterwards none is runnable.
-    for (unsigned t = 0; t < b.threads; ++t) {
-      if (b.fibers[t].state != State::runnable) continue;
-      set_thread(b, t);
-      swapcontext(&b.scheduler, &b.fibers[t].ctx);
-      if (b.error) std::rethrow_exception(b.error);
+  try {
+    for (;;) {
+      // Each runnable thread runs until it waits at a barrier or ends; then none is runnable.
+      for (unsigned t = 0; t < b.threads; ++t) {
+        if (b.fibers[t].state != State::runnable) continue;
+        resume(b, t);
+        if (b.error) std::rethrow_exception(b.error);
+      }
+      bool all_done = true;
+      for (const Fiber& f : b.fibers) all_done = all_done && f.state == State::done;
+      if (all_done) return;
+      if (!open_barriers(b)) deadlock(b);
     }
-    bool all_done = true;
-    for (const Fiber& f : b.fibers) all_done = all_done && f.state == State::done;
-    if (all_done) return;
-    if (!open_barriers(b)) deadlock(b);
+  } catch (...) {
+    abandon(b);
+    throw;
   }
 }
 
@@ -224,6 +304,7 @@ void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void
     b.direct = known && !it->second;
   }
   b.body = &body;
+  b.stacks = stacks.get();
   b.dim = blk;
   b.threads = unsigned(threads);
   b.fibers.resize(b.threads);
@@ -236,7 +317,7 @@ void run_grid(dim3 grid, dim3 blk, size_t shared_bytes, const std::function<void
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           tl_builtins.block_idx = {x, y, z};
-          run_block(b, *stacks);
+          run_block(b);
         }
   } catch (...) {
     tl_block = nullptr;

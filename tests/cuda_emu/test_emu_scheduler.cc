@@ -125,6 +125,44 @@ TEST(emu_scheduler, BarrierAfterSomeThreadsReturnedFails) {
       "__syncthreads reached by 63 of 64");
 }
 
+// Threads of a failed block that wait at a barrier, or never started, end with their locals
+// destroyed, and the other blocks do not run.
+struct Guard {
+  static inline int made = 0, live = 0;
+  Guard() { ++made, ++live; }
+  ~Guard() { --live; }
+};
+
+TEST(emu_scheduler, AFailedBlocksThreadsUnwind) {
+  Guard::made = 0;
+  expect_error(
+      [] {
+        RT_EMU_LAUNCH(2, 64)([] {
+          Guard g;
+          if (threadIdx.x == 5) return;
+          __syncthreads();
+        })();
+        finish();
+      },
+      "__syncthreads reached by 63 of 64");
+  EXPECT_EQ(Guard::made, 64);  // block 0 only
+  EXPECT_EQ(Guard::live, 0);
+  // Thread 0 fails first: the others are never started.
+  Guard::made = 0;
+  expect_error(
+      [] {
+        RT_EMU_LAUNCH(2, 64)([] {
+          Guard g;
+          if (threadIdx.x == 0) throw rt::Error("thread 0 failed");
+          __syncthreads();
+        })();
+        finish();
+      },
+      "thread 0 failed");
+  EXPECT_EQ(Guard::made, 1);
+  EXPECT_EQ(Guard::live, 0);
+}
+
 // The second warp takes the other branch, finishes its shuffle and ends; the first warp's barrier
 // then waits for threads that are gone.
 TEST(emu_scheduler, BarrierInADivergentBranchFails) {
