@@ -113,9 +113,9 @@ struct Block {
 
 // Whether each kernel (by the type of its launch) reached a barrier in its first launch, which
 // runs as fibers. Later launches of a kernel that did not run its threads straight on the calling
-// thread, one after another: even a system-call-free fiber switch costs more than the few
-// instructions of most kernels' threads, and most kernels never wait. A
-// kernel that then reaches a barrier after all fails its launch instead of running wrongly.
+// thread, one after another: a fiber switch, cheap as it is, costs more than most kernels' threads,
+// and most kernels never wait. A kernel that then reaches a barrier after all fails its launch
+// instead of running wrongly.
 std::mutex g_kernels_mu;
 std::unordered_map<std::type_index, bool>& uses_barriers() {
   static std::unordered_map<std::type_index, bool> m;
