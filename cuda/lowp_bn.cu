@@ -9,6 +9,8 @@
 // with the forward's own arithmetic (bn_value, one fused multiply-add, then the rounding to T that
 // produced y), so backward reads two tensors instead of three and still masks exactly where the
 // stored y is not positive.
+#include <type_traits>
+
 #include "cuda/check.h"
 #include "cuda/lowp_device.cuh"
 #include "cuda/lowp_kernels.h"
@@ -279,9 +281,14 @@ template <int Lanes>
 __device__ inline int64_t lanes_stride() {
   return int64_t(gridDim.x) * blockDim.x / Lanes;
 }
-template <int Lanes>
-uint32_t lanes_blocks(int64_t channels) {
-  return blocks_for(channels * Lanes);
+// Calls launch(std::integral_constant<int, Lanes>, blocks) with the lanes per channel g's chunk
+// count takes, and the blocks they fill.
+template <class Launch>
+void launch_totals(const ChannelReduceGeom& g, Launch&& launch) {
+  if (g.chunks >= kWarpChunks)
+    launch(std::integral_constant<int, 32>{}, blocks_for(g.channels * 32));
+  else
+    launch(std::integral_constant<int, 1>{}, blocks_for(g.channels));
 }
 
 // The chunks' (mean, M2) combined: the mean and the sum of squared deviations.
@@ -492,12 +499,10 @@ void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float*
     case ChannelSum::dy: launch_partial<T, ChannelSum::dy>(a, g, vec, stream); break;
     case ChannelSum::bn_grad: launch_partial<T, ChannelSum::bn_grad>(a, g, vec, stream); break;
   }
-  const bool warps = g.chunks >= kWarpChunks;
-  const uint32_t blocks = warps ? lanes_blocks<32>(g.channels) : lanes_blocks<1>(g.channels);
-  if (warps)
-    channel_total_kernel<32><<<blocks, kThreads, 0, stream>>>(a.partial, g, s1, s2);
-  else
-    channel_total_kernel<1><<<blocks, kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  launch_totals(g, [&](auto lanes, uint32_t blocks) {
+    constexpr int L = decltype(lanes)::value;
+    channel_total_kernel<L><<<blocks, kThreads, 0, stream>>>(a.partial, g, s1, s2);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -508,12 +513,10 @@ void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, floa
   if (on_vec_grid(g, {x})) {
     bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
     CUDA_CHECK_LAUNCH();
-    const bool warps = g.chunks >= kWarpChunks;
-    const uint32_t blocks = warps ? lanes_blocks<32>(g.channels) : lanes_blocks<1>(g.channels);
-    if (warps)
-      welford_total_kernel<32><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
-    else
-      welford_total_kernel<1><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
+    launch_totals(g, [&](auto lanes, uint32_t blocks) {
+      constexpr int L = decltype(lanes)::value;
+      welford_total_kernel<L><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
+    });
     CUDA_CHECK_LAUNCH();
     return;
   }

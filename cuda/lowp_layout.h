@@ -46,8 +46,8 @@ RT_HOST_DEVICE inline int64_t ohwi_from_oihw(int64_t oihw, const WeightGeom& g) 
 // Per-channel sums over the rows (N*H*W) of an NHWC tensor, deterministically: blocks of
 // kChannelTile channels x kRowThreads rows; block (tile, chunk) sums rows [chunk * rows_per_chunk,
 // +rows_per_chunk) of its channels into partial[chunk][c]; a second pass (a warp per channel
-// where they are many) adds the chunks of each channel in a fixed order. There are enough chunks for about
-// kTargetBlocks blocks (a few per multiprocessor of a large GPU, the same on every GPU, so the
+// where they are many) adds the chunks of each channel in a fixed order. There are enough chunks
+// for about kTargetBlocks blocks (a few per multiprocessor of a large GPU, the same on every GPU, so the
 // same bits), at least kMinRowsPerChunk rows each, and at most kMaxChunks.
 //
 // Where the channels are a multiple of kVec (8 two-byte values, 16 bytes) and the buffers are
