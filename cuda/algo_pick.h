@@ -9,20 +9,24 @@ namespace rt::cuda {
 struct AlgoCandidate {
   int algo = 0;
   bool ok = true;             // status == CUDNN_STATUS_SUCCESS
-  size_t workspace = 0;       // bytes
+  size_t workspace = 0;       // bytes, as the ranking reported it
   bool deterministic = true;  // same result bits on every run
 };
 
-// Index of the first candidate (cuDNN ranks them fastest first) that succeeded, fits the
-// workspace limit and, if asked, is deterministic; -1 when none does.
-inline int algo_pick(const std::vector<AlgoCandidate>& ranked, size_t workspace_limit,
-                     bool require_deterministic) {
+// Indices of the candidates (cuDNN ranks them fastest first) that succeeded, fit the workspace
+// limit and, if asked, are deterministic, in rank order. The caller takes the first whose
+// workspace cuDNN then confirms for the math type it will run with: a ranking's reported size
+// can differ from the workspace query's, and the query can refuse an algorithm the ranking
+// offered.
+inline std::vector<int> algo_order(const std::vector<AlgoCandidate>& ranked, size_t workspace_limit,
+                                   bool require_deterministic) {
+  std::vector<int> order;
   for (size_t i = 0; i < ranked.size(); ++i) {
     const AlgoCandidate& c = ranked[i];
     if (c.ok && c.workspace <= workspace_limit && (c.deterministic || !require_deterministic))
-      return int(i);
+      order.push_back(int(i));
   }
-  return -1;
+  return order;
 }
 
 }  // namespace rt::cuda

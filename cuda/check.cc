@@ -21,9 +21,14 @@ void throw_cuda_error(const char* file, int line, const char* call, cudaError_t 
 }
 
 void throw_cudnn_error(const char* file, int line, const char* call, cudnnStatus_t s) {
+  // cuDNN 9 keeps, per thread, why its last failed call failed (this one): "BAD_PARAM" alone does
+  // not say which parameter, nor "NOT_SUPPORTED" what.
+  char why[512] = {};
+  cudnnGetLastErrorString(why, sizeof why);
   throw_as(s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
                s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED,
-           str_cat(file, ":", line, ": ", call, ": cuDNN: ", cudnnGetErrorString(s), " (", int(s), ")"));
+           str_cat(file, ":", line, ": ", call, ": cuDNN: ", cudnnGetErrorString(s), " (", int(s),
+                   ")", *why ? ": " : "", why));
 }
 
 void throw_cublas_error(const char* file, int line, const char* call, cublasStatus_t s) {

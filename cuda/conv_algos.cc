@@ -3,6 +3,7 @@
 #include "cuda/conv_algos.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "cuda/algo_pick.h"
@@ -11,24 +12,43 @@
 namespace rt::cuda {
 namespace {
 
-// The ranked perf results of one direction into candidates, then the policy's choice. The three
-// cudnn*AlgoPerf_t structs share these fields. A result that converts fp32 to fp16 is no candidate.
-template <class Perf>
-const Perf& choose(const std::vector<Perf>& perf, int returned, const ContextConfig& cfg,
-                   const ConvDesc& d, const char* kind, const char* direction) {
+// One direction's choice: the first of cuDNN's ranked results that the algo_pick policy allows
+// (a result that converts fp32 to fp16 is no candidate) and whose workspace the size query
+// confirms, under the math type it will run with, within the limit. The query may refuse an
+// algorithm the ranking offered, or ask for more than the ranking said (under FMA math in
+// particular); such a candidate is passed over for the next. Leaves the descriptor `c` set to the
+// chosen math type and returns the chosen result; its workspace goes to `workspace`.
+// The three cudnn*AlgoPerf_t structs share these fields. size(algo, &bytes) is the direction's
+// workspace query.
+template <class Perf, class Math, class Size>
+const Perf& choose(const std::vector<Perf>& perf, int returned, cudnnConvolutionDescriptor_t c,
+                   Math math, Size size, const ContextConfig& cfg, const ConvDesc& d,
+                   const char* kind, const char* direction, size_t& workspace) {
   std::vector<AlgoCandidate> cands;
   for (int i = 0; i < returned; ++i)
     cands.push_back({int(perf[i].algo),
                      perf[i].status == CUDNN_STATUS_SUCCESS &&
                          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
                      perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
-  const int k = algo_pick(cands, cfg.workspace_limit, cfg.deterministic);
-  if (k < 0)
-    throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
-                        d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",
-                        cfg.deterministic ? " and is deterministic" : "", " (", returned,
-                        " candidates)"));
-  return perf[size_t(k)];
+  const std::vector<int> order = algo_order(cands, cfg.workspace_limit, cfg.deterministic);
+  std::string passed;  // why the policy's candidates were passed over
+  for (const int k : order) {
+    const Perf& p = perf[size_t(k)];
+    CUDNN_CHECK(cudnnSetConvolutionMathType(c, math(p.mathType)));
+    size_t bytes = 0;
+    const cudnnStatus_t s = size(p.algo, &bytes);
+    if (s == CUDNN_STATUS_SUCCESS && bytes <= cfg.workspace_limit) {
+      workspace = bytes;
+      return p;
+    }
+    passed += s == CUDNN_STATUS_SUCCESS
+                  ? str_cat("; algorithm ", int(p.algo), " needs ", bytes, " bytes")
+                  : str_cat("; algorithm ", int(p.algo), ": workspace query: ", cudnnGetErrorString(s));
+  }
+  throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
+                      d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",
+                      cfg.deterministic ? " and is deterministic" : "", " (", returned,
+                      " candidates, ", order.size(), " allowed", passed, ")"));
 }
 
 // The math types of the three descriptors, kept and put back.
@@ -114,6 +134,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   }
   auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
   ConvAlgos a;
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
   {
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
@@ -122,10 +143,12 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, w, fwd, y, max, &got, perf.data()));
     else
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
-    const auto& p = choose(perf, got, cfg, d, kind, "forward");
+    auto size = [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+      return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, algo, bytes);
+    };
+    const auto& p = choose(perf, got, fwd, math, size, cfg, d, kind, "forward", fwd_ws);
     a.fwd = p.algo;
     a.fwd_math = math(p.mathType);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
   }
   // No backward-data algorithm for a layer never asked for dx: none is timed on the network's
   // largest input, and a layout cuDNN has no dgrad kernel for (3 channels, NHWC, 16 bits) cannot
@@ -141,10 +164,12 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     else
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
-    const auto& p = choose(perf, got, cfg, d, kind, "backward-data");
+    auto size = [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, algo, bytes);
+    };
+    const auto& p = choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data", data_ws);
     a.bwd_data = p.algo;
     a.bwd_data_math = math(p.mathType);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, a.bwd_data_math));
   }
   {
     int max = 0, got = 0;
@@ -156,29 +181,18 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     else
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
-    const auto& p = choose(perf, got, cfg, d, kind, "backward-filter");
+    auto size = [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, algo, bytes);
+    };
+    const auto& p =
+        choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter", filter_ws);
     a.bwd_filter = p.algo;
     a.bwd_filter_math = math(p.mathType);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, a.bwd_filter_math));
   }
   // Timing may leave a candidate's failed allocation as the runtime's last error (reported in its
   // perf status already): cleared, so that the next launch check does not blame a kernel of ours.
   if (cfg.benchmark_algos) (void)cudaGetLastError();
-  // Workspace sizes for the chosen algorithms under the final math types.
-  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
-  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws));
-  if (d.input_grad)
-    CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws));
-  CUDNN_CHECK(
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws));
   a.workspace = std::max({fwd_ws, data_ws, filter_ws});
-  // The candidates' sizes were reported under their own math types; under FMA math the chosen
-  // ones may ask for more.
-  if (a.workspace > cfg.workspace_limit)
-    throw Error(str_cat("layer ", d.name, ": the cuDNN ", kind, "algorithms chosen for input ",
-                        d.in.str(), " need a workspace of ", a.workspace, " bytes, more than the ",
-                        cfg.workspace_limit, " allowed"));
   ctx.conv_algos().add(key, a);
   return a;
 }

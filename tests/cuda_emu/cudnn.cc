@@ -4,17 +4,23 @@
 // cudnn_bn.cc). Semantics as cuDNN documents them: results are alpha * op + beta * old, and the
 // old value is not read when beta is 0 (new device memory is NaN here, so reading it would show);
 // the algorithm queries offer one algorithm (number 0) that needs kWorkspace bytes of workspace,
-// a call given less, or none, fails with CUDNN_STATUS_BAD_PARAM, and the workspace queries
-// answer CUDNN_STATUS_NOT_SUPPORTED for any other algorithm. A call checks its arguments and reads
+// a call given less, or none, fails with CUDNN_STATUS_BAD_PARAM, and the workspace queries and
+// the calls answer CUDNN_STATUS_NOT_SUPPORTED for any other algorithm. With decoys on
+// (rt_emu::offer_decoy_algorithms), two more are ranked first, as real rankings can offer them:
+// algorithm 1, which the workspace query refuses, and algorithm 2, whose query asks for far more
+// than its ranking said. A failing call leaves its reason for cudnnGetLastErrorString. A call checks its arguments and reads
 // its descriptors, alpha and beta at once, as cuDNN does, and queues the work on the handle's
 // stream (tests/cuda_emu/streams.h). What it does not reproduce: cuDNN's own
 // summation order and fp32 accumulation (it is more exact), and its speed.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,6 +36,16 @@ using rt_emu::set_tensor;
 using rt_emu::store;
 
 constexpr size_t kWorkspace = 4096;
+constexpr size_t kDecoyWorkspace = size_t(1) << 40;  // algorithm 2's answer with decoys on
+
+std::atomic<bool> g_decoys{false};
+thread_local std::string g_last_error;  // cudnnGetLastErrorString's, per thread as cuDNN's
+
+// A failed call: its status, and its reason kept for cudnnGetLastErrorString.
+cudnnStatus_t fail(cudnnStatus_t s, const char* why) {
+  g_last_error = why;
+  return s;
+}
 
 // Output size and the geometry checks cuDNN makes; false when the descriptors disagree.
 bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
@@ -76,19 +92,40 @@ void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
     blend(out_d->type, out, i, acc[size_t(i)], scalar(alpha), scalar(beta));
 }
 
-bool workspace_ok(const void* ws, size_t bytes) { return ws && bytes >= kWorkspace; }
+int offered() { return g_decoys.load() ? 3 : 1; }
+
+// The checks every convolution call makes before queuing its work.
+cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, int algo, const void* ws, size_t bytes) {
+  if (!h || !geometry_ok) return fail(CUDNN_STATUS_BAD_PARAM, "descriptors disagree");
+  if (algo != 0) return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm not supported (emulated)");
+  if (!ws || bytes < kWorkspace) return fail(CUDNN_STATUS_BAD_PARAM, "workspace too small");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The workspace queries' answer for `algo`.
+cudnnStatus_t workspace_of(int algo, size_t* bytes) {
+  if (algo == 2 && g_decoys.load()) {
+    *bytes = kDecoyWorkspace;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  if (algo != 0) return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm not supported (emulated)");
+  *bytes = kWorkspace;
+  return CUDNN_STATUS_SUCCESS;
+}
 
 template <class Perf, class Algo>
 cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* returned, Perf* perf) {
   if (!cv || requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
-  perf[0] = Perf{};
-  perf[0].algo = Algo(0);
-  perf[0].status = CUDNN_STATUS_SUCCESS;
-  perf[0].time = 1.0f;
-  perf[0].memory = kWorkspace;
-  perf[0].determinism = CUDNN_DETERMINISTIC;
-  perf[0].mathType = cv->math;
-  *returned = 1;
+  *returned = std::min(requested, offered());
+  for (int i = 0; i < *returned; ++i) {
+    perf[i] = Perf{};
+    perf[i].algo = Algo((i + 1) % offered());  // decoys 1 and 2 first, then 0
+    perf[i].status = CUDNN_STATUS_SUCCESS;
+    perf[i].time = 1.0f + float(i);
+    perf[i].memory = kWorkspace;
+    perf[i].determinism = CUDNN_DETERMINISTIC;
+    perf[i].mathType = cv->math;
+  }
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -97,6 +134,7 @@ cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* return
 namespace rt_emu {
 std::atomic<int64_t> g_bwd_data_algo_queries{0};
 int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
+void offer_decoy_algorithms(bool on) { g_decoys.store(on); }
 }  // namespace rt_emu
 
 extern "C" {
@@ -115,6 +153,11 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
   if (!h) return CUDNN_STATUS_BAD_PARAM;
   h->stream = s;
   return CUDNN_STATUS_SUCCESS;
+}
+void cudnnGetLastErrorString(char* message, size_t max_size) {
+  if (!message || max_size == 0) return;
+  std::snprintf(message, max_size, "%s", g_last_error.c_str());
+  g_last_error.clear();
 }
 const char* cudnnGetErrorString(cudnnStatus_t s) {
   switch (s) {
@@ -192,15 +235,15 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = offered();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = offered();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = 1;
+  *n = offered();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
@@ -249,36 +292,32 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnn
                                                       const cudnnConvolutionDescriptor_t,
                                                       const cudnnTensorDescriptor_t,
                                                       cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-  *bytes = kWorkspace;
-  return CUDNN_STATUS_SUCCESS;
+  return workspace_of(int(algo), bytes);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
     cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,
     cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-  *bytes = kWorkspace;
-  return CUDNN_STATUS_SUCCESS;
+  return workspace_of(int(algo), bytes);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
     cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
     const cudnnConvolutionDescriptor_t, const cudnnFilterDescriptor_t,
     cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-  if (algo != 0) return CUDNN_STATUS_NOT_SUPPORTED;
-  *bytes = kWorkspace;
-  return CUDNN_STATUS_SUCCESS;
+  return workspace_of(int(algo), bytes);
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       const cudnnTensorDescriptor_t xd, const void* x,
                                       const cudnnFilterDescriptor_t wd, const void* w,
                                       const cudnnConvolutionDescriptor_t cv,
-                                      cudnnConvolutionFwdAlgo_t, void* ws, size_t ws_bytes,
+                                      cudnnConvolutionFwdAlgo_t algo, void* ws, size_t ws_bytes,
                                       const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
-  if (!h || !geometry(cv, xd, wd, yd) || !workspace_ok(ws, ws_bytes) || xd->type != yd->type ||
-      wd->type != xd->type)
-    return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, wd, yd), int(algo), ws, ws_bytes);
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
+  if (xd->type != yd->type || wd->type != xd->type)
+    return fail(CUDNN_STATUS_BAD_PARAM, "tensor and filter types differ");
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, wd = *wd, yd = *yd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &xd, &wd, &yd, &yd, y, &al, &be,
@@ -295,11 +334,12 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
                                            const cudnnFilterDescriptor_t wd, const void* w,
                                            const cudnnTensorDescriptor_t dyd, const void* dy,
                                            const cudnnConvolutionDescriptor_t cv,
-                                           cudnnConvolutionBwdDataAlgo_t, void* ws, size_t ws_bytes,
-                                           const void* beta, const cudnnTensorDescriptor_t dxd,
-                                           void* dx) {
-  if (!h || !geometry(cv, dxd, wd, dyd) || !workspace_ok(ws, ws_bytes))
-    return CUDNN_STATUS_BAD_PARAM;
+                                           cudnnConvolutionBwdDataAlgo_t algo, void* ws,
+                                           size_t ws_bytes, const void* beta,
+                                           const cudnnTensorDescriptor_t dxd, void* dx) {
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, dxd, wd, dyd), int(algo), ws, ws_bytes);
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, wd = *wd, dyd = *dyd, dxd = *dxd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &dxd, &wd, &dyd, &dxd, dx, &al, &be,
@@ -316,11 +356,12 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                                              const cudnnTensorDescriptor_t xd, const void* x,
                                              const cudnnTensorDescriptor_t dyd, const void* dy,
                                              const cudnnConvolutionDescriptor_t cv,
-                                             cudnnConvolutionBwdFilterAlgo_t, void* ws,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* ws,
                                              size_t ws_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwd, void* dw) {
-  if (!h || !geometry(cv, xd, dwd, dyd) || !workspace_ok(ws, ws_bytes))
-    return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, dwd, dyd), int(algo), ws, ws_bytes);
+      s != CUDNN_STATUS_SUCCESS)
+    return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, dyd = *dyd, dwd = *dwd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &xd, &dwd, &dyd, &dwd, dw, &al, &be,

@@ -46,5 +46,8 @@ inline float scalar(const void* p) { return *static_cast<const float*>(p); }
 
 // Backward-data algorithm searches (heuristic or timed) this process has asked for (tests).
 int64_t bwd_data_algo_queries();
+// On: the convolution algorithm rankings put two decoys first (cudnn.cc), which a choice must
+// pass over. Off by default; process-wide.
+void offer_decoy_algorithms(bool on);
 
 }  // namespace rt_emu

@@ -274,6 +274,78 @@ TEST(GpuCudnnConv, AlgorithmChoicesKeptInAFile) {
   std::filesystem::remove(file);
 }
 
+#ifdef RT_CUDA_EMULATOR
+// Rankings that put first an algorithm the workspace query refuses and one whose query asks for
+// far more than its ranking said (both seen from real cuDNN): the choice passes over both, in
+// each direction, timed or not, fp32 and 16-bit, and the layer computes. When the policy allows
+// none, the error says how many were ranked and allowed.
+TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
+  struct Decoys {
+    Decoys() { rt_emu::offer_decoy_algorithms(true); }
+    ~Decoys() { rt_emu::offer_decoy_algorithms(false); }
+  } decoys;
+  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+  for (bool benchmark : {false, true}) {
+    ContextConfig cfg;
+    cfg.benchmark_algos = benchmark;
+    CudaContext ctx(cfg);
+    check_conv(ctx, d);
+    LowpConv<bf16> lowp(d, ctx);
+    for (const std::string& key : {conv_algo_key(d, false, ""), conv_algo_key(d, true, "bf16 NHWC ")}) {
+      const ConvAlgos* a = ctx.conv_algos().find(key);
+      ASSERT_NE(a, nullptr) << key;
+      EXPECT_EQ(int(a->fwd), 0) << key;
+      EXPECT_EQ(int(a->bwd_data), 0) << key;
+      EXPECT_EQ(int(a->bwd_filter), 0) << key;
+      EXPECT_EQ(a->workspace, 4096u) << key;  // the emulator's need, not the decoy's 1 TiB
+    }
+  }
+  ContextConfig small;
+  small.workspace_limit = 1000;  // below every candidate's reported need
+  CudaContext ctx(small);
+  try {
+    CudnnConv conv(d, ctx);
+    FAIL() << "a convolution with no algorithm allowed was set up";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer 3x3: no cuDNN forward algorithm"), std::string::npos) << m;
+    EXPECT_NE(m.find("(3 candidates, 0 allowed)"), std::string::npos) << m;
+  }
+}
+
+// A failing cuDNN call's error carries cuDNN's own reason (cudnnGetLastErrorString).
+TEST(GpuCudnnConv, ErrorsCarryCudnnsReason) {
+  ContextConfig cfg;
+  CudaContext ctx(cfg);
+  cudnnTensorDescriptor_t t = nullptr;
+  cudnnFilterDescriptor_t f = nullptr;
+  cudnnConvolutionDescriptor_t c = nullptr;
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&t));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&f));
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&c));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 2, 5, 5));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 2, 2, 3, 3));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(c, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                              CUDNN_DATA_FLOAT));
+  DeviceBuffer x(50 * 4), w(36 * 4), y(50 * 4), ws(64);
+  const float one = 1, zero = 0;
+  std::string m;
+  try {
+    CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &one, t, x.get(), f, w.get(), c,
+                                        CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.get(), 64,
+                                        &zero, t, y.get()));
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  cudnnDestroyConvolutionDescriptor(c);
+  cudnnDestroyFilterDescriptor(f);
+  cudnnDestroyTensorDescriptor(t);
+  EXPECT_NE(m.find("CUDNN_STATUS_BAD_PARAM (emulated cuDNN) (2000): workspace too small"),
+            std::string::npos)
+      << m;
+}
+#endif
+
 void check_linear(CudaContext& ctx, const LinearDesc& d) {
   const int64_t in = d.in.chw(), o = d.out_features;
   auto ref = make_backend<float>("reference")->make_linear(d);
