@@ -22,6 +22,7 @@ __global__ void saxpy_kernel(int n, float a, const float* x, float* y) {
 }
 
 void saxpy_host(int n, float a, const float* x, float* y) {
+  if (n <= 0) return;  // no blocks to launch (an invalid launch on a real device)
   float *dx = nullptr, *dy = nullptr;
   CUDA_CHECK(cudaMalloc(&dx, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&dy, n * sizeof(float)));

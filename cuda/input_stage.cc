@@ -19,15 +19,19 @@ InputStage::~InputStage() {
 void InputStage::stage(const void* host, size_t bytes) {
   if (!copy_) {  // on first use: backends that never prefetch create nothing
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    // Both slots start free: an event never recorded is complete to a wait. (Recorded on the
+    // compute stream, it would hold the first copy behind all the work queued there so far.)
     for (int i = 0; i < 2; ++i) {
       CUDA_CHECK(cudaEventCreateWithFlags(&copied_[i], cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&used_[i], cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventRecord(used_[i], compute_));  // both slots start free
     }
   }
   cur_ ^= 1;
   if (slot_[cur_].bytes() < bytes) {
-    CUDA_CHECK(cudaEventSynchronize(used_[cur_]));  // the old slot may still be read
+    // The old slot may still be read by the compute stream, or written by a copy staged into it
+    // and never consumed; cudaFree need not wait for either.
+    CUDA_CHECK(cudaEventSynchronize(used_[cur_]));
+    CUDA_CHECK(cudaStreamSynchronize(copy_));
     slot_[cur_] = DeviceBuffer(bytes);
   }
   CUDA_CHECK(cudaStreamWaitEvent(copy_, used_[cur_], 0));

@@ -82,6 +82,13 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool 
 }  // namespace
 
 void set_last_error(cudaError_t e) { tl_last_error = e; }
+// A query's "not ready" kept as the thread's last error, as the runtime may keep it (PyTorch
+// clears it after each query): code that queries must clear it before a launch check, or that
+// check blames the next kernel.
+cudaError_t recorded(cudaError_t e) {
+  if (e != cudaSuccess) tl_last_error = e;
+  return e;
+}
 int64_t device_allocations() { return g_allocations.load(); }
 int64_t device_bytes_live() {
   std::lock_guard lock(g_mu);
@@ -167,7 +174,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   return rt_emu::stream_create(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { return rt_emu::stream_destroy(s); }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return rt_emu::stream_query(s); }
+cudaError_t cudaStreamQuery(cudaStream_t s) { return rt_emu::recorded(rt_emu::stream_query(s)); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   return rt_emu::stream_wait_event(s, e);
 }
@@ -178,9 +185,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 cudaError_t cudaEventDestroy(cudaEvent_t e) { return rt_emu::event_destroy(e); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return rt_emu::event_record(e, s); }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return rt_emu::event_synchronize(e); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return rt_emu::event_query(e); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return rt_emu::recorded(rt_emu::event_query(e)); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  return rt_emu::event_elapsed_ms(ms, start, end);
+  return rt_emu::recorded(rt_emu::event_elapsed_ms(ms, start, end));
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {

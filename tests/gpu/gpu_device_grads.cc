@@ -12,27 +12,9 @@ namespace rt::cuda {
 namespace {
 
 using comm::DevicePath;
+using test::SlowStream;
 using test::to_device;
 using test::to_host;
-
-// A stream and enough queued work on it (repeated passes over 64 MiB) that a copy or a wait
-// which does not order itself behind that work would see it unfinished. The emulator runs queued
-// work only when waited for, so there any amount is unfinished and a little keeps it quick.
-#ifdef RT_CUDA_EMULATOR
-constexpr size_t kBusyBytes = size_t{64} << 10;
-#else
-constexpr size_t kBusyBytes = size_t{64} << 20;
-#endif
-struct SlowStream {
-  SlowStream() : busy(kBusyBytes) { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~SlowStream() { cudaStreamDestroy(s); }
-  void queue_slow_work(int passes = 200) {
-    for (int i = 0; i < passes; ++i) scale(Elem::f32, busy.get(), busy.bytes() / 4, 1.0f, s);
-    CUDA_CHECK_LAUNCH();
-  }
-  cudaStream_t s = nullptr;
-  DeviceBuffer busy;
-};
 
 std::vector<float> iota_floats(size_t n, float from) {
   std::vector<float> v(n);
@@ -50,6 +32,7 @@ TEST(GpuDeviceGrads, FenceWaitsForTheWorkQueuedBeforeIt) {
     compute.queue_slow_work();
     const uint64_t token = hooks->record();
     EXPECT_EQ(cudaStreamQuery(compute.s), cudaErrorNotReady) << "the slow work finished too soon to tell";
+    (void)cudaGetLastError();  // "not ready" may be kept as the last error: not the next launch's
     hooks->wait(token);
     EXPECT_EQ(cudaStreamQuery(compute.s), cudaSuccess) << "round " << round;
   }

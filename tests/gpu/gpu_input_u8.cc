@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "cuda/backend.h"
+#include "cuda/input_stage.h"
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
 #include "gpu_test_util.h"
@@ -21,6 +23,7 @@
 namespace rt::cuda {
 namespace {
 
+using test::SlowStream;
 using test::to_host;
 
 // Distance in units in the last place between two finite floats (the bit patterns mapped to a
@@ -153,6 +156,31 @@ TEST(GpuInputU8, StagedInputsAreTakenOnce) {
       check_staged(*be, s, false, mem);
       check_staged(*be, s, true, mem);
     }
+  }
+}
+
+// The prefetch copy runs beside the compute stream's work, the first one too (its slots start
+// free, not behind whatever the compute stream had queued when prefetching began), and a consumer
+// queued on the compute stream reads the copied bytes.
+TEST(GpuInputStage, CopiesBesideTheComputeStreamFromTheFirst) {
+  RT_REQUIRE_GPU();
+  SlowStream compute;
+  InputStage stage(compute.s);
+  std::vector<float> host(1024);
+  std::iota(host.begin(), host.end(), 1.0f);
+  DeviceBuffer out(host.size() * 4);
+  for (int round = 0; round < 3; ++round) {
+    compute.queue_slow_work();
+    stage.stage(host.data(), host.size() * 4);
+    stage.sync();
+    EXPECT_EQ(cudaStreamQuery(compute.s), cudaErrorNotReady)
+        << "round " << round << ": the copy waited for the compute stream's work";
+    (void)cudaGetLastError();  // "not ready" may be kept as the last error
+    ASSERT_TRUE(stage.consume(host.data(), host.size() * 4, [&](const void* d) {
+      CUDA_CHECK(cudaMemcpyAsync(out.get(), d, host.size() * 4, cudaMemcpyDeviceToDevice, compute.s));
+    }));
+    CUDA_CHECK(cudaStreamSynchronize(compute.s));
+    EXPECT_EQ(to_host<float>(out, host.size()), host) << "round " << round;
   }
 }
 

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/check.h"
 #include "cuda/device.h"
+#include "cuda/kernels.h"
 #include "cuda/memory.h"
 #include "nn/tensor.h"
 
@@ -20,6 +22,27 @@
   } while (0)
 
 namespace rt::cuda::test {
+
+// A stream and enough queued work on it (repeated passes over 64 MiB) that a copy or a wait
+// which does not order itself behind that work would see it unfinished. The emulator runs queued
+// work only when waited for, so there any amount is unfinished and a little keeps it quick.
+#ifdef RT_CUDA_EMULATOR
+constexpr size_t kBusyBytes = size_t{64} << 10;
+#else
+constexpr size_t kBusyBytes = size_t{64} << 20;
+#endif
+struct SlowStream {
+  SlowStream() : busy(kBusyBytes) { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~SlowStream() { cudaStreamDestroy(s); }
+  SlowStream(const SlowStream&) = delete;
+  SlowStream& operator=(const SlowStream&) = delete;
+  void queue_slow_work(int passes = 200) {
+    for (int i = 0; i < passes; ++i) scale(Elem::f32, busy.get(), busy.bytes() / 4, 1.0f, s);
+    CUDA_CHECK_LAUNCH();
+  }
+  cudaStream_t s = nullptr;
+  DeviceBuffer busy;
+};
 
 // n uniform values in [lo, hi).
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -2, float hi = 2) {
