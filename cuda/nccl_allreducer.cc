@@ -6,6 +6,8 @@
 #include <exception>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "comm/mpi_check.h"
 #include "cuda/check.h"
@@ -30,9 +32,37 @@ void throw_nccl_error(const char* file, int line, const char* call, ncclResult_t
                           int(r), "]", detail));
 }
 
+std::string nccl_shared_gpu_error(const std::vector<std::string>& gpu_of_rank) {
+  std::unordered_map<std::string, size_t> first;  // GPU -> the lowest rank on it
+  for (size_t r = 0; r < gpu_of_rank.size(); ++r) {
+    const auto [at, fresh] = first.emplace(gpu_of_rank[r], r);
+    if (!fresh)
+      return str_cat("allreduce 'nccl': ranks ", at->second, " and ", r, " would share GPU ",
+                     gpu_of_rank[r], " (node/PCI bus id); NCCL needs a GPU of its own for each "
+                     "rank: start at most as many ranks per node as it has GPUs, or use "
+                     "comm.algorithm ring");
+  }
+  return "";
+}
+
 namespace {
 
 using comm::ReduceOp;
+
+// Each rank's GPU as "node/PCI bus id", gathered over comm (collective).
+std::vector<std::string> gpus_of_ranks(comm::Communicator& comm, int device) {
+  constexpr int kLen = MPI_MAX_PROCESSOR_NAME + 32;  // a node name, '/', a bus id
+  char mine[kLen] = {};
+  int len = 0;
+  MPI_CHECK(MPI_Get_processor_name(mine, &len));
+  mine[len] = '/';
+  CUDA_CHECK(cudaDeviceGetPCIBusId(mine + len + 1, kLen - len - 1, device));
+  std::vector<char> all(size_t(kLen) * size_t(comm.size()));
+  MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm.mpi()));
+  std::vector<std::string> gpus;
+  for (int r = 0; r < comm.size(); ++r) gpus.emplace_back(&all[size_t(r) * kLen]);
+  return gpus;
+}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -70,6 +100,8 @@ class NcclAllreducer final : public comm::Allreducer {
     std::string why;
     if (device_count(&why) == 0) throw CommError("allreduce 'nccl': no usable CUDA device: " + why);
     CUDA_CHECK(cudaGetDevice(&device_));
+    if (const std::string e = nccl_shared_gpu_error(gpus_of_ranks(comm, device_)); !e.empty())
+      throw CommError(e);
     ncclUniqueId id{};
     if (comm.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm.mpi()));

@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/allreduce.h"
 
@@ -26,6 +28,12 @@ namespace rt::cuda {
 std::unique_ptr<comm::Allreducer> make_nccl_allreducer(comm::Communicator& comm,
                                                        const comm::CommConfig& cfg,
                                                        cudaStream_t stream = nullptr);
+
+// Before joining, the ranks compare their GPUs (node name and PCI bus id, gathered over comm):
+// where two ranks would share one, every rank throws CommError naming them, instead of NCCL's
+// "invalid usage" from inside ncclCommInitRank. gpu_of_rank[r] is rank r's "node/bus id"; the
+// message, or "" when every rank has a GPU of its own.
+std::string nccl_shared_gpu_error(const std::vector<std::string>& gpu_of_rank);
 
 // Makes comm::make_allreducer build make_nccl_allreducer (own stream) for algorithm "nccl". Call
 // once in programs that link rt_nccl; calling again is harmless.

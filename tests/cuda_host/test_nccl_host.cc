@@ -1,6 +1,6 @@
 // The nccl allreducer's host side, which needs the CUDA and NCCL libraries but no GPU: NCCL_CHECK's
-// message, and make_allreducer("nccl") once register_nccl_allreducer() has run (without a device
-// the error gives the runtime's reason).
+// message, make_allreducer("nccl") once register_nccl_allreducer() has run (without a device
+// the error gives the runtime's reason), and the refusal of two ranks on one GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,6 +39,16 @@ TEST(NcclRegistration, MakeAllreducerBuildsNcclOrSaysWhyNot) {
   } else {
     EXPECT_STREQ(comm::make_allreducer(cfg, comm)->name(), "nccl");
   }
+}
+
+// Two ranks of one NCCL communicator on one GPU: refused up front, naming both ranks and the GPU.
+TEST(NcclSharedGpu, TwoRanksOnOneGpuAreNamed) {
+  EXPECT_EQ(nccl_shared_gpu_error({}), "");
+  EXPECT_EQ(nccl_shared_gpu_error({"a/0000:1B:00.0", "a/0000:1C:00.0", "b/0000:1B:00.0"}), "");
+  const std::string m =
+      nccl_shared_gpu_error({"a/0000:1B:00.0", "a/0000:1C:00.0", "b/0000:1B:00.0", "a/0000:1C:00.0"});
+  EXPECT_NE(m.find("ranks 1 and 3 would share GPU a/0000:1C:00.0"), std::string::npos) << m;
+  EXPECT_NE(m.find("comm.algorithm ring"), std::string::npos) << m;
 }
 
 }  // namespace

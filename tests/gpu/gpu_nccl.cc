@@ -3,8 +3,9 @@
 // a host buffer is refused with a clear error.
 //
 // NCCL refuses two ranks of one communicator on one GPU. ctest therefore runs this program plainly
-// (one rank, MPI as a singleton) and under mpirun -np 2, where main exits 77 (ctest: skipped)
-// unless every rank on a node has a GPU of its own. Every rank runs every test, and a failed check
+// (one rank, MPI as a singleton) and under mpirun -np 2, where, when ranks of a node share a GPU,
+// only the test that the allreducer refuses them runs (and main exits 77, ctest: skipped, on a
+// node without GPUs). Every rank runs every test, and a failed check
 // never returns early, so the ranks stay in step through the collectives.
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@ namespace {
 using comm::ReduceOp;
 
 int g_rank = 0, g_ranks = 1;
+bool g_shared_gpu = false;  // ranks of one node share a GPU: only the refusal below runs
 
 // As tests/mpi's init_value (nccl-tests' InitData): integers that depend on rank and position.
 // bf16 holds integers exactly only up to 256, so the 16-bit pattern repeats every 7: the sum over
@@ -163,6 +165,20 @@ TEST(GpuNccl, HostBufferIsRefusedThenTheCommunicatorIsGone) {
   EXPECT_NE(m.find("aborted after an earlier failure"), std::string::npos) << m;
 }
 
+// Ranks sharing a GPU (mpirun -np 2 on one GPU): every rank refuses the communicator with an
+// error naming the ranks, before NCCL is asked (which would answer only "invalid usage").
+TEST(GpuNccl, RanksSharingAGpuAreRefused) {
+  if (!g_shared_gpu) GTEST_SKIP() << "every rank has a GPU of its own";
+  comm::Communicator comm(MPI_COMM_WORLD);
+  std::string m;
+  try {
+    make_nccl_allreducer(comm, {});
+  } catch (const CommError& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("would share GPU"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace rt::cuda
 
@@ -177,23 +193,40 @@ int main(int argc, char** argv) {
   int local = 0, local_ranks = 1;
   MPI_Comm_rank(node, &local);
   MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
   std::string why;
   const int gpus = rt::cuda::device_count(&why);
-  // One GPU per rank (NCCL's rule); a single rank without a GPU runs and each test skips itself.
-  int short_here = g_ranks > 1 && gpus < local_ranks, short_any = 0;
-  MPI_Allreduce(&short_here, &short_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (short_any) {
+  // A single rank without a GPU runs and each test skips itself; several ranks need one each.
+  int none_here = g_ranks > 1 && gpus == 0, none_any = 0;
+  MPI_Allreduce(&none_here, &none_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (none_any) {
     if (g_rank == 0)
-      std::printf("gpu_nccl: skipped: %d ranks need a GPU each (NCCL allows one rank per GPU); a "
-                  "node has %d ranks and %d GPUs%s%s\n",
-                  g_ranks, local_ranks, gpus, why.empty() ? "" : ": ", why.c_str());
+      std::printf("gpu_nccl: skipped: %d ranks, and a rank sees no GPU%s%s\n", g_ranks,
+                  why.empty() ? "" : ": ", why.c_str());
+    MPI_Comm_free(&node);
     MPI_Finalize();
     return 77;
   }
-  if (gpus > 0 && cudaSetDevice(local) != cudaSuccess) {
-    std::fprintf(stderr, "gpu_nccl: rank %d: cudaSetDevice(%d) failed\n", g_rank, local);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  // Local rank k on GPU k mod the GPUs it sees. Whether two ranks of a node then share one is
+  // told by their PCI bus ids (ranks given one GPU each through CUDA_VISIBLE_DEVICES all see
+  // device 0, a different one each); where they do, only the test of NCCL's refusal runs.
+  char bus[32] = {};
+  if (gpus > 0) {
+    if (cudaSetDevice(local % gpus) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(bus, sizeof bus, local % gpus) != cudaSuccess) {
+      std::fprintf(stderr, "gpu_nccl: rank %d: cannot select GPU %d\n", g_rank, local % gpus);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  std::vector<char> buses(sizeof bus * size_t(local_ranks));
+  MPI_Allgather(bus, sizeof bus, MPI_CHAR, buses.data(), sizeof bus, MPI_CHAR, node);
+  MPI_Comm_free(&node);
+  int shared_here = 0, shared_any = 0;
+  for (int r = 0; r < local_ranks; ++r)
+    shared_here |= r != local && std::strcmp(&buses[sizeof bus * size_t(r)], bus) == 0;
+  MPI_Allreduce(&shared_here, &shared_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (shared_any) {
+    rt::cuda::g_shared_gpu = true;
+    ::testing::GTEST_FLAG(filter) = "GpuNccl.RanksSharingAGpuAreRefused";
   }
   int rc = RUN_ALL_TESTS(), worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
