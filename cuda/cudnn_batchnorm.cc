@@ -29,13 +29,13 @@ CudnnBatchNorm::CudnnBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedS
                                            lib_int(d_.in.n, d_), lib_int(d_.in.c, d_),
                                            lib_int(d_.in.h, d_), lib_int(d_.in.w, d_)));
     CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param_, x_, kMode));
-  } catch (...) {
+    saved_mean_ = DeviceBuffer(size_t(d_.in.c) * sizeof(float));
+    saved_inv_std_ = DeviceBuffer(size_t(d_.in.c) * sizeof(float));
+    if (d_.relu) scratch_.reserve(size_t(d_.in.numel()) * sizeof(float));
+  } catch (...) {  // out of device memory included: no destructor runs for a half-made op
     release();
     throw;
   }
-  saved_mean_ = DeviceBuffer(size_t(d_.in.c) * sizeof(float));
-  saved_inv_std_ = DeviceBuffer(size_t(d_.in.c) * sizeof(float));
-  if (d_.relu) scratch_.reserve(size_t(d_.in.numel()) * sizeof(float));
 }
 
 CudnnBatchNorm::~CudnnBatchNorm() { release(); }

@@ -9,7 +9,8 @@
 namespace rt::cuda {
 
 // Device memory ops borrow while they execute: ops run one after another on one stream, so one
-// buffer, grown at set-up to the largest request, serves all of them.
+// buffer, grown at set-up to the largest request, serves all of them. Growing frees the old
+// buffer without waiting for the stream: ops reserve while they are built, before any step.
 class SharedScratch {
  public:
   void reserve(size_t bytes) {
