@@ -113,8 +113,13 @@ int launcher_int(std::initializer_list<const char*> vars, int fallback) {
 
 }  // namespace
 
-std::string shared_device_note(int local_size, int devices) {
+std::string shared_device_note(int local_size, int devices, const char* visible) {
   if (devices <= 0 || local_size <= devices) return "";
+  if (visible && *visible)
+    return str_cat("ringtrain: note: ", local_size, " ranks on this node, and CUDA_VISIBLE_DEVICES=",
+                   visible, " shows this one ", devices, devices == 1 ? " GPU" : " GPUs",
+                   " (local rank k takes GPU k mod ", devices, "): unless each rank was given "
+                   "GPUs of its own there, they share them; launch one rank per GPU for full speed");
   return str_cat("ringtrain: note: ", local_size, " ranks on this node share its ", devices,
                  devices == 1 ? " GPU" : " GPUs", " (local rank k takes GPU k mod ", devices,
                  "): each gets a fraction of one; launch one rank per GPU for full speed");
@@ -135,7 +140,7 @@ int local_rank_device(const BackendOptions& o) {
   static std::once_flag noted;
   if (local == 0)
     std::call_once(noted, [n, size = node_local_size(o)] {
-      const std::string note = shared_device_note(size, n);
+      const std::string note = shared_device_note(size, n, std::getenv("CUDA_VISIBLE_DEVICES"));
       if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     });
   return n > 0 ? local % n : 0;

@@ -23,8 +23,10 @@ int node_local_size(const BackendOptions& o);
 int local_rank_device(const BackendOptions& o);
 // "" when each of a node's local_size ranks has a device of its own; else a one-line note that
 // they share them. Sharing works (the tests run two ranks on one GPU) but each rank then gets a
-// fraction of a device, which is rarely what a launch meant.
-std::string shared_device_note(int local_size, int devices);
+// fraction of a device, which is rarely what a launch meant. `visible` is CUDA_VISIBLE_DEVICES
+// (null when unset): where it is set, each rank may see another GPU under the same number (a
+// launcher giving each rank its own), which a rank cannot tell, so the note says so.
+std::string shared_device_note(int local_size, int devices, const char* visible = nullptr);
 
 // Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
 // configuration, "cuda-tf32" with TF32 and measured algorithm choice, and "cuda-bf16" and

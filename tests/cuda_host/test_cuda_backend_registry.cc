@@ -50,6 +50,13 @@ TEST(CudaBackendRegistry, SharedDeviceNote) {
             "ringtrain: note: 2 ranks on this node share its 1 GPU (local rank k takes GPU k mod 1): "
             "each gets a fraction of one; launch one rank per GPU for full speed");
   EXPECT_NE(shared_device_note(16, 8).find("16 ranks on this node share its 8 GPUs"), std::string::npos);
+  // A launcher may give each rank its own GPU through CUDA_VISIBLE_DEVICES: not claimed shared.
+  EXPECT_EQ(shared_device_note(2, 1, ""), shared_device_note(2, 1));  // set but empty: as unset
+  const std::string v = shared_device_note(4, 1, "3");
+  EXPECT_NE(v.find("4 ranks on this node, and CUDA_VISIBLE_DEVICES=3 shows this one 1 GPU"),
+            std::string::npos) << v;
+  EXPECT_NE(v.find("unless each rank was given GPUs of its own there"), std::string::npos) << v;
+  EXPECT_EQ(shared_device_note(4, 4, "0,1,2,3"), "");
 }
 
 // The node-local rank an MPI program gives wins over the launchers' variables, which stand in
