@@ -117,14 +117,18 @@ say "gpu_check: built in $(( $(date +%s) - start )) s"
 timeout "$(cap 60)" ctest --test-dir "$build" -L unit -j 4 --output-on-failure >"$out/ctest-unit.log" 2>&1
 unit_rc=$?
 # Four at a time (one GPU has room for all of them), each cut at 90 s: a hung test costs its own
-# result, not the rest's.
-timeout "$(cap 240)" ctest --test-dir "$build" -L gpu -j 4 --timeout 90 --output-on-failure \
+# result, not the rest's. cuDNN logs its errors with their context (descriptors, the reason) to
+# cudnn-errors.log: a first run's failures explained in one place (tests that provoke errors on
+# purpose add theirs).
+CUDNN_LOGLEVEL_DBG=1 CUDNN_LOGDEST_DBG="$out/cudnn-errors.log" \
+  timeout "$(cap 240)" ctest --test-dir "$build" -L gpu -j 4 --timeout 90 --output-on-failure \
   --output-junit "$out/ctest-gpu.xml" >"$out/ctest-gpu.log" 2>&1
 gpu_rc=$?
 skipped=$(grep -c '(Skipped)$' "$out/ctest-gpu.log" || true)
 total=$(grep -oE 'tests failed out of [0-9]+' "$out/ctest-gpu.log" | grep -oE '[0-9]+$' || echo 0)
 say "gpu_check: unit: $(grep -E 'tests passed|tests failed' "$out/ctest-unit.log" | tail -1)"
 say "gpu_check: gpu:  $(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log" | tail -1); $skipped of $total skipped"
+[ -s "$out/cudnn-errors.log" ] && say "gpu_check: cuDNN logged $(grep -c 'function cudnn' "$out/cudnn-errors.log" || true) failed calls (cudnn-errors.log)"
 # ctest keeps a skipped test's output to itself: ask one test program for the reason.
 reason=$("$build/tests/gpu_smoke" 2>&1 | grep -m 1 -oE 'no CUDA device: .*' || true)
 [ "$skipped" -gt 0 ] && [ -n "$reason" ] && say "gpu_check: skip reason: $reason"
