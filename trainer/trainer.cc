@@ -362,8 +362,18 @@ void Trainer::train_step() {
   // Long computed by now (the gradients behind it are reduced). Emulated steps have none; 0 keeps
   // the divergence check quiet.
   const double loss = emulated ? 0.0 : (earlier_loss + net_->last_loss()) / double(passes_);
-  // The averaged gradients are bitwise equal on every rank, so every rank decides alike.
-  const bool apply = std::isfinite(loss) ? scaler_.update(bad_grads > 0) : true;
+  // The averaged gradients are bitwise equal on every rank, so bad_grads is the same everywhere;
+  // the loss is this rank's own. With non-finite gradients, a non-finite loss on any rank (a
+  // divergence to diagnose, not an overflow to skip) must send every rank the same way, as
+  // check_finite gathers from all: the ranks agree on it first.
+  bool losses_finite = std::isfinite(loss);
+  if (bad_grads > 0 && world_ > 1) {
+    std::vector<uint8_t> finite(static_cast<size_t>(world_));
+    const uint8_t mine = losses_finite;
+    ctl_comm_->allgather_bytes(&mine, 1, finite.data());
+    losses_finite = std::all_of(finite.begin(), finite.end(), [](uint8_t f) { return f != 0; });
+  }
+  const bool apply = losses_finite ? scaler_.update(bad_grads > 0) : true;
   if (apply) {
     check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
     opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);

@@ -123,17 +123,28 @@ void failing_ranks() {
 }
 
 void numerical_faults() {
-  for (const char* kind : {"nan", "inf"}) {
-    const std::string run_name = std::string("poison-") + kind, cfg = config(run_name);
-    Result r = run(2, "--config " + cfg + " --set debug.fault=" + kind +
-                          " --set debug.rank=1 --set debug.step=3 --set debug.param=layer2.1.conv1.weight");
+  // NaN and Inf in a convolution's weight (a few outputs non-finite, the loss finite); and NaN in
+  // the classifier's weight under dynamic loss scaling: rank 1's loss is then NaN and rank 0's
+  // finite, and both must still diagnose together (rank 0 must not skip the step as an overflow
+  // while rank 1 waits for it in the diagnosis).
+  for (const std::string kind : {"nan", "inf", "nan-dynamic"}) {
+    const std::string run_name = "poison-" + kind, cfg = config(run_name);
+    const bool dynamic = kind == "nan-dynamic";
+    const std::string param = dynamic ? "fc" : "layer2.1.conv1";
+    Result r = run(2, "--config " + cfg + " --set debug.fault=" + (dynamic ? "nan" : kind) +
+                          " --set debug.rank=1 --set debug.step=3 --set debug.param=" + param + ".weight" +
+                          (dynamic ? " --set loss_scale.mode=dynamic" : ""));
     const auto ck = files_in(dir + "/" + run_name + "/checkpoints");
-    expect(ck.size() == 2 && ck.back() == "ckpt-0000000002.rtck", std::string(kind) + ": steps 1-2 kept", r);
-    expect_fault(std::string(kind == std::string("nan") ? "NaN" : "Inf") + " in a parameter on rank 1, step 3", r,
-                 cfg,
-                 {"non-finite gradients at step 3 \\(epoch 1", "rank 1: loss [^;]*first non-finite output in forward: "
-                  "layer2\\.1\\.conv1 \\(whose parameters hold 1 non-finite", "the last checkpoint is .*ckpt-0000000002"},
-                 "stops before the update naming step 3, rank 1, layer2.1.conv1", list(ck));
+    expect(ck.size() == 2 && ck.back() == "ckpt-0000000002.rtck", kind + ": steps 1-2 kept", r);
+    const std::string where = dynamic ? "fc" : "layer2\\.1\\.conv1";
+    expect_fault(std::string(kind == "inf" ? "Inf" : "NaN") + " in a parameter on rank 1, step 3" +
+                     (dynamic ? " (its loss NaN), dynamic loss scaling" : ""),
+                 r, cfg,
+                 {"non-finite gradients at step 3 \\(epoch 1",
+                  "rank 1: loss " + std::string(dynamic ? "nan" : "[^;]*") + ", first non-finite output in forward: " +
+                      where + " \\(whose parameters hold 1 non-finite",
+                  "the last checkpoint is .*ckpt-0000000002"},
+                 "stops before the update naming step 3, rank 1, " + param, list(ck));
   }
 }
 
