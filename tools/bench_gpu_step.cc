@@ -2,6 +2,7 @@
 // CUDA backend (median and spread over repeats), peak device memory, and the device and pinned
 // allocations made by the timed steps, which must be none.
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -209,14 +210,24 @@ int main(int argc, char** argv) try {
   float* params = net->arena().params().data();
   float* grads = net->arena().grads().data();
   double loss = 0, first_loss = 0;
+  // fp16: dynamic loss scaling as PyTorch's GradScaler starts it (2^16, halved on each overflow,
+  // whose step is skipped); the skipped steps are reported, as a step without its update is
+  // cheaper than a real one.
+  double loss_scale = 65536.0;
+  int64_t skipped = 0;
   // As the trainer's step: the loss is read once backward is queued, so the device runs forward
   // into backward without a gap.
   auto step = [&] {
     net->queue_forward(nullptr, y.data(), true);  // the input is resident (see ResidentInput)
     if (a.precision == "fp16") {
-      net->backward({}, 65536.0);
-      if (net->backend().scale_count_nonfinite(grads, net->arena().size(), 1.0f / 65536, true) == 0)
+      net->backward({}, loss_scale);
+      if (net->backend().scale_count_nonfinite(grads, net->arena().size(),
+                                               float(1.0 / loss_scale), true) == 0) {
         opt->step(params, grads, 0.01);
+      } else {
+        loss_scale /= 2;
+        ++skipped;
+      }
     } else {
       net->backward();
       opt->step(params, grads, 0.01);
@@ -235,6 +246,7 @@ int main(int argc, char** argv) try {
 
   const rt::cuda::AllocStats before = rt::cuda::alloc_stats();
   const double used_before = device_used_mib();
+  const int64_t skipped_before = skipped;
   std::vector<double> rate;  // images/s of each repeat
   for (int r = 0; r < a.repeats; ++r) {
     double t0 = now_s();
@@ -244,6 +256,11 @@ int main(int argc, char** argv) try {
   }
   const rt::cuda::AllocStats after = rt::cuda::alloc_stats();
   const int64_t steady_allocs = allocs(after) - allocs(before);
+  const int64_t timed_skipped = skipped - skipped_before;
+  // Which libraries ours ran on: PyTorch may bring its own cuDNN.
+  int cudart = 0;
+  CUDA_CHECK(cudaRuntimeGetVersion(&cudart));
+  const auto cudnn = (long long)cudnnGetVersion();
   const double used_after = device_used_mib();
   peak_mib = std::max(peak_mib, used_after - base_mib);
 
@@ -268,11 +285,11 @@ int main(int argc, char** argv) try {
       "RESULT,ringtrain,%s,train,precision=%s,batch=%lld,size=%lld,gpu=%s,warmup=%d,steps=%d,"
       "repeats=%d,img_per_s=%.1f,img_per_s_min=%.1f,img_per_s_max=%.1f,step_ms=%.2f,"
       "peak_used_mib=%.0f,alloc_device_mib=%.0f,steady_allocs=%lld,setup_s=%.1f,loss=%.4f,fused=%d,"
-      "conv_shapes=%lld\n",
+      "conv_shapes=%lld,skipped_steps=%lld,cudnn=%lld,cudart=%d\n",
       a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
       a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), 1e3 * a.batch / med,
       peak_mib, double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
-      int(backend->fuses_bn_add()), (long long)conv_shapes);
+      int(backend->fuses_bn_add()), (long long)conv_shapes, (long long)timed_skipped, cudnn, cudart);
   std::printf("# per-repeat img/s:");
   for (double r : rate) std::printf(" %.1f", r);
   std::printf("\n# memory: %.0f MiB in use above the bare context (cudaMemGetInfo); %.0f MiB of it "
@@ -282,6 +299,9 @@ int main(int argc, char** argv) try {
   std::printf("# %s\n", device ? device->setup_note().c_str() : "");
   std::printf("# device+pinned allocations during the timed steps: %lld (must be 0); loss %.4f -> %.4f\n",
               (long long)steady_allocs, first_loss, loss);
+  if (a.precision == "fp16")
+    std::printf("# fp16 loss scale %.0f at the end; overflowed steps skipped: %lld in all, %lld timed\n",
+                loss_scale, (long long)skipped, (long long)timed_skipped);
 
   if (!a.json.empty()) {
     FILE* f = std::fopen(a.json.c_str(), "w");
@@ -291,11 +311,13 @@ int main(int argc, char** argv) try {
                  "\"size\": %lld, \"gpu\": \"%s\", \"warmup\": %d, \"steps\": %d, \"repeats\": %d, "
                  "\"img_per_s\": %.2f, \"img_per_s_min\": %.2f, \"img_per_s_max\": %.2f, "
                  "\"peak_used_mib\": %.1f, \"alloc_device_mib\": %.1f, \"steady_allocs\": %lld, "
-                 "\"setup_s\": %.2f, \"loss\": %.6f, \"fused\": %s, \"conv_shapes\": %lld}\n",
+                 "\"setup_s\": %.2f, \"loss\": %.6f, \"fused\": %s, \"conv_shapes\": %lld, "
+                 "\"skipped_steps\": %lld, \"cudnn\": %lld, \"cudart\": %d}\n",
                  a.model.c_str(), a.precision.c_str(), (long long)a.batch, (long long)a.size, prop.name,
                  a.warmup, a.steps, a.repeats, med, sorted.front(), sorted.back(), peak_mib,
                  double(after.device_bytes) / (1 << 20), (long long)steady_allocs, setup_s, loss,
-                 backend->fuses_bn_add() ? "true" : "false", (long long)conv_shapes);
+                 backend->fuses_bn_add() ? "true" : "false", (long long)conv_shapes,
+                 (long long)timed_skipped, cudnn, cudart);
     std::fclose(f);
   }
   if (a.profile > 0) {  // after the figures above: profiling slows the steps

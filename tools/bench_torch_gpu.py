@@ -220,6 +220,8 @@ def run(mode, a, dev):
         step()
     sync()
     setup_s = time.perf_counter() - t_setup
+    if cuda:  # max_memory_allocated below: the timed steps' (cudnn.benchmark's trials are behind)
+        torch.cuda.reset_peak_memory_stats(dev)
     rates = []
     for _ in range(a.repeats):
         t0 = time.perf_counter()
@@ -277,6 +279,8 @@ def main():
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit(f"bench_torch_gpu: no CUDA device for torch {torch.__version__} "
                  f"(built with CUDA {torch.version.cuda})")
+    if dev.type == "cuda" and dev.index is None:  # mem_get_info before PyTorch 2.5 needs the index
+        dev = torch.device("cuda", torch.cuda.current_device())
     for mode in modes:
         r = run(mode, a, dev)
         line = json.dumps(r)

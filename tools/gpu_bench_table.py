@@ -54,8 +54,8 @@ def load(out, name):
         with open(f"{out}/bench-{name}.json") as f:
             return json.loads(f.readline())
     except (OSError, ValueError):
-        try:
-            with open(f"{out}/bench-{name}.log") as f:
+        try:  # a log may hold any bytes (a crash's, a library's)
+            with open(f"{out}/bench-{name}.log", errors="replace") as f:
                 line = last_line(f)
             return line[:120].replace("|", "/") if line else "no output"
         except OSError:
@@ -72,21 +72,32 @@ def table(out, gpu, bargs, now=None):
     trainer = load(out, "ringtrain-trainer-bf16")
     pt = next((r for n, r in runs.items() if n.startswith("pytorch") and isinstance(r, dict)), {})
     net = f"torchvision {pt['torchvision']}" if pt.get("torchvision") else "bench_torch_gpu.py's ResNet-50"
+    rt = next((r for n, r in runs.items() if n.startswith("ringtrain") and isinstance(r, dict)), {})
+    libs = f"; ringtrain: cuDNN {rt['cudnn']}, CUDA runtime {rt.get('cudart', '?')}" if "cudnn" in rt else ""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(now))
     rows = ["# ResNet-50 training step on one GPU\n",
-            f"{when}; {gpu}; {bargs}; PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}.\n",
-            "| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocator peak, MiB "
+            f"{when}; {gpu}; {bargs}; PyTorch {pt.get('torch', '?')}, cuDNN {pt.get('cudnn', '?')}, {net}{libs}.\n",
+            "| run | img/s median [min–max] | set-up, s | peak memory in use, MiB | allocated in timed steps, MiB "
             "| allocations in timed steps | ringtrain / PyTorch |",
             "|---|---|---|---|---|---|---|"]
-    def row(label, r, ours, peer):
-        if not isinstance(r, dict):
-            return f"| {label} | {r} | | | | | |"
+
+    def figures(label, r, ours, peer):
         ratio = f"{r['img_per_s'] / peer['img_per_s']:.2f}" if ours and isinstance(peer, dict) else ""
         alloc = (f"{mib(r['alloc_device_mib'])} (rt::cuda)" if ours
                  else f"{mib(r['max_allocated_mib'])} (max_memory_allocated)")
-        return (f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}] "
+        # fp16: steps whose update an overflow skipped are cheaper than real ones.
+        skipped = f" ({r['skipped_steps']} timed steps skipped on overflow)" if r.get("skipped_steps") else ""
+        return (f"| {label} | {r['img_per_s']:.1f} [{r['img_per_s_min']:.1f}–{r['img_per_s_max']:.1f}]{skipped} "
                 f"| {r['setup_s']:.1f} | {mib(r['peak_used_mib'])} | {alloc} "
                 f"| {r['steady_allocs'] if ours else ''} | {ratio} |")
+
+    def row(label, r, ours, peer):
+        if not isinstance(r, dict):
+            return f"| {label} | {r} | | | | | |"
+        try:
+            return figures(label, r, ours, peer)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # one bad file costs its row only
+            return f"| {label} | malformed figures ({type(e).__name__}: {e}) | | | | | |".replace("\n", " ")
 
     for name in names:
         who, prec = name.split("-")
@@ -107,7 +118,10 @@ def table(out, gpu, bargs, now=None):
     rows.append("\nSet-up: from building the model to the end of the warm-up steps; ringtrain's include "
                 "timing cuDNN's algorithms once per shape (cudnn.benchmark does it in PyTorch's first steps), "
                 "except where algos.tsv already held them. Peak memory in use: cudaMemGetInfo's total − free "
-                "after the first step (and at the end), minus that before the model was built. "
+                "after the first step (and at the end), minus that before the model was built. Allocated in "
+                "the timed steps: ringtrain's, the device memory rt::cuda holds (nothing is allocated or freed "
+                "there); PyTorch's, max_memory_allocated over those steps (its peak reset after the warm-up): "
+                "tensors and the library workspaces its caching allocator serves. "
                 "Logs: bench-*.log; figures: bench-*.json.")
     return "\n".join(rows) + "\n"
 

@@ -15,7 +15,8 @@ import gpu_bench_table as gbt  # noqa: E402
 
 def ours(img, setup=12.5):
     return {"img_per_s": img, "img_per_s_min": img - 10, "img_per_s_max": img + 5, "setup_s": setup,
-            "peak_used_mib": 30000.4, "alloc_device_mib": 20000, "steady_allocs": 0}
+            "peak_used_mib": 30000.4, "alloc_device_mib": 20000, "steady_allocs": 0,
+            "skipped_steps": 0, "cudnn": 91900, "cudart": 13000}
 
 
 def theirs(img, peak=31000.0):
@@ -97,7 +98,8 @@ class Table(unittest.TestCase):
                                             "img_per_s_max": 3200.0, "data_wait_s": 0.0004})
         text, rows = self.rows()
         self.assertIn("1970-01-01 00:00 UTC; NVIDIA H200, 580.65; --batch 256 --size 224; "
-                      "PyTorch 2.9.0, cuDNN 91000, torchvision 0.24.0.", text)
+                      "PyTorch 2.9.0, cuDNN 91000, torchvision 0.24.0; ringtrain: cuDNN 91900, "
+                      "CUDA runtime 13000.", text)
         self.assertEqual(rows["ringtrain bf16"], "| ringtrain bf16 | 3300.0 [3290.0–3305.0] | 12.5 | 30000 "
                                                  "| 20000 (rt::cuda) | 0 | 1.10 |")
         self.assertEqual(rows["PyTorch bf16"], "| PyTorch bf16 | 3000.0 [2999.0–3001.0] | 4.0 | 31000 "
@@ -126,6 +128,23 @@ class Table(unittest.TestCase):
         self.put("ringtrain-trainer-bf16", log="")
         text, rows = self.rows()
         self.assertIn("| ringtrain bf16, the trainer | no output | | | | | |", text)
+
+    def test_skipped_steps_a_malformed_file_and_a_log_of_any_bytes(self):
+        fp16 = ours(4000.0)
+        fp16["skipped_steps"] = 2
+        self.put("ringtrain-fp16", fp16)
+        broken = theirs(3000.0)
+        del broken["max_allocated_mib"]
+        self.put("pytorch-fp16", broken)
+        with open(f"{self.dir.name}/bench-pytorch-tf32.log", "wb") as f:
+            f.write(b"Segmentation fault \xff\xfe in libfoo\n")
+        text, rows = self.rows()
+        self.assertTrue(rows["ringtrain fp16"].startswith(
+            "| ringtrain fp16 | 4000.0 [3990.0–4005.0] (2 timed steps skipped on overflow) | 12.5 |"))
+        self.assertEqual(rows["PyTorch fp16"],
+                         "| PyTorch fp16 | malformed figures (KeyError: 'max_allocated_mib') | | | | | |")
+        self.assertIn("| PyTorch tf32 | Segmentation fault \ufffd\ufffd in libfoo |", text)
+        self.assertIn("| ringtrain bf16 | not run |", text)  # the other rows are still there
 
     def test_command_line(self):
         self.put("ringtrain-bf16", ours(10.0))
