@@ -366,13 +366,9 @@ void Trainer::train_step() {
   // the loss is this rank's own. With non-finite gradients, a non-finite loss on any rank (a
   // divergence to diagnose, not an overflow to skip) must send every rank the same way, as
   // check_finite gathers from all: the ranks agree on it first.
-  bool losses_finite = std::isfinite(loss);
-  if (bad_grads > 0 && world_ > 1) {
-    std::vector<uint8_t> finite(static_cast<size_t>(world_));
-    const uint8_t mine = losses_finite;
-    ctl_comm_->allgather_bytes(&mine, 1, finite.data());
-    losses_finite = std::all_of(finite.begin(), finite.end(), [](uint8_t f) { return f != 0; });
-  }
+  int losses_finite = std::isfinite(loss);
+  if (bad_grads > 0 && world_ > 1)
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &losses_finite, 1, MPI_INT, MPI_LAND, ctl_comm_->mpi()));
   const bool apply = losses_finite ? scaler_.update(bad_grads > 0) : true;
   if (apply) {
     check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
