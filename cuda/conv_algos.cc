@@ -41,9 +41,9 @@ const Perf& choose(const std::vector<Perf>& perf, int returned, cudnnConvolution
       workspace = bytes;
       return p;
     }
-    passed += s == CUDNN_STATUS_SUCCESS
-                  ? str_cat("; algorithm ", int(p.algo), " needs ", bytes, " bytes")
-                  : str_cat("; algorithm ", int(p.algo), ": workspace query: ", cudnnGetErrorString(s));
+    passed += str_cat("; algorithm ", int(p.algo),
+                      s == CUDNN_STATUS_SUCCESS ? str_cat(" needs ", bytes, " bytes")
+                                                : str_cat(": workspace query: ", cudnnGetErrorString(s)));
   }
   throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
                       d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",

@@ -26,13 +26,14 @@ std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind);
 
 // For descriptors already set (x, w, y; one convolution descriptor per direction): chooses each
 // direction's algorithm (ctx.config(): timed or heuristic, deterministic or not, workspace limit;
-// the best ranked one whose workspace cuDNN's size query confirms within the limit), or takes the choice ctx made for an earlier layer of the same key (ctx.conv_algos()) or one
-// its algorithm cache file holds (when cuDNN still accepts it for these descriptors), sets
-// that direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH
-// (fp32 without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and
-// returns them with the workspace they need under those math types. `kind` names the
-// convolution in errors ("", "bf16 NHWC ", "fp16 NHWC "). Throws rt::Error naming the layer
-// when no algorithm fits.
+// the best ranked one whose workspace cuDNN's size query confirms within the limit), or takes
+// the choice ctx made for an earlier layer of the same key (ctx.conv_algos()) or one its
+// algorithm cache file holds (when cuDNN still accepts it for these descriptors), sets that
+// direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH (fp32
+// without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and returns
+// them with the workspace they need under those math types. `kind` names the convolution in
+// errors ("", "bf16 NHWC ", "fp16 NHWC "). Throws rt::Error naming the layer when no algorithm
+// fits.
 ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
                             cudnnConvolutionDescriptor_t bwd_data,

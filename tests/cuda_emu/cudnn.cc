@@ -8,10 +8,10 @@
 // the calls answer CUDNN_STATUS_NOT_SUPPORTED for any other algorithm. With decoys on
 // (rt_emu::offer_decoy_algorithms), two more are ranked first, as real rankings can offer them:
 // algorithm 1, which the workspace query refuses, and algorithm 2, whose query asks for far more
-// than its ranking said. A failing call leaves its reason for cudnnGetLastErrorString. A call checks its arguments and reads
-// its descriptors, alpha and beta at once, as cuDNN does, and queues the work on the handle's
-// stream (tests/cuda_emu/streams.h). What it does not reproduce: cuDNN's own
-// summation order and fp32 accumulation (it is more exact), and its speed.
+// than its ranking said. A failing call leaves its reason for cudnnGetLastErrorString. A call
+// checks its arguments and reads its descriptors, alpha and beta at once, as cuDNN does, and
+// queues the work on the handle's stream (tests/cuda_emu/streams.h). What it does not reproduce:
+// cuDNN's own summation order and fp32 accumulation (it is more exact), and its speed.
 #include <cudnn.h>
 
 #include <algorithm>
