@@ -65,29 +65,43 @@ struct MathTypes {
   }
 };
 
+// A convolution's handle and descriptors, and the three workspace-size queries on them (under
+// each direction's current math type).
+struct ConvQueries {
+  cudnnHandle_t h;
+  cudnnTensorDescriptor_t x;
+  cudnnFilterDescriptor_t w;
+  cudnnTensorDescriptor_t y;
+  cudnnConvolutionDescriptor_t fwd, data, filter;
+  cudnnStatus_t fwd_ws(cudnnConvolutionFwdAlgo_t a, size_t* bytes) const {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a, bytes);
+  }
+  cudnnStatus_t data_ws(cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) const {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, data, x, a, bytes);
+  }
+  cudnnStatus_t filter_ws(cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) const {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, filter, w, a, bytes);
+  }
+};
+
 // Whether a choice read from the algorithm cache file still holds here: cuDNN accepts each
 // algorithm for these descriptors under its math type (it reports NOT_SUPPORTED otherwise, as
 // for a file edited by hand), the workspace fits the limit, and without tensor_ops no direction
 // may use tensor cores. Sets a.workspace and the descriptors' math types; when it does not hold,
 // the math types are left as they were, for the search that follows.
-bool stored_choice_fits(cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                        cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
-                        cudnnConvolutionDescriptor_t bwd_data, cudnnConvolutionDescriptor_t bwd_filter,
-                        const ContextConfig& cfg, bool tensor_ops, bool input_grad, ConvAlgos& a) {
+bool stored_choice_fits(const ConvQueries& q, const ContextConfig& cfg, bool tensor_ops,
+                        bool input_grad, ConvAlgos& a) {
   if (!tensor_ops && (a.fwd_math != CUDNN_FMA_MATH || a.bwd_data_math != CUDNN_FMA_MATH ||
                       a.bwd_filter_math != CUDNN_FMA_MATH))
     return false;
-  const MathTypes before(fwd, bwd_data, bwd_filter);
-  CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, a.fwd_math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, a.bwd_data_math));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_filter, a.bwd_filter_math));
+  const MathTypes before(q.fwd, q.data, q.filter);
+  CUDNN_CHECK(cudnnSetConvolutionMathType(q.fwd, a.fwd_math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(q.data, a.bwd_data_math));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(q.filter, a.bwd_filter_math));
   size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
-  if (cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, a.fwd, &fwd_ws) != CUDNN_STATUS_SUCCESS ||
-      (input_grad &&
-       cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, a.bwd_data, &data_ws) !=
-           CUDNN_STATUS_SUCCESS) ||
-      cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, a.bwd_filter, &filter_ws) !=
-          CUDNN_STATUS_SUCCESS ||
+  if (q.fwd_ws(a.fwd, &fwd_ws) != CUDNN_STATUS_SUCCESS ||
+      (input_grad && q.data_ws(a.bwd_data, &data_ws) != CUDNN_STATUS_SUCCESS) ||
+      q.filter_ws(a.bwd_filter, &filter_ws) != CUDNN_STATUS_SUCCESS ||
       std::max({fwd_ws, data_ws, filter_ws}) > cfg.workspace_limit) {
     before.restore();
     return false;
@@ -125,9 +139,10 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   }
   cudnnHandle_t h = ctx.cudnn();
   const ContextConfig& cfg = ctx.config();
+  const ConvQueries q{h, x, w, y, fwd, bwd_data, bwd_filter};
   if (const ConvAlgos* s = ctx.conv_algos().stored(key)) {
     ConvAlgos a = *s;
-    if (stored_choice_fits(h, x, w, y, fwd, bwd_data, bwd_filter, cfg, tensor_ops, d.input_grad, a)) {
+    if (stored_choice_fits(q, cfg, tensor_ops, d.input_grad, a)) {
       ctx.conv_algos().add(key, a, /*from_file=*/true);
       return a;
     }
@@ -143,9 +158,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, w, fwd, y, max, &got, perf.data()));
     else
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
-    auto size = [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
-      return cudnnGetConvolutionForwardWorkspaceSize(h, x, w, fwd, y, algo, bytes);
-    };
+    auto size = [&](auto algo, size_t* bytes) { return q.fwd_ws(algo, bytes); };
     const auto& p = choose(perf, got, fwd, math, size, cfg, d, kind, "forward", fwd_ws);
     a.fwd = p.algo;
     a.fwd_math = math(p.mathType);
@@ -164,9 +177,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     else
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
-    auto size = [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w, y, bwd_data, x, algo, bytes);
-    };
+    auto size = [&](auto algo, size_t* bytes) { return q.data_ws(algo, bytes); };
     const auto& p = choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data", data_ws);
     a.bwd_data = p.algo;
     a.bwd_data_math = math(p.mathType);
@@ -181,9 +192,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     else
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
-    auto size = [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, bwd_filter, w, algo, bytes);
-    };
+    auto size = [&](auto algo, size_t* bytes) { return q.filter_ws(algo, bytes); };
     const auto& p =
         choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter", filter_ws);
     a.bwd_filter = p.algo;

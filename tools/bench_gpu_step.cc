@@ -20,6 +20,7 @@
 #include "cuda/device_backend.h"
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
+#include "nn/loss_scale.h"
 #include "nn/resnet.h"
 #include "tools/profile_print.h"
 
@@ -210,24 +211,20 @@ int main(int argc, char** argv) try {
   float* params = net->arena().params().data();
   float* grads = net->arena().grads().data();
   double loss = 0, first_loss = 0;
-  // fp16: dynamic loss scaling as PyTorch's GradScaler starts it (2^16, halved on each overflow,
-  // whose step is skipped); the skipped steps are reported, as a step without its update is
-  // cheaper than a real one.
-  double loss_scale = 65536.0;
-  int64_t skipped = 0;
+  // fp16: dynamic loss scaling with GradScaler's defaults (rt::LossScaler, as the trainer's); the
+  // skipped steps are reported, as a step without its update is cheaper than a real one.
+  rt::LossScaleConfig scaling;
+  scaling.mode = "dynamic";
+  rt::LossScaler scaler(scaling);
   // As the trainer's step: the loss is read once backward is queued, so the device runs forward
   // into backward without a gap.
   auto step = [&] {
     net->queue_forward(nullptr, y.data(), true);  // the input is resident (see ResidentInput)
     if (a.precision == "fp16") {
-      net->backward({}, loss_scale);
-      if (net->backend().scale_count_nonfinite(grads, net->arena().size(),
-                                               float(1.0 / loss_scale), true) == 0) {
-        opt->step(params, grads, 0.01);
-      } else {
-        loss_scale /= 2;
-        ++skipped;
-      }
+      net->backward({}, scaler.scale());
+      const size_t bad = net->backend().scale_count_nonfinite(grads, net->arena().size(),
+                                                              float(1.0 / scaler.scale()), true);
+      if (scaler.update(bad > 0)) opt->step(params, grads, 0.01);
     } else {
       net->backward();
       opt->step(params, grads, 0.01);
@@ -246,7 +243,7 @@ int main(int argc, char** argv) try {
 
   const rt::cuda::AllocStats before = rt::cuda::alloc_stats();
   const double used_before = device_used_mib();
-  const int64_t skipped_before = skipped;
+  const int64_t skipped_before = scaler.skipped_steps();
   std::vector<double> rate;  // images/s of each repeat
   for (int r = 0; r < a.repeats; ++r) {
     double t0 = now_s();
@@ -256,7 +253,7 @@ int main(int argc, char** argv) try {
   }
   const rt::cuda::AllocStats after = rt::cuda::alloc_stats();
   const int64_t steady_allocs = allocs(after) - allocs(before);
-  const int64_t timed_skipped = skipped - skipped_before;
+  const int64_t timed_skipped = scaler.skipped_steps() - skipped_before;
   // Which libraries ours ran on: PyTorch may bring its own cuDNN.
   int cudart = 0;
   CUDA_CHECK(cudaRuntimeGetVersion(&cudart));
@@ -301,7 +298,7 @@ int main(int argc, char** argv) try {
               (long long)steady_allocs, first_loss, loss);
   if (a.precision == "fp16")
     std::printf("# fp16 loss scale %.0f at the end; overflowed steps skipped: %lld in all, %lld timed\n",
-                loss_scale, (long long)skipped, (long long)timed_skipped);
+                scaler.scale(), (long long)scaler.skipped_steps(), (long long)timed_skipped);
 
   if (!a.json.empty()) {
     FILE* f = std::fopen(a.json.c_str(), "w");
