@@ -1,6 +1,8 @@
 // ConvAlgoCache: this run's choices, and the file that keeps them across runs.
 #include "cuda/conv_algo_cache.h"
 
+#include <algorithm>
+
 #include "cuda/conv_algo_file.h"
 #include "nn/error.h"
 
@@ -30,15 +32,47 @@ const ConvAlgos* ConvAlgoCache::stored(const std::string& key) const {
 
 void ConvAlgoCache::add(const std::string& key, const ConvAlgos& a, bool from_file) {
   map_.emplace(key, a);
-  if (from_file) {
+  if (from_file)
     ++loaded_;
-  } else if (!file_.empty() && append_error_.empty()) {
-    // The run itself does not need the file: a full disk costs later runs the timing, not this one.
-    try {
-      append_algo_file(file_, algo_file_line(identity_, key, a));
-    } catch (const Error& e) {
-      append_error_ = e.what();
-    }
+  else
+    append(key, a);
+}
+
+const ConvAlgos* ConvAlgoCache::current(const std::string& key) const {
+  const auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &it->second;
+}
+
+bool ConvAlgoCache::revise(const std::string& key, const ConvAlgos& a, int dir) {
+  ConvAlgos& held = map_[key];
+  switch (dir) {
+    case 0:
+      if (held.fwd == a.fwd && held.fwd_math == a.fwd_math) return false;
+      held.fwd = a.fwd, held.fwd_math = a.fwd_math;
+      break;
+    case 1:
+      if (held.bwd_data == a.bwd_data && held.bwd_data_math == a.bwd_data_math) return false;
+      held.bwd_data = a.bwd_data, held.bwd_data_math = a.bwd_data_math;
+      break;
+    default:
+      if (held.bwd_filter == a.bwd_filter && held.bwd_filter_math == a.bwd_filter_math)
+        return false;
+      held.bwd_filter = a.bwd_filter, held.bwd_filter_math = a.bwd_filter_math;
+  }
+  held.next[dir] = a.next[dir];
+  held.workspace = std::max(held.workspace, a.workspace);
+  ++revised_;
+  append(key, held);  // the file's last line of a key wins
+  return true;
+}
+
+void ConvAlgoCache::append(const std::string& key, const ConvAlgos& a) {
+  if (file_.empty() || !append_error_.empty()) return;
+  // The run itself does not need the file: a full disk costs later runs the timing, not this one.
+  try {
+    append_algo_file(file_, algo_file_line(identity_, key, a));
+  } catch (const Error& e) {
+    append_error_ = e.what();
   }
 }
 

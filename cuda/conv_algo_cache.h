@@ -11,8 +11,17 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace rt::cuda {
+
+// One direction's candidate: its algorithm (that direction's enum as an int), the math type the
+// direction's descriptor is set to for it, and the workspace cuDNN's size query confirmed.
+struct ConvCandidate {
+  int algo = 0;
+  cudnnMathType_t math{};
+  size_t workspace = 0;
+};
 
 struct ConvAlgos {
   cudnnConvolutionFwdAlgo_t fwd{};
@@ -21,11 +30,16 @@ struct ConvAlgos {
   // The math type each direction's descriptor is set to for its algorithm.
   cudnnMathType_t fwd_math{}, bwd_data_math{}, bwd_filter_math{};
   size_t workspace = 0;  // bytes: the largest of the three
+  // Per direction (forward, backward-data, backward-filter), the candidates ranked after the
+  // chosen one whose workspace cuDNN confirmed within the limit, in rank order: where a first run
+  // that cuDNN refuses moves on to (conv_run.h). Empty for a choice read from the file.
+  std::vector<ConvCandidate> next[3];
 };
 
 // One context's choices (its device and ContextConfig are fixed), keyed by conv_algo_key, and
 // optionally a file that keeps them across runs (conv_algo_file.h). Used at set-up on the thread
-// that builds the model, as the context's other set-up calls.
+// that builds the model, as the context's other set-up calls, then by revise() on the thread
+// that runs the layers (the context's stream has one), never by two at once.
 class ConvAlgoCache {
  public:
   // Reads the choices `identity` (what they depend on besides the shape) made in earlier runs
@@ -41,10 +55,18 @@ class ConvAlgoCache {
   // Remembers a for key; appends it to the file unless it came from there (from_file, counted
   // in loaded()). A failed append stops the appending and shows in summary(), nothing more.
   void add(const std::string& key, const ConvAlgos& a, bool from_file = false);
+  // The choice in use for key, as revise() left it, or nullptr; not counted in reused().
+  const ConvAlgos* current(const std::string& key) const;
+  // Takes direction dir (0 forward, 1 backward-data, 2 backward-filter) of a, which a layer's
+  // first run moved to another candidate (conv_run.h), into key's choice, the other directions
+  // kept, and appends the result to the file; false (nothing done) when key's choice already
+  // runs that algorithm there.
+  bool revise(const std::string& key, const ConvAlgos& a, int dir);
 
   int64_t shapes() const { return int64_t(map_.size()); }  // choices in use
   int64_t reused() const { return reused_; }                // layers that took one made earlier
   int64_t loaded() const { return loaded_; }                // choices taken from the file
+  int64_t revised() const { return revised_; }              // directions revise() moved
   // One line for the log: how many shapes, where their choices came from, and any lines of the
   // file that were ignored.
   std::string summary() const;
@@ -52,7 +74,8 @@ class ConvAlgoCache {
  private:
   std::map<std::string, ConvAlgos> map_;
   std::map<std::string, ConvAlgos> stored_;
-  int64_t reused_ = 0, loaded_ = 0;
+  void append(const std::string& key, const ConvAlgos& a);
+  int64_t reused_ = 0, loaded_ = 0, revised_ = 0;
   std::string file_, identity_, append_error_;
   int64_t malformed_ = 0, first_malformed_ = 0;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/algo_pick.h"
@@ -12,18 +13,19 @@
 namespace rt::cuda {
 namespace {
 
-// One direction's choice: the first of cuDNN's ranked results that the algo_pick policy allows
+// One direction's candidates: those of cuDNN's ranked results that the algo_pick policy allows
 // (a result that converts fp32 to fp16 is no candidate) and whose workspace the size query
-// confirms, under the math type it will run with, within the limit. The query may refuse an
-// algorithm the ranking offered, or ask for more than the ranking said (under FMA math in
-// particular); such a candidate is passed over for the next. Leaves the descriptor `c` set to the
-// chosen math type and returns the chosen result; its workspace goes to `workspace`.
-// The three cudnn*AlgoPerf_t structs share these fields. size(algo, &bytes) is the direction's
-// workspace query.
+// confirms, under the math type each would run with, within the limit, in rank order. The query
+// may refuse an algorithm the ranking offered, or ask for more than the ranking said (under FMA
+// math in particular); such a candidate is passed over. The first is the choice, the others
+// where a first run cuDNN refuses moves on to (conv_run.h). Leaves the descriptor `c` set to
+// the first's math type. The three cudnn*AlgoPerf_t structs share these fields; size(algo,
+// &bytes) is the direction's workspace query. Throws rt::Error naming the layer when none fits.
 template <class Perf, class Math, class Size>
-const Perf& choose(const std::vector<Perf>& perf, int returned, cudnnConvolutionDescriptor_t c,
-                   Math math, Size size, const ContextConfig& cfg, const ConvDesc& d,
-                   const char* kind, const char* direction, size_t& workspace) {
+std::vector<ConvCandidate> choose(const std::vector<Perf>& perf, int returned,
+                                  cudnnConvolutionDescriptor_t c, Math math, Size size,
+                                  const ContextConfig& cfg, const ConvDesc& d, const char* kind,
+                                  const char* direction) {
   std::vector<AlgoCandidate> cands;
   for (int i = 0; i < returned; ++i)
     cands.push_back({int(perf[i].algo),
@@ -31,24 +33,29 @@ const Perf& choose(const std::vector<Perf>& perf, int returned, cudnnConvolution
                          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
                      perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
   const std::vector<int> order = algo_order(cands, cfg.workspace_limit, cfg.deterministic);
+  std::vector<ConvCandidate> fit;
   std::string passed;  // why the policy's candidates were passed over
   for (const int k : order) {
     const Perf& p = perf[size_t(k)];
-    CUDNN_CHECK(cudnnSetConvolutionMathType(c, math(p.mathType)));
+    const cudnnMathType_t m = math(p.mathType);
+    CUDNN_CHECK(cudnnSetConvolutionMathType(c, m));
     size_t bytes = 0;
     const cudnnStatus_t s = size(p.algo, &bytes);
-    if (s == CUDNN_STATUS_SUCCESS && bytes <= cfg.workspace_limit) {
-      workspace = bytes;
-      return p;
-    }
-    passed += str_cat("; algorithm ", int(p.algo),
-                      s == CUDNN_STATUS_SUCCESS ? str_cat(" needs ", bytes, " bytes")
-                                                : str_cat(": workspace query: ", cudnnGetErrorString(s)));
+    if (s == CUDNN_STATUS_SUCCESS && bytes <= cfg.workspace_limit)
+      fit.push_back({int(p.algo), m, bytes});
+    else
+      passed += str_cat("; algorithm ", int(p.algo),
+                        s == CUDNN_STATUS_SUCCESS
+                            ? str_cat(" needs ", bytes, " bytes")
+                            : str_cat(": workspace query: ", cudnnGetErrorString(s)));
   }
-  throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
-                      d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",
-                      cfg.deterministic ? " and is deterministic" : "", " (", returned,
-                      " candidates, ", order.size(), " allowed", passed, ")"));
+  if (fit.empty())
+    throw Error(str_cat("layer ", d.name, ": no cuDNN ", kind, direction, " algorithm for input ",
+                        d.in.str(), " fits a workspace of ", cfg.workspace_limit, " bytes",
+                        cfg.deterministic ? " and is deterministic" : "", " (", returned,
+                        " candidates, ", order.size(), " allowed", passed, ")"));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(c, fit[0].math));
+  return fit;
 }
 
 // The math types of the three descriptors, kept and put back.
@@ -149,7 +156,13 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   }
   auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
   ConvAlgos a;
-  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  // Direction dir's choice is the first candidate; the others are kept for its first run.
+  auto take = [&a](std::vector<ConvCandidate> fit, int dir, auto& algo, cudnnMathType_t& m) {
+    algo = std::remove_reference_t<decltype(algo)>(fit[0].algo);
+    m = fit[0].math;
+    a.workspace = std::max(a.workspace, fit[0].workspace);
+    a.next[dir].assign(fit.begin() + 1, fit.end());
+  };
   {
     int max = 0, got = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
@@ -159,9 +172,7 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
     else
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
     auto size = [&](auto algo, size_t* bytes) { return q.fwd_ws(algo, bytes); };
-    const auto& p = choose(perf, got, fwd, math, size, cfg, d, kind, "forward", fwd_ws);
-    a.fwd = p.algo;
-    a.fwd_math = math(p.mathType);
+    take(choose(perf, got, fwd, math, size, cfg, d, kind, "forward"), 0, a.fwd, a.fwd_math);
   }
   // No backward-data algorithm for a layer never asked for dx: none is timed on the network's
   // largest input, and a layout cuDNN has no dgrad kernel for (3 channels, NHWC, 16 bits) cannot
@@ -178,9 +189,8 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
     auto size = [&](auto algo, size_t* bytes) { return q.data_ws(algo, bytes); };
-    const auto& p = choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data", data_ws);
-    a.bwd_data = p.algo;
-    a.bwd_data_math = math(p.mathType);
+    take(choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data"), 1, a.bwd_data,
+         a.bwd_data_math);
   }
   {
     int max = 0, got = 0;
@@ -193,15 +203,12 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
       CUDNN_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
     auto size = [&](auto algo, size_t* bytes) { return q.filter_ws(algo, bytes); };
-    const auto& p =
-        choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter", filter_ws);
-    a.bwd_filter = p.algo;
-    a.bwd_filter_math = math(p.mathType);
+    take(choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter"), 2,
+         a.bwd_filter, a.bwd_filter_math);
   }
   // Timing may leave a candidate's failed allocation as the runtime's last error (reported in its
   // perf status already): cleared, so that the next launch check does not blame a kernel of ours.
   if (cfg.benchmark_algos) (void)cudaGetLastError();
-  a.workspace = std::max({fwd_ws, data_ws, filter_ws});
   ctx.conv_algos().add(key, a);
   return a;
 }

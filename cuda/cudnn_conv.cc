@@ -40,11 +40,9 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     // Without TF32, FMA math: fp32 results comparable with the CPU backends.
     const ConvAlgos a =
         conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, cfg.allow_tf32, "");
-    fwd_algo_ = a.fwd;
-    bwd_data_algo_ = a.bwd_data;
-    bwd_filter_algo_ = a.bwd_filter;
-    workspace_ = a.workspace;
-    ctx_.reserve_workspace(workspace_);
+    run_.emplace(ctx_, a, fwd_, bwd_data_, bwd_filter_, conv_algo_key(d_, cfg.allow_tf32, ""),
+                 d_.name, "");
+    ctx_.reserve_workspace(a.workspace);
   } catch (...) {
     release();
     throw;
@@ -66,8 +64,11 @@ void CudnnConv::release() noexcept {
 
 void CudnnConv::forward(const float* x, const float* w, const float* b, float* y) {
   const float one = 1, zero = 0;
-  CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w, fwd_, fwd_algo_,
-                                      ctx_.workspace(), workspace_, &zero, y_, y));
+  auto conv = [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w, fwd_,
+                                   cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, y_, y);
+  };
+  CUDNN_CHECK(run_->run(kConvForward, conv));
   if (d_.bias) CUDNN_CHECK(cudnnAddTensor(ctx_.cudnn(), &one, bias_, b, &one, y_, y));
 }
 
@@ -78,12 +79,18 @@ void CudnnConv::backward(const float* x, const float* w, const float* dy, float*
   if (dx && !d_.input_grad)
     throw Error(str_cat("layer ", d_.name, ": asked for the input gradient of a convolution built "
                         "without one (ConvDesc::input_grad)"));
-  if (dx)
-    CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, bwd_data_, bwd_data_algo_,
-                                             ctx_.workspace(), workspace_, &zero, x_, dx));
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
-                                             bwd_filter_algo_, ctx_.workspace(), workspace_,
-                                             &zero, w_, dw));
+  auto data = [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, bwd_data_,
+                                        cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero, x_,
+                                        dx);
+  };
+  auto filter = [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
+                                          cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, &zero,
+                                          w_, dw);
+  };
+  if (dx) CUDNN_CHECK(run_->run(kConvBackwardData, data));
+  CUDNN_CHECK(run_->run(kConvBackwardFilter, filter));
   if (d_.bias) CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, y_, dy, &zero, bias_, db));
 }
 

@@ -4,8 +4,10 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "cuda/context.h"
+#include "cuda/conv_run.h"
 #include "nn/ops.h"
 
 namespace rt::cuda {
@@ -25,12 +27,12 @@ class CudnnConv final : public ConvOp<float> {
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override;
 
-  // The chosen algorithms (cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t values) and the
-  // workspace they need, for logs.
-  int forward_algo() const { return int(fwd_algo_); }
-  int backward_data_algo() const { return int(bwd_data_algo_); }
-  int backward_filter_algo() const { return int(bwd_filter_algo_); }
-  size_t workspace_bytes() const { return workspace_; }
+  // The algorithms in use (cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t values; a first run
+  // cuDNN refuses moves to another, conv_run.h) and the workspace they need, for logs.
+  int forward_algo() const { return int(run_->algos().fwd); }
+  int backward_data_algo() const { return int(run_->algos().bwd_data); }
+  int backward_filter_algo() const { return int(run_->algos().bwd_filter); }
+  size_t workspace_bytes() const { return run_->workspace(); }
 
  private:
   void release() noexcept;
@@ -40,10 +42,7 @@ class CudnnConv final : public ConvOp<float> {
   cudnnFilterDescriptor_t w_ = nullptr;
   // One per direction: each carries the math type of its own algorithm.
   cudnnConvolutionDescriptor_t fwd_ = nullptr, bwd_data_ = nullptr, bwd_filter_ = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo_{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
-  size_t workspace_ = 0;
+  std::optional<ConvRunner> run_;  // the algorithms, once chosen
 };
 
 }  // namespace rt::cuda

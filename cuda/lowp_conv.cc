@@ -51,11 +51,9 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
     const ConvAlgos a =
         conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true, kind.c_str());
-    fwd_algo_ = a.fwd;
-    bwd_data_algo_ = a.bwd_data;
-    bwd_filter_algo_ = a.bwd_filter;
-    workspace_ = a.workspace;
-    ctx_.reserve_workspace(workspace_);
+    run_.emplace(ctx_, a, fwd_, bwd_data_, bwd_filter_, conv_algo_key(d_, true, kind.c_str()),
+                 d_.name, kind);
+    ctx_.reserve_workspace(a.workspace);
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     if (d_.bias) {
@@ -88,8 +86,11 @@ template <class T>
 void LowpConv<T>::forward(const float* x, const float* w, const float* b, float* y) {
   const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for 16-bit data
   weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
-  CUDNN_CHECK(cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w16_.get(), fwd_, fwd_algo_,
-                                      ctx_.workspace(), workspace_, &zero, y_, y));
+  auto conv = [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w16_.get(), fwd_,
+                                   cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, y_, y);
+  };
+  CUDNN_CHECK(run_->run(kConvForward, conv));
   if (d_.bias) lowp_bias_add(reinterpret_cast<T*>(y), b, out_rows_, d_.out_c, ctx_.stream());
 }
 
@@ -103,13 +104,19 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
                         "without one (ConvDesc::input_grad)"));
   if (dx) {
     weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
-    CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,
-                                             bwd_data_algo_, ctx_.workspace(), workspace_, &zero,
-                                             x_, dx));
+    auto data = [&](int algo, void* ws, size_t bytes) {
+      return cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,
+                                          cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero,
+                                          x_, dx);
+    };
+    CUDNN_CHECK(run_->run(kConvBackwardData, data));
   }
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
-                                             bwd_filter_algo_, ctx_.workspace(), workspace_,
-                                             &zero, w_, dw16_.get()));
+  auto filter = [&](int algo, void* ws, size_t bytes) {
+    return cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
+                                          cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, &zero,
+                                          w_, dw16_.get());
+  };
+  CUDNN_CHECK(run_->run(kConvBackwardFilter, filter));
   weight_grad_to_oihw(dw16_.as<T>(), dw, wg_, ctx_.stream());
   if (d_.bias) bias_grad<T>(dy, bias_partial_.as<float>(), bias_geom_, db, ctx_.stream());
 }

@@ -6,9 +6,11 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "cuda/lowp_layout.h"
 #include "cuda/context.h"
+#include "cuda/conv_run.h"
 #include "cuda/memory.h"
 #include "nn/ops.h"
 
@@ -42,10 +44,7 @@ class LowpConv final : public ConvOp<float> {
   cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr;
   cudnnFilterDescriptor_t w_ = nullptr;
   cudnnConvolutionDescriptor_t fwd_ = nullptr, bwd_data_ = nullptr, bwd_filter_ = nullptr;
-  cudnnConvolutionFwdAlgo_t fwd_algo_{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data_algo_{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo_{};
-  size_t workspace_ = 0;
+  std::optional<ConvRunner> run_;  // the algorithms, once chosen
   DeviceBuffer w16_, dw16_;
   ChannelReduceGeom bias_geom_;  // db: sums of dy over its rows
   DeviceBuffer bias_partial_;

@@ -185,6 +185,8 @@ else
     local last
     last=$(awk '/^-----+$/ {b = !b; next} !b && NF {l = $0} END {print l}' "$out/bench-$name.log")
     say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $last")"
+    # A convolution algorithm cuDNN refused at its first run (cuda/conv_run.h): which, and why.
+    grep -m 3 'cuDNN refused to run' "$out/bench-$name.log" | sed "s/^/gpu_check: bench $name: /" >>"$summary"
     # Any run of ours failing fails the check, the profile run included.
     if [ $brc -ne 0 ] && [ $budget_cut = 0 ] && [[ $name == *ringtrain* ]]; then
       say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1

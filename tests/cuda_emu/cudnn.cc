@@ -8,7 +8,9 @@
 // the calls answer CUDNN_STATUS_NOT_SUPPORTED for any other algorithm. With decoys on
 // (rt_emu::offer_decoy_algorithms), two more are ranked first, as real rankings can offer them:
 // algorithm 1, which the workspace query refuses, and algorithm 2, whose query asks for far more
-// than its ranking said. A failing call leaves its reason for cudnnGetLastErrorString. A call
+// than its ranking said. With an unrunnable one on (rt_emu::offer_unrunnable_algorithm),
+// algorithm 3 is ranked before them: its query accepts it with less workspace than algorithm 0,
+// and the calls refuse it, as cuDNN can refuse at run time what its queries accepted. A failing call leaves its reason for cudnnGetLastErrorString. A call
 // checks its arguments and reads its descriptors, alpha and beta at once, as cuDNN does, and
 // queues the work on the handle's stream (tests/cuda_emu/streams.h). What it does not reproduce:
 // cuDNN's own summation order and fp32 accumulation (it is more exact), and its speed.
@@ -38,7 +40,8 @@ using rt_emu::store;
 constexpr size_t kWorkspace = 4096;
 constexpr size_t kDecoyWorkspace = size_t(1) << 40;  // algorithm 2's answer with decoys on
 
-std::atomic<bool> g_decoys{false};
+constexpr int kUnrunnable = 3;
+std::atomic<bool> g_decoys{false}, g_unrunnable{false};
 thread_local std::string g_last_error;  // cudnnGetLastErrorString's, per thread as cuDNN's
 
 // A failed call: its status, and its reason kept for cudnnGetLastErrorString.
@@ -92,11 +95,20 @@ void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
     blend(out_d->type, out, i, acc[size_t(i)], scalar(alpha), scalar(beta));
 }
 
-int offered() { return g_decoys.load() ? 3 : 1; }
+// The ranking, best first.
+std::vector<int> ranking() {
+  std::vector<int> r;
+  if (g_unrunnable.load()) r.push_back(kUnrunnable);
+  if (g_decoys.load()) r.insert(r.end(), {1, 2});
+  r.push_back(0);
+  return r;
+}
 
 // The checks every convolution call makes before queuing its work.
 cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, int algo, const void* ws, size_t bytes) {
   if (!h || !geometry_ok) return fail(CUDNN_STATUS_BAD_PARAM, "descriptors disagree");
+  if (algo == kUnrunnable && g_unrunnable.load())
+    return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm 3 cannot run this convolution (emulated)");
   if (algo != 0) return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm not supported (emulated)");
   if (!ws || bytes < kWorkspace) return fail(CUDNN_STATUS_BAD_PARAM, "workspace too small");
   return CUDNN_STATUS_SUCCESS;
@@ -108,21 +120,30 @@ cudnnStatus_t workspace_of(int algo, size_t* bytes) {
     *bytes = kDecoyWorkspace;
     return CUDNN_STATUS_SUCCESS;
   }
+  if (algo == kUnrunnable && g_unrunnable.load()) {
+    *bytes = kWorkspace / 2;
+    return CUDNN_STATUS_SUCCESS;
+  }
   if (algo != 0) return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm not supported (emulated)");
   *bytes = kWorkspace;
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The ranking's results; a timed one (cudnnFind*) ran each candidate, so it reports algorithm 3's
+// refusal in its status.
 template <class Perf, class Algo>
-cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* returned, Perf* perf) {
+cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* returned, Perf* perf,
+                    bool timed = false) {
   if (!cv || requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
-  *returned = std::min(requested, offered());
+  const std::vector<int> r = ranking();
+  *returned = std::min(requested, int(r.size()));
   for (int i = 0; i < *returned; ++i) {
     perf[i] = Perf{};
-    perf[i].algo = Algo((i + 1) % offered());  // decoys 1 and 2 first, then 0
-    perf[i].status = CUDNN_STATUS_SUCCESS;
+    perf[i].algo = Algo(r[size_t(i)]);
+    perf[i].status =
+        timed && r[size_t(i)] == kUnrunnable ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
     perf[i].time = 1.0f + float(i);
-    perf[i].memory = kWorkspace;
+    perf[i].memory = r[size_t(i)] == kUnrunnable ? kWorkspace / 2 : kWorkspace;
     perf[i].determinism = CUDNN_DETERMINISTIC;
     perf[i].mathType = cv->math;
   }
@@ -135,6 +156,7 @@ namespace rt_emu {
 std::atomic<int64_t> g_bwd_data_algo_queries{0};
 int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
 void offer_decoy_algorithms(bool on) { g_decoys.store(on); }
+void offer_unrunnable_algorithm(bool on) { g_unrunnable.store(on); }
 }  // namespace rt_emu
 
 extern "C" {
@@ -235,15 +257,15 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = offered();
+  *n = int(ranking().size());
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = offered();
+  *n = int(ranking().size());
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t, int* n) {
-  *n = offered();
+  *n = int(ranking().size());
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
@@ -257,7 +279,8 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
     cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
     const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int req, int* got,
     cudnnConvolutionFwdAlgoPerf_t* p) {
-  return cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, cv, y, req, got, p);
+  if (!h || !geometry(cv, x, w, y)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(cv, req, got, p, true);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
@@ -271,7 +294,10 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t dx, const int req,
     int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
-  return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, dy, cv, dx, req, got, p);
+  rt_emu::g_bwd_data_algo_queries.fetch_add(1);
+  if (!h || !geometry(cv, dx, w, dy)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(cv, req, got, p,
+                                                                                 true);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
@@ -285,7 +311,9 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnTensorDescriptor_t dy,
     const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int req,
     int* got, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
-  return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, cv, dw, req, got, p);
+  if (!h || !geometry(cv, x, dw, dy)) return CUDNN_STATUS_BAD_PARAM;
+  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(cv, req, got,
+                                                                                     p, true);
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnnTensorDescriptor_t,
                                                       const cudnnFilterDescriptor_t,

@@ -49,5 +49,8 @@ int64_t bwd_data_algo_queries();
 // On: the convolution algorithm rankings put two decoys first (cudnn.cc), which a choice must
 // pass over. Off by default; process-wide.
 void offer_decoy_algorithms(bool on);
+// On: the rankings put first an algorithm that the workspace queries accept and the calls refuse
+// (cudnn.cc). Off by default; process-wide.
+void offer_unrunnable_algorithm(bool on);
 
 }  // namespace rt_emu

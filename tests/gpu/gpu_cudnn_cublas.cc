@@ -313,6 +313,85 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
   }
 }
 
+// cuDNN can refuse at run time an algorithm its workspace query accepted, and heuristic choice
+// runs none at set-up; the emulator's algorithm 3 is such a one, ranked first, needing less
+// workspace than algorithm 0. Heuristic choice takes it; each direction's first run moves on to
+// algorithm 0, growing the workspace, and the layer computes as the reference (fp32) or at all
+// (bf16); the context's choice and the algorithm cache file then hold algorithm 0, revised once
+// per direction for the two layers of the shape. Timed choice saw the refusal and never takes algorithm 3.
+// Without another candidate the first run fails, naming the layer and cuDNN's reason.
+TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
+  struct Unrunnable {
+    Unrunnable() { rt_emu::offer_unrunnable_algorithm(true); }
+    ~Unrunnable() { rt_emu::offer_unrunnable_algorithm(false); }
+  } unrunnable;
+  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, true};
+  const std::string file = std::filesystem::temp_directory_path() /
+                           ("rt_gpu_refused_" + std::to_string(getpid()) + ".tsv");
+  std::filesystem::remove(file);
+  for (bool benchmark : {false, true}) {
+    ContextConfig cfg;
+    cfg.benchmark_algos = benchmark;
+    cfg.algo_cache = benchmark ? "" : file;
+    CudaContext ctx(cfg);
+    const std::string key = conv_algo_key(d, false, "");
+    {
+      CudnnConv first(d, ctx);
+      EXPECT_EQ(first.forward_algo(), benchmark ? 0 : 3);
+      EXPECT_EQ(first.workspace_bytes(), benchmark ? 4096u : 2048u);
+    }
+    check_conv(ctx, d);  // runs forward, backward-data and backward-filter once
+    check_conv(ctx, d);  // another layer of the shape, which also started from algorithm 3
+    const ConvAlgos* a = ctx.conv_algos().find(key);
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(int(a->fwd), 0);
+    EXPECT_EQ(int(a->bwd_data), 0);
+    EXPECT_EQ(int(a->bwd_filter), 0);
+    EXPECT_EQ(a->workspace, 4096u);
+    EXPECT_EQ(ctx.conv_algos().revised(), benchmark ? 0 : 3);  // once per direction
+    EXPECT_GE(ctx.workspace_bytes(), 4096u);
+
+    LowpConv<bf16> lowp(d, ctx);
+    const size_t nx = size_t(d.in.numel()), nw = size_t(d.weight_count()),
+                 ny = size_t(d.out().numel());
+    // bf16 0.5 and 0.25 for x and dy (the weights are the arena's fp32).
+    DeviceBuffer gx = to_device(std::vector<uint16_t>(nx, 0x3F00)),
+                 gdy = to_device(std::vector<uint16_t>(ny, 0x3E80)), gw = to_device(randn(nw, 1)),
+                 gb = to_device(randn(size_t(d.out_c), 2)), gy(ny * 2), gdx(nx * 2), gdw(nw * 4),
+                 gdb(size_t(d.out_c) * 4);
+    lowp.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    lowp.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+                  gdw.as<float>(), gdb.as<float>());
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    const ConvAlgos* l = ctx.conv_algos().find(conv_algo_key(d, true, "bf16 NHWC "));
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(int(l->fwd) + int(l->bwd_data) + int(l->bwd_filter), 0);
+  }
+  // The file's last line for the shape (the one a later run takes) holds algorithm 0, and each
+  // direction's revision was appended once: the choice, then three revisions, per kind.
+  ContextConfig heuristic;
+  heuristic.algo_cache = file;
+  const AlgoFileContents kept = read_algo_file(file, context_identity(heuristic));
+  EXPECT_EQ(kept.lines, 8);
+  EXPECT_EQ(int(kept.choices.at(conv_algo_key(d, false, "")).fwd), 0);
+  std::filesystem::remove(file);
+
+  ContextConfig only;
+  only.workspace_limit = 3000;  // algorithm 3 alone fits
+  CudaContext ctx(only);
+  CudnnConv conv(d, ctx);
+  try {
+    check_conv(ctx, d);
+    FAIL() << "a convolution whose every algorithm cuDNN refused ran";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer 3x3: cuDNN runs no forward algorithm whose workspace it confirmed"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("algorithm 3 cannot run this convolution"), std::string::npos) << m;
+  }
+}
+
 // A failing cuDNN call's error carries cuDNN's own reason (cudnnGetLastErrorString).
 TEST(GpuCudnnConv, ErrorsCarryCudnnsReason) {
   ContextConfig cfg;

@@ -7,6 +7,9 @@
 #include "cuda/backend.h"
 #include "gpu_test_util.h"
 #include "nn/resnet.h"
+#ifdef RT_CUDA_EMULATOR
+#include "tests/cuda_emu/cudnn_emu.h"
+#endif
 
 namespace rt::cuda {
 namespace {
@@ -30,8 +33,7 @@ void expect_close(std::span<const float> got, std::span<const float> ref, double
         << what << " at " << i << ": " << got[i] << " vs " << ref[i];
 }
 
-TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
-  RT_REQUIRE_GPU();
+void check_resnet20() {
   const ResNetConfig cfg = small_resnet();
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
   auto gpu = build_resnet<float>(cfg, make_cuda_backend());
@@ -78,6 +80,25 @@ TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
   gpu->export_tensor(gpu->logits(), zg.data());
   expect_close(zg, zr, 1e-3, 1e-3, "eval logits");
 }
+
+TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
+  RT_REQUIRE_GPU();
+  check_resnet20();
+}
+
+#ifdef RT_CUDA_EMULATOR
+// Every convolution's first choice refused at its first run (the emulator's algorithm 3, which
+// needs less workspace than the one that runs): each direction moves on in the middle of the
+// first forward or backward, the shared workspace grows under work already queued, and the
+// steps still match the reference.
+TEST(GpuResNet, Resnet20MatchesReferenceWhenFirstChoicesAreRefused) {
+  struct Unrunnable {
+    Unrunnable() { rt_emu::offer_unrunnable_algorithm(true); }
+    ~Unrunnable() { rt_emu::offer_unrunnable_algorithm(false); }
+  } unrunnable;
+  check_resnet20();
+}
+#endif
 
 TEST(GpuResNet, MakeBackendByName) {
   RT_REQUIRE_GPU();

@@ -1,0 +1,95 @@
+// ConvRunner: a direction's first run, and the move to the next candidate when cuDNN refuses it
+// (see conv_run.h).
+#include "cuda/conv_run.h"
+
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "cuda/check.h"
+
+namespace rt::cuda {
+namespace {
+
+constexpr const char* kDirectionName[3] = {"forward", "backward-data", "backward-filter"};
+
+// Direction dir of a, with a's workspace (the most any of its directions needs).
+ConvCandidate direction(const ConvAlgos& a, ConvDirection dir) {
+  switch (dir) {
+    case kConvForward: return {int(a.fwd), a.fwd_math, a.workspace};
+    case kConvBackwardData: return {int(a.bwd_data), a.bwd_data_math, a.workspace};
+    default: return {int(a.bwd_filter), a.bwd_filter_math, a.workspace};
+  }
+}
+
+}  // namespace
+
+ConvRunner::ConvRunner(CudaContext& ctx, const ConvAlgos& a, cudnnConvolutionDescriptor_t fwd,
+                       cudnnConvolutionDescriptor_t bwd_data,
+                       cudnnConvolutionDescriptor_t bwd_filter, std::string key, std::string layer,
+                       std::string kind)
+    : ctx_(ctx), a_(a), desc_{fwd, bwd_data, bwd_filter}, key_(std::move(key)),
+      layer_(std::move(layer)), kind_(std::move(kind)) {}
+
+int ConvRunner::algo(ConvDirection dir) const { return direction(a_, dir).algo; }
+
+void ConvRunner::take(ConvDirection dir, const ConvCandidate& c) {
+  CUDNN_CHECK(cudnnSetConvolutionMathType(desc_[dir], c.math));
+  if (c.workspace > a_.workspace) {
+    a_.workspace = c.workspace;
+    ctx_.reserve_workspace(a_.workspace);  // waits for the work queued on the old one
+  }
+  switch (dir) {
+    case kConvForward:
+      a_.fwd = cudnnConvolutionFwdAlgo_t(c.algo), a_.fwd_math = c.math;
+      break;
+    case kConvBackwardData:
+      a_.bwd_data = cudnnConvolutionBwdDataAlgo_t(c.algo), a_.bwd_data_math = c.math;
+      break;
+    default:
+      a_.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(c.algo), a_.bwd_filter_math = c.math;
+  }
+}
+
+cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
+                                    const std::function<cudnnStatus_t(int, void*, size_t)>& call) {
+  // A layer of the shape that ran before may have moved this direction already: start there.
+  if (const ConvAlgos* now = ctx_.conv_algos().current(key_)) {
+    if (const ConvCandidate moved = direction(*now, dir); moved.algo != algo(dir)) {
+      take(dir, moved);
+      a_.next[dir] = now->next[dir];
+    }
+  }
+  std::vector<ConvCandidate>& next = a_.next[dir];
+  std::string refused;  // each refused algorithm and cuDNN's reason
+  size_t taken = 0;     // candidates of `next` moved to
+  for (;;) {
+    const cudnnStatus_t s = call(algo(dir), ctx_.workspace(), a_.workspace);
+    if (s == CUDNN_STATUS_SUCCESS) {
+      ran_[dir] = true;
+      if (taken > 0) {
+        next.erase(next.begin(), next.begin() + std::ptrdiff_t(taken));
+        if (ctx_.conv_algos().revise(key_, a_, dir))
+          std::fprintf(stderr,
+                       "warning: layer %s: cuDNN refused to run the %s%s algorithm chosen for its "
+                       "shape; algorithm %d runs instead, for every layer of the shape (%s)\n",
+                       layer_.c_str(), kind_.c_str(), kDirectionName[dir], algo(dir),
+                       refused.c_str() + 2);
+      }
+      return s;
+    }
+    char why[512] = {};
+    cudnnGetLastErrorString(why, sizeof why);
+    // A launch that failed for want of resources leaves the runtime's last error set; it belongs
+    // to this refusal, not to the next launch's check. (A sticky error fails every candidate.)
+    (void)cudaGetLastError();
+    refused += str_cat("; algorithm ", algo(dir), ": ", cudnnGetErrorString(s), " (", int(s), ")",
+                       *why ? ": " : "", why);
+    if (taken == next.size())
+      throw Error(str_cat("layer ", layer_, ": cuDNN runs no ", kind_, kDirectionName[dir],
+                          " algorithm whose workspace it confirmed (", refused.substr(2), ")"));
+    take(dir, next[taken++]);
+  }
+}
+
+}  // namespace rt::cuda
