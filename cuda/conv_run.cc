@@ -63,6 +63,7 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
   std::vector<ConvCandidate>& next = a_.next[dir];
   std::string refused;  // each refused algorithm and cuDNN's reason
   size_t taken = 0;     // candidates of `next` moved to
+  bool out_of_memory = false;
   for (;;) {
     const cudnnStatus_t s = call(algo(dir), ctx_.workspace(), a_.workspace);
     if (s == CUDNN_STATUS_SUCCESS) {
@@ -83,11 +84,17 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
     // A launch that failed for want of resources leaves the runtime's last error set; it belongs
     // to this refusal, not to the next launch's check. (A sticky error fails every candidate.)
     (void)cudaGetLastError();
+    out_of_memory |= s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
+                     s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
     refused += str_cat("; algorithm ", algo(dir), ": ", cudnnGetErrorString(s), " (", int(s), ")",
                        *why ? ": " : "", why);
-    if (taken == next.size())
-      throw Error(str_cat("layer ", layer_, ": cuDNN runs no ", kind_, kDirectionName[dir],
-                          " algorithm whose workspace it confirmed (", refused.substr(2), ")"));
+    if (taken == next.size()) {
+      std::string what = str_cat("layer ", layer_, ": cuDNN runs no ", kind_, kDirectionName[dir],
+                                 " algorithm whose workspace it confirmed (", refused.substr(2), ")");
+      // Out of memory, the trainer's error adds what to reduce.
+      if (out_of_memory) throw OutOfMemory(std::move(what));
+      throw Error(std::move(what));
+    }
     take(dir, next[taken++]);
   }
 }

@@ -50,7 +50,7 @@ int64_t bwd_data_algo_queries();
 // pass over. Off by default; process-wide.
 void offer_decoy_algorithms(bool on);
 // On: the rankings put first an algorithm that the workspace queries accept and the calls refuse
-// (cudnn.cc). Off by default; process-wide.
-void offer_unrunnable_algorithm(bool on);
+// with `refusal` (cudnn.cc). Off by default; process-wide.
+void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED);
 
 }  // namespace rt_emu

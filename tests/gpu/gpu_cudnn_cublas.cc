@@ -319,7 +319,8 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
 // algorithm 0, growing the workspace, and the layer computes as the reference (fp32) or at all
 // (bf16); the context's choice and the algorithm cache file then hold algorithm 0, revised once
 // per direction for the two layers of the shape. Timed choice saw the refusal and never takes algorithm 3.
-// Without another candidate the first run fails, naming the layer and cuDNN's reason.
+// Without another candidate the first run fails, naming the layer and cuDNN's reason; as out of
+// memory when cuDNN said so.
 TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
   struct Unrunnable {
     Unrunnable() { rt_emu::offer_unrunnable_algorithm(true); }
@@ -379,7 +380,6 @@ TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
   ContextConfig only;
   only.workspace_limit = 3000;  // algorithm 3 alone fits
   CudaContext ctx(only);
-  CudnnConv conv(d, ctx);
   try {
     check_conv(ctx, d);
     FAIL() << "a convolution whose every algorithm cuDNN refused ran";
@@ -390,6 +390,9 @@ TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
         << m;
     EXPECT_NE(m.find("algorithm 3 cannot run this convolution"), std::string::npos) << m;
   }
+  // Refused for want of memory, it is out of memory (the trainer's error then says what to cut).
+  rt_emu::offer_unrunnable_algorithm(true, CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
+  EXPECT_THROW(check_conv(ctx, d), OutOfMemory);
 }
 
 // A failing cuDNN call's error carries cuDNN's own reason (cudnnGetLastErrorString).
