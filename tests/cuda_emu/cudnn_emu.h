@@ -53,4 +53,16 @@ void offer_decoy_algorithms(bool on);
 // with `refusal` (cudnn.cc). Off by default; process-wide.
 void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED);
 
+// Each of the two on for a scope (a test's), off again at its end.
+struct DecoyAlgorithms {
+  DecoyAlgorithms() { offer_decoy_algorithms(true); }
+  ~DecoyAlgorithms() { offer_decoy_algorithms(false); }
+};
+struct UnrunnableAlgorithm {
+  explicit UnrunnableAlgorithm(cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED) {
+    offer_unrunnable_algorithm(true, refusal);
+  }
+  ~UnrunnableAlgorithm() { offer_unrunnable_algorithm(false); }
+};
+
 }  // namespace rt_emu

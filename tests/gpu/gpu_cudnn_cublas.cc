@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -280,10 +281,7 @@ TEST(GpuCudnnConv, AlgorithmChoicesKeptInAFile) {
 // each direction, timed or not, fp32 and 16-bit, and the layer computes. When the policy allows
 // none, the error says how many were ranked and allowed.
 TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
-  struct Decoys {
-    Decoys() { rt_emu::offer_decoy_algorithms(true); }
-    ~Decoys() { rt_emu::offer_decoy_algorithms(false); }
-  } decoys;
+  const rt_emu::DecoyAlgorithms decoys;
   const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
   for (bool benchmark : {false, true}) {
     ContextConfig cfg;
@@ -322,10 +320,7 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
 // Without another candidate the first run fails, naming the layer and cuDNN's reason; as out of
 // memory when cuDNN said so.
 TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
-  struct Unrunnable {
-    Unrunnable() { rt_emu::offer_unrunnable_algorithm(true); }
-    ~Unrunnable() { rt_emu::offer_unrunnable_algorithm(false); }
-  } unrunnable;
+  std::optional<rt_emu::UnrunnableAlgorithm> unrunnable(std::in_place);
   const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, true};
   const std::string file = std::filesystem::temp_directory_path() /
                            ("rt_gpu_refused_" + std::to_string(getpid()) + ".tsv");
@@ -391,7 +386,7 @@ TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
     EXPECT_NE(m.find("algorithm 3 cannot run this convolution"), std::string::npos) << m;
   }
   // Refused for want of memory, it is out of memory (the trainer's error then says what to cut).
-  rt_emu::offer_unrunnable_algorithm(true, CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
+  unrunnable.emplace(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
   EXPECT_THROW(check_conv(ctx, d), OutOfMemory);
 }
 

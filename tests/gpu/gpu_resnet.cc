@@ -92,10 +92,7 @@ TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
 // first forward or backward, the shared workspace grows under work already queued, and the
 // steps still match the reference.
 TEST(GpuResNet, Resnet20MatchesReferenceWhenFirstChoicesAreRefused) {
-  struct Unrunnable {
-    Unrunnable() { rt_emu::offer_unrunnable_algorithm(true); }
-    ~Unrunnable() { rt_emu::offer_unrunnable_algorithm(false); }
-  } unrunnable;
+  const rt_emu::UnrunnableAlgorithm unrunnable;
   check_resnet20();
 }
 #endif
