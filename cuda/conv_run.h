@@ -31,7 +31,8 @@ class ConvRunner {
   // call(algo, workspace, bytes) issues direction dir's cuDNN call on the context's stream with
   // that algorithm (the direction's enum as an int) and workspace, returning its status, which
   // run returns. At the direction's first run a refused algorithm moves on to the next
-  // candidate; when none runs, throws rt::Error naming the layer and each refusal.
+  // candidate; when none runs, throws rt::Error naming the layer and each refusal
+  // (rt::OutOfMemory when cuDNN ran out of memory).
   template <class Call>
   cudnnStatus_t run(ConvDirection dir, Call&& call) {
     if (ran_[dir]) return call(algo(dir), ctx_.workspace(), a_.workspace);
@@ -43,7 +44,7 @@ class ConvRunner {
   size_t workspace() const { return a_.workspace; }
 
  private:
-  int algo(ConvDirection dir) const;
+  int algo(ConvDirection dir) const;  // direction dir's algorithm in use
   // Moves direction dir to candidate c: its math type, a larger workspace if it needs one.
   void take(ConvDirection dir, const ConvCandidate& c);
   cudnnStatus_t first_run(ConvDirection dir,
