@@ -132,12 +132,14 @@ std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind) 
                  " pad ", d.pad_h, "x", d.pad_w, d.input_grad ? "" : " no-dx");
 }
 
-ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                            cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
-                            cudnnConvolutionDescriptor_t bwd_data,
-                            cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
-                            bool tensor_ops, const char* kind) {
-  const std::string key = conv_algo_key(d, tensor_ops, kind);
+namespace {
+
+// conv_choose_algos's choice for the convolution of cache key `key`.
+ConvAlgos choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                       cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                       cudnnConvolutionDescriptor_t bwd_data,
+                       cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d, bool tensor_ops,
+                       const char* kind, const std::string& key) {
   if (const ConvAlgos* known = ctx.conv_algos().find(key)) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(fwd, known->fwd_math));
     CUDNN_CHECK(cudnnSetConvolutionMathType(bwd_data, known->bwd_data_math));
@@ -211,6 +213,19 @@ ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFi
   if (cfg.benchmark_algos) (void)cudaGetLastError();
   ctx.conv_algos().add(key, a);
   return a;
+}
+
+}  // namespace
+
+ConvRunner conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                             cudnnConvolutionDescriptor_t bwd_data,
+                             cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
+                             bool tensor_ops, const char* kind) {
+  const std::string key = conv_algo_key(d, tensor_ops, kind);
+  const ConvAlgos a =
+      choose_algos(ctx, x, w, y, fwd, bwd_data, bwd_filter, d, tensor_ops, kind, key);
+  return ConvRunner(ctx, a, fwd, bwd_data, bwd_filter, key, d.name, kind);
 }
 
 }  // namespace rt::cuda

@@ -10,6 +10,7 @@
 
 #include "cuda/conv_algo_cache.h"
 #include "cuda/context.h"
+#include "cuda/conv_run.h"
 #include "nn/ops.h"
 
 namespace rt::cuda {
@@ -31,14 +32,14 @@ std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind);
 // algorithm cache file holds (when cuDNN still accepts it for these descriptors), sets that
 // direction's math type to tensor_ops ? the type cuDNN reported for it : CUDNN_FMA_MATH (fp32
 // without TF32 must not use tensor cores, which round inputs to a 10-bit mantissa), and returns
-// them with the workspace they need under those math types, and each direction's other
-// confirmed candidates in rank order (ConvAlgos::next, for conv_run.h). `kind` names the
+// the runner of the layer's calls (conv_run.h) holding them, the workspace they need under those
+// math types and each direction's other confirmed candidates in rank order. `kind` names the
 // convolution in errors ("", "bf16 NHWC ", "fp16 NHWC "). Throws rt::Error naming the layer when
 // no algorithm fits.
-ConvAlgos conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                            cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
-                            cudnnConvolutionDescriptor_t bwd_data,
-                            cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
-                            bool tensor_ops, const char* kind);
+ConvRunner conv_choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                             cudnnTensorDescriptor_t y, cudnnConvolutionDescriptor_t fwd,
+                             cudnnConvolutionDescriptor_t bwd_data,
+                             cudnnConvolutionDescriptor_t bwd_filter, const ConvDesc& d,
+                             bool tensor_ops, const char* kind);
 
 }  // namespace rt::cuda

@@ -38,11 +38,9 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
                    out.str());
 
     // Without TF32, FMA math: fp32 results comparable with the CPU backends.
-    const ConvAlgos a =
-        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, cfg.allow_tf32, "");
-    run_.emplace(ctx_, a, fwd_, bwd_data_, bwd_filter_, conv_algo_key(d_, cfg.allow_tf32, ""),
-                 d_.name, "");
-    ctx_.reserve_workspace(a.workspace);
+    run_.emplace(
+        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, cfg.allow_tf32, ""));
+    ctx_.reserve_workspace(run_->workspace());
   } catch (...) {
     release();
     throw;

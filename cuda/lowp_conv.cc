@@ -49,11 +49,9 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
 
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
-    const ConvAlgos a =
-        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true, kind.c_str());
-    run_.emplace(ctx_, a, fwd_, bwd_data_, bwd_filter_, conv_algo_key(d_, true, kind.c_str()),
-                 d_.name, kind);
-    ctx_.reserve_workspace(a.workspace);
+    run_.emplace(
+        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true, kind.c_str()));
+    ctx_.reserve_workspace(run_->workspace());
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     if (d_.bias) {
