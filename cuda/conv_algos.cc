@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "cuda/algo_pick.h"
@@ -149,64 +148,81 @@ ConvAlgos choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterD
   cudnnHandle_t h = ctx.cudnn();
   const ContextConfig& cfg = ctx.config();
   const ConvQueries q{h, x, w, y, fwd, bwd_data, bwd_filter};
+  auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
+  // Direction dir's candidates (choose()), ranked by timing or by cuDNN's heuristics.
+  auto ranked = [&](int dir, bool timed) -> std::vector<ConvCandidate> {
+    int max = 0, got = 0;
+    if (dir == 0) {
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max));
+      if (timed)
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, w, fwd, y, max, &got, perf.data()));
+      else
+        CUDNN_CHECK(
+            cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
+      auto size = [&](auto algo, size_t* bytes) { return q.fwd_ws(algo, bytes); };
+      return choose(perf, got, fwd, math, size, cfg, d, kind, "forward");
+    }
+    if (dir == 1) {
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
+      if (timed)
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, w, y, bwd_data, x, max, &got,
+                                                              perf.data()));
+      else
+        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got,
+                                                                perf.data()));
+      auto size = [&](auto algo, size_t* bytes) { return q.data_ws(algo, bytes); };
+      return choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data");
+    }
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max));
+    if (timed)
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, bwd_filter, w, max, &got,
+                                                              perf.data()));
+    else
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got,
+                                                                perf.data()));
+    auto size = [&](auto algo, size_t* bytes) { return q.filter_ws(algo, bytes); };
+    return choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter");
+  };
+  // No backward-data algorithm for a layer never asked for dx: none is timed on the network's
+  // largest input, and a layout cuDNN has no dgrad kernel for (3 channels, NHWC, 16 bits) cannot
+  // fail the set-up. Its field stays algorithm 0, never run.
+  auto directions = [&] { return d.input_grad ? std::vector{0, 1, 2} : std::vector{0, 2}; };
+
   if (const ConvAlgos* s = ctx.conv_algos().stored(key)) {
     ConvAlgos a = *s;
+    const MathTypes initial(fwd, bwd_data, bwd_filter);  // what a ranking is asked under
     if (stored_choice_fits(q, cfg, tensor_ops, d.input_grad, a)) {
+      // The file's choice ran on this GPU model and software before. Should cuDNN refuse it at
+      // its first run all the same, its heuristic ranking (no device time) follows it.
+      const MathTypes chosen(fwd, bwd_data, bwd_filter);
+      initial.restore();
+      const int stored_algo[3] = {int(a.fwd), int(a.bwd_data), int(a.bwd_filter)};
+      for (const int dir : directions()) {
+        try {
+          for (const ConvCandidate& c : ranked(dir, false))
+            if (c.algo != stored_algo[dir]) a.next[dir].push_back(c);
+        } catch (const Error&) {  // none fits: the stored choice has no follower
+        }
+      }
+      chosen.restore();
       ctx.conv_algos().add(key, a, /*from_file=*/true);
       return a;
     }
   }
-  auto math = [&](cudnnMathType_t reported) { return tensor_ops ? reported : CUDNN_FMA_MATH; };
   ConvAlgos a;
-  // Direction dir's choice is the first candidate; the others are kept for its first run.
-  auto take = [&a](std::vector<ConvCandidate> fit, int dir, auto& algo, cudnnMathType_t& m) {
-    algo = std::remove_reference_t<decltype(algo)>(fit[0].algo);
-    m = fit[0].math;
-    a.workspace = std::max(a.workspace, fit[0].workspace);
-    a.next[dir].assign(fit.begin() + 1, fit.end());
-  };
-  {
-    int max = 0, got = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max));
-    if (cfg.benchmark_algos)
-      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, x, w, fwd, y, max, &got, perf.data()));
-    else
-      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, fwd, y, max, &got, perf.data()));
-    auto size = [&](auto algo, size_t* bytes) { return q.fwd_ws(algo, bytes); };
-    take(choose(perf, got, fwd, math, size, cfg, d, kind, "forward"), 0, a.fwd, a.fwd_math);
-  }
-  // No backward-data algorithm for a layer never asked for dx: none is timed on the network's
-  // largest input, and a layout cuDNN has no dgrad kernel for (3 channels, NHWC, 16 bits) cannot
-  // fail the set-up. Its field stays algorithm 0, never run.
   a.bwd_data_math = math(CUDNN_DEFAULT_MATH);
-  if (d.input_grad) {
-    int max = 0, got = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
-    if (cfg.benchmark_algos)
-      CUDNN_CHECK(
-          cudnnFindConvolutionBackwardDataAlgorithm(h, w, y, bwd_data, x, max, &got, perf.data()));
-    else
-      CUDNN_CHECK(
-          cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, bwd_data, x, max, &got, perf.data()));
-    auto size = [&](auto algo, size_t* bytes) { return q.data_ws(algo, bytes); };
-    take(choose(perf, got, bwd_data, math, size, cfg, d, kind, "backward-data"), 1, a.bwd_data,
-         a.bwd_data_math);
-  }
-  {
-    int max = 0, got = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max));
-    if (cfg.benchmark_algos)
-      CUDNN_CHECK(
-          cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, bwd_filter, w, max, &got, perf.data()));
-    else
-      CUDNN_CHECK(
-          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, bwd_filter, w, max, &got, perf.data()));
-    auto size = [&](auto algo, size_t* bytes) { return q.filter_ws(algo, bytes); };
-    take(choose(perf, got, bwd_filter, math, size, cfg, d, kind, "backward-filter"), 2,
-         a.bwd_filter, a.bwd_filter_math);
+  for (const int dir : directions()) {
+    // The first candidate is the choice; the others are kept for its first run.
+    std::vector<ConvCandidate> fit = ranked(dir, cfg.benchmark_algos);
+    const ConvCandidate& c = fit[0];
+    if (dir == 0) a.fwd = cudnnConvolutionFwdAlgo_t(c.algo), a.fwd_math = c.math;
+    if (dir == 1) a.bwd_data = cudnnConvolutionBwdDataAlgo_t(c.algo), a.bwd_data_math = c.math;
+    if (dir == 2) a.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(c.algo), a.bwd_filter_math = c.math;
+    a.workspace = std::max(a.workspace, c.workspace);
+    a.next[dir].assign(fit.begin() + 1, fit.end());
   }
   // Timing may leave a candidate's failed allocation as the runtime's last error (reported in its
   // perf status already): cleared, so that the next launch check does not blame a kernel of ours.

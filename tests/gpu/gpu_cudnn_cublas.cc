@@ -316,7 +316,8 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
 // workspace than algorithm 0. Heuristic choice takes it; each direction's first run moves on to
 // algorithm 0, growing the workspace, and the layer computes as the reference (fp32) or at all
 // (bf16); the context's choice and the algorithm cache file then hold algorithm 0, revised once
-// per direction for the two layers of the shape. Timed choice saw the refusal and never takes algorithm 3.
+// per direction for the two layers of the shape. Timed choice saw the refusal and never takes
+// algorithm 3. A file's choice refused at its first run is followed by the heuristic ranking.
 // Without another candidate the first run fails, naming the layer and cuDNN's reason; as out of
 // memory when cuDNN said so.
 TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
@@ -370,6 +371,21 @@ TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
   const AlgoFileContents kept = read_algo_file(file, context_identity(heuristic));
   EXPECT_EQ(kept.lines, 8);
   EXPECT_EQ(int(kept.choices.at(conv_algo_key(d, false, "")).fwd), 0);
+  // A choice read from the file that cuDNN refuses to run all the same (algorithm 3 in every
+  // direction) is followed by cuDNN's heuristic ranking.
+  ConvAlgos three;
+  three.fwd = cudnnConvolutionFwdAlgo_t(3);
+  three.bwd_data = cudnnConvolutionBwdDataAlgo_t(3);
+  three.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(3);
+  three.fwd_math = three.bwd_data_math = three.bwd_filter_math = CUDNN_FMA_MATH;
+  append_algo_file(file, algo_file_line(context_identity(heuristic), conv_algo_key(d, false, ""),
+                                        three));
+  {
+    CudaContext ctx(heuristic);
+    check_conv(ctx, d);
+    EXPECT_EQ(ctx.conv_algos().loaded(), 1);
+    EXPECT_EQ(ctx.conv_algos().revised(), 3);
+  }
   std::filesystem::remove(file);
 
   ContextConfig only;
