@@ -30,6 +30,22 @@ const ConvAlgos* ConvAlgoCache::stored(const std::string& key) const {
   return it == stored_.end() ? nullptr : &it->second;
 }
 
+ConvCandidate direction(const ConvAlgos& a, int dir) {
+  switch (dir) {
+    case 0: return {int(a.fwd), a.fwd_math, a.workspace};
+    case 1: return {int(a.bwd_data), a.bwd_data_math, a.workspace};
+    default: return {int(a.bwd_filter), a.bwd_filter_math, a.workspace};
+  }
+}
+
+void set_direction(ConvAlgos& a, int dir, const ConvCandidate& c) {
+  switch (dir) {
+    case 0: a.fwd = cudnnConvolutionFwdAlgo_t(c.algo), a.fwd_math = c.math; break;
+    case 1: a.bwd_data = cudnnConvolutionBwdDataAlgo_t(c.algo), a.bwd_data_math = c.math; break;
+    default: a.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(c.algo), a.bwd_filter_math = c.math;
+  }
+}
+
 void ConvAlgoCache::add(const std::string& key, const ConvAlgos& a, bool from_file) {
   map_.emplace(key, a);
   if (from_file)
@@ -45,20 +61,9 @@ const ConvAlgos* ConvAlgoCache::current(const std::string& key) const {
 
 bool ConvAlgoCache::revise(const std::string& key, const ConvAlgos& a, int dir) {
   ConvAlgos& held = map_[key];
-  switch (dir) {
-    case 0:
-      if (held.fwd == a.fwd && held.fwd_math == a.fwd_math) return false;
-      held.fwd = a.fwd, held.fwd_math = a.fwd_math;
-      break;
-    case 1:
-      if (held.bwd_data == a.bwd_data && held.bwd_data_math == a.bwd_data_math) return false;
-      held.bwd_data = a.bwd_data, held.bwd_data_math = a.bwd_data_math;
-      break;
-    default:
-      if (held.bwd_filter == a.bwd_filter && held.bwd_filter_math == a.bwd_filter_math)
-        return false;
-      held.bwd_filter = a.bwd_filter, held.bwd_filter_math = a.bwd_filter_math;
-  }
+  const ConvCandidate was = direction(held, dir), now = direction(a, dir);
+  if (was.algo == now.algo && was.math == now.math) return false;
+  set_direction(held, dir, now);
   held.next[dir] = a.next[dir];
   held.workspace = std::max(held.workspace, a.workspace);
   ++revised_;

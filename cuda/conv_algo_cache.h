@@ -36,6 +36,12 @@ struct ConvAlgos {
   std::vector<ConvCandidate> next[3];
 };
 
+// Direction dir (0 forward, 1 backward-data, 2 backward-filter) of a as a candidate, with a's
+// workspace (the most any of its directions needs); and a with direction dir set to c's
+// algorithm and math type (its workspace left to the caller).
+ConvCandidate direction(const ConvAlgos& a, int dir);
+void set_direction(ConvAlgos& a, int dir, const ConvCandidate& c);
+
 // One context's choices (its device and ContextConfig are fixed), keyed by conv_algo_key, and
 // optionally a file that keeps them across runs (conv_algo_file.h). Used at set-up on the thread
 // that builds the model, as the context's other set-up calls, then by revise() on the thread

@@ -199,11 +199,10 @@ ConvAlgos choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterD
       // its first run all the same, its heuristic ranking (no device time) follows it.
       const MathTypes chosen(fwd, bwd_data, bwd_filter);
       initial.restore();
-      const int stored_algo[3] = {int(a.fwd), int(a.bwd_data), int(a.bwd_filter)};
       for (const int dir : directions()) {
         try {
           for (const ConvCandidate& c : ranked(dir, false))
-            if (c.algo != stored_algo[dir]) a.next[dir].push_back(c);
+            if (c.algo != direction(a, dir).algo) a.next[dir].push_back(c);
         } catch (const Error&) {  // none fits: the stored choice has no follower
         }
       }
@@ -217,11 +216,8 @@ ConvAlgos choose_algos(CudaContext& ctx, cudnnTensorDescriptor_t x, cudnnFilterD
   for (const int dir : directions()) {
     // The first candidate is the choice; the others are kept for its first run.
     std::vector<ConvCandidate> fit = ranked(dir, cfg.benchmark_algos);
-    const ConvCandidate& c = fit[0];
-    if (dir == 0) a.fwd = cudnnConvolutionFwdAlgo_t(c.algo), a.fwd_math = c.math;
-    if (dir == 1) a.bwd_data = cudnnConvolutionBwdDataAlgo_t(c.algo), a.bwd_data_math = c.math;
-    if (dir == 2) a.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(c.algo), a.bwd_filter_math = c.math;
-    a.workspace = std::max(a.workspace, c.workspace);
+    set_direction(a, dir, fit[0]);
+    a.workspace = std::max(a.workspace, fit[0].workspace);
     a.next[dir].assign(fit.begin() + 1, fit.end());
   }
   // Timing may leave a candidate's failed allocation as the runtime's last error (reported in its

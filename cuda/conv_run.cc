@@ -13,15 +13,6 @@ namespace {
 
 constexpr const char* kDirectionName[3] = {"forward", "backward-data", "backward-filter"};
 
-// Direction dir of a, with a's workspace (the most any of its directions needs).
-ConvCandidate direction(const ConvAlgos& a, ConvDirection dir) {
-  switch (dir) {
-    case kConvForward: return {int(a.fwd), a.fwd_math, a.workspace};
-    case kConvBackwardData: return {int(a.bwd_data), a.bwd_data_math, a.workspace};
-    default: return {int(a.bwd_filter), a.bwd_filter_math, a.workspace};
-  }
-}
-
 }  // namespace
 
 ConvRunner::ConvRunner(CudaContext& ctx, const ConvAlgos& a, cudnnConvolutionDescriptor_t fwd,
@@ -39,16 +30,7 @@ void ConvRunner::take(ConvDirection dir, const ConvCandidate& c) {
     a_.workspace = c.workspace;
     ctx_.reserve_workspace(a_.workspace);  // waits for the work queued on the old one
   }
-  switch (dir) {
-    case kConvForward:
-      a_.fwd = cudnnConvolutionFwdAlgo_t(c.algo), a_.fwd_math = c.math;
-      break;
-    case kConvBackwardData:
-      a_.bwd_data = cudnnConvolutionBwdDataAlgo_t(c.algo), a_.bwd_data_math = c.math;
-      break;
-    default:
-      a_.bwd_filter = cudnnConvolutionBwdFilterAlgo_t(c.algo), a_.bwd_filter_math = c.math;
-  }
+  set_direction(a_, dir, c);
 }
 
 cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
