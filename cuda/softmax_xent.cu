@@ -57,7 +57,9 @@ __global__ void xent_forward_kernel(XentArgs a) {
   if (threadIdx.x == 0) {
     const int32_t label = a.labels[row];
     if (label < 0 || label >= a.k) {
-      atomicCAS(a.bad_row, -1, int(row));
+      // The lowest bad row, whichever block gets here first: the same sample named every run.
+      // Unsigned, so that the memset's -1 is the largest value.
+      atomicMin(reinterpret_cast<unsigned*>(a.bad_row), unsigned(row));
       a.row_loss[row] = 0;
       return;
     }

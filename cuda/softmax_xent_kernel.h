@@ -14,7 +14,7 @@ struct XentArgs {
   float* prob = nullptr;         // (n, k): softmax, kept for backward
   float* row_loss = nullptr;     // (n)
   double* mean_loss = nullptr;   // (1)
-  int* bad_row = nullptr;        // (1): -1, or a row whose label is outside [0, k)
+  int* bad_row = nullptr;        // (1): -1, or the first row whose label is outside [0, k)
 };
 
 // prob, row_loss and mean_loss from logits and labels; *bad_row must be -1 before the launch.

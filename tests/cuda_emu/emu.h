@@ -134,6 +134,11 @@ inline int atomicCAS(int* p, int compare, int val) {
   if (old == compare) *p = val;
   return old;
 }
+inline unsigned atomicMin(unsigned* p, unsigned val) {
+  const unsigned old = *p;
+  if (val < old) *p = val;
+  return old;
+}
 
 // Correctly rounded single operations: the host compiler neither contracts these (ISO C++ mode,
 // no FMA in baseline x86-64) nor reorders them.
