@@ -63,9 +63,18 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
     }
     char why[512] = {};
     cudnnGetLastErrorString(why, sizeof why);
-    // A launch that failed for want of resources leaves the runtime's last error set; it belongs
-    // to this refusal, not to the next launch's check. (A sticky error fails every candidate.)
+    // A device fault (an illegal address, a kernel that failed) is sticky: every later call
+    // returns it, no other algorithm could run, and it, not the choice, is what to report.
+    const cudaError_t q = cudaStreamQuery(ctx_.stream());
+    // A launch that failed for want of resources leaves the runtime's last error set, as the
+    // query's "not ready" may: they belong here, not to the next launch's check.
     (void)cudaGetLastError();
+    if (q != cudaSuccess && q != cudaErrorNotReady)
+      throw Error(str_cat("layer ", layer_, ": the device failed while cuDNN ran its ", kind_,
+                          kDirectionName[dir], " algorithm ", algo(dir), " (", cudaGetErrorName(q),
+                          ": ", cudaGetErrorString(q), "): a fault of that or an earlier kernel, not "
+                          "a refusal of the algorithm; cuDNN said ", cudnnGetErrorString(s), " (",
+                          int(s), ")", *why ? ": " : "", why));
     out_of_memory |= s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
                      s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
     refused += str_cat("; algorithm ", algo(dir), ": ", cudnnGetErrorString(s), " (", int(s), ")",

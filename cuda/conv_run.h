@@ -32,7 +32,8 @@ class ConvRunner {
   // that algorithm (the direction's enum as an int) and workspace, returning its status, which
   // run returns. At the direction's first run a refused algorithm moves on to the next
   // candidate; when none runs, throws rt::Error naming the layer and each refusal
-  // (rt::OutOfMemory when cuDNN ran out of memory).
+  // (rt::OutOfMemory when cuDNN ran out of memory). A failure that left the device faulted (a
+  // sticky CUDA error) is no refusal: it throws at once, naming the fault.
   template <class Call>
   cudnnStatus_t run(ConvDirection dir, Call&& call) {
     if (ran_[dir]) return call(algo(dir), ctx_.workspace(), a_.workspace);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tests/cuda_emu/cudnn_emu.h"
+#include "tests/cuda_emu/runtime.h"
 #include "tests/cuda_emu/streams.h"
 
 namespace {
@@ -43,6 +44,7 @@ constexpr size_t kDecoyWorkspace = size_t(1) << 40;  // algorithm 2's answer wit
 constexpr int kUnrunnable = 3;
 std::atomic<bool> g_decoys{false}, g_unrunnable{false};
 std::atomic<cudnnStatus_t> g_refusal{CUDNN_STATUS_NOT_SUPPORTED};  // algorithm 3's
+std::atomic<cudaError_t> g_fault{cudaSuccess};  // the device fault its run leaves, if any
 thread_local std::string g_last_error;  // cudnnGetLastErrorString's, per thread as cuDNN's
 
 // A failed call: its status, and its reason kept for cudnnGetLastErrorString.
@@ -108,8 +110,10 @@ std::vector<int> ranking() {
 // The checks every convolution call makes before queuing its work.
 cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, int algo, const void* ws, size_t bytes) {
   if (!h || !geometry_ok) return fail(CUDNN_STATUS_BAD_PARAM, "descriptors disagree");
-  if (algo == kUnrunnable && g_unrunnable.load())
+  if (algo == kUnrunnable && g_unrunnable.load()) {
+    if (g_fault.load() != cudaSuccess) rt_emu::set_device_fault(g_fault.load());
     return fail(g_refusal.load(), "algorithm 3 cannot run this convolution (emulated)");
+  }
   if (algo != 0) return fail(CUDNN_STATUS_NOT_SUPPORTED, "algorithm not supported (emulated)");
   if (!ws || bytes < kWorkspace) return fail(CUDNN_STATUS_BAD_PARAM, "workspace too small");
   return CUDNN_STATUS_SUCCESS;
@@ -157,9 +161,11 @@ namespace rt_emu {
 std::atomic<int64_t> g_bwd_data_algo_queries{0};
 int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
 void offer_decoy_algorithms(bool on) { g_decoys.store(on); }
-void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal) {
+void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal, cudaError_t fault) {
   g_unrunnable.store(on);
   g_refusal.store(refusal);
+  g_fault.store(fault);
+  if (!on) set_device_fault(cudaSuccess);
 }
 }  // namespace rt_emu
 

@@ -1,6 +1,7 @@
 // The emulated cuDNN's descriptors and the helpers its two sources share (cudnn.cc: descriptors,
 // convolution, bias; cudnn_bn.cc: batch norm).
 #pragma once
+#include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include <cstdint>
@@ -50,8 +51,10 @@ int64_t bwd_data_algo_queries();
 // pass over. Off by default; process-wide.
 void offer_decoy_algorithms(bool on);
 // On: the rankings put first an algorithm that the workspace queries accept and the calls refuse
-// with `refusal` (cudnn.cc). Off by default; process-wide.
-void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED);
+// with `refusal` (cudnn.cc), leaving the device faulted with `fault` unless it is cudaSuccess
+// (rt_emu::set_device_fault; off clears it). Off by default; process-wide.
+void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED,
+                                cudaError_t fault = cudaSuccess);
 
 // Each of the two on for a scope (a test's), off again at its end.
 struct DecoyAlgorithms {
@@ -59,8 +62,9 @@ struct DecoyAlgorithms {
   ~DecoyAlgorithms() { offer_decoy_algorithms(false); }
 };
 struct UnrunnableAlgorithm {
-  explicit UnrunnableAlgorithm(cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED) {
-    offer_unrunnable_algorithm(true, refusal);
+  explicit UnrunnableAlgorithm(cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED,
+                               cudaError_t fault = cudaSuccess) {
+    offer_unrunnable_algorithm(true, refusal, fault);
   }
   ~UnrunnableAlgorithm() { offer_unrunnable_algorithm(false); }
 };

@@ -82,6 +82,9 @@ cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t s, bool 
 }  // namespace
 
 void set_last_error(cudaError_t e) { tl_last_error = e; }
+std::atomic<cudaError_t> g_fault{cudaSuccess};
+void set_device_fault(cudaError_t e) { g_fault.store(e); }
+cudaError_t device_fault() { return g_fault.load(); }
 // A query's "not ready" kept as the thread's last error, as the runtime may keep it (PyTorch
 // clears it after each query): code that queries must clear it before a launch check, or that
 // check blames the next kernel.
@@ -102,11 +105,15 @@ int64_t device_bytes_live() {
 extern "C" {
 
 cudaError_t cudaGetLastError(void) {
+  if (const cudaError_t f = rt_emu::device_fault(); f != cudaSuccess) return f;  // sticky
   const cudaError_t e = rt_emu::tl_last_error;
   rt_emu::tl_last_error = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return rt_emu::tl_last_error; }
+cudaError_t cudaPeekAtLastError(void) {
+  if (const cudaError_t f = rt_emu::device_fault(); f != cudaSuccess) return f;
+  return rt_emu::tl_last_error;
+}
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";
@@ -114,6 +121,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     default: return "cudaError (emulated)";
   }
 }
@@ -124,6 +132,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     default: return "unknown error (emulated)";
   }
 }
@@ -166,15 +175,21 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
   rt_emu::device_synchronize();
-  return cudaSuccess;
+  return rt_emu::device_fault();
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) { return rt_emu::stream_synchronize(s); }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  const cudaError_t e = rt_emu::stream_synchronize(s);
+  return rt_emu::device_fault() != cudaSuccess ? rt_emu::device_fault() : e;
+}
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return rt_emu::stream_create(s, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   return rt_emu::stream_create(s, flags);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { return rt_emu::stream_destroy(s); }
-cudaError_t cudaStreamQuery(cudaStream_t s) { return rt_emu::recorded(rt_emu::stream_query(s)); }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  if (const cudaError_t f = rt_emu::device_fault(); f != cudaSuccess) return f;
+  return rt_emu::recorded(rt_emu::stream_query(s));
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   return rt_emu::stream_wait_event(s, e);
 }

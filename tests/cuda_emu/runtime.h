@@ -11,6 +11,11 @@ namespace rt_emu {
 
 // What cudaGetLastError returns (and clears) next: a refused launch sets it.
 void set_last_error(cudaError_t e);
+// A device fault (cudaErrorIllegalAddress, say), sticky as on a GPU: cudaGetLastError,
+// cudaPeekAtLastError and the synchronize and query calls return it until it is set back to
+// cudaSuccess (which a real process cannot do; tests end their fault that way).
+void set_device_fault(cudaError_t e);
+cudaError_t device_fault();
 // cudaMalloc calls so far on this process and bytes still allocated by them.
 int64_t device_allocations();
 int64_t device_bytes_live();

@@ -406,6 +406,35 @@ TEST(GpuCudnnConv, AlgorithmRefusedAtItsFirstRunIsReplaced) {
   EXPECT_THROW(check_conv(ctx, d), OutOfMemory);
 }
 
+// A first run that fails because the device faulted (a sticky error: every later call returns
+// it) is no refusal: no other candidate is tried, nothing is revised, and the error names the
+// fault instead of blaming the choice.
+TEST(GpuCudnnConv, DeviceFaultAtAFirstRunIsNotTakenForARefusal) {
+  rt_emu::UnrunnableAlgorithm faulting(CUDNN_STATUS_EXECUTION_FAILED, cudaErrorIllegalAddress);
+  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, true};
+  ContextConfig cfg;
+  CudaContext ctx(cfg);
+  CudnnConv conv(d, ctx);
+  ASSERT_EQ(conv.forward_algo(), 3);
+  DeviceBuffer x(size_t(d.in.numel()) * 4), w(size_t(d.weight_count()) * 4), b(size_t(d.out_c) * 4),
+      y(size_t(d.out().numel()) * 4);
+  testing::internal::CaptureStderr();
+  try {
+    conv.forward(x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>());
+    FAIL() << "a faulted device's convolution ran";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const std::string& want :
+         {std::string("layer 3x3: the device failed while cuDNN ran its forward algorithm 3"),
+          std::string("cudaErrorIllegalAddress"), std::string("not a refusal"),
+          str_cat("(", int(CUDNN_STATUS_EXECUTION_FAILED), ")")})
+      EXPECT_NE(m.find(want), std::string::npos) << "no '" << want << "' in: " << m;
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("refused"), std::string::npos);
+  EXPECT_EQ(ctx.conv_algos().revised(), 0);
+  EXPECT_EQ(conv.forward_algo(), 3);
+}
+
 // A failing cuDNN call's error carries cuDNN's own reason (cudnnGetLastErrorString).
 TEST(GpuCudnnConv, ErrorsCarryCudnnsReason) {
   ContextConfig cfg;
