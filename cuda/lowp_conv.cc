@@ -3,6 +3,7 @@
 // copy. Uses cuDNN's legacy convolution API, as cuda/cudnn_conv.cc.
 #include "cuda/lowp_conv.h"
 
+#include <cstdio>
 #include <string>
 
 #include "cuda/check.h"
@@ -28,12 +29,8 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_));
-    conv_set_tensor(x_, d_.in, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
+    set_input_channels(d_.in.c);
     conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
-    // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, kCudnnType<T>, CUDNN_TENSOR_NHWC,
-                                           lib_int(d_.out_c, d_), lib_int(d_.in.c, d_),
-                                           lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
       CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
@@ -49,8 +46,15 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
 
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
-    run_.emplace(
-        conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true, kind.c_str()));
+    try {
+      run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true,
+                                     kind.c_str()));
+    } catch (const OutOfMemory&) {
+      throw;
+    } catch (const Error& e) {
+      if (d_.input_grad || d_.in.c % 8 == 0) throw;
+      pad_input_channels(e.what(), kind);
+    }
     ctx_.reserve_workspace(run_->workspace());
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
     dw16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
@@ -63,6 +67,57 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     release();
     throw;
   }
+}
+
+template <class T>
+void LowpConv<T>::set_input_channels(int64_t c) {
+  Shape in = d_.in;
+  in.c = c;
+  conv_set_tensor(x_, in, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
+  // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, kCudnnType<T>, CUDNN_TENSOR_NHWC,
+                                         lib_int(d_.out_c, d_), lib_int(c, d_),
+                                         lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
+}
+
+template <class T>
+void LowpConv<T>::pad_input_channels(const std::string& why, const std::string& kind) {
+  pad_c_ = (d_.in.c + 7) / 8 * 8;
+  set_input_channels(pad_c_);
+  ConvDesc padded = d_;  // the shape cuDNN sees, and the algorithm cache's key for it
+  padded.in.c = pad_c_;
+  try {
+    run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, padded, true,
+                                   kind.c_str()));
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(str_cat(why, "; nor with its input zero-padded to ", pad_c_, " channels: ", e.what()));
+  }
+  x_pad_ = {d_.in.n, d_.in.c, d_.in.h, d_.in.w, pad_c_, d_.in.h, d_.in.w, 1, 0};
+  w_pad_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w, pad_c_, d_.kernel_h, d_.kernel_w, 1, 0};
+  x16p_ = DeviceBuffer(size_t(d_.in.n * d_.in.h * d_.in.w * pad_c_) * sizeof(T));
+  w16p_ = DeviceBuffer(size_t(d_.out_c * d_.kernel_h * d_.kernel_w * pad_c_) * sizeof(T));
+  dw16p_ = DeviceBuffer(w16p_.bytes());
+  std::fprintf(stderr,
+               "warning: layer %s: cuDNN offers no %sconvolution for its %lld input channels (%s); "
+               "it runs on its input zero-padded to %lld channels, with the same results\n",
+               d_.name.c_str(), kind.c_str(), (long long)d_.in.c, why.c_str(), (long long)pad_c_);
+}
+
+template <class T>
+const void* LowpConv<T>::conv_input(const float* x) {
+  if (!pad_c_) return x;
+  lowp_pad_shortcut_forward(reinterpret_cast<const T*>(x), x16p_.as<T>(), x_pad_, ctx_.stream());
+  return x16p_.get();
+}
+
+template <class T>
+const void* LowpConv<T>::conv_weights(const float* w) {
+  weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
+  if (!pad_c_) return w16_.get();
+  lowp_pad_shortcut_forward(w16_.as<T>(), w16p_.as<T>(), w_pad_, ctx_.stream());
+  return w16p_.get();
 }
 
 template <class T>
@@ -83,9 +138,10 @@ void LowpConv<T>::release() noexcept {
 template <class T>
 void LowpConv<T>::forward(const float* x, const float* w, const float* b, float* y) {
   const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for 16-bit data
-  weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
+  const void* wc = conv_weights(w);
+  const void* xc = conv_input(x);
   auto conv = [&](int algo, void* ws, size_t bytes) {
-    return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, x, w_, w16_.get(), fwd_,
+    return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, xc, w_, wc, fwd_,
                                    cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, y_, y);
   };
   CUDNN_CHECK(run_->run(kConvForward, conv));
@@ -100,7 +156,7 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
   if (dx && !d_.input_grad)
     throw Error(str_cat("layer ", d_.name, ": asked for the input gradient of a convolution built "
                         "without one (ConvDesc::input_grad)"));
-  if (dx) {
+  if (dx) {  // never padded: a padded layer has no input gradient
     weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
     auto data = [&](int algo, void* ws, size_t bytes) {
       return cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,
@@ -109,12 +165,17 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
     };
     CUDNN_CHECK(run_->run(kConvBackwardData, data));
   }
+  // Padded again rather than kept from forward: another forward (evaluation) may come between.
+  const void* xc = conv_input(x);
+  void* dwc = pad_c_ ? dw16p_.get() : dw16_.get();
   auto filter = [&](int algo, void* ws, size_t bytes) {
-    return cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,
+    return cudnnConvolutionBackwardFilter(h, &one, x_, xc, y_, dy, bwd_filter_,
                                           cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, &zero,
-                                          w_, dw16_.get());
+                                          w_, dwc);
   };
   CUDNN_CHECK(run_->run(kConvBackwardFilter, filter));
+  // The padded channels' gradients are dropped: the first c of each KRSC row are the layer's.
+  if (pad_c_) lowp_pad_shortcut_backward(dw16p_.as<T>(), dw16_.as<T>(), w_pad_, ctx_.stream());
   weight_grad_to_oihw(dw16_.as<T>(), dw, wg_, ctx_.stream());
   if (d_.bias) bias_grad<T>(dy, bias_partial_.as<float>(), bias_geom_, db, ctx_.stream());
 }

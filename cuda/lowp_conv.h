@@ -2,12 +2,19 @@
 // T = bf16 or f16 (CUDNN_DATA_BFLOAT16 / CUDNN_DATA_HALF) with fp32 compute on tensor cores, as
 // an rt::ConvOp<float> whose x, y, dy, dx are T NHWC device buffers (passed as float*) and whose
 // w, b, dw, db are the arena's fp32 canonical tensors. Instantiated for both types.
+//
+// A layer without an input gradient (the stem) whose channels are not a multiple of 8 (3, for
+// images) and for which cuDNN offers no algorithm in that layout runs on its input and weights
+// zero-padded to the next multiple of 8 instead: the padded channels add zeros to y and their
+// weight gradients are dropped, so the results are the unpadded convolution's. One warning
+// says so, with cuDNN's reason.
 #pragma once
 #include <cudnn.h>
 
 #include <cstddef>
 #include <optional>
 
+#include "cuda/layer_kernels.h"
 #include "cuda/lowp_layout.h"
 #include "cuda/context.h"
 #include "cuda/conv_run.h"
@@ -21,8 +28,8 @@ class LowpConv final : public ConvOp<float> {
  public:
   // Chooses the three algorithms once for the shape (ctx.config(): timed or heuristic,
   // deterministic or not, workspace limit), grows the context's workspace and allocates the
-  // private T weight and weight-gradient copies (KRSC). Throws rt::Error naming the layer
-  // when no algorithm fits.
+  // private T weight and weight-gradient copies (KRSC), and the padded copies if it pads.
+  // Throws rt::Error naming the layer when no algorithm fits.
   LowpConv(const ConvDesc& d, CudaContext& ctx);
   ~LowpConv() override;
   LowpConv(const LowpConv&) = delete;
@@ -37,6 +44,13 @@ class LowpConv final : public ConvOp<float> {
 
  private:
   void release() noexcept;
+  // The descriptors of x and w for c input channels.
+  void set_input_channels(int64_t c);
+  // Chooses the algorithms on the input padded to pad_c_ channels, after `why` refused it as is.
+  void pad_input_channels(const std::string& why, const std::string& kind);
+  // What cuDNN reads: x, or its padded copy; the weights cast (and padded) from the fp32 w.
+  const void* conv_input(const float* x);
+  const void* conv_weights(const float* w);
   ConvDesc d_;
   CudaContext& ctx_;
   WeightGeom wg_;
@@ -46,6 +60,9 @@ class LowpConv final : public ConvOp<float> {
   cudnnConvolutionDescriptor_t fwd_ = nullptr, bwd_data_ = nullptr, bwd_filter_ = nullptr;
   std::optional<ConvRunner> run_;  // the algorithms, once chosen
   DeviceBuffer w16_, dw16_;
+  int64_t pad_c_ = 0;                 // input channels cuDNN sees when padded, else 0
+  ShortcutGeom x_pad_, w_pad_;        // x and the KRSC weights (as NHWC) to pad_c_ channels
+  DeviceBuffer x16p_, w16p_, dw16p_;  // the padded copies
   ChannelReduceGeom bias_geom_;  // db: sums of dy over its rows
   DeviceBuffer bias_partial_;
 };

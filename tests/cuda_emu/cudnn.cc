@@ -42,7 +42,7 @@ constexpr size_t kWorkspace = 4096;
 constexpr size_t kDecoyWorkspace = size_t(1) << 40;  // algorithm 2's answer with decoys on
 
 constexpr int kUnrunnable = 3;
-std::atomic<bool> g_decoys{false}, g_unrunnable{false};
+std::atomic<bool> g_decoys{false}, g_unrunnable{false}, g_unaligned_refused{false};
 std::atomic<cudnnStatus_t> g_refusal{CUDNN_STATUS_NOT_SUPPORTED};  // algorithm 3's
 std::atomic<cudaError_t> g_fault{cudaSuccess};  // the device fault its run leaves, if any
 thread_local std::string g_last_error;  // cudnnGetLastErrorString's, per thread as cuDNN's
@@ -107,9 +107,20 @@ std::vector<int> ranking() {
   return r;
 }
 
+// With rt_emu::refuse_unaligned_channels on: a 16-bit NHWC input whose channels are not a
+// multiple of 8, which no algorithm takes (as a cuDNN without such kernels would answer).
+cudnnStatus_t layout_ok(const cudnnTensorStruct* x) {
+  if (g_unaligned_refused.load() && x && x->nhwc && x->type != CUDNN_DATA_FLOAT && x->c % 8 != 0)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED,
+                "no algorithm for 16-bit NHWC data whose channels are not a multiple of 8 (emulated)");
+  return CUDNN_STATUS_SUCCESS;
+}
+
 // The checks every convolution call makes before queuing its work.
-cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, int algo, const void* ws, size_t bytes) {
+cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, const cudnnTensorStruct* x, int algo,
+                      const void* ws, size_t bytes) {
   if (!h || !geometry_ok) return fail(CUDNN_STATUS_BAD_PARAM, "descriptors disagree");
+  if (const cudnnStatus_t s = layout_ok(x); s != CUDNN_STATUS_SUCCESS) return s;
   if (algo == kUnrunnable && g_unrunnable.load()) {
     if (g_fault.load() != cudaSuccess) rt_emu::set_device_fault(g_fault.load());
     return fail(g_refusal.load(), "algorithm 3 cannot run this convolution (emulated)");
@@ -137,9 +148,10 @@ cudnnStatus_t workspace_of(int algo, size_t* bytes) {
 // The ranking's results; a timed one (cudnnFind*) ran each candidate, so it reports algorithm 3's
 // refusal in its status.
 template <class Perf, class Algo>
-cudnnStatus_t offer(const cudnnConvolutionStruct* cv, int requested, int* returned, Perf* perf,
-                    bool timed = false) {
+cudnnStatus_t offer(const cudnnTensorStruct* x, const cudnnConvolutionStruct* cv, int requested,
+                    int* returned, Perf* perf, bool timed = false) {
   if (!cv || requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
+  if (const cudnnStatus_t s = layout_ok(x); s != CUDNN_STATUS_SUCCESS) return s;
   const std::vector<int> r = ranking();
   *returned = std::min(requested, int(r.size()));
   for (int i = 0; i < *returned; ++i) {
@@ -161,6 +173,7 @@ namespace rt_emu {
 std::atomic<int64_t> g_bwd_data_algo_queries{0};
 int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
 void offer_decoy_algorithms(bool on) { g_decoys.store(on); }
+void refuse_unaligned_channels(bool on) { g_unaligned_refused.store(on); }
 void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal, cudaError_t fault) {
   g_unrunnable.store(on);
   g_refusal.store(refusal);
@@ -283,14 +296,14 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
     const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int req, int* got,
     cudnnConvolutionFwdAlgoPerf_t* p) {
   if (!geometry(cv, x, w, y)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(cv, req, got, p);
+  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(x, cv, req, got, p);
 }
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(
     cudnnHandle_t h, const cudnnTensorDescriptor_t x, const cudnnFilterDescriptor_t w,
     const cudnnConvolutionDescriptor_t cv, const cudnnTensorDescriptor_t y, const int req, int* got,
     cudnnConvolutionFwdAlgoPerf_t* p) {
   if (!h || !geometry(cv, x, w, y)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(cv, req, got, p, true);
+  return offer<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(x, cv, req, got, p, true);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     cudnnHandle_t, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
@@ -298,7 +311,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
   rt_emu::g_bwd_data_algo_queries.fetch_add(1);
   if (!geometry(cv, dx, w, dy)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(cv, req, got, p);
+  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(dx, cv, req, got, p);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     cudnnHandle_t h, const cudnnFilterDescriptor_t w, const cudnnTensorDescriptor_t dy,
@@ -306,7 +319,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(
     int* got, cudnnConvolutionBwdDataAlgoPerf_t* p) {
   rt_emu::g_bwd_data_algo_queries.fetch_add(1);
   if (!h || !geometry(cv, dx, w, dy)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(cv, req, got, p,
+  return offer<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(dx, cv, req, got, p,
                                                                                  true);
 }
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -314,7 +327,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int req,
     int* got, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
   if (!geometry(cv, x, dw, dy)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(cv, req, got,
+  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(x, cv, req, got,
                                                                                      p);
 }
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
@@ -322,7 +335,7 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(
     const cudnnConvolutionDescriptor_t cv, const cudnnFilterDescriptor_t dw, const int req,
     int* got, cudnnConvolutionBwdFilterAlgoPerf_t* p) {
   if (!h || !geometry(cv, x, dw, dy)) return CUDNN_STATUS_BAD_PARAM;
-  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(cv, req, got,
+  return offer<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(x, cv, req, got,
                                                                                      p, true);
 }
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t, const cudnnTensorDescriptor_t,
@@ -351,7 +364,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       const cudnnConvolutionDescriptor_t cv,
                                       cudnnConvolutionFwdAlgo_t algo, void* ws, size_t ws_bytes,
                                       const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
-  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, wd, yd), int(algo), ws, ws_bytes);
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, wd, yd), xd, int(algo), ws, ws_bytes);
       s != CUDNN_STATUS_SUCCESS)
     return s;
   if (xd->type != yd->type || wd->type != xd->type)
@@ -375,7 +388,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
                                            cudnnConvolutionBwdDataAlgo_t algo, void* ws,
                                            size_t ws_bytes, const void* beta,
                                            const cudnnTensorDescriptor_t dxd, void* dx) {
-  if (const cudnnStatus_t s = call_ok(h, geometry(cv, dxd, wd, dyd), int(algo), ws, ws_bytes);
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, dxd, wd, dyd), dxd, int(algo), ws, ws_bytes);
       s != CUDNN_STATUS_SUCCESS)
     return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, wd = *wd, dyd = *dyd, dxd = *dxd, al = scalar(alpha),
@@ -397,7 +410,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                                              cudnnConvolutionBwdFilterAlgo_t algo, void* ws,
                                              size_t ws_bytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwd, void* dw) {
-  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, dwd, dyd), int(algo), ws, ws_bytes);
+  if (const cudnnStatus_t s = call_ok(h, geometry(cv, xd, dwd, dyd), xd, int(algo), ws, ws_bytes);
       s != CUDNN_STATUS_SUCCESS)
     return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, dyd = *dyd, dwd = *dwd, al = scalar(alpha),

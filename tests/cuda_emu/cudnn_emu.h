@@ -56,10 +56,19 @@ void offer_decoy_algorithms(bool on);
 void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED,
                                 cudaError_t fault = cudaSuccess);
 
-// Each of the two on for a scope (a test's), off again at its end.
+// On: no convolution ranking, workspace query or call takes 16-bit NHWC data whose channels are
+// not a multiple of 8 (CUDNN_STATUS_NOT_SUPPORTED), as a cuDNN without kernels for the 3-channel
+// stem in that layout would answer. Off by default; process-wide.
+void refuse_unaligned_channels(bool on);
+
+// Each on for a scope (a test's), off again at its end.
 struct DecoyAlgorithms {
   DecoyAlgorithms() { offer_decoy_algorithms(true); }
   ~DecoyAlgorithms() { offer_decoy_algorithms(false); }
+};
+struct UnalignedChannelsRefused {
+  UnalignedChannelsRefused() { refuse_unaligned_channels(true); }
+  ~UnalignedChannelsRefused() { refuse_unaligned_channels(false); }
 };
 struct UnrunnableAlgorithm {
   explicit UnrunnableAlgorithm(cudnnStatus_t refusal = CUDNN_STATUS_NOT_SUPPORTED,

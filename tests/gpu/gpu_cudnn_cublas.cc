@@ -435,6 +435,76 @@ TEST(GpuCudnnConv, DeviceFaultAtAFirstRunIsNotTakenForARefusal) {
   EXPECT_EQ(conv.forward_algo(), 3);
 }
 
+// A 16-bit stem (3 input channels, no input gradient) that cuDNN offers no algorithm for runs on
+// its input and weights zero-padded to 8 channels: the same bits as the unpadded convolution
+// (the emulator sums each output's products in double, the zeros adding nothing), one warning.
+// The input is padded again in backward, so a forward between (evaluation) changes nothing.
+// A layer that needs its input gradient is not padded: its error stands.
+template <class T>
+void padded_stem_matches_unpadded() {
+  ConvDesc d{"stem", {2, 3, 10, 10}, 8, 7, 7, 2, 2, 3, 3, true};
+  d.input_grad = false;
+  const size_t nx = size_t(d.in.numel()), nw = size_t(d.weight_count()), nb = size_t(d.out_c),
+               ny = size_t(d.out().numel());
+  // Values exact in either type: multiples of 1/8 below 2 in magnitude.
+  auto exact = [](size_t n, uint32_t seed) {
+    std::vector<T> v(n);
+    std::mt19937 g(seed);
+    for (T& e : v) e = T(float(int(g() % 31) - 15) / 8.0f);
+    return v;
+  };
+  const DeviceBuffer gx = to_device(exact(nx, 1)), gx2 = to_device(exact(nx, 2)),
+                     gdy = to_device(exact(ny, 3)), gw = to_device(randn(nw, 4)),
+                     gb = to_device(randn(nb, 5));
+  // y, dw, db of one layer: forward on x, forward on x2, backward for x.
+  auto run = [&](bool refused, std::string* warnings) {
+    std::optional<rt_emu::UnalignedChannelsRefused> refuse;
+    if (refused) refuse.emplace();
+    ContextConfig cfg;
+    CudaContext ctx(cfg);
+    testing::internal::CaptureStderr();
+    LowpConv<T> conv(d, ctx);
+    *warnings = testing::internal::GetCapturedStderr();
+    DeviceBuffer gy(ny * sizeof(T)), gy2(ny * sizeof(T)), gdw(nw * 4), gdb(nb * 4);
+    conv.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    conv.forward(gx2.as<float>(), gw.as<float>(), gb.as<float>(), gy2.as<float>());
+    conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
+                  gdb.as<float>());
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    // y's 16-bit patterns widened, so that the three compare alike.
+    const std::vector<uint16_t> y = to_host<uint16_t>(gy, ny);
+    return std::vector{std::vector<float>(y.begin(), y.end()), to_host<float>(gdw, nw),
+                       to_host<float>(gdb, nb)};
+  };
+  std::string as_is, padded;
+  const auto want = run(false, &as_is), got = run(true, &padded);
+  EXPECT_EQ(as_is, "");
+  EXPECT_NE(padded.find("warning: layer stem: cuDNN offers no"), std::string::npos) << padded;
+  EXPECT_NE(padded.find("zero-padded to 8 channels"), std::string::npos) << padded;
+  const char* what[] = {"y", "dw", "db"};
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < want[i].size(); ++j)
+      ASSERT_EQ(got[i][j], want[i][j]) << what[i] << " at " << j;
+
+  rt_emu::UnalignedChannelsRefused refuse;
+  ContextConfig cfg;
+  CudaContext ctx(cfg);
+  d.input_grad = true;
+  try {
+    LowpConv<T> conv(d, ctx);
+    FAIL() << "a layer needing its input gradient was padded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("16-bit NHWC data whose channels are not a multiple of 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GpuLowpConv, StemCudnnRefusesRunsOnPaddedChannels) {
+  padded_stem_matches_unpadded<bf16>();
+  padded_stem_matches_unpadded<f16>();
+}
+
 // A failing cuDNN call's error carries cuDNN's own reason (cudnnGetLastErrorString).
 TEST(GpuCudnnConv, ErrorsCarryCudnnsReason) {
   ContextConfig cfg;
