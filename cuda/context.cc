@@ -1,6 +1,11 @@
 // CudaContext: handles bound to one stream, math modes, the shared workspace.
 #include "cuda/context.h"
 
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <mutex>
+
 #include "cuda/check.h"
 
 namespace rt::cuda {
@@ -23,6 +28,34 @@ ContextConfig context_config(const BackendOptions& o, const std::string& backend
   return c;
 }
 
+std::string cudnn_cuda_mismatch(size_t cudnn, size_t cudnn_cudart, int runtime, const std::string& file) {
+  if (runtime <= 0 || cudnn_cudart / 1000 == size_t(runtime) / 1000) return "";
+  auto cuda = [](size_t v) { return str_cat(v / 1000, ".", v % 1000 / 10); };
+  return str_cat("warning: cuDNN ", cudnn / 10000, ".", cudnn % 10000 / 100, ".", cudnn % 100,
+                 file.empty() ? "" : " (" + file + ")", " was built for CUDA ", cuda(cudnn_cudart),
+                 ", and this program runs CUDA ", cuda(size_t(runtime)),
+                 ": its engines may fail to load or refuse every convolution; put a cuDNN 9 for CUDA ",
+                 runtime / 1000, " first on LD_LIBRARY_PATH");
+}
+
+namespace {
+
+// Once per process: which cuDNN the loader found, and whether it matches the runtime.
+void note_cudnn_build() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int runtime = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) return;
+    Dl_info info{};
+    const std::string file =
+        dladdr(reinterpret_cast<void*>(&cudnnGetVersion), &info) && info.dli_fname ? info.dli_fname : "";
+    const std::string w = cudnn_cuda_mismatch(cudnnGetVersion(), cudnnGetCudartVersion(), runtime, file);
+    if (!w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+  });
+}
+
+}  // namespace
+
 std::string context_identity(const ContextConfig& cfg) {
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, cfg.device));
@@ -34,6 +67,7 @@ std::string context_identity(const ContextConfig& cfg) {
 }
 
 CudaContext::CudaContext(ContextConfig cfg) : cfg_(cfg) {
+  note_cudnn_build();
   try {
     CUDA_CHECK(cudaSetDevice(cfg_.device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

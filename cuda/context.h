@@ -39,6 +39,13 @@ std::string context_identity(const ContextConfig& cfg);
 // other algorithms next run).
 ContextConfig context_config(const BackendOptions& o, const std::string& backend, bool timed, int device);
 
+// A warning when the cuDNN loaded (version `cudnn`, from `file`) was built for another CUDA
+// major version (`cudnn_cudart`, as cudnnGetCudartVersion: 12080 is 12.8) than the runtime this
+// program runs (`runtime`, as cudaRuntimeGetVersion); "" when they agree. Such a cuDNN (a Python
+// wheel for another CUDA, say) fails later in ways that name neither: engines that do not load,
+// every convolution refused. CudaContext prints it once per process.
+std::string cudnn_cuda_mismatch(size_t cudnn, size_t cudnn_cudart, int runtime, const std::string& file);
+
 class CudaContext {
  public:
   // Selects the device, creates a non-blocking stream and the cuDNN and cuBLAS handles on it, and

@@ -185,8 +185,11 @@ else
     local last
     last=$(awk '/^-----+$/ {b = !b; next} !b && NF {l = $0} END {print l}' "$out/bench-$name.log")
     say "gpu_check: bench $name: $(grep -m 1 -E '^(RESULT|pytorch )' "$out/bench-$name.log" || echo "exit $brc: $last")"
-    # A convolution algorithm cuDNN refused at its first run (cuda/conv_run.h): which, and why.
-    grep -m 3 'cuDNN refused to run' "$out/bench-$name.log" | sed "s/^/gpu_check: bench $name: /" >>"$summary"
+    # What the run had to work around: a convolution algorithm cuDNN refused at its first run
+    # (cuda/conv_run.h), a stem run on padded channels (cuda/lowp_conv.h), a cuDNN built for
+    # another CUDA (cuda/context.h).
+    grep -m 3 -E 'cuDNN refused to run|zero-padded to|was built for CUDA' "$out/bench-$name.log" |
+      sed "s/^/gpu_check: bench $name: /" >>"$summary"
     # Any run of ours failing fails the check, the profile run included.
     if [ $brc -ne 0 ] && [ $budget_cut = 0 ] && [[ $name == *ringtrain* ]]; then
       say "gpu_check: FAILED: bench $name (exit $brc)"; rc=1

@@ -185,6 +185,7 @@ void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal, cudaError_t faul
 extern "C" {
 
 size_t cudnnGetVersion(void) { return CUDNN_VERSION; }  // the headers it was built with
+size_t cudnnGetCudartVersion(void) { return CUDART_VERSION; }
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
   *h = new cudnnContext;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/context.h"
 #include "cuda/device.h"
 #include "cuda/memory.h"
 #include "tests/error_of.h"
@@ -102,6 +103,18 @@ TEST(CudaMemory, WithoutADeviceAllocationFailsWithAClearError) {
   const std::string m = error_of([] { DeviceBuffer b(1024); });
   EXPECT_NE(m.find("cudaMalloc of 1024 bytes failed"), std::string::npos) << m;
   EXPECT_EQ(alloc_stats().device_bytes, 0);
+}
+
+// A cuDNN built for another CUDA major version than the runtime is named with its file and both
+// versions; a minor difference, or an unknown runtime, says nothing.
+TEST(CudaContextHost, CudnnForAnotherCudaIsNamed) {
+  EXPECT_EQ(cudnn_cuda_mismatch(91300, 13000, 13000, "/usr/local/cuda/lib64/libcudnn.so.9"), "");
+  EXPECT_EQ(cudnn_cuda_mismatch(91300, 13000, 13010, ""), "");
+  EXPECT_EQ(cudnn_cuda_mismatch(91300, 12080, 0, ""), "");
+  const std::string m = cudnn_cuda_mismatch(90800, 12080, 13000, "/w/nvidia/cudnn/lib/libcudnn.so.9");
+  for (const char* want : {"warning: cuDNN 9.8.0 (/w/nvidia/cudnn/lib/libcudnn.so.9) was built for CUDA 12.8",
+                           "this program runs CUDA 13.0", "a cuDNN 9 for CUDA 13"})
+    EXPECT_NE(m.find(want), std::string::npos) << "no '" << want << "' in: " << m;
 }
 
 }  // namespace
