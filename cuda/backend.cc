@@ -146,6 +146,12 @@ int local_rank_device(const BackendOptions& o) {
   return n > 0 ? local % n : 0;
 }
 
+void select_launcher_device() {
+  // A failure (which the backend will report in its own words) must not stay the last error.
+  if (device_count() > 0 && cudaSetDevice(local_rank_device(BackendOptions{})) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
 std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg) {
   std::string why;
   if (device_count(&why) == 0) throw Error("backend 'cuda': no usable CUDA device: " + why);

@@ -28,6 +28,12 @@ int local_rank_device(const BackendOptions& o);
 // launcher giving each rank its own), which a rank cannot tell, so the note says so.
 std::string shared_device_note(int local_size, int devices, const char* visible = nullptr);
 
+// Before MPI_Init: makes local_rank_device (from the launcher's variables) this process's current
+// device, where there is one. A CUDA-aware MPI (UCX, say) opens its CUDA context on the device
+// current at MPI_Init, so without this every rank of a node holds one on GPU 0. Does nothing
+// without a usable device.
+void select_launcher_device();
+
 // Makes rt::make_backend<float>("cuda") build make_cuda_backend() with the default
 // configuration, "cuda-tf32" with TF32 and measured algorithm choice, and "cuda-bf16" and
 // "cuda-fp16" (mixed precision, cuda/lowp_backend.h). Call once in programs that link rt_cuda;

@@ -35,6 +35,9 @@ void end_with_the_launcher() {
 
 int main(int argc, char** argv) {
   end_with_the_launcher();
+#ifdef RT_HAVE_CUDA
+  rt::cuda::select_launcher_device();  // before MPI_Init, which a CUDA-aware MPI binds to it
+#endif
   // SERIALIZED: the gradient reducer's communication thread makes MPI calls during a step while
   // the main thread computes (never two threads in MPI at once).
   int provided = 0;
