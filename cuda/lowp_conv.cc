@@ -46,14 +46,9 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
 
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
-    try {
-      run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, d_, true,
-                                     kind.c_str()));
-    } catch (const OutOfMemory&) {
-      throw;
-    } catch (const Error& e) {
-      if (d_.input_grad || d_.in.c % 8 == 0) throw;
-      pad_input_channels(e.what(), kind);
+    if (const std::string why = choose_algos(d_, kind); !why.empty()) {
+      if (d_.input_grad || d_.in.c % 8 == 0) throw Error(why);
+      pad_input_channels(why, kind);
     }
     ctx_.reserve_workspace(run_->workspace());
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
@@ -81,19 +76,26 @@ void LowpConv<T>::set_input_channels(int64_t c) {
 }
 
 template <class T>
+std::string LowpConv<T>::choose_algos(const ConvDesc& shape, const std::string& kind) {
+  try {
+    run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, shape, true,
+                                   kind.c_str()));
+    return "";
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+template <class T>
 void LowpConv<T>::pad_input_channels(const std::string& why, const std::string& kind) {
   pad_c_ = (d_.in.c + 7) / 8 * 8;
   set_input_channels(pad_c_);
   ConvDesc padded = d_;  // the shape cuDNN sees, and the algorithm cache's key for it
   padded.in.c = pad_c_;
-  try {
-    run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, padded, true,
-                                   kind.c_str()));
-  } catch (const OutOfMemory&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(str_cat(why, "; nor with its input zero-padded to ", pad_c_, " channels: ", e.what()));
-  }
+  if (const std::string e = choose_algos(padded, kind); !e.empty())
+    throw Error(str_cat(why, "; nor with its input zero-padded to ", pad_c_, " channels: ", e));
   x_pad_ = {d_.in.n, d_.in.c, d_.in.h, d_.in.w, pad_c_, d_.in.h, d_.in.w, 1, 0};
   w_pad_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w, pad_c_, d_.kernel_h, d_.kernel_w, 1, 0};
   x16p_ = DeviceBuffer(size_t(d_.in.n * d_.in.h * d_.in.w * pad_c_) * sizeof(T));

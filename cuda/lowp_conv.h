@@ -46,6 +46,9 @@ class LowpConv final : public ConvOp<float> {
   void release() noexcept;
   // The descriptors of x and w for c input channels.
   void set_input_channels(int64_t c);
+  // Chooses the algorithms for the descriptors as set, a layer of `shape`: "" or, when none
+  // fits, why (an allocation failure throws rt::OutOfMemory).
+  std::string choose_algos(const ConvDesc& shape, const std::string& kind);
   // Chooses the algorithms on the input padded to pad_c_ channels, after `why` refused it as is.
   void pad_input_channels(const std::string& why, const std::string& kind);
   // What cuDNN reads: x, or its padded copy; the weights cast (and padded) from the fp32 w.
