@@ -14,7 +14,8 @@ images/s per repeat, reported as median [min, max]. Memory: torch.cuda.max_memor
 bare context, after the first step and at the end, as bench_gpu_step measures it.
 
 Prints one readable line and one JSON line (starting with '{') per mode; --json FILE appends the
-JSON lines to FILE. Run one mode per process for clean memory figures (a later mode's baseline
+JSON lines to FILE. A non-finite loss still prints them (loss_finite false), then exits non-zero;
+fp16's JSON counts the timed steps GradScaler skipped on overflow (skipped_steps). Run one mode per process for clean memory figures (a later mode's baseline
 would include the earlier one's library handles and cached blocks).
 
   tools/bench_torch_gpu.py --modes fp32,tf32,bf16,fp16 [--batch 256] [--size 224] [--json out.jsonl]
@@ -27,6 +28,7 @@ else the same network defined below.
 """
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -165,6 +167,9 @@ def print_profile(step, sync, n, cuda):
         low = name.lower()
         kind = next((k for k, words in KINDS if any(w in low for w in words)), "other")
         kinds[kind] = kinds.get(kind, 0.0) + ms
+    if cuda and total <= 0:  # a profiler that could not reach the device (CUPTI) records nothing
+        print("PROFILE_ERROR,no device time recorded (CUPTI unavailable?)", flush=True)
+        return
     for ms, name in ops[:30]:
         if ms > 0:
             print(f"PROFILE_OP,{name},ms={ms:.3f}")
@@ -185,7 +190,12 @@ def run(mode, a, dev):
         base = used_mib(dev)
     t_setup = time.perf_counter()
     tv = torchvision is not None and not a.no_torchvision
-    model = getattr(torchvision.models, a.model)(weights=None) if tv else ResNet50()
+    try:
+        model = getattr(torchvision.models, a.model)(weights=None) if tv else ResNet50()
+    except Exception as e:  # a torchvision that imports but does not fit this torch
+        print(f"bench_torch_gpu: torchvision {torchvision.__version__} failed ({type(e).__name__}: {e}); "
+              "using the ResNet-50 defined here", file=sys.stderr)
+        tv, model = False, ResNet50()
     model = model.to(dev, memory_format=torch.channels_last).train()
     x = torch.randn(a.batch, 3, a.size, a.size, device=dev).contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (a.batch,), device=dev)
@@ -222,6 +232,9 @@ def run(mode, a, dev):
     setup_s = time.perf_counter() - t_setup
     if cuda:  # max_memory_allocated below: the timed steps' (cudnn.benchmark's trials are behind)
         torch.cuda.reset_peak_memory_stats(dev)
+    # fp16: an overflow halves the scale and skips the step (a cheaper one); with a growth interval
+    # of 2000 the scale cannot grow back within the timed steps, so the halvings count the skips.
+    scale_before = scaler.get_scale() if mode == "fp16" else 1.0
     rates = []
     for _ in range(a.repeats):
         t0 = time.perf_counter()
@@ -229,14 +242,14 @@ def run(mode, a, dev):
             loss = step()
         sync()
         rates.append(a.batch * a.steps / (time.perf_counter() - t0))
+    skipped = round(math.log2(scale_before / scaler.get_scale())) if mode == "fp16" else 0
     if a.profile > 0:  # after the timed repeats: profiling slows the steps
         try:
             print_profile(step, sync, a.profile, cuda)
         except Exception as e:  # a profiler that fails costs the profile, not the figures
-            print(f"PROFILE_ERROR,{type(e).__name__}: {e}", flush=True)
+            first = (str(e).splitlines() or [""])[0]
+            print(f"PROFILE_ERROR,{type(e).__name__}: {first}", flush=True)
     loss = loss.item()
-    if loss != loss or abs(loss) == float("inf"):
-        raise RuntimeError(f"non-finite loss {loss}")
     r = {
         "name": "pytorch", "model": a.model, "precision": mode, "batch": a.batch, "size": a.size,
         "device": dev.type, "gpu": torch.cuda.get_device_name(dev) if cuda else "cpu",
@@ -245,7 +258,8 @@ def run(mode, a, dev):
         "peak_used_mib": max(peak, used_mib(dev) - base) if cuda else None,
         "max_allocated_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
         "max_reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20 if cuda else None,
-        "setup_s": setup_s, "loss": loss, "torch": torch.__version__,
+        "setup_s": setup_s, "loss": loss, "loss_finite": math.isfinite(loss), "skipped_steps": skipped,
+        "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "torchvision": torchvision.__version__ if tv else None,
     }
@@ -254,7 +268,8 @@ def run(mode, a, dev):
     print(f"pytorch {a.model} {mode} batch {a.batch} size {a.size} on {r['gpu']}: "
           f"{r['img_per_s']:.1f} img/s median [{min(rates):.1f}-{max(rates):.1f}] over {a.repeats} "
           f"repeats of {a.steps} steps{mem}; setup {setup_s:.1f} s; per repeat "
-          + " ".join(f"{v:.1f}" for v in rates), flush=True)
+          + " ".join(f"{v:.1f}" for v in rates)
+          + (f"; {skipped} step(s) skipped on overflow" if skipped else ""), flush=True)
     return r
 
 
@@ -281,6 +296,7 @@ def main():
                  f"(built with CUDA {torch.version.cuda})")
     if dev.type == "cuda" and dev.index is None:  # mem_get_info before PyTorch 2.5 needs the index
         dev = torch.device("cuda", torch.cuda.current_device())
+    bad = []
     for mode in modes:
         r = run(mode, a, dev)
         line = json.dumps(r)
@@ -288,6 +304,10 @@ def main():
         if a.json:
             with open(a.json, "a") as f:
                 f.write(line + "\n")
+        if not r["loss_finite"]:  # the figures are printed; the run still fails
+            bad.append(f"{mode}: non-finite loss {r['loss']}")
+    if bad:
+        sys.exit("bench_torch_gpu: " + "; ".join(bad))
 
 
 if __name__ == "__main__":

@@ -238,7 +238,7 @@ EOF2
     bench ringtrain-$p 150 "$build/bin/bench_gpu_step" --precision $p "${bargs[@]}" "${cache[@]}" \
       --json "$out/bench-ringtrain-$p.json"
     local ours=$bench_rc
-    bench pytorch-$p 100 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
+    bench pytorch-$p 150 env LD_LIBRARY_PATH="$ld_orig" "$py" "$root/tools/bench_torch_gpu.py" --modes $p \
       "${bargs[@]}" --json "$out/bench-pytorch-$p.json"
     return $ours
   }
