@@ -15,8 +15,9 @@ bare context, after the first step and at the end, as bench_gpu_step measures it
 
 Prints one readable line and one JSON line (starting with '{') per mode; --json FILE appends the
 JSON lines to FILE. A non-finite loss still prints them (loss_finite false), then exits non-zero;
-fp16's JSON counts the timed steps GradScaler skipped on overflow (skipped_steps). Run one mode per process for clean memory figures (a later mode's baseline
-would include the earlier one's library handles and cached blocks).
+fp16's JSON counts the timed steps GradScaler skipped on overflow (skipped_steps). Run one mode
+per process for clean memory figures (a later mode's baseline would include the earlier one's
+library handles and cached blocks).
 
   tools/bench_torch_gpu.py --modes fp32,tf32,bf16,fp16 [--batch 256] [--size 224] [--json out.jsonl]
   tools/bench_torch_gpu.py --device cpu --batch 2 --size 64 --steps 2      (smoke test, no GPU)
