@@ -1,9 +1,11 @@
 // LARS trust ratios on the device in the CPU optimizer's exact arithmetic (Sgd<T> in
 // nn/optimizer.h), shared by the kernels and their host tests: per segment, Σp² and Σgrad² in
-// double, element by element in order; per tensor, its segments' sums in order, then
-// s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where a norm is 0, rounded once to float. The device
-// forms are _rn intrinsics, which forbid FMA contraction; the host build (ISO C++,
-// -ffp-contract=off) does not contract either, so both round alike. C++17-clean (nvcc includes it).
+// double in a warp's order (lane l sums elements l, l + 32, ... in order; then the 32 lane sums
+// combine pairwise, lane l with lane l + 16, then + 8, + 4, + 2, + 1); per tensor, its segments'
+// sums in order, then s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where a norm is 0, rounded once
+// to float. The device forms are _rn intrinsics, which forbid FMA contraction; the host build
+// (ISO C++, -ffp-contract=off) does not contract either, so both round alike. C++17-clean (nvcc
+// includes it).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -34,11 +36,14 @@ RT_HOST_DEVICE inline double lars_mul(double a, double b) {
 #endif
 }
 
-// Σp² and Σgrad² over [0, n), in order.
-RT_HOST_DEVICE inline void lars_segment_sums(const float* p, const float* grad, uint32_t n,
-                                             double* w2, double* g2) {
+constexpr uint32_t kLarsLanes = 32;  // a warp: one segment's partial sums
+
+// Lane `lane`'s share of Σp² and Σgrad² over [0, n): elements lane, lane + 32, ..., in order.
+// Neighbouring lanes read neighbouring elements, so a warp's loads are whole cache lines.
+RT_HOST_DEVICE inline void lars_lane_sums(const float* p, const float* grad, uint32_t n,
+                                          uint32_t lane, double* w2, double* g2) {
   double w = 0, g = 0;
-  for (uint32_t i = 0; i < n; ++i) {
+  for (uint32_t i = lane; i < n; i += kLarsLanes) {
     w = lars_add(w, lars_mul(double(p[i]), double(p[i])));
     g = lars_add(g, lars_mul(double(grad[i]), double(grad[i])));
   }
@@ -46,21 +51,43 @@ RT_HOST_DEVICE inline void lars_segment_sums(const float* p, const float* grad, 
   *g2 = g;
 }
 
-// The trust ratio from a tensor's summed squares.
-RT_HOST_DEVICE inline float lars_scale(double w2, double g2, float weight_decay, double trust,
-                                       double eps) {
+// The host's form of a warp's segment sums: the lanes' sums, combined as the device's butterfly
+// (`v += shfl_xor(v, off)` for off = 16 ... 1 leaves lane 0 with v[0] + v[16], then that plus
+// lane 8's v[8] + v[24], and so on; addition is commutative, so every lane holds the same bits).
+inline void lars_segment_sums(const float* p, const float* grad, uint32_t n, double* w2,
+                              double* g2) {
+  double w[kLarsLanes], g[kLarsLanes];
+  for (uint32_t l = 0; l < kLarsLanes; ++l) lars_lane_sums(p, grad, n, l, &w[l], &g[l]);
+  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2)
+    for (uint32_t l = 0; l < off; ++l) {
+      w[l] = lars_add(w[l], w[l + off]);
+      g[l] = lars_add(g[l], g[l + off]);
+    }
+  *w2 = w[0];
+  *g2 = g[0];
+}
+
+// The trust ratio from a tensor's summed squares, in double (the CPU's trust_ratios()).
+RT_HOST_DEVICE inline double lars_ratio(double w2, double g2, float weight_decay, double trust,
+                                        double eps) {
 #ifdef __CUDA_ARCH__
   const double wn = __dsqrt_rn(w2), gn = __dsqrt_rn(g2);
 #else
   const double wn = std::sqrt(w2), gn = std::sqrt(g2);
 #endif
-  if (!(wn > 0 && gn > 0)) return 1.0f;  // also NaN: the plain global lr, as the CPU
+  if (!(wn > 0 && gn > 0)) return 1.0;  // also NaN: the plain global lr, as the CPU
   const double den = lars_add(lars_add(gn, lars_mul(double(weight_decay), wn)), eps);
 #ifdef __CUDA_ARCH__
-  return float(__ddiv_rn(lars_mul(trust, wn), den));
+  return __ddiv_rn(lars_mul(trust, wn), den);
 #else
-  return float(lars_mul(trust, wn) / den);
+  return lars_mul(trust, wn) / den;
 #endif
+}
+
+// ... rounded once to float, as the update uses it.
+RT_HOST_DEVICE inline float lars_scale(double w2, double g2, float weight_decay, double trust,
+                                       double eps) {
+  return float(lars_ratio(w2, g2, weight_decay, trust, eps));
 }
 
 }  // namespace rt::cuda

@@ -61,6 +61,14 @@ void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
   steps_ = steps;
 }
 
+std::vector<double> DeviceSgd::lars_segment_sums() const {
+  if (num_lars_ == 0) return {};
+  std::vector<double> sums(2 * num_segments_);
+  CUDA_CHECK(cudaDeviceSynchronize());  // the step may be queued on any stream
+  lars_sums_.download(sums.data(), sums.size() * sizeof(double));
+  return sums;
+}
+
 std::span<const float> DeviceSgdOptimizer::momentum() const {
   host_.resize(sgd_.size());
   CUDA_CHECK(cudaStreamSynchronize(stream_));

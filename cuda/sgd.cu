@@ -7,16 +7,28 @@
 namespace rt::cuda {
 namespace {
 
-// LARS, first pass: each thread sums one segment of one LARS tensor (block = tensor) in order,
-// as the CPU sums a chunk; a segment is 16 KiB, so the reads stay in cache lines a thread reuses.
+// LARS, first pass: a warp per segment, each lane summing every 32nd element (lars.h's order,
+// which the CPU's chunk sums follow), then a butterfly across the lanes. Neighbouring lanes read
+// neighbouring elements, and thousands of warps share the work; a thread per segment would walk
+// 16 KiB in 4096 dependent steps with a few warps per multiprocessor. Every segment is summed,
+// also those of tensors LARS leaves alone (BN and biases, a tiny part of the arena): the grid is
+// then a plain range, and their sums go unread.
 __global__ void lars_sums_kernel(const float* __restrict__ p, const float* __restrict__ grad,
-                                 const SgdSegment* __restrict__ segs,
-                                 const LarsTensor* __restrict__ lars, double* __restrict__ sums) {
-  const LarsTensor t = lars[blockIdx.x];
-  for (uint32_t k = threadIdx.x; k < t.num_segments; k += blockDim.x) {
-    const uint32_t j = t.first_segment + k;
-    const SgdSegment s = segs[j];
-    lars_segment_sums(p + s.begin, grad + s.begin, s.count, &sums[2 * j], &sums[2 * j + 1]);
+                                 const SgdSegment* __restrict__ segs, uint64_t num_segments,
+                                 double* __restrict__ sums) {
+  const uint64_t j = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLarsLanes;
+  const uint32_t lane = threadIdx.x % kLarsLanes;
+  if (j >= num_segments) return;  // the whole warp: blockDim.x is a multiple of 32
+  const SgdSegment s = segs[j];
+  double w, g;
+  lars_lane_sums(p + s.begin, grad + s.begin, s.count, lane, &w, &g);
+  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2) {
+    w = lars_add(w, __shfl_xor_sync(0xffffffffu, w, off));
+    g = lars_add(g, __shfl_xor_sync(0xffffffffu, g, off));
+  }
+  if (lane == 0) {
+    sums[2 * j] = w;
+    sums[2 * j + 1] = g;
   }
 }
 
@@ -78,9 +90,14 @@ void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
   // gridDim.x allows 2^31 - 1 blocks; launch in pieces beyond that (2^43 elements: never, but
   // cheap to be right).
   constexpr uint64_t kMaxGrid = (uint64_t{1} << 31) - 1;
-  if (a.num_lars > 0) {  // one block per LARS tensor (far fewer than the grid limit)
-    lars_sums_kernel<<<a.num_lars, kThreads, 0, stream>>>(a.params, a.grads, a.segments, a.lars,
-                                                           a.lars_sums);
+  if (a.num_lars > 0) {
+    // A warp per segment, 8 per block: the grid's limit is 2^34 segments, 2^46 elements, far
+    // beyond any device's memory.
+    constexpr uint64_t kPerBlock = kThreads / kLarsLanes;
+    static_assert(kThreads % kLarsLanes == 0, "whole warps per block");
+    const uint64_t blocks = (a.num_segments + kPerBlock - 1) / kPerBlock;
+    lars_sums_kernel<<<uint32_t(blocks), kThreads, 0, stream>>>(a.params, a.grads, a.segments,
+                                                                a.num_segments, a.lars_sums);
     CUDA_CHECK_LAUNCH();
     lars_scale_kernel<<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
         a.lars, a.num_lars, a.lars_sums, a.segment_scale, a.lars_trust, a.lars_eps);

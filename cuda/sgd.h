@@ -29,6 +29,9 @@ class DeviceSgd {
   int64_t steps() const { return steps_; }
   // Restores state saved from the CPU optimizer or a checkpoint (host data, size() elements).
   void restore(const float* host_momentum, size_t n, int64_t steps);
+  // Σp² and Σgrad² of every segment (sgd_segments' order, two each) as the last LARS step
+  // summed them; empty without LARS. Waits for the device. For tests.
+  std::vector<double> lars_segment_sums() const;
 
  private:
   SgdConfig cfg_;

@@ -56,6 +56,37 @@ void sgd_validate(const SgdConfig& cfg) {
     throw Error("sgd: nesterov requires momentum > 0");
 }
 
+namespace {
+
+// Σp² and Σgrad² of a chunk in double, in the order a GPU warp sums it (cuda/lars.h): 32
+// interleaved partial sums, element i into sum i mod 32, then combined pairwise (sum l with sum
+// l + 16, then + 8, + 4, + 2, + 1). The device optimizer's trust ratios are then these bit for
+// bit, and the 32 independent sums vectorise here where one running sum could not.
+template <class T>
+void chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
+  constexpr size_t kLanes = 32;
+  double w[kLanes] = {}, g[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t l = 0; l < kLanes; ++l) {
+      w[l] += double(p[i + l]) * double(p[i + l]);
+      g[l] += double(grad[i + l]) * double(grad[i + l]);
+    }
+  for (size_t l = 0; i + l < n; ++l) {
+    w[l] += double(p[i + l]) * double(p[i + l]);
+    g[l] += double(grad[i + l]) * double(grad[i + l]);
+  }
+  for (size_t off = kLanes / 2; off > 0; off /= 2)
+    for (size_t l = 0; l < off; ++l) {
+      w[l] += w[l + off];
+      g[l] += g[l + off];
+    }
+  *w2 = w[0];
+  *g2 = g[0];
+}
+
+}  // namespace
+
 template <class T>
 Sgd<T>::Sgd(std::vector<ParamInfo> layout, SgdConfig cfg)
     : layout_(std::move(layout)), cfg_(cfg) {
@@ -88,13 +119,8 @@ void Sgd<T>::compute_trust_ratios(const T* params, const T* grads) {
   for (int64_t c = 0; c < nchunks; ++c) {
     const Chunk& ch = chunks_[c];
     if (!lars_[ch.tensor]) continue;
-    double w2 = 0, g2 = 0;
-    for (size_t i = ch.begin; i < ch.end; ++i) {
-      w2 += double(params[i]) * double(params[i]);
-      g2 += double(grads[i]) * double(grads[i]);
-    }
-    partial_[2 * c] = w2;
-    partial_[2 * c + 1] = g2;
+    chunk_squares(params + ch.begin, grads + ch.begin, ch.end - ch.begin, &partial_[2 * c],
+                  &partial_[2 * c + 1]);
   }
   // Chunks are in layout order, so each tensor's partials are contiguous and summed in order.
   size_t c = 0;

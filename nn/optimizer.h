@@ -57,7 +57,8 @@ class Optimizer {
 // LARS (You, Gitman, Ginsburg 2017, as in NVIDIA's MLPerf ResNet):
 //   s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps),   or 1 when ‖p‖ or ‖grad‖ is 0.
 // Norms are accumulated in double over fixed-size chunks combined in order, so results are
-// bitwise identical for any number of OpenMP threads.
+// bitwise identical for any number of OpenMP threads (and to the GPU optimizer's: inside a chunk
+// the order is a warp's, see chunk_squares in optimizer.cc).
 //
 // Only the elements [offset, offset + count) of each tensor are read or written: alignment
 // padding in the parameter buffer (and in the momentum buffer) stays as it is, i.e. zero.

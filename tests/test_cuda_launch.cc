@@ -223,7 +223,9 @@ TEST(CudaSgdPlan, LarsTensorsAreTheCpuOptimizersWithTheirSegments) {
 }
 
 // The device's LARS arithmetic (cuda/lars.h) run on the host over the device's segments gives
-// the CPU optimizer's trust ratios bit for bit: same sums in the same order, same rounding.
+// the CPU optimizer's trust ratios bit for bit: same sums in the same order, same rounding. The
+// ratios are compared in double, where a different summation order shows (rounded to float, as
+// the update uses them, it mostly would not).
 TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
   const auto layout = layout_of({{ParamKind::conv_weight, 10000},
                                  {ParamKind::bn_gamma, 64},
@@ -246,6 +248,7 @@ TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
 
     const auto segs = sgd_segments(layout, cfg);
     std::vector<float> scale(segs.size(), 1.0f);
+    std::vector<double> ratio(segs.size(), 1.0);
     for (const LarsTensor& t : lars_tensors(layout, cfg)) {
       double w2 = 0, g2 = 0;
       for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) {
@@ -255,11 +258,15 @@ TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
         g2 = lars_add(g2, sg);
       }
       const float s = lars_scale(w2, g2, t.weight_decay, cfg.lars_trust, cfg.lars_eps);
-      for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) scale[j] = s;
+      const double r = lars_ratio(w2, g2, t.weight_decay, cfg.lars_trust, cfg.lars_eps);
+      for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j)
+        scale[j] = s, ratio[j] = r;
     }
-    // Each tensor's factor, read off its first segment, against the CPU's (rounded as it uses it).
+    // Each tensor's factor, read off its first segment, against the CPU's: in double, and
+    // rounded as the update uses it.
     size_t seg = 0;
     for (size_t k = 0; k < layout.size(); ++k) {
+      EXPECT_EQ(ratio[seg], cpu.trust_ratios()[k]) << "tensor " << k << " exclude " << exclude;
       EXPECT_EQ(scale[seg], float(cpu.trust_ratios()[k])) << "tensor " << k << " exclude " << exclude;
       seg += (layout[k].count + kSgdSegmentElems - 1) / kSgdSegmentElems;
     }

@@ -1,10 +1,13 @@
 // The device SGD step against Sgd<float> over several steps: equal bit for bit (both sides round
-// every operation separately), padding untouched, no allocation per step.
+// every operation separately), padding untouched, no allocation per step; LARS's sums in a warp's
+// order.
 #include <cstring>
 #include <random>
 
 #include "cuda/check.h"
+#include "cuda/lars.h"
 #include "cuda/sgd.h"
+#include "cuda/sgd_plan.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::cuda {
@@ -98,6 +101,34 @@ TEST(GpuSgd, PlainSgdMatchesCpu) {
   cfg.momentum = 0;
   cfg.weight_decay = 0;
   run_against_cpu(cfg);
+}
+
+// The device's LARS sums are a warp's: every segment's Σp² and Σgrad² equal to lars.h's host
+// form bit for bit (which the CPU optimizer's own order matches: CudaSgdPlan tests). Segments
+// of 4096, of 1034 (a partial last round of lanes) and of 1 element; BN and bias segments too.
+TEST(GpuSgd, LarsSegmentSumsAreAWarpsOrder) {
+  RT_REQUIRE_GPU();
+  const auto layout = mixed_layout();
+  SgdConfig cfg;
+  cfg.lars = true;
+  DeviceSgd dev(layout, cfg);
+  std::vector<float> p(dev.size(), 0.0f), g(dev.size(), 0.0f);
+  std::mt19937 r(5);
+  std::normal_distribution<float> d(0, 1);
+  for (const ParamInfo& t : layout)
+    for (size_t i = t.offset; i < t.offset + t.count; ++i) p[i] = d(r), g[i] = 1e-3f * d(r);
+  DeviceBuffer dp = to_device(p), dg = to_device(g);
+  dev.step(dp.as<float>(), dg.as<float>(), 0.1, nullptr);
+  const std::vector<double> got = dev.lars_segment_sums();
+  const std::vector<SgdSegment> segs = sgd_segments(layout, cfg);
+  ASSERT_EQ(got.size(), 2 * segs.size());
+  for (size_t j = 0; j < segs.size(); ++j) {
+    double w2 = 0, g2 = 0;
+    lars_segment_sums(p.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &w2, &g2);
+    EXPECT_EQ(std::memcmp(&got[2 * j], &w2, 8), 0) << "segment " << j << ": " << got[2 * j] << " vs " << w2;
+    EXPECT_EQ(std::memcmp(&got[2 * j + 1], &g2, 8), 0) << "segment " << j;
+  }
+  EXPECT_TRUE(DeviceSgd(layout, SgdConfig{}).lars_segment_sums().empty());
 }
 
 TEST(GpuSgd, RestoreAndBadLearningRate) {
