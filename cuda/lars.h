@@ -1,11 +1,11 @@
 // LARS trust ratios on the device in the CPU optimizer's exact arithmetic (Sgd<T> in
 // nn/optimizer.h), shared by the kernels and their host tests: per segment, Σp² and Σgrad² in
-// double in a warp's order (lane l sums elements l, l + 32, ... in order; then the 32 lane sums
-// combine pairwise, lane l with lane l + 16, then + 8, + 4, + 2, + 1); per tensor, its segments'
-// sums in order, then s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where a norm is 0, rounded once
-// to float. The device forms are _rn intrinsics, which forbid FMA contraction; the host build
-// (ISO C++, -ffp-contract=off) does not contract either, so both round alike. C++17-clean (nvcc
-// includes it).
+// double in lars_chunk_squares' order (lane l sums elements l, l + 32, ... in order; the
+// kernel's butterfly of shuffles then adds lane l + 16 to lane l, then l + 8, + 4, + 2, + 1);
+// per tensor, its segments' sums in order, then s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where
+// a norm is 0, rounded once to float. The device forms are _rn intrinsics, which forbid FMA
+// contraction; the host build (ISO C++, -ffp-contract=off) does not contract either, so both
+// round alike. C++17-clean (nvcc includes it).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -49,22 +49,6 @@ RT_HOST_DEVICE inline void lars_lane_sums(const float* p, const float* grad, uin
   }
   *w2 = w;
   *g2 = g;
-}
-
-// The host's form of a warp's segment sums: the lanes' sums, combined as the device's butterfly
-// (`v += shfl_xor(v, off)` for off = 16 ... 1 leaves lane 0 with v[0] + v[16], then that plus
-// lane 8's v[8] + v[24], and so on; addition is commutative, so every lane holds the same bits).
-inline void lars_segment_sums(const float* p, const float* grad, uint32_t n, double* w2,
-                              double* g2) {
-  double w[kLarsLanes], g[kLarsLanes];
-  for (uint32_t l = 0; l < kLarsLanes; ++l) lars_lane_sums(p, grad, n, l, &w[l], &g[l]);
-  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2)
-    for (uint32_t l = 0; l < off; ++l) {
-      w[l] = lars_add(w[l], w[l + off]);
-      g[l] = lars_add(g[l], g[l + off]);
-    }
-  *w2 = w[0];
-  *g2 = g[0];
 }
 
 // The trust ratio from a tensor's summed squares, in double (the CPU's trust_ratios()).

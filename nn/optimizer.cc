@@ -56,14 +56,10 @@ void sgd_validate(const SgdConfig& cfg) {
     throw Error("sgd: nesterov requires momentum > 0");
 }
 
-namespace {
-
-// Σp² and Σgrad² of a chunk in double, in the order a GPU warp sums it (cuda/lars.h): 32
-// interleaved partial sums, element i into sum i mod 32, then combined pairwise (sum l with sum
-// l + 16, then + 8, + 4, + 2, + 1). The device optimizer's trust ratios are then these bit for
-// bit, and the 32 independent sums vectorise here where one running sum could not.
+// A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit;
+// the 32 independent sums also vectorise here where one running sum could not.
 template <class T>
-void chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
+void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
   constexpr size_t kLanes = 32;
   double w[kLanes] = {}, g[kLanes] = {};
   size_t i = 0;
@@ -85,7 +81,8 @@ void chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) 
   *g2 = g[0];
 }
 
-}  // namespace
+template void lars_chunk_squares<float>(const float*, const float*, size_t, double*, double*);
+template void lars_chunk_squares<double>(const double*, const double*, size_t, double*, double*);
 
 template <class T>
 Sgd<T>::Sgd(std::vector<ParamInfo> layout, SgdConfig cfg)
@@ -119,8 +116,8 @@ void Sgd<T>::compute_trust_ratios(const T* params, const T* grads) {
   for (int64_t c = 0; c < nchunks; ++c) {
     const Chunk& ch = chunks_[c];
     if (!lars_[ch.tensor]) continue;
-    chunk_squares(params + ch.begin, grads + ch.begin, ch.end - ch.begin, &partial_[2 * c],
-                  &partial_[2 * c + 1]);
+    lars_chunk_squares(params + ch.begin, grads + ch.begin, ch.end - ch.begin, &partial_[2 * c],
+                       &partial_[2 * c + 1]);
   }
   // Chunks are in layout order, so each tensor's partials are contiguous and summed in order.
   size_t c = 0;

@@ -222,10 +222,11 @@ TEST(CudaSgdPlan, LarsTensorsAreTheCpuOptimizersWithTheirSegments) {
   EXPECT_EQ(t[3].weight_decay, 0.0f);
 }
 
-// The device's LARS arithmetic (cuda/lars.h) run on the host over the device's segments gives
-// the CPU optimizer's trust ratios bit for bit: same sums in the same order, same rounding. The
-// ratios are compared in double, where a different summation order shows (rounded to float, as
-// the update uses them, it mostly would not).
+// The device's segments, each summed as the CPU sums a chunk (lars_chunk_squares, which
+// gpu_sgd holds the kernel to), added per tensor and turned into a ratio by cuda/lars.h's
+// arithmetic on the host, give the CPU optimizer's trust ratios bit for bit. The ratios are
+// compared in double, where a different order of the sums shows (rounded to float, as the update
+// uses them, it mostly would not).
 TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
   const auto layout = layout_of({{ParamKind::conv_weight, 10000},
                                  {ParamKind::bn_gamma, 64},
@@ -253,7 +254,7 @@ TEST(CudaSgdPlan, LarsArithmeticEqualsTheCpuOptimizer) {
       double w2 = 0, g2 = 0;
       for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) {
         double sw = 0, sg = 0;
-        lars_segment_sums(p0.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &sw, &sg);
+        lars_chunk_squares(p0.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &sw, &sg);
         w2 = lars_add(w2, sw);
         g2 = lars_add(g2, sg);
       }

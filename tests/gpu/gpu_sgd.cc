@@ -103,9 +103,9 @@ TEST(GpuSgd, PlainSgdMatchesCpu) {
   run_against_cpu(cfg);
 }
 
-// The device's LARS sums are a warp's: every segment's Σp² and Σgrad² equal to lars.h's host
-// form bit for bit (which the CPU optimizer's own order matches: CudaSgdPlan tests). Segments
-// of 4096, of 1034 (a partial last round of lanes) and of 1 element; BN and bias segments too.
+// The device's LARS sums are the CPU optimizer's: every segment's Σp² and Σgrad² equal to
+// lars_chunk_squares' bit for bit (a warp's order: lanes, then a butterfly). Segments of 4096,
+// of 1034 (a partial last round of lanes) and of 1 element; BN and bias segments too.
 TEST(GpuSgd, LarsSegmentSumsAreAWarpsOrder) {
   RT_REQUIRE_GPU();
   const auto layout = mixed_layout();
@@ -124,7 +124,7 @@ TEST(GpuSgd, LarsSegmentSumsAreAWarpsOrder) {
   ASSERT_EQ(got.size(), 2 * segs.size());
   for (size_t j = 0; j < segs.size(); ++j) {
     double w2 = 0, g2 = 0;
-    lars_segment_sums(p.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &w2, &g2);
+    lars_chunk_squares(p.data() + segs[j].begin, g.data() + segs[j].begin, segs[j].count, &w2, &g2);
     EXPECT_EQ(std::memcmp(&got[2 * j], &w2, 8), 0) << "segment " << j << ": " << got[2 * j] << " vs " << w2;
     EXPECT_EQ(std::memcmp(&got[2 * j + 1], &g2, 8), 0) << "segment " << j;
   }
