@@ -45,6 +45,12 @@ class Optimizer {
   virtual size_t size() const = 0;  // elements of the momentum buffer (= the arena's buffers)
 };
 
+// Σp² and Σgrad² of n elements in double, in the order Sgd<T> sums each chunk of ≤ 4096 for
+// LARS: 32 interleaved sums (element i into sum i mod 32, in order), then combined pairwise, sum
+// l with sum l + 16, then + 8, + 4, + 2, + 1.
+template <class T>
+void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2);
+
 // Stochastic gradient descent over one flat parameter buffer and its gradient buffer, with
 // exactly torch.optim.SGD's semantics (dampening 0). Per tensor, with wd = weight_decay unless
 // the tensor is excluded from decay (then 0) and s = 1 unless LARS applies to it:
@@ -58,16 +64,10 @@ class Optimizer {
 //   s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps),   or 1 when ‖p‖ or ‖grad‖ is 0.
 // Norms are accumulated in double over fixed-size chunks combined in order, so results are
 // bitwise identical for any number of OpenMP threads (and to the GPU optimizer's: inside a chunk
-// the order is a warp's, lars_chunk_squares below).
+// the order is a warp's, lars_chunk_squares above).
 //
 // Only the elements [offset, offset + count) of each tensor are read or written: alignment
 // padding in the parameter buffer (and in the momentum buffer) stays as it is, i.e. zero.
-// Σp² and Σgrad² of one chunk of n ≤ 4096 elements in double, in the order Sgd<T> sums them for
-// LARS: 32 interleaved sums (element i into sum i mod 32, in order), then combined pairwise, sum
-// l with sum l + 16, then + 8, + 4, + 2, + 1.
-template <class T>
-void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2);
-
 template <class T>
 class Sgd final : public Optimizer<T> {
  public:
