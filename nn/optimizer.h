@@ -113,7 +113,8 @@ class Sgd final : public Optimizer<T> {
 
 // Sgd<T> over buffers the host may not dereference (in `space`): each step copies parameters and
 // gradients out, updates the copies on the host and copies the parameters back. Two full copies
-// per step: for configurations without a device optimizer (LARS on a device backend).
+// per step: Backend::make_sgd's default for a backend whose arena the host cannot read and that
+// brings no optimizer of its own (the CUDA backends do, LARS included).
 template <class T>
 class StagedSgd final : public Optimizer<T> {
  public:
