@@ -7,12 +7,12 @@
 namespace rt::cuda {
 namespace {
 
-// LARS, first pass: a warp per segment, each lane summing every 32nd element (lars.h's order,
-// which the CPU's chunk sums follow), then a butterfly across the lanes. Neighbouring lanes read
-// neighbouring elements, and thousands of warps share the work; a thread per segment would walk
-// 16 KiB in 4096 dependent steps with a few warps per multiprocessor. Every segment is summed,
-// also those of tensors LARS leaves alone (BN and biases, a tiny part of the arena): the grid is
-// then a plain range, and their sums go unread.
+// LARS, first pass: a warp per segment, each lane summing every 32nd element, then a butterfly
+// across the lanes (the CPU's order: lars_chunk_squares, nn/optimizer.h). Neighbouring lanes
+// read neighbouring elements, and thousands of warps share the work; a thread per segment would
+// walk 16 KiB in 4096 dependent steps with a few warps per multiprocessor. Every segment is
+// summed, also those of tensors LARS leaves alone (BN and biases, a tiny part of the arena): the
+// grid is then a plain range, and their sums go unread.
 __global__ void lars_sums_kernel(const float* __restrict__ p, const float* __restrict__ grad,
                                  const SgdSegment* __restrict__ segs, uint64_t num_segments,
                                  double* __restrict__ sums) {

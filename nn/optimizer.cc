@@ -62,16 +62,11 @@ template <class T>
 void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
   constexpr size_t kLanes = 32;
   double w[kLanes] = {}, g[kLanes] = {};
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (size_t l = 0; l < kLanes; ++l) {
+  for (size_t i = 0; i < n; i += kLanes)
+    for (size_t l = 0; l < std::min(kLanes, n - i); ++l) {
       w[l] += double(p[i + l]) * double(p[i + l]);
       g[l] += double(grad[i + l]) * double(grad[i + l]);
     }
-  for (size_t l = 0; i + l < n; ++l) {
-    w[l] += double(p[i + l]) * double(p[i + l]);
-    g[l] += double(grad[i + l]) * double(grad[i + l]);
-  }
   for (size_t off = kLanes / 2; off > 0; off /= 2)
     for (size_t l = 0; l < off; ++l) {
       w[l] += w[l + off];

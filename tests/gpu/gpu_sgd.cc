@@ -5,7 +5,6 @@
 #include <random>
 
 #include "cuda/check.h"
-#include "cuda/lars.h"
 #include "cuda/sgd.h"
 #include "cuda/sgd_plan.h"
 #include "tests/gpu/gpu_test_util.h"
