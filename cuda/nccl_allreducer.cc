@@ -153,20 +153,24 @@ class NcclAllreducer final : public comm::Allreducer {
   }
 
   // cudaStreamSynchronize cannot be interrupted; polling lets an asynchronous NCCL error (a peer's
-  // connection lost, a peer that aborted its communicator) end the wait with an exception.
+  // connection lost, a peer that aborted its communicator) end the wait with an exception. The
+  // error is looked at once more when the stream is done: a collective NCCL gave up on (its
+  // kernels leave once the communicator is aborted) ends with the buffer unreduced, and taking
+  // that for a result would let this rank run on alone while its peers wait in the collective.
   // Between polls: as comm.idle_sleep_us (0: yield the core and poll again).
   void wait() {
     const auto nap = std::chrono::microseconds(cfg_.idle_sleep_us);
     for (;;) {
       const cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady)
+      if (e != cudaSuccess && e != cudaErrorNotReady)
         throw_cuda_error(__FILE__, __LINE__, "cudaStreamQuery(stream_)", e);
-      (void)cudaGetLastError();  // "not ready" is no error; keep it from a later CUDA_CHECK_LAUNCH
+      if (e == cudaErrorNotReady)
+        (void)cudaGetLastError();  // no error; keep it from a later CUDA_CHECK_LAUNCH
       ncclResult_t async = ncclSuccess;
       NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async));
       if (async != ncclSuccess)
         throw_nccl_error(__FILE__, __LINE__, "ncclAllReduce (asynchronous)", async);
+      if (e == cudaSuccess) return;
       if (nap.count() > 0)
         std::this_thread::sleep_for(nap);
       else

@@ -2,6 +2,8 @@
 // libcudart) and the backend's error reporting, for the kernel sources built by the emulator.
 #include "tests/cuda_emu/runtime.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstdio>
@@ -28,6 +30,10 @@ std::unordered_map<void*, size_t>& pinned() {  // page-locked host allocations
   static std::unordered_map<void*, size_t> m;
   return m;
 }
+std::unordered_map<void*, size_t>& managed() {  // cudaMallocManaged's
+  static std::unordered_map<void*, size_t> m;
+  return m;
+}
 // Records a new allocation in `table`, or forgets one; false for a pointer it does not hold.
 void remember(std::unordered_map<void*, size_t>& table, void* p, size_t bytes) {
   std::lock_guard lock(g_mu);
@@ -48,6 +54,7 @@ cudaMemoryType memory_type(const void* p) {
     return false;
   };
   if (inside(live())) return cudaMemoryTypeDevice;
+  if (inside(managed())) return cudaMemoryTypeManaged;
   if (inside(pinned())) return cudaMemoryTypeHost;
   return cudaMemoryTypeUnregistered;
 }
@@ -147,6 +154,19 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// Each process emulates a device of its own, so its bus id names the process (ranks of an mpirun
+// have a GPU each, as NCCL needs); RT_EMU_PCI_BUS_ID gives every process one id instead (ranks
+// sharing a GPU).
+cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  if (!id || len <= 0) return cudaErrorInvalidValue;
+  const char* shared = std::getenv("RT_EMU_PCI_BUS_ID");
+  if (shared && *shared)
+    std::snprintf(id, size_t(len), "%s", shared);
+  else
+    std::snprintf(id, size_t(len), "%08x:01:00.0", unsigned(getpid()));
+  return cudaSuccess;
+}
 // A 64 GiB device, or RT_EMU_DEVICE_MIB MiB, whose memory in use is what the program holds (for
 // bench_gpu_step's figures); cudaMalloc refuses what does not fit (tests of the out-of-memory path).
 static size_t device_size() {
@@ -229,8 +249,17 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   rt_emu::device_synchronize();
-  if (!rt_emu::forget(rt_emu::live(), p)) return cudaErrorInvalidValue;
+  if (!rt_emu::forget(rt_emu::live(), p) && !rt_emu::forget(rt_emu::managed(), p))
+    return cudaErrorInvalidValue;
   std::free(p);
+  return cudaSuccess;
+}
+// Managed memory: host and device alike read it at any time, so copies and fills treat it as host
+// memory (they complete before returning).
+cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) {
+  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
+  std::memset(*p, rt_emu::kPoison, bytes);
+  rt_emu::remember(rt_emu::managed(), *p, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
