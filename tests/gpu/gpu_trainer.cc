@@ -155,13 +155,6 @@ TEST(GpuTrainer, NcclMatchesCpu) {
   if (std::string why; !nccl_runs_here(&why)) GTEST_SKIP() << why;
   expect_matches_cpu("cuda", kFp32Tol, std::string(kNoEval) + "comm: {algorithm: nccl}\n");
 }
-// ... and with the gradients sent as bf16 (our kernels convert, NCCL sums bf16): within bf16's
-// rounding of the CPU's fp32 run.
-TEST(GpuTrainer, NcclBf16WireFollowsCpu) {
-  RT_REQUIRE_GPU();
-  if (std::string why; !nccl_runs_here(&why)) GTEST_SKIP() << why;
-  expect_matches_cpu("cuda", 2e-2, std::string(kNoEval) + "comm: {algorithm: nccl, compression: bf16}\n");
-}
 
 // A collective that fails inside NCCL (a lost peer connection, here the emulator's injected one on
 // rank 1's third bucket) ends the job: that rank names the call and NCCL's reason, the others,
