@@ -2,8 +2,8 @@
 // cuda::make_device_grads on the path named by argv[1] (staged or direct): a backward that
 // reports pieces while the GPU is still busy producing them, buckets of several sizes, overlap
 // on and off, ring and reducer (and NCCL on the direct path, where each rank has a GPU of its
-// own: on the CUDA emulator); the averages must be exact (integer-valued data), all ranks bitwise identical, and
-// no device or pinned memory allocated after set-up. Exit status 77 (with a line starting
+// own: on the CUDA emulator); the averages must be exact (integer-valued data), all ranks bitwise
+// identical, and no device or pinned memory allocated after set-up. Exit status 77 (with a line starting
 // "SKIP: " on rank 0) when there is no GPU, or for direct when MPI is not CUDA-aware.
 // Launched by tests/gpu/gpu_device_grads_mpi.cc.
 #include <mpi.h>
