@@ -191,9 +191,6 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   delete comm;
   return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  delete comm;
-  return ncclSuccess;
-}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 
 }  // extern "C"

@@ -237,10 +237,14 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 // Device allocations are exact-size heap blocks (so that AddressSanitizer, where the emulator runs
 // under it, sees a kernel's out-of-bounds access), aligned to 256 bytes as cudaMalloc's are and
 // filled with kPoison.
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  if (bytes > device_size() - size_t(rt_emu::device_bytes_live())) return cudaErrorMemoryAllocation;
-  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
+static bool poisoned_block(void** p, size_t bytes) {
+  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return false;
   std::memset(*p, rt_emu::kPoison, bytes);
+  return true;
+}
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (bytes > device_size() - size_t(rt_emu::device_bytes_live()) || !poisoned_block(p, bytes))
+    return cudaErrorMemoryAllocation;
   ++rt_emu::g_allocations;
   rt_emu::remember(rt_emu::live(), *p, bytes);
   return cudaSuccess;
@@ -257,8 +261,7 @@ cudaError_t cudaFree(void* p) {
 // Managed memory: host and device alike read it at any time, so copies and fills treat it as host
 // memory (they complete before returning).
 cudaError_t cudaMallocManaged(void** p, size_t bytes, unsigned) {
-  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
-  std::memset(*p, rt_emu::kPoison, bytes);
+  if (!poisoned_block(p, bytes)) return cudaErrorMemoryAllocation;
   rt_emu::remember(rt_emu::managed(), *p, bytes);
   return cudaSuccess;
 }
