@@ -1,6 +1,7 @@
 // CPU reduce kernels: AVX2 f32 add (memory-bound, so unrolled loads and stores matter more than
 // arithmetic) with a scalar fallback, bf16/f16 add and scale through fp32, and the f32 â†” 16-bit
 // conversions of gradient compression (AVX2, F16C).
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -144,10 +145,15 @@ RT_VEC16 void widen_vec(void* dst, const void* src, size_t n, float s) {  // T â
 }
 #undef RT_VEC16
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 15 knows no "f16c" for __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 class CpuReduceKernels final : public ReduceKernels {
  public:
-  CpuReduceKernels()
-      : avx2_(__builtin_cpu_supports("avx2")), vec16_(avx2_ && __builtin_cpu_supports("f16c")) {}
+  CpuReduceKernels() : avx2_(__builtin_cpu_supports("avx2")), vec16_(avx2_ && cpu_has_f16c()) {}
 
   void reduce_add(DType t, void* dst, const void* src, size_t n) const override {
     switch (t) {
