@@ -77,6 +77,27 @@ TEST(trainer_checkpoint, RoundTrip) {
   f.meta.accumulate = 0;
   f.write(path);
   EXPECT_EQ(checkpoint_read(path).meta.accumulate, 1);
+  EXPECT_TRUE(checkpoint_read(path).rank_state.empty());  // written without the ranks' own sets
+  fs::remove_all(dir);
+}
+
+// Each rank's own BN statistics ("bn_ranks"): one set per rank that wrote the file, refused by
+// name when the count is wrong.
+TEST(trainer_checkpoint, RanksOwnStatisticsRoundTripAndAreCounted) {
+  const std::string dir = temp_dir("rt_ck_ranks");
+  Fixture f;
+  const std::string path = checkpoint_path(dir, f.meta.step);
+  std::vector<float> ranks;
+  for (size_t i = 0; i < 4 * f.state.size(); ++i) ranks.push_back(float(i) * 0.125f);
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, ranks);
+  Checkpoint c = checkpoint_read(path);
+  EXPECT_EQ(c.rank_state, ranks);
+  EXPECT_EQ(c.state, f.state);
+  EXPECT_EQ(c.momentum, f.momentum);
+  ranks.resize(3 * f.state.size());  // 3 sets from a run of 4 ranks
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, ranks);
+  EXPECT_EQ(error_of([&] { checkpoint_read(path); }),
+            path + ": corrupt: section 'bn_ranks' holds 111 values, not 4 rank(s) x 37");
   fs::remove_all(dir);
 }
 

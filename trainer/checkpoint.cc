@@ -145,7 +145,7 @@ uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h) {
 
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
-                      std::span<const float> momentum) {
+                      std::span<const float> momentum, std::span<const float> rank_state) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -164,6 +164,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     w.section("params", params.data(), params.size_bytes());
     w.section("state", state.data(), state.size_bytes());
     w.section("momentum", momentum.data(), momentum.size_bytes());
+    if (!rank_state.empty()) w.section("bn_ranks", rank_state.data(), rank_state.size_bytes());
     std::memcpy(header, kMagic, 8);
     uint32_t sections = w.sections();
     uint64_t bytes = w.bytes(), hash = w.hash();
@@ -248,6 +249,8 @@ Checkpoint checkpoint_read(const std::string& path) {
     } else if (t == "momentum") {
       floats(ck.momentum);
       seen_mom = true;
+    } else if (t == "bn_ranks") {
+      floats(ck.rank_state);
     }  // unknown sections are skipped: later versions may add some
     at += padded(len);
   }
@@ -256,6 +259,12 @@ Checkpoint checkpoint_read(const std::string& path) {
   if (ck.params.size() != ck.meta.model.grad_elems || ck.momentum.size() != ck.params.size() ||
       ck.state.size() != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
+  // Each rank's own statistics: one set per rank that wrote the file.
+  if (!ck.rank_state.empty() && (ck.state.empty() || ck.meta.world < 1 ||
+                                 ck.rank_state.size() / ck.state.size() != uint64_t(ck.meta.world) ||
+                                 ck.rank_state.size() % ck.state.size() != 0))
+    throw bad(str_cat("corrupt: section 'bn_ranks' holds ", ck.rank_state.size(), " values, not ", ck.meta.world,
+                      " rank(s) x ", ck.state.size()));
   return ck;
 }
 

@@ -22,6 +22,10 @@
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
 //   "momentum"  the optimizer's momentum buffer, f32, laid out like "params"
+//   "bn_ranks"  optional (runs of 2 or more ranks): each rank's own BN running statistics, f32,
+//               world x state_elems values, rank 0's first. Ranks keep their own statistics while
+//               training (each normalises its own batches); a resume on the same ranks continues
+//               them exactly, while "state", their average, serves evaluation on any rank count.
 //
 // The data loader's RNG is a pure function of (seed, epoch) and the model has no other random
 // state, so the data position (epoch, batches consumed) is all the randomness a resume needs.
@@ -65,12 +69,13 @@ struct Checkpoint {
   CheckpointMeta meta;
   std::string config_yaml;
   std::vector<float> params, state, momentum;
+  std::vector<float> rank_state;  // "bn_ranks", or empty
 };
 
 // Writes atomically (see above). Throws CheckpointError naming the path on any I/O error.
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
-                      std::span<const float> momentum);
+                      std::span<const float> momentum, std::span<const float> rank_state = {});
 
 // Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
 // naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).

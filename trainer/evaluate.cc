@@ -34,7 +34,16 @@ void count_correct(const float* logits, const int32_t* labels, int n, int64_t cl
 EvalResult Trainer::evaluate() {
   const double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  sync_bn_state();
+  // Evaluation uses the ranks' average of the BN statistics; each rank's own set is put back
+  // afterwards, so that evaluating leaves training as it was (and a resumed run, which evaluates
+  // at other steps, still matches).
+  auto& arena = net_->arena();
+  std::vector<float> own;
+  if (world_ > 1 && !arena.state().empty()) {
+    own.resize(arena.state().size());
+    arena.state_to_host(own);
+    arena.state_from_host(averaged_bn_state(own));
+  }
   data::Loader& loader = val_loader();
   loader.start_epoch({0, 0});
   const int batch = int(cfg_.train.batch);
@@ -79,6 +88,7 @@ EvalResult Trainer::evaluate() {
   if (r.samples != loader.size())
     throw Error(str_cat("evaluation saw ", r.samples, " samples but the validation split has ", loader.size(),
                         " (the loader's shares must cover each sample exactly once)"));
+  if (!own.empty()) arena.state_from_host(own);
   return r;
 }
 

@@ -19,6 +19,7 @@ struct LoadedMeta {
   int64_t step = 0, optimizer_steps = 0;
   double loss_scale = 0;
   int64_t loss_scale_good = 0;
+  int64_t own_state = 0;  // 1: each rank continues its own BN statistics from the file
 };
 
 }  // namespace
@@ -29,7 +30,19 @@ void Trainer::report(const JsonLine& line, const std::string& text) {
 }
 
 void Trainer::save_checkpoint() {
-  sync_bn_state();  // collective: every rank, so the saved statistics are everyone's
+  // Collective: the file keeps the ranks' average of the BN statistics (for evaluation, on any
+  // rank count) and, where ranks have sets of their own, each rank's (for an exact resume).
+  auto& arena = net_->arena();
+  std::vector<float> own(arena.state().size());
+  arena.state_to_host(own);
+  const std::vector<float> state = averaged_bn_state(own);
+  std::vector<float> rank_state;
+  if (world_ > 1 && !own.empty()) {
+    if (own.size() > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Gather");
+    if (rank_ == 0) rank_state.resize(own.size() * size_t(world_));
+    MPI_CHECK(MPI_Gather(own.data(), int(own.size()), MPI_FLOAT, rank_state.data(), int(own.size()), MPI_FLOAT, 0,
+                         ctl_comm_->mpi()));
+  }
   const std::string path = checkpoint_path(ckpt_dir_, step_);
   if (rank_ == 0) {
     const double t0 = now_s();
@@ -47,9 +60,9 @@ void Trainer::save_checkpoint() {
       m.loss_scale = scaler_.scale();
       m.loss_scale_good = scaler_.good_steps();
     }
-    HostView<float> params = net_->arena().host_params(), state = net_->arena().host_state();
+    HostView<float> params = arena.host_params();
     try {
-      checkpoint_write(path, m, config_yaml_, params.span(), state.span(), opt_->momentum());
+      checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state);
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -68,7 +81,7 @@ void Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
-  std::vector<float> momentum(opt_->size());
+  std::vector<float> momentum(opt_->size()), rank_state;
   if (rank_ == 0) {
     Checkpoint ck = checkpoint_read(path);
     checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
@@ -94,19 +107,33 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     lm.optimizer_steps = m.optimizer_steps;
     lm.loss_scale = m.loss_scale;
     lm.loss_scale_good = m.loss_scale_good;
+    // Training goes on with each rank's own statistics where the file has them (then written by
+    // as many ranks as this run's); evaluation, and files without them, use the average.
+    if (for_training && !ck.rank_state.empty()) {
+      lm.own_state = 1;
+      rank_state = std::move(ck.rank_state);
+    }
   }
   // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
   comm::broadcast_model(*ctl_comm_, arena, 0);
+  if (lm.own_state) {
+    std::vector<float> own(arena.state().size());
+    MPI_CHECK(MPI_Scatter(rank_state.data(), int(own.size()), MPI_FLOAT, own.data(), int(own.size()), MPI_FLOAT, 0,
+                          ctl_comm_->mpi()));
+    arena.state_from_host(own);
+  }
   ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
   opt_->restore(momentum, lm.optimizer_steps);
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
   step_ = lm.step;
   epoch_started_ = false;
   last_checkpoint_ = path;
-  report(JsonLine("resume").add("step", step_).add("path", path),
-         str_cat("loaded ", path, ": ", step_, " steps done (", step_ / steps_per_epoch_, " epochs + ",
-                 step_ % steps_per_epoch_, " batches)"));
+  const std::string loaded = str_cat("loaded ", path, ": ", step_, " steps done (", step_ / steps_per_epoch_,
+                                     " epochs + ", step_ % steps_per_epoch_, " batches)");
+  // An evaluation's record is its "eval" line, which names the checkpoint: no "resume" for it.
+  if (for_training) report(JsonLine("resume").add("step", step_).add("path", path), loaded);
+  else log_line(loaded);
 }
 
 std::string Trainer::resume(const std::string& what) {
@@ -132,13 +159,10 @@ std::string Trainer::resume(const std::string& what) {
   return path;
 }
 
-void Trainer::sync_bn_state() {
-  // Each rank's running statistics saw only its own batches: average them so that evaluation
-  // and checkpoints use one set, identical on every rank.
-  if (world_ == 1 || net_->arena().state().empty()) return;
-  HostView<float> state = net_->arena().host_state();  // the ring reduces host memory
-  ctl_reduce_->allreduce(state.span(), comm::ReduceOp::average);
-  state.commit();
+std::vector<float> Trainer::averaged_bn_state(std::span<const float> own) {
+  std::vector<float> avg(own.begin(), own.end());
+  if (world_ > 1 && !avg.empty()) ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
+  return avg;
 }
 
 }  // namespace rt::trainer

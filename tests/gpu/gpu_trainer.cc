@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -34,11 +36,12 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 // Runs the trainer in a fresh run folder (its job file there) and returns mpirun's exit status.
-// `extra`: more YAML lines for the job; `env`: variables set for mpirun and its ranks.
+// `extra`: more YAML lines for the job; `env`: variables set for mpirun and its ranks; `args`: more
+// command-line arguments; `fresh` false keeps what earlier runs left in the folder (to resume).
 int run_trainer(const std::string& backend, int np, std::string* out, const std::string& extra = "",
-                const std::string& env = "") {
+                const std::string& env = "", const std::string& args = "", bool fresh = true) {
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
-  std::filesystem::remove_all(dir);
+  if (fresh) std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/job.yaml") << "model: {name: resnet20, classes: 10, width: 0.5}\n"
                                       "data: {synthetic: true, synthetic_samples: 64, synthetic_classes: 10,"
@@ -51,7 +54,7 @@ int run_trainer(const std::string& backend, int np, std::string* out, const std:
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   const std::string cmd = env + " " + RT_MPIEXEC + " -np " + std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
-                          " --config " + dir + "/job.yaml 2>&1";
+                          " --config " + dir + "/job.yaml " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
@@ -188,26 +191,83 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
     EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
 }
 
-// cuda.deterministic: two runs of one job (2 ranks, bf16) end in the same checkpoint, bit for bit:
-// parameters, BN statistics and momentum. Deterministic cuDNN algorithms chosen by heuristics
-// (timing could choose others next run); our kernels and the ring reduce in a fixed order.
-TEST(GpuTrainer, DeterministicRunsEndInTheSameCheckpoint) {
-  RT_REQUIRE_GPU();
-  std::string first;
-  for (int run = 0; run < 2; ++run) {
-    std::string out;
-    ASSERT_EQ(run_trainer("cuda-bf16", 2, &out, "cuda: {deterministic: true}\ncheckpoint: {at_epoch_end: true}\n"),
-              0) << out;
-    std::string ckpt;  // the run folder is the same for both runs, so is the checkpoint's text
-    for (const auto& f : std::filesystem::recursive_directory_iterator(run_dir("cuda-bf16_np2")))
-      if (f.path().extension() == ".rtck") ckpt = f.path().string();
-    ASSERT_FALSE(ckpt.empty()) << "no checkpoint written:\n" << out;
-    std::ifstream in(ckpt, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ASSERT_GT(bytes.size(), 100000u) << ckpt;
-    if (run == 0) first = bytes;
-    else EXPECT_TRUE(bytes == first) << "run 2 ended in another checkpoint than run 1 (" << ckpt << ")";
+// The newest checkpoint under `dir` (names are ckpt-<step, 10 digits>.rtck), or "".
+std::string newest_checkpoint(const std::string& dir) {
+  std::string newest;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir))
+    if (f.path().extension() == ".rtck" && f.path().filename().string() > std::filesystem::path(newest).filename().string())
+      newest = f.path().string();
+  return newest;
+}
+
+// A checkpoint's sections by tag, read as trainer/checkpoint.h lays them out (a 32-byte header,
+// then per section an 8-byte tag, an 8-byte length, the data padded to 8 bytes).
+std::map<std::string, std::string> checkpoint_sections(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, std::string> sections;
+  for (size_t at = 32; at + 16 <= bytes.size();) {
+    const std::string tag = bytes.substr(at, 8).c_str();  // NUL-padded
+    uint64_t len = 0;
+    std::memcpy(&len, bytes.data() + at + 8, 8);
+    if (len > bytes.size() - at - 16) break;  // damaged: the caller finds sections missing
+    sections[tag] = bytes.substr(at + 16, len);
+    at += 16 + (len + 7) / 8 * 8;
   }
+  return sections;
+}
+
+// The value of `key` in the last JSON record of `type` in `dir`'s metrics.jsonl (NaN if none).
+double last_metric(const std::string& dir, const std::string& type, const std::string& key) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  const std::regex re("\"type\":\"" + type + "\".*\"" + key + "\":([-0-9.eE+]+)");
+  double value = std::nan("");
+  for (std::string line; std::getline(f, line);)
+    if (std::smatch m; std::regex_search(line, m, re)) value = std::stod(m[1]);
+  return value;
+}
+
+// Deterministic and exactly resumable on the device: 2 ranks in fp16 with dynamic loss scaling
+// (its scale grows after 3 good steps, so at the stop it is part-way to growing) and
+// cuda.deterministic (deterministic cuDNN algorithms chosen by heuristics, as timing could choose
+// others next run; our kernels and the ring reduce in a fixed order). A run of 4 steps, and the
+// same job stopped after step 2 and continued by --resume auto in a new process, must end in the
+// same state bit for bit: every section of the final checkpoint (parameters, momentum, the
+// ranks' own BN statistics and their average; step, data position, loss scale and its good-step
+// count) but the configuration's text, whose train.steps differs. Only the resumed run evaluates at its end, which must then
+// have left the state alone. Its checkpoint, written from device memory, evaluated by the CPU
+// backend must give the device's validation loss within fp16's tolerance.
+TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
+  RT_REQUIRE_GPU();
+  const std::string job = "cuda: {deterministic: true}\nloss_scale: {mode: dynamic, init: 1024, growth_interval: 3}\n";
+  const std::string no_eval = " --set eval.every_epochs=0 --set eval.at_end=false";
+  const std::string dir = run_dir("cuda-fp16_np2");
+  std::string out;
+  ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval), 0) << out;
+  const std::string whole = newest_checkpoint(dir);
+  ASSERT_NE(whole.find("ckpt-0000000004.rtck"), std::string::npos) << "4 steps, a checkpoint at the end:\n" << out;
+  auto want = checkpoint_sections(whole);
+  ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval + " --set train.steps=2"), 0) << out;
+  ASSERT_NE(newest_checkpoint(dir).find("ckpt-0000000002.rtck"), std::string::npos) << out;
+  ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", "--resume auto", /*fresh=*/false), 0) << out;
+  const std::string resumed = newest_checkpoint(dir);
+  ASSERT_NE(resumed.find("ckpt-0000000004.rtck"), std::string::npos) << out;
+  auto got = checkpoint_sections(resumed);
+  for (const char* tag : {"meta", "params", "state", "momentum", "bn_ranks"}) {
+    EXPECT_TRUE(got.count(tag)) << "no section " << tag << " in " << resumed;
+    EXPECT_FALSE(got[tag].empty()) << tag;
+  }
+  got.erase("config");
+  want.erase("config");
+  for (const auto& [tag, bytes] : want)
+    EXPECT_TRUE(got.count(tag) && got.at(tag) == bytes)
+        << "section " << tag << " of the resumed run's " << resumed << " differs from the uninterrupted run's";
+  EXPECT_EQ(got.size(), want.size());
+  const double device_loss = last_metric(dir, "epoch", "val_loss");
+  ASSERT_FALSE(std::isnan(device_loss)) << "the resumed run did not evaluate:\n" << out;
+  ASSERT_EQ(run_trainer(RT_CPU_BACKEND, 2, &out, job, "", "--eval --checkpoint " + resumed), 0) << out;
+  const double cpu_loss = last_metric(run_dir(std::string(RT_CPU_BACKEND) + "_np2"), "eval", "val_loss");
+  EXPECT_NEAR(cpu_loss, device_loss, 2e-2 + 2e-2 * device_loss) << "the CPU backend's evaluation of " << resumed;
 }
 
 // cuda.algo_cache end to end: in the first run of a job the 2 ranks share a new file, each

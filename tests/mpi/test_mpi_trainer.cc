@@ -169,6 +169,10 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
              "resume after step ", stop, " is not bitwise exact");
   auto ma = ta.optimizer().momentum(), mb = tb.optimizer().momentum();
   MPI_EXPECT(t, std::memcmp(ma.data(), mb.data(), ma.size_bytes()) == 0, "momentum differs after resume");
+  // Each rank's own BN statistics too, though the resumed run checkpointed (and so averaged them
+  // over the ranks for the file) at a step where the straight run did not.
+  auto sa = ta.net().arena().state(), sb = tb.net().arena().state();
+  MPI_EXPECT(t, std::memcmp(sa.data(), sb.data(), sa.size_bytes()) == 0, "BN statistics differ after resume");
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
 }
 
