@@ -46,7 +46,8 @@ PY
 "$bin/pack_dataset" --root "$tmp/ds" --split val --out "$tmp/fz" >/dev/null
 { printf '\x00'; cat "$tmp/fz.index"; printf '\n%%%%%%%%\n'; cat "$tmp/fz-00000.shard"; } > "$out/shard/val_set"
 
-# checkpoint: the format of trainer/checkpoint.h with a 6-float model (mode byte 0 in front).
+# checkpoint: the format of trainer/checkpoint.h with a 6-float model (mode byte 0 in front), with
+# and without the 2 ranks' own BN statistics.
 python3 - "$out/checkpoint" <<'PY'
 import struct, sys
 def section(tag, data):
@@ -57,11 +58,14 @@ config = b"model:\n  name: resnet20\n  classes: 10\ntrain:\n  batch: 4\n"
 payload = (section(b"meta", struct.pack("<20q", *meta)) + section(b"config", config)
            + section(b"params", struct.pack("<6f", *range(6))) + section(b"state", struct.pack("<2f", 1, 2))
            + section(b"momentum", struct.pack("<6f", *[0.5] * 6)))
-h = 0xcbf29ce484222325
-for i in range(0, len(payload), 8):
-    h = ((h ^ struct.unpack_from("<Q", payload, i)[0]) * 0x100000001b3) & (2**64 - 1)
-header = b"RTCKPT01" + struct.pack("<IIQQ", 1, 5, len(payload), h)
-open(sys.argv[1] + "/tiny", "wb").write(b"\x00" + header + payload)
-open(sys.argv[1] + "/tiny_raw", "wb").write(b"\x01" + header + payload)
+def file(payload, sections):
+    h = 0xcbf29ce484222325
+    for i in range(0, len(payload), 8):
+        h = ((h ^ struct.unpack_from("<Q", payload, i)[0]) * 0x100000001b3) & (2**64 - 1)
+    return b"RTCKPT01" + struct.pack("<IIQQ", 1, sections, len(payload), h) + payload
+open(sys.argv[1] + "/tiny", "wb").write(b"\x00" + file(payload, 5))
+open(sys.argv[1] + "/tiny_raw", "wb").write(b"\x01" + file(payload, 5))
+ranks = payload + section(b"bn_ranks", struct.pack("<4f", 0.5, 1.5, 1.5, 2.5))
+open(sys.argv[1] + "/tiny_ranks", "wb").write(b"\x00" + file(ranks, 6))
 PY
 du -sh "$out"; find "$out" -type f | sort

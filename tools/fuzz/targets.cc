@@ -213,6 +213,8 @@ bool fuzz_checkpoint(const uint8_t* data, size_t size) {
     const trainer::Checkpoint ck = trainer::checkpoint_read(path);
     if (ck.params.size() != ck.meta.model.grad_elems || ck.momentum.size() != ck.params.size())
       broken("checkpoint: section sizes disagree with the fingerprint");
+    if (!ck.rank_state.empty() && ck.rank_state.size() != ck.state.size() * uint64_t(ck.meta.world))
+      broken("checkpoint: bn_ranks does not hold one set of statistics per rank");
     comm::ModelFingerprint other = ck.meta.model;
     other.layout_hash ^= 1;
     trainer::checkpoint_check_model(ck, path, ck.meta.model, "same");  // must pass
