@@ -140,11 +140,14 @@ CliOptions cli_parse(int argc, const char* const* argv) {
 
 namespace {
 // The job itself, once the configuration is known: evaluation of a checkpoint, or training.
-int run_job(const Config& cfg, const CliOptions& o) {
+int run_job(const Config& cfg, const CliOptions& o, int rank) {
   Trainer t(cfg);
   if (o.eval) {
     t.load_checkpoint(o.checkpoint, /*for_training=*/false);
     EvalResult r = t.evaluate();
+    const std::string figures =
+        str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
+                "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)");
     t.report(JsonLine("eval")
                  .add("checkpoint", o.checkpoint)
                  .add("step", t.step())
@@ -153,8 +156,9 @@ int run_job(const Config& cfg, const CliOptions& o) {
                  .add("val_top5", r.top5_pct())
                  .add("val_samples", r.samples)
                  .add("val_s", r.seconds),
-             str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
-                     "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)"));
+             figures);
+    // The figures are what --eval is for: printed even where log.progress is off.
+    if (rank == 0 && !cfg.log.progress) std::printf("%s\n", figures.c_str());
     return 0;
   }
   if (!o.resume.empty()) t.resume(o.resume);
@@ -192,7 +196,7 @@ int cli_main(int argc, const char* const* argv) {
                                " does not fit in memory: lower train.batch"));
   };
   try {
-    return run_job(cfg, o);
+    return run_job(cfg, o, rank);
   } catch (const OutOfMemory& e) {
     throw hint(e.what());
   } catch (const std::bad_alloc&) {

@@ -73,7 +73,7 @@ class Trainer {
   int stopped_by() const { return stopped_by_; }
   // Distributed top-1/top-5 over the whole validation split. Collective.
   EvalResult evaluate();
-  // Saves a checkpoint now (rank 0 writes; every rank takes part in averaging BN statistics).
+  // Saves a checkpoint now (rank 0 writes; every rank hands over its BN statistics).
   void save_checkpoint();
   // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
   void report(const JsonLine& line, const std::string& text);

@@ -73,8 +73,9 @@ void check_run_eval_resume() {
              metrics.find("\"val_top5\"") != std::string::npos,
          "metrics.jsonl has step and epoch records", {0, metrics});
 
-  // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once.
-  r = run(3, "--eval --checkpoint " + ck.back());
+  // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once, the
+  // figures printed even with the progress display off.
+  r = run(3, "--eval --checkpoint " + ck.back() + " --set log.progress=false");
   expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos, "--eval on 3 ranks", r);
   r = run(2, "--config " + cfg + " --resume auto");
   expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos, "--resume auto after the end", r);
