@@ -47,7 +47,7 @@ void synthetic_image(Rng& rng, int size, const NormTable& t, float* out_f, uint8
 class PipelineLoader final : public Loader {
  public:
   PipelineLoader(const DataConfig& cfg, Split split, int rank, int world, int batch)
-      : cfg_(cfg), split_(split), rank_(rank), batch_(batch) {
+      : cfg_(cfg), rank_(rank), batch_(batch) {
     if (cfg.image_size < 1) throw Error(str_cat("data: image_size must be >= 1, got ", cfg.image_size));
     if (cfg.queue_depth < 1) throw Error(str_cat("data: queue_depth must be >= 1, got ", cfg.queue_depth));
     if (cfg.synthetic) {
@@ -285,7 +285,6 @@ class PipelineLoader final : public Loader {
   }
 
   const DataConfig cfg_;
-  const Split split_;
   const int rank_, batch_;
   std::unique_ptr<Dataset> ds_;  // null in synthetic mode
   std::vector<std::string> classes_;
