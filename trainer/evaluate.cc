@@ -39,11 +39,7 @@ EvalResult Trainer::evaluate() {
   // at other steps, still matches).
   auto& arena = net_->arena();
   std::vector<float> own;
-  if (world_ > 1 && !arena.state().empty()) {
-    own.resize(arena.state().size());
-    arena.state_to_host(own);
-    arena.state_from_host(averaged_bn_state(own));
-  }
+  if (world_ > 1 && !arena.state().empty()) arena.state_from_host(averaged_bn_state(own));
   data::Loader& loader = val_loader();
   loader.start_epoch({0, 0});
   const int batch = int(cfg_.train.batch);

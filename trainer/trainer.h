@@ -114,9 +114,9 @@ class Trainer {
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end, bool stopping);
   int agreed_stop_signal();  // collective: the stop signal any rank caught (stop_signal.h), or 0
 
-  // Collective: the average over the ranks of their own BN running statistics (`own`: this
-  // rank's), by the ring, so bitwise the same on every rank. The arena is left as it is.
-  std::vector<float> averaged_bn_state(std::span<const float> own);
+  // Collective: copies this rank's own BN running statistics into `own` and returns their average
+  // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.
+  std::vector<float> averaged_bn_state(std::vector<float>& own);
   data::Loader& val_loader();
   void log_line(const std::string& s) const;
 

@@ -33,8 +33,7 @@ void Trainer::save_checkpoint() {
   // Collective: the file keeps the ranks' average of the BN statistics (for evaluation, on any
   // rank count) and, where ranks have sets of their own, each rank's (for an exact resume).
   auto& arena = net_->arena();
-  std::vector<float> own(arena.state().size());
-  arena.state_to_host(own);
+  std::vector<float> own;
   const std::vector<float> state = averaged_bn_state(own);
   std::vector<float> rank_state;
   if (world_ > 1 && !own.empty()) {
@@ -159,8 +158,10 @@ std::string Trainer::resume(const std::string& what) {
   return path;
 }
 
-std::vector<float> Trainer::averaged_bn_state(std::span<const float> own) {
-  std::vector<float> avg(own.begin(), own.end());
+std::vector<float> Trainer::averaged_bn_state(std::vector<float>& own) {
+  own.resize(net_->arena().state().size());
+  net_->arena().state_to_host(own);
+  std::vector<float> avg = own;
   if (world_ > 1 && !avg.empty()) ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
   return avg;
 }
