@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_test_util.h"
+#include "trainer/checkpoint.h"
 
 namespace {
 
@@ -195,26 +196,15 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
 std::string newest_checkpoint(const std::string& dir) {
   std::string newest;
   for (const auto& f : std::filesystem::recursive_directory_iterator(dir))
-    if (f.path().extension() == ".rtck" && f.path().filename().string() > std::filesystem::path(newest).filename().string())
+    if (f.path().extension() == ".rtck" &&
+        f.path().filename().string() > std::filesystem::path(newest).filename().string())
       newest = f.path().string();
   return newest;
 }
 
-// A checkpoint's sections by tag, read as trainer/checkpoint.h lays them out (a 32-byte header,
-// then per section an 8-byte tag, an 8-byte length, the data padded to 8 bytes).
-std::map<std::string, std::string> checkpoint_sections(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, std::string> sections;
-  for (size_t at = 32; at + 16 <= bytes.size();) {
-    const std::string tag = bytes.substr(at, 8).c_str();  // NUL-padded
-    uint64_t len = 0;
-    std::memcpy(&len, bytes.data() + at + 8, 8);
-    if (len > bytes.size() - at - 16) break;  // damaged: the caller finds sections missing
-    sections[tag] = bytes.substr(at + 16, len);
-    at += 16 + (len + 7) / 8 * 8;
-  }
-  return sections;
+// The same floats, bit for bit.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The value of `key` in the last JSON record of `type` in `dir`'s metrics.jsonl (NaN if none).
@@ -232,11 +222,11 @@ double last_metric(const std::string& dir, const std::string& type, const std::s
 // cuda.deterministic (deterministic cuDNN algorithms chosen by heuristics, as timing could choose
 // others next run; our kernels and the ring reduce in a fixed order). A run of 4 steps, and the
 // same job stopped after step 2 and continued by --resume auto in a new process, must end in the
-// same state bit for bit: every section of the final checkpoint (parameters, momentum, the
-// ranks' own BN statistics and their average; step, data position, loss scale and its good-step
-// count) but the configuration's text, whose train.steps differs. Only the resumed run evaluates at its end, which must then
-// have left the state alone. Its checkpoint, written from device memory, evaluated by the CPU
-// backend must give the device's validation loss within fp16's tolerance.
+// same state bit for bit: in the final checkpoints, parameters, momentum, the ranks' own BN
+// statistics and their average, step, data position, loss scale and its good-step count. Only
+// the resumed run evaluates at its end, which must then have left the state alone. Its
+// checkpoint, written from device memory, evaluated by the CPU backend must give the device's
+// validation loss within fp16's tolerance.
 TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   RT_REQUIRE_GPU();
   const std::string job = "cuda: {deterministic: true}\nloss_scale: {mode: dynamic, init: 1024, growth_interval: 3}\n";
@@ -246,23 +236,25 @@ TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval), 0) << out;
   const std::string whole = newest_checkpoint(dir);
   ASSERT_NE(whole.find("ckpt-0000000004.rtck"), std::string::npos) << "4 steps, a checkpoint at the end:\n" << out;
-  auto want = checkpoint_sections(whole);
+  const rt::trainer::Checkpoint want = rt::trainer::checkpoint_read(whole);
   ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval + " --set train.steps=2"), 0) << out;
   ASSERT_NE(newest_checkpoint(dir).find("ckpt-0000000002.rtck"), std::string::npos) << out;
   ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", "--resume auto", /*fresh=*/false), 0) << out;
   const std::string resumed = newest_checkpoint(dir);
   ASSERT_NE(resumed.find("ckpt-0000000004.rtck"), std::string::npos) << out;
-  auto got = checkpoint_sections(resumed);
-  for (const char* tag : {"meta", "params", "state", "momentum", "bn_ranks"}) {
-    EXPECT_TRUE(got.count(tag)) << "no section " << tag << " in " << resumed;
-    EXPECT_FALSE(got[tag].empty()) << tag;
-  }
-  got.erase("config");
-  want.erase("config");
-  for (const auto& [tag, bytes] : want)
-    EXPECT_TRUE(got.count(tag) && got.at(tag) == bytes)
-        << "section " << tag << " of the resumed run's " << resumed << " differs from the uninterrupted run's";
-  EXPECT_EQ(got.size(), want.size());
+  const rt::trainer::Checkpoint got = rt::trainer::checkpoint_read(resumed);
+  const auto &a = want.meta, &b = got.meta;
+  EXPECT_TRUE(b.step == a.step && b.position.epoch == a.position.epoch && b.position.step == a.position.step &&
+              b.optimizer_steps == a.optimizer_steps)
+      << "the resumed run ended at another step or data position";
+  EXPECT_EQ(b.loss_scale, a.loss_scale);
+  EXPECT_EQ(b.loss_scale_good, a.loss_scale_good);
+  EXPECT_EQ(got.rank_state.size(), 2 * got.state.size()) << "each rank's own BN statistics";
+  const std::string differs = " differ from the uninterrupted run's, in " + resumed;
+  EXPECT_TRUE(same_bits(got.params, want.params)) << "parameters" << differs;
+  EXPECT_TRUE(same_bits(got.momentum, want.momentum)) << "momenta" << differs;
+  EXPECT_TRUE(same_bits(got.state, want.state)) << "averaged BN statistics" << differs;
+  EXPECT_TRUE(same_bits(got.rank_state, want.rank_state)) << "the ranks' own BN statistics" << differs;
   const double device_loss = last_metric(dir, "epoch", "val_loss");
   ASSERT_FALSE(std::isnan(device_loss)) << "the resumed run did not evaluate:\n" << out;
   ASSERT_EQ(run_trainer(RT_CPU_BACKEND, 2, &out, job, "", "--eval --checkpoint " + resumed), 0) << out;
