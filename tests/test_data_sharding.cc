@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "data/sharding.h"
 #include "nn/error.h"
@@ -43,6 +44,34 @@ TEST(data_sharding, TrainDisjointEqualStepsFullBatches) {
         EXPECT_EQ(static_cast<int64_t>(seen.size()), steps * world * batch);
         EXPECT_LT(n - static_cast<int64_t>(seen.size()), int64_t{world} * batch);
       }
+}
+
+// What lets a checkpoint resume on another rank count at the same global batch: optimizer step s
+// of an epoch (ranks x batch x passes images, p batches a rank) takes the same samples for every
+// such split, the global batch's block of the epoch's permutation, and an epoch has as many steps.
+TEST(data_sharding, GlobalStepsTakeTheSameSamplesOnAnyRankCount) {
+  struct Split {
+    int world, batch, passes;
+  };
+  const Split splits[] = {{1, 12, 1}, {12, 1, 1}, {2, 6, 1}, {3, 4, 1}, {2, 3, 2}, {1, 4, 3}, {4, 1, 3}, {6, 1, 2}};
+  for (int64_t n : {12, 47, 48, 61}) {
+    const std::vector<int64_t> order = epoch_order(9, 2, n, true);
+    for (const Split& sp : splits) {
+      const ShardSpec spec{n, sp.world, sp.batch, true, 9};
+      const auto b = all_batches(spec, 2);
+      for (int r = 0; r < sp.world; ++r)
+        ASSERT_EQ(int64_t(b[size_t(r)].size()) / sp.passes, n / 12) << "n=" << n << " world=" << sp.world;
+      for (int64_t s = 0; s < n / 12; ++s) {
+        std::vector<int64_t> got, want(order.begin() + s * 12, order.begin() + (s + 1) * 12);
+        for (int r = 0; r < sp.world; ++r)
+          for (int64_t k = s * sp.passes; k < (s + 1) * sp.passes; ++k)
+            got.insert(got.end(), b[size_t(r)][size_t(k)].begin(), b[size_t(r)][size_t(k)].end());
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(got, want) << "n=" << n << " " << sp.world << " x " << sp.batch << " x " << sp.passes << " step " << s;
+      }
+    }
+  }
 }
 
 TEST(data_sharding, EvalVisitsEverySampleExactlyOnce) {

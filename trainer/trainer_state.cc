@@ -86,18 +86,27 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
     const auto& m = ck.meta;
     if (for_training) {
-      if (m.world != world_ || m.batch != cfg_.train.batch || m.accumulate != passes_) {
-        auto shape = [](int64_t w, int64_t b, int64_t k) {
-          return str_cat(w, " rank(s) x batch ", b, k > 1 ? str_cat(" x ", k, " accumulated") : "");
-        };
-        throw CheckpointError(str_cat(path, ": written by ", shape(m.world, m.batch, m.accumulate), "; this run has ",
-                                      shape(world_, cfg_.train.batch, passes_),
-                                      " (resume with the same ranks, train.batch and train.accumulate)"));
-      }
-      if (m.position.step % passes_ != 0 || m.position.epoch * steps_per_epoch_ + m.position.step / passes_ != m.step)
+      // Another rank count is fine at the same global batch: global step s then takes the same
+      // samples, in the same micro-batch order of the epoch's permutation, on any rank count
+      // (data/sharding.h), and the schedule, which counts global steps, continues unchanged.
+      auto shape = [](int64_t w, int64_t b, int64_t k) {
+        return str_cat(w, " rank(s) x batch ", b, k > 1 ? str_cat(" x ", k, " accumulated") : "");
+      };
+      if (m.world * m.batch * m.accumulate != int64_t(world_) * cfg_.train.batch * passes_)
+        throw CheckpointError(str_cat(path, ": written by ", shape(m.world, m.batch, m.accumulate), " = ",
+                                      m.world * m.batch * m.accumulate, " images a step; this run has ",
+                                      shape(world_, cfg_.train.batch, passes_), " = ",
+                                      int64_t(world_) * cfg_.train.batch * passes_,
+                                      " (resume with the same global batch: ranks x train.batch x train.accumulate)"));
+      if (m.accumulate < 1 || m.position.step % m.accumulate != 0 ||
+          m.position.epoch * steps_per_epoch_ + m.position.step / m.accumulate != m.step)
         throw CheckpointError(str_cat(path, ": written at step ", m.step, " = epoch ", m.position.epoch,
                                       " + ", m.position.step, " batches, which does not fit this run's ",
                                       steps_per_epoch_, " steps per epoch (did the dataset change?)"));
+      if (m.world != world_)
+        log_line(str_cat("resuming on ", shape(world_, cfg_.train.batch, passes_), " from a checkpoint of ",
+                         shape(m.world, m.batch, m.accumulate),
+                         ": the same samples per step; every rank starts from the ranks' average BN statistics"));
     }
     arena.params_from_host(ck.params);
     arena.state_from_host(ck.state);
@@ -106,9 +115,10 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     lm.optimizer_steps = m.optimizer_steps;
     lm.loss_scale = m.loss_scale;
     lm.loss_scale_good = m.loss_scale_good;
-    // Training goes on with each rank's own statistics where the file has them (then written by
-    // as many ranks as this run's); evaluation, and files without them, use the average.
-    if (for_training && !ck.rank_state.empty()) {
+    // Training goes on with each rank's own statistics where the file has them and was written by
+    // as many ranks as this run's; evaluation, other rank counts and files without them use the
+    // average.
+    if (for_training && !ck.rank_state.empty() && m.world == world_) {
       lm.own_state = 1;
       rank_state = std::move(ck.rank_state);
     }

@@ -176,6 +176,61 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
 }
 
+// Resuming on another rank count at the same global batch. With one sample per rank and pass,
+// N ranks x batch 1 and 1 rank x batch 1 x N passes put the same samples into the same batch norm
+// groups in the same order, so a run that goes from N ranks to rank 0 alone mid-epoch and back to
+// N ranks in the next epoch must end where the straight N-rank run does: bit for bit on 2 ranks
+// (halving is exact, and the accumulation's g0/2 + g1/2 is the ring's (g0 + g1)/2), within
+// rounding on 3 (thirds are not exact).
+void check_elastic_resume(MpiTest& t, const std::string& dir) {
+  const int n = t.size();
+  if (n == 1) return;
+  auto config = [&](const std::string& sub, int64_t passes, int64_t steps) {
+    Config c = tiny(dir + sub);
+    c.train.batch = 1;
+    c.train.accumulate = passes;
+    c.train.steps = steps;
+    return c;
+  };
+  Trainer ta(config("/elastic_straight", 1, 0));
+  ta.train();
+  const int64_t per_epoch = ta.steps_per_epoch(), first = per_epoch / 2, second = per_epoch + per_epoch / 2;
+  {
+    Trainer tb(config("/elastic", 1, first));
+    tb.train();
+  }
+  int64_t alone_at = -1;
+  if (t.rank() == 0) {
+    Trainer tc(config("/elastic", n, second), MPI_COMM_SELF);
+    tc.resume("auto");
+    alone_at = tc.step();
+    tc.train();
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  Trainer td(config("/elastic", 1, 0));
+  td.resume("auto");
+  const int64_t back_at = td.step();
+  td.train();
+  if (t.rank() == 0)
+    MPI_EXPECT(t, alone_at == first && back_at == second, "resumed alone at step ", alone_at, " (expected ", first,
+               "), back on ", n, " ranks at ", back_at, " (expected ", second, ")");
+  MPI_EXPECT(t, td.step() == ta.step() && td.optimizer().steps() == ta.optimizer().steps(), "ended at step ",
+             td.step(), ", the straight run at ", ta.step());
+  auto pa = ta.net().arena().params(), pd = td.net().arena().params();
+  auto ma = ta.optimizer().momentum(), md = td.optimizer().momentum();
+  if (n == 2) {
+    MPI_EXPECT(t, std::memcmp(pa.data(), pd.data(), pa.size_bytes()) == 0,
+               "2 ranks -> 1 rank x 2 passes -> 2 ranks: parameters differ from the straight run");
+    MPI_EXPECT(t, std::memcmp(ma.data(), md.data(), ma.size_bytes()) == 0, "momentum differs");
+    return;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i)
+    worst = std::max(worst, std::abs(double(pd[i]) - pa[i]) / (1e-3 + std::abs(double(pa[i]))));
+  MPI_EXPECT(t, worst < 1e-4, n, " ranks -> 1 rank x ", n, " passes -> ", n,
+             " ranks: worst relative parameter difference ", worst);
+}
+
 // N ranks x batch 4 against rank 0 alone with batch 4N, on a model without batch norm; and N
 // ranks x batch 2 x 2 accumulated passes against the same.
 void check_data_parallel_equivalence(MpiTest& t, const std::string& dir) {
@@ -333,6 +388,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
+    check_elastic_resume(t, dir);
     check_data_parallel_equivalence(t, dir);
     check_eval_counts(t, dir);
     check_u8_input(t, dir);

@@ -91,9 +91,18 @@ void check_run_eval_resume() {
   expect_error(run(2, "--eval --checkpoint " + ck.back() + " --config " + cfg + " --set model.width=0.5"),
                ck.back() + ": written for another model \\(resnet20", "checkpoint of another model");
   expect_error(run(2, "--config " + cfg + " --set train.batch=2 --resume " + ck.front()),
-               "written by 2 rank\\(s\\) x batch 4; this run has 2 rank\\(s\\) x batch 2", "resume with another batch");
+               "written by 2 rank\\(s\\) x batch 4 = 8 images a step; this run has 2 rank\\(s\\) x batch 2 = 4 "
+               "\\(resume with the same global batch",
+               "resume with another global batch");
   expect_error(run(2, "--config " + cfg + " --set train.accumulate=2 --resume " + ck.front()),
-               "this run has 2 rank\\(s\\) x batch 4 x 2 accumulated", "resume with passes accumulated");
+               "this run has 2 rank\\(s\\) x batch 4 x 2 accumulated = 16", "resume with passes accumulated");
+  // Another rank count at the same global batch goes on (test_mpi_trainer checks the arithmetic).
+  r = run(1, "--config " + cfg + " --set train.accumulate=2 --set run_dir=" + dir + "/elastic --resume " + ck.front());
+  expect(r.rc == 0 &&
+             r.out.find("resuming on 1 rank(s) x batch 4 x 2 accumulated from a checkpoint of 2 rank(s) x batch 4") !=
+                 std::string::npos &&
+             r.out.find("epoch 2/2: train loss") != std::string::npos,
+         "resume on 1 rank with 2 passes accumulated", r);
   // A newer checkpoint damaged after it was written is passed over by --resume auto.
   fs::resize_file(ck.back(), 100);
   r = run(2, "--config " + cfg + " --resume auto");
