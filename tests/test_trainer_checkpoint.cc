@@ -101,6 +101,76 @@ TEST(trainer_checkpoint, RanksOwnStatisticsRoundTripAndAreCounted) {
   fs::remove_all(dir);
 }
 
+// The "layout" section: read back as written; a malformed line is refused naming file and line.
+TEST(trainer_checkpoint, LayoutRoundTripsAndBadLinesAreNamed) {
+  const std::string dir = temp_dir("rt_ck_layout");
+  Fixture f;
+  const std::string path = checkpoint_path(dir, f.meta.step);
+  const std::vector<CheckpointTensor> layout = {
+      {false, "fc.weight", {10, 100}, 0, 1000}, {false, "fc.bias", {1}, 1000, 1}, {true, "bn1.running_mean", {37}, 0, 37}};
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, {}, layout);
+  const Checkpoint c = checkpoint_read(path);
+  ASSERT_EQ(c.layout.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.layout[i].state, layout[i].state);
+    EXPECT_EQ(c.layout[i].name, layout[i].name);
+    EXPECT_EQ(c.layout[i].dims, layout[i].dims);
+    EXPECT_EQ(c.layout[i].offset, layout[i].offset);
+    EXPECT_EQ(c.layout[i].count, layout[i].count);
+  }
+  auto parse = [&](const std::string& text) {
+    return error_of([&] { checkpoint_layout_parse(text, 1008, 37, "f"); });
+  };
+  EXPECT_EQ(parse("p\ta\t0\t6\t2,3\n"), "");
+  EXPECT_EQ(parse("p\ta\t0\t6\t2,3\nq\tb\t0\t1\t1\n"),
+            "f: corrupt: section 'layout' line 2: not 'p|s <tab> name <tab> offset <tab> count <tab> dims'");
+  EXPECT_EQ(parse("p\ta\tx\t6\t2,3\n"), "f: corrupt: section 'layout' line 1: offset or count is not a number");
+  EXPECT_EQ(parse("p\ta\t0\t6\t2,0\n"), "f: corrupt: section 'layout' line 1: bad dims '2,0'");
+  EXPECT_EQ(parse("p\ta\t0\t7\t2,3\n"),
+            "f: corrupt: section 'layout' line 1: 'a' does not fit: 7 values of dims 2,3 at 0 in 1008");
+  EXPECT_EQ(parse("s\tm\t32\t6\t6\n"),
+            "f: corrupt: section 'layout' line 1: 'm' does not fit: 6 values of dims 6 at 32 in 37");
+  EXPECT_EQ(parse("p\ta\t0\t6\t2,3\np\ta\t6\t6\t6\n"), "f: corrupt: section 'layout' line 2: 'a' listed twice");
+  EXPECT_EQ(parse("p\ta\t18446744073709551615\t6\t2,3\n"),
+            "f: corrupt: section 'layout' line 1: 'a' does not fit: 6 values of dims 2,3 at 18446744073709551615 in 1008");
+  fs::remove_all(dir);
+}
+
+// --weights' copy: tensors of the same name and dims are taken, the others left and named.
+TEST(trainer_checkpoint, WeightsAreCopiedByNameAndShape) {
+  Arena<float> arena;
+  arena.add_param("conv.weight", {2, 3}, ParamKind::conv_weight);
+  arena.add_param("fc.weight", {4, 2}, ParamKind::linear_weight);
+  arena.add_param("fc.bias", {4}, ParamKind::bias);
+  arena.add_state("bn.running_mean", 3, 0.f);
+  arena.add_state("bn.running_var", 3, 1.f);
+  arena.finalize();
+  Checkpoint ck;
+  ck.params.resize(100);
+  ck.state.resize(6);
+  for (size_t i = 0; i < ck.params.size(); ++i) ck.params[i] = float(i + 1);
+  for (size_t i = 0; i < ck.state.size(); ++i) ck.state[i] = float(-int(i) - 1);
+  ck.layout = {{false, "fc.weight", {5, 2}, 0, 10}, {false, "conv.weight", {2, 3}, 16, 6},
+               {true, "bn.running_var", {3}, 3, 3}, {true, "bn.running_mean", {3}, 0, 3}};
+  std::vector<float> params(arena.size(), 0.5f), state(arena.state().size(), 0.25f);
+  const auto kept = checkpoint_copy_matching(ck, arena, params, state);
+  EXPECT_EQ(kept, (std::vector<std::string>{"fc.bias (not in the checkpoint)",
+                                            "fc.weight ([4, 2]; the checkpoint's is [5, 2])"}))
+      << "in the arena's order (by offset: reverse registration)";
+  for (const ParamInfo& p : arena.layout())
+    for (size_t i = 0; i < p.count; ++i)
+      EXPECT_EQ(params[p.offset + i], p.name == "conv.weight" ? float(17 + i) : 0.5f) << p.name << " " << i;
+  for (const StateInfo& s : arena.state_layout())
+    for (size_t i = 0; i < s.count; ++i)
+      EXPECT_EQ(state[s.offset + i], s.name == "bn.running_mean" ? -float(i + 1) : -float(i + 4)) << s.name;
+  // The arena's own listing is what checkpoints write.
+  const auto mine = checkpoint_layout(arena);
+  ASSERT_EQ(mine.size(), 5u);
+  EXPECT_EQ(mine.back().name, "bn.running_var");
+  EXPECT_TRUE(mine.back().state);
+  EXPECT_EQ(mine.back().dims, std::vector<int64_t>{3});
+}
+
 TEST(trainer_checkpoint, TruncatedCorruptAndForeignFilesAreRefusedByName) {
   const std::string dir = temp_dir("rt_ck_bad");
   Fixture f;

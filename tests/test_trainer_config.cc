@@ -274,6 +274,15 @@ TEST(trainer_cli, Arguments) {
   EXPECT_NE(e.find("--eval needs --checkpoint"), std::string::npos) << e;
   e = error_of([] { const char* a[] = {"trainer"}; cli_parse(1, a); });
   EXPECT_NE(e.find("--config FILE is required"), std::string::npos) << e;
+  const char* tune[] = {"trainer", "--config", "c.yaml", "--weights", "w.rtck", "--resume", "auto"};
+  EXPECT_EQ(cli_parse(7, tune).weights, "w.rtck");
+  e = error_of([] {
+    const char* a[] = {"trainer", "--config", "c.yaml", "--weights", "w.rtck", "--resume", "r.rtck"};
+    cli_parse(7, a);
+  });
+  EXPECT_NE(e.find("--weights goes with --resume auto only"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--eval", "--checkpoint", "x", "--weights", "w"}; cli_parse(6, a); });
+  EXPECT_NE(e.find("--eval and --weights exclude each other"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -145,7 +145,8 @@ uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h) {
 
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
-                      std::span<const float> momentum, std::span<const float> rank_state) {
+                      std::span<const float> momentum, std::span<const float> rank_state,
+                      std::span<const CheckpointTensor> layout) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -165,6 +166,10 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     w.section("state", state.data(), state.size_bytes());
     w.section("momentum", momentum.data(), momentum.size_bytes());
     if (!rank_state.empty()) w.section("bn_ranks", rank_state.data(), rank_state.size_bytes());
+    if (!layout.empty()) {
+      const std::string text = checkpoint_layout_text(layout);
+      w.section("layout", text.data(), text.size());
+    }
     std::memcpy(header, kMagic, 8);
     uint32_t sections = w.sections();
     uint64_t bytes = w.bytes(), hash = w.hash();
@@ -215,6 +220,8 @@ Checkpoint checkpoint_read(const std::string& path) {
 
   Checkpoint ck;
   bool seen_meta = false, seen_params = false, seen_state = false, seen_mom = false, seen_conf = false;
+  bool seen_layout = false;
+  std::string layout_text;
   size_t at = kHeaderBytes;
   for (uint32_t s = 0; s < nsec; ++s) {
     if (size - at < 16) throw bad("corrupt: section table runs past the end");
@@ -251,6 +258,9 @@ Checkpoint checkpoint_read(const std::string& path) {
       seen_mom = true;
     } else if (t == "bn_ranks") {
       floats(ck.rank_state);
+    } else if (t == "layout") {
+      layout_text.assign(d, len);
+      seen_layout = true;
     }  // unknown sections are skipped: later versions may add some
     at += padded(len);
   }
@@ -265,8 +275,11 @@ Checkpoint checkpoint_read(const std::string& path) {
                                  ck.rank_state.size() % ck.state.size() != 0))
     throw bad(str_cat("corrupt: section 'bn_ranks' holds ", ck.rank_state.size(), " values, not ", ck.meta.world,
                       " rank(s) x ", ck.state.size()));
+  if (seen_layout) ck.layout = checkpoint_layout_parse(layout_text, ck.params.size(), ck.state.size(), path);
   return ck;
 }
+
+std::string checkpoint_model_name(const Checkpoint& ck) { return model_name_in("\n" + ck.config_yaml); }
 
 void checkpoint_check_model(const Checkpoint& ck, const std::string& path,
                             const comm::ModelFingerprint& model, const std::string& model_name) {
@@ -275,7 +288,7 @@ void checkpoint_check_model(const Checkpoint& ck, const std::string& path,
       m.layout_hash == model.layout_hash && m.state_elems == model.state_elems &&
       m.state_hash == model.state_hash && m.dtype == model.dtype)
     return;
-  std::string theirs = model_name_in("\n" + ck.config_yaml);
+  std::string theirs = checkpoint_model_name(ck);
   throw CheckpointError(str_cat(path, ": written for another model (", theirs.empty() ? "" : theirs + ", ",
                                 m.param_count, " parameters, layout hash ", std::hex, m.layout_hash, std::dec,
                                 "); this run builds ", model_name, " (", model.param_count,

@@ -26,6 +26,10 @@
 //               world x state_elems values, rank 0's first. Ranks keep their own statistics while
 //               training (each normalises its own batches); a resume on the same ranks continues
 //               them exactly, while "state", their average, serves evaluation on any rank count.
+//   "layout"    optional (files written since it exists): where each tensor lies, one text line
+//               each, "p" (parameter) or "s" (BN statistic), name, offset, count, dims, separated
+//               by tabs, the dims by commas, e.g. "p\tfc.weight\t0\t2048000\t1000,2048"; lets
+//               --weights take tensors by name from a checkpoint of another model
 //
 // The data loader's RNG is a pure function of (seed, epoch) and the model has no other random
 // state, so the data position (epoch, batches consumed) is all the randomness a resume needs.
@@ -40,6 +44,7 @@
 
 #include "comm/agreement.h"
 #include "data/loader.h"
+#include "nn/arena.h"
 #include "nn/error.h"
 
 namespace rt::trainer {
@@ -65,21 +70,48 @@ struct CheckpointMeta {
   int64_t loss_scale_good = 0;   // LossScaler::good_steps()
 };
 
+// One line of the "layout" section.
+struct CheckpointTensor {
+  bool state = false;          // a BN statistic in "state", else a parameter in "params"
+  std::string name;            // e.g. "layer1.0.conv1.weight", "layer1.0.bn1.running_mean"
+  std::vector<int64_t> dims;   // a parameter's canonical dims; {count} for a statistic
+  uint64_t offset = 0, count = 0;
+};
+
 struct Checkpoint {
   CheckpointMeta meta;
   std::string config_yaml;
   std::vector<float> params, state, momentum;
-  std::vector<float> rank_state;  // "bn_ranks", or empty
+  std::vector<float> rank_state;        // "bn_ranks", or empty
+  std::vector<CheckpointTensor> layout;  // "layout", or empty
 };
+
+// The arena's tensors as the "layout" section lists them (checkpoint_layout.cc), the section's
+// text, and its reading: throws CheckpointError naming the path and line of a malformed entry or
+// one outside "params" (`params` values) or "state" (`state` values).
+std::vector<CheckpointTensor> checkpoint_layout(const Arena<float>& arena);
+std::string checkpoint_layout_text(std::span<const CheckpointTensor> layout);
+std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, size_t params, size_t state,
+                                                      const std::string& path);
+
+// --weights: copies each of the arena's tensors that `ck` holds under the same name with the same
+// dims into `params` / `state` (host buffers laid out as the arena's) and returns the others, as
+// "name (why)", left as they were.
+std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<float>& arena,
+                                                  std::span<float> params, std::span<float> state);
 
 // Writes atomically (see above). Throws CheckpointError naming the path on any I/O error.
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
-                      std::span<const float> momentum, std::span<const float> rank_state = {});
+                      std::span<const float> momentum, std::span<const float> rank_state = {},
+                      std::span<const CheckpointTensor> layout = {});
 
 // Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
 // naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).
 Checkpoint checkpoint_read(const std::string& path);
+
+// model.name in the checkpoint's saved configuration; "" where it has none.
+std::string checkpoint_model_name(const Checkpoint& ck);
 
 // Throws CheckpointError naming the path when ckpt was written for a model with another
 // fingerprint (names both models when the configs say which).

@@ -91,7 +91,7 @@ void generate_dataset_if_missing(const Config& cfg, int rank) {
 }  // namespace
 
 const char* cli_usage() {
-  return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto]\n"
+  return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto] [--weights PATH]\n"
          "       trainer --eval --checkpoint PATH [--config FILE] [--set key=value ...]\n"
          "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
          "\n"
@@ -100,6 +100,10 @@ const char* cli_usage() {
          "                       the value is YAML (numbers, true/false, [30, 60], text)\n"
          "  --resume PATH|auto   continue a run from a checkpoint; auto = the newest valid one in\n"
          "                       the run's checkpoint folder (none: start fresh)\n"
+         "  --weights PATH       start from a checkpoint's weights (fine-tuning, a new schedule):\n"
+         "                       parameters and BN statistics of the same name and shape, the rest\n"
+         "                       (e.g. another model.classes' fc) as initialised; with --resume auto,\n"
+         "                       only while the run has no checkpoint of its own\n"
          "  --eval               evaluate only: top-1/top-5 of --checkpoint over the validation split\n"
          "                       (without --config, the configuration saved in the checkpoint)\n"
          "  --checkpoint PATH    the checkpoint --eval evaluates\n"
@@ -122,6 +126,7 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     if (a == "--config") o.config = value();
     else if (a == "--set") o.sets.push_back(value());
     else if (a == "--resume") o.resume = value();
+    else if (a == "--weights") o.weights = value();
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--eval") o.eval = true;
     else if (a == "--help" || a == "-h") o.help = true;
@@ -134,6 +139,10 @@ CliOptions cli_parse(int argc, const char* const* argv) {
   if (!o.eval && !o.checkpoint.empty())
     throw ConfigError("command line: --checkpoint goes with --eval (to continue training use --resume PATH)");
   if (o.eval && !o.resume.empty()) throw ConfigError("command line: --eval and --resume exclude each other");
+  if (o.eval && !o.weights.empty()) throw ConfigError("command line: --eval and --weights exclude each other");
+  if (!o.weights.empty() && !o.resume.empty() && o.resume != "auto")
+    throw ConfigError("command line: --weights goes with --resume auto only (which continues the run if it has "
+                      "checkpoints), not with --resume PATH");
   if (!o.eval && o.config.empty()) throw ConfigError("command line: --config FILE is required (see --help)");
   return o;
 }
@@ -141,6 +150,14 @@ CliOptions cli_parse(int argc, const char* const* argv) {
 namespace {
 // The job itself, once the configuration is known: evaluation of a checkpoint, or training.
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
+  // The new run's --resume auto would take up the source run's checkpoints as its own.
+  if (!o.weights.empty()) {
+    std::error_code ec;
+    const auto here = std::filesystem::weakly_canonical(config_checkpoint_dir(cfg), ec);
+    if (!ec && std::filesystem::weakly_canonical(o.weights, ec).parent_path() == here && !ec)
+      throw ConfigError(str_cat("--weights ", o.weights, " lies in this run's own checkpoint folder (", here.string(),
+                                "): give the new run another run_dir (--set run_dir=...)"));
+  }
   Trainer t(cfg);
   if (o.eval) {
     t.load_checkpoint(o.checkpoint, /*for_training=*/false);
@@ -161,7 +178,9 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
     if (rank == 0 && !cfg.log.progress) std::printf("%s\n", figures.c_str());
     return 0;
   }
-  if (!o.resume.empty()) t.resume(o.resume);
+  // --weights starts a run; once it has checkpoints, --resume auto continues it instead.
+  const std::string resumed = o.resume.empty() ? "" : t.resume(o.resume);
+  if (!o.weights.empty() && resumed.empty()) t.load_weights(o.weights);
   install_stop_handlers();
   t.train();
   // Stopped early: not a success, as for a process the signal would have ended.

@@ -11,6 +11,7 @@ struct CliOptions {
   bool eval = false;               // --eval: evaluate --checkpoint only
   std::string checkpoint;          // --checkpoint PATH (with --eval)
   std::string resume;              // --resume PATH|auto
+  std::string weights;             // --weights PATH: start from a checkpoint's weights
   bool help = false;               // --help / -h
 };
 

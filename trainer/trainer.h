@@ -59,9 +59,14 @@ class Trainer {
 
   // Restores a checkpoint (rank 0 reads it, every rank receives it): parameters, BN statistics,
   // momentum, step counts and the data position. Throws CheckpointError naming the file.
-  // for_training: also refuse a checkpoint written with another rank count, batch or epoch length
+  // for_training: also refuse a checkpoint written with another global batch or epoch length
   // (an exact resume needs them); evaluation accepts any checkpoint of this model.
   void load_checkpoint(const std::string& path, bool for_training = true);
+  // Starts from a checkpoint's weights (--weights): parameters and BN statistics of the same name
+  // and shape, from a checkpoint of any model that lists its tensors (or of this same model);
+  // the rest keep their initialisation, which is reported. Step, momentum and schedule start
+  // afresh. Collective; throws CheckpointError naming the file when nothing fits.
+  void load_weights(const std::string& path);
   // "auto": the newest valid checkpoint in the checkpoint folder; returns "" (and starts fresh)
   // when there is none. Otherwise the path itself. Returns the path loaded.
   std::string resume(const std::string& what);

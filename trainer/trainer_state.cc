@@ -61,7 +61,8 @@ void Trainer::save_checkpoint() {
     }
     HostView<float> params = arena.host_params();
     try {
-      checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state);
+      checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
+                       checkpoint_layout(arena));
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -143,6 +144,59 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   // An evaluation's record is its "eval" line, which names the checkpoint: no "resume" for it.
   if (for_training) report(JsonLine("resume").add("step", step_).add("path", path), loaded);
   else log_line(loaded);
+}
+
+void Trainer::load_weights(const std::string& path) {
+  auto& arena = net_->arena();
+  if (rank_ == 0) {
+    const Checkpoint ck = checkpoint_read(path);
+    const auto& m = ck.meta.model;
+    const bool same = m.layout_hash == fingerprint_.layout_hash && m.state_hash == fingerprint_.state_hash &&
+                      m.grad_elems == fingerprint_.grad_elems && m.state_elems == fingerprint_.state_elems;
+    std::vector<std::string> kept;
+    if (same) {
+      arena.params_from_host(ck.params);
+      arena.state_from_host(ck.state);
+    } else {
+      // A file without a layout names its model and this one.
+      if (ck.layout.empty()) {
+        try {
+          checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
+        } catch (const CheckpointError& e) {
+          throw CheckpointError(str_cat(e.what(), "; the file predates the tensor list (section 'layout') that "
+                                                  "--weights needs to take part of another model"));
+        }
+      }
+      HostView<float> params = arena.host_params(), state = arena.host_state();
+      kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
+      // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
+      // half of this model's tensors is another model's (resnet18's for a resnet20 may share
+      // nothing but an fc.bias).
+      const size_t total = arena.layout().size() + arena.state_layout().size();
+      if (2 * kept.size() > total) {
+        const std::string theirs = checkpoint_model_name(ck);
+        throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
+                                      cfg_.model.name, " are in it under the same name and shape (it holds ",
+                                      theirs.empty() ? "another model" : theirs, "; first left out: ",
+                                      kept.front(), ")"));
+      }
+      params.commit();
+      state.commit();
+    }
+    const size_t total = arena.layout().size() + arena.state_layout().size();
+    std::string text = str_cat("weights from ", path, ": ", total - kept.size(), " of ", total, " tensors");
+    if (!kept.empty()) {
+      text += "; as initialised: ";
+      const size_t shown = std::min<size_t>(kept.size(), 8);
+      for (size_t i = 0; i < shown; ++i) text += (i ? ", " : "") + kept[i];
+      if (shown < kept.size()) text += str_cat(" and ", kept.size() - shown, " more");
+    }
+    report(JsonLine("weights").add("path", path).add("tensors", int64_t(total - kept.size()))
+               .add("initialised", int64_t(kept.size())),
+           text);
+  }
+  // Every rank starts from rank 0's: ranks need not see the file themselves.
+  comm::broadcast_model(*ctl_comm_, arena, 0);
 }
 
 std::string Trainer::resume(const std::string& what) {

@@ -22,6 +22,7 @@
 #include "comm/mpi_check.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
+#include "trainer/checkpoint.h"
 #include "trainer/emulate.h"
 #include "trainer/trainer.h"
 
@@ -231,6 +232,48 @@ void check_elastic_resume(MpiTest& t, const std::string& dir) {
              " ranks: worst relative parameter difference ", worst);
 }
 
+// --weights: every rank starts from the checkpoint's parameters and averaged BN statistics (all
+// of them for the same model; all but the classifier for one with another class count, whose
+// fc keeps its initialisation), at step 0 with no momentum, and trains on from there.
+void check_weights(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/weights_source");
+  a.train.epochs = 1;
+  Trainer ta(a);
+  ta.train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // rank 0 may still be writing the checkpoint
+  const std::string path = checkpoint_list(dir + "/weights_source/checkpoints").front();
+  const Checkpoint ck = checkpoint_read(path);  // every rank reads it here, for the comparison
+  for (int classes : {4, 3}) {
+    Config c = tiny(str_cat(dir, "/weights_", classes));
+    c.model.classes = classes;
+    c.data.synthetic_classes = classes;
+    c.train.steps = 2;
+    Trainer tc(c);
+    auto& arena = tc.net().arena();
+    const std::vector<float> init(arena.params().begin(), arena.params().end());
+    tc.load_weights(path);
+    MPI_EXPECT(t, tc.step() == 0 && tc.optimizer().steps() == 0, classes, " classes: not a fresh start");
+    auto p = arena.params();
+    std::map<std::string, const CheckpointTensor*> theirs;
+    for (const auto& tensor : ck.layout) theirs[tensor.name] = &tensor;
+    size_t from_file = 0, as_init = 0;
+    for (const ParamInfo& info : arena.layout()) {
+      const bool fc = info.name.rfind("fc.", 0) == 0 && classes != 4;
+      const float* want = fc ? init.data() + info.offset : ck.params.data() + theirs.at(info.name)->offset;
+      MPI_EXPECT(t, std::memcmp(p.data() + info.offset, want, info.count * sizeof(float)) == 0, classes,
+                 " classes: ", info.name, fc ? " is not as initialised" : " is not the checkpoint's");
+      ++(fc ? as_init : from_file);
+    }
+    MPI_EXPECT(t, as_init == (classes == 4 ? 0u : 2u) && from_file + as_init == arena.layout().size(), classes,
+               " classes: ", from_file, " tensors from the file, ", as_init, " as initialised");
+    auto st = arena.state();
+    MPI_EXPECT(t, std::memcmp(st.data(), ck.state.data(), st.size_bytes()) == 0, classes,
+               " classes: BN statistics are not the checkpoint's average");
+    tc.train();
+    MPI_EXPECT(t, tc.step() == 2, classes, " classes: trained to step ", tc.step());
+  }
+}
+
 // N ranks x batch 4 against rank 0 alone with batch 4N, on a model without batch norm; and N
 // ranks x batch 2 x 2 accumulated passes against the same.
 void check_data_parallel_equivalence(MpiTest& t, const std::string& dir) {
@@ -389,6 +432,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
     check_elastic_resume(t, dir);
+    check_weights(t, dir);
     check_data_parallel_equivalence(t, dir);
     check_eval_counts(t, dir);
     check_u8_input(t, dir);

@@ -103,6 +103,27 @@ void check_run_eval_resume() {
                  std::string::npos &&
              r.out.find("epoch 2/2: train loss") != std::string::npos,
          "resume on 1 rank with 2 passes accumulated", r);
+  // --weights: a 3-class model from the 4-class run's weights, all but the classifier's; with
+  // --resume auto, only until the new run has checkpoints of its own.
+  const std::string tune = " --config " + cfg + " --set model.classes=3 --set data.synthetic_classes=3 --set run_dir=" +
+                           dir + "/tune --weights " + ck.front() + " --resume auto";
+  r = run(2, tune + " --set train.steps=3");
+  expect(r.rc == 0 && r.out.find("weights from " + ck.front() + ": ") != std::string::npos &&
+             r.out.find("as initialised: fc.bias ([3]; the checkpoint's is [4]), fc.weight ([3, 16]; the "
+                        "checkpoint's is [4, 16])\n") != std::string::npos,
+         "--weights into a model with another classifier", r);
+  r = run(2, tune);
+  expect(r.rc == 0 && r.out.find("weights from") == std::string::npos &&
+             r.out.find("3 steps done") != std::string::npos,
+         "--weights with --resume auto continues the run's own checkpoint", r);
+  expect_error(run(2, "--config " + cfg + " --set model.name=resnet18 --set run_dir=" + dir + "/other --weights " +
+                          ck.front()),
+               "only 1 of the 102 tensors of resnet18 are in it under the same name and shape \\(it holds resnet20; "
+               "first left out: ", "--weights of an unrelated model");
+  expect_error(run(1, "--config " + cfg + " --weights " + ck.front() + " --resume " + ck.front()),
+               "--weights goes with --resume auto only", "--weights with --resume PATH");
+  expect_error(run(1, "--config " + cfg + " --weights " + ck.front()),
+               "--weights " + ck.front() + " lies in this run's own checkpoint folder", "--weights from the run itself");
   // A newer checkpoint damaged after it was written is passed over by --resume auto.
   fs::resize_file(ck.back(), 100);
   r = run(2, "--config " + cfg + " --resume auto");

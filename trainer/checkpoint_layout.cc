@@ -1,0 +1,114 @@
+// The checkpoint's "layout" section: each tensor's name, place and shape, written as text and
+// checked on reading like every other section, and the by-name copy --weights makes of it.
+#include <charconv>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "trainer/checkpoint.h"
+
+namespace rt::trainer {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// Splits on `sep`, keeping empty fields.
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out(1);
+  for (char c : s) {
+    if (c == sep) out.emplace_back();
+    else out.back().push_back(c);
+  }
+  return out;
+}
+
+bool parse_u64(const std::string& s, uint64_t* v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size() && !s.empty();
+}
+
+}  // namespace
+
+std::vector<CheckpointTensor> checkpoint_layout(const Arena<float>& arena) {
+  std::vector<CheckpointTensor> out;
+  for (const ParamInfo& p : arena.layout()) out.push_back({false, p.name, p.dims, p.offset, p.count});
+  for (const StateInfo& s : arena.state_layout()) out.push_back({true, s.name, {int64_t(s.count)}, s.offset, s.count});
+  return out;
+}
+
+std::string checkpoint_layout_text(std::span<const CheckpointTensor> layout) {
+  std::string text;
+  for (const auto& t : layout) {
+    text += str_cat(t.state ? "s" : "p", "\t", t.name, "\t", t.offset, "\t", t.count, "\t");
+    for (size_t i = 0; i < t.dims.size(); ++i) text += (i ? "," : "") + std::to_string(t.dims[i]);
+    text += "\n";
+  }
+  return text;
+}
+
+std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, size_t params, size_t state,
+                                                      const std::string& path) {
+  std::vector<CheckpointTensor> out;
+  std::set<std::pair<bool, std::string>> names;
+  size_t line_no = 0, at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    const std::string line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    at = nl == std::string::npos ? text.size() : nl + 1;
+    ++line_no;
+    auto bad = [&](const std::string& what) {
+      return CheckpointError(str_cat(path, ": corrupt: section 'layout' line ", line_no, ": ", what));
+    };
+    const auto f = split(line, '\t');
+    if (f.size() != 5 || (f[0] != "p" && f[0] != "s") || f[1].empty())
+      throw bad("not 'p|s <tab> name <tab> offset <tab> count <tab> dims'");
+    CheckpointTensor t;
+    t.state = f[0] == "s";
+    t.name = f[1];
+    if (!parse_u64(f[2], &t.offset) || !parse_u64(f[3], &t.count)) throw bad("offset or count is not a number");
+    uint64_t product = 1;
+    for (const std::string& d : split(f[4], ',')) {
+      uint64_t v;
+      if (!parse_u64(d, &v) || v == 0 || v > uint64_t(std::numeric_limits<int64_t>::max()) ||
+          product > std::numeric_limits<uint64_t>::max() / v)
+        throw bad(str_cat("bad dims '", f[4], "'"));
+      product *= v;
+      t.dims.push_back(int64_t(v));
+    }
+    const size_t room = t.state ? state : params;
+    if (product != t.count || t.count > room || t.offset > room - t.count)
+      throw bad(str_cat("'", t.name, "' does not fit: ", t.count, " values of dims ", f[4], " at ", t.offset, " in ",
+                        room));
+    if (!names.insert({t.state, t.name}).second) throw bad(str_cat("'", t.name, "' listed twice"));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<float>& arena,
+                                                  std::span<float> params, std::span<float> state) {
+  std::map<std::pair<bool, std::string>, const CheckpointTensor*> theirs;
+  for (const auto& t : ck.layout) theirs[{t.state, t.name}] = &t;
+  std::vector<std::string> kept;
+  auto copy = [&](bool is_state, const std::string& name, const std::vector<int64_t>& dims, size_t offset) {
+    const auto it = theirs.find({is_state, name});
+    if (it == theirs.end()) {
+      kept.push_back(name + " (not in the checkpoint)");
+    } else if (it->second->dims != dims) {
+      kept.push_back(str_cat(name, " (", dims_text(dims), "; the checkpoint's is ", dims_text(it->second->dims), ")"));
+    } else {
+      const auto& from = is_state ? ck.state : ck.params;
+      auto& to = is_state ? state : params;
+      std::copy_n(from.begin() + ptrdiff_t(it->second->offset), it->second->count, to.begin() + ptrdiff_t(offset));
+    }
+  };
+  for (const ParamInfo& p : arena.layout()) copy(false, p.name, p.dims, p.offset);
+  for (const StateInfo& s : arena.state_layout()) copy(true, s.name, {int64_t(s.count)}, s.offset);
+  return kept;
+}
+
+}  // namespace rt::trainer
