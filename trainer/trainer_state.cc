@@ -153,6 +153,7 @@ void Trainer::load_weights(const std::string& path) {
     const auto& m = ck.meta.model;
     const bool same = m.layout_hash == fingerprint_.layout_hash && m.state_hash == fingerprint_.state_hash &&
                       m.grad_elems == fingerprint_.grad_elems && m.state_elems == fingerprint_.state_elems;
+    const size_t total = arena.layout().size() + arena.state_layout().size();
     std::vector<std::string> kept;
     if (same) {
       arena.params_from_host(ck.params);
@@ -172,7 +173,6 @@ void Trainer::load_weights(const std::string& path) {
       // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
       // half of this model's tensors is another model's (resnet18's for a resnet20 may share
       // nothing but an fc.bias).
-      const size_t total = arena.layout().size() + arena.state_layout().size();
       if (2 * kept.size() > total) {
         const std::string theirs = checkpoint_model_name(ck);
         throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
@@ -183,7 +183,6 @@ void Trainer::load_weights(const std::string& path) {
       params.commit();
       state.commit();
     }
-    const size_t total = arena.layout().size() + arena.state_layout().size();
     std::string text = str_cat("weights from ", path, ": ", total - kept.size(), " of ", total, " tensors");
     if (!kept.empty()) {
       text += "; as initialised: ";
