@@ -98,7 +98,8 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
                                       m.world * m.batch * m.accumulate, " images a step; this run has ",
                                       shape(world_, cfg_.train.batch, passes_), " = ",
                                       int64_t(world_) * cfg_.train.batch * passes_,
-                                      " (resume with the same global batch: ranks x train.batch x train.accumulate)"));
+                                      " (resume with the same global batch: ranks x train.batch x train.accumulate; "
+                                      "or start a new schedule from its weights: --weights)"));
       if (m.accumulate < 1 || m.position.step % m.accumulate != 0 ||
           m.position.epoch * steps_per_epoch_ + m.position.step / m.accumulate != m.step)
         throw CheckpointError(str_cat(path, ": written at step ", m.step, " = epoch ", m.position.epoch,
