@@ -19,6 +19,7 @@ struct ModelFingerprint {
   uint64_t state_elems = 0;  // BN running statistics
   uint64_t state_hash = 0;   // over their names, offsets, counts
   DType dtype = DType::f32;  // gradient element type
+  bool operator==(const ModelFingerprint&) const = default;
 };
 
 ModelFingerprint model_fingerprint(const Arena<float>& arena);

@@ -282,17 +282,15 @@ Checkpoint checkpoint_read(const std::string& path) {
 std::string checkpoint_model_name(const Checkpoint& ck) { return model_name_in("\n" + ck.config_yaml); }
 
 void checkpoint_check_model(const Checkpoint& ck, const std::string& path,
-                            const comm::ModelFingerprint& model, const std::string& model_name) {
+                            const comm::ModelFingerprint& model, const std::string& model_name,
+                            const std::string& why) {
   const auto& m = ck.meta.model;
-  if (m.param_count == model.param_count && m.grad_elems == model.grad_elems &&
-      m.layout_hash == model.layout_hash && m.state_elems == model.state_elems &&
-      m.state_hash == model.state_hash && m.dtype == model.dtype)
-    return;
+  if (m == model) return;
   std::string theirs = checkpoint_model_name(ck);
   throw CheckpointError(str_cat(path, ": written for another model (", theirs.empty() ? "" : theirs + ", ",
                                 m.param_count, " parameters, layout hash ", std::hex, m.layout_hash, std::dec,
                                 "); this run builds ", model_name, " (", model.param_count,
-                                " parameters, layout hash ", std::hex, model.layout_hash, ")"));
+                                " parameters, layout hash ", std::hex, model.layout_hash, ")", why));
 }
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {

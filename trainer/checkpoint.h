@@ -114,9 +114,10 @@ Checkpoint checkpoint_read(const std::string& path);
 std::string checkpoint_model_name(const Checkpoint& ck);
 
 // Throws CheckpointError naming the path when ckpt was written for a model with another
-// fingerprint (names both models when the configs say which).
+// fingerprint (names both models when the configs say which), `why` appended to the message.
 void checkpoint_check_model(const Checkpoint& ckpt, const std::string& path,
-                            const comm::ModelFingerprint& model, const std::string& model_name);
+                            const comm::ModelFingerprint& model, const std::string& model_name,
+                            const std::string& why = "");
 
 // "dir/ckpt-0000001234.rtck".
 std::string checkpoint_path(const std::string& dir, int64_t step);

@@ -151,24 +151,16 @@ void Trainer::load_weights(const std::string& path) {
   auto& arena = net_->arena();
   if (rank_ == 0) {
     const Checkpoint ck = checkpoint_read(path);
-    const auto& m = ck.meta.model;
-    const bool same = m.layout_hash == fingerprint_.layout_hash && m.state_hash == fingerprint_.state_hash &&
-                      m.grad_elems == fingerprint_.grad_elems && m.state_elems == fingerprint_.state_elems;
     const size_t total = arena.layout().size() + arena.state_layout().size();
     std::vector<std::string> kept;
-    if (same) {
+    if (ck.meta.model == fingerprint_) {
       arena.params_from_host(ck.params);
       arena.state_from_host(ck.state);
     } else {
-      // A file without a layout names its model and this one.
-      if (ck.layout.empty()) {
-        try {
-          checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
-        } catch (const CheckpointError& e) {
-          throw CheckpointError(str_cat(e.what(), "; the file predates the tensor list (section 'layout') that "
-                                                  "--weights needs to take part of another model"));
-        }
-      }
+      if (ck.layout.empty())  // refused, naming its model and this one
+        checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name,
+                               "; the file predates the tensor list (section 'layout') that --weights needs to "
+                               "take part of another model");
       HostView<float> params = arena.host_params(), state = arena.host_state();
       kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
       // Fine-tuning replaces a classifier, not most of a network: a file that fits less than

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/mpi/cli_util.h"
+#include "trainer/checkpoint.h"
 
 namespace {
 
@@ -105,8 +106,11 @@ void check_run_eval_resume() {
          "resume on 1 rank with 2 passes accumulated", r);
   // --weights: a 3-class model from the 4-class run's weights, all but the classifier's; with
   // --resume auto, only until the new run has checkpoints of its own.
-  const std::string tune = " --config " + cfg + " --set model.classes=3 --set data.synthetic_classes=3 --set run_dir=" +
-                           dir + "/tune --weights " + ck.front() + " --resume auto";
+  auto tune_from = [&](const std::string& weights, const std::string& run) {
+    return " --config " + cfg + " --set model.classes=3 --set data.synthetic_classes=3 --set run_dir=" + dir + "/" +
+           run + " --weights " + weights + " --resume auto";
+  };
+  const std::string tune = tune_from(ck.front(), "tune");
   r = run(2, tune + " --set train.steps=3");
   expect(r.rc == 0 && r.out.find("weights from " + ck.front() + ": ") != std::string::npos &&
              r.out.find("as initialised: fc.bias ([3]; the checkpoint's is [4]), fc.weight ([3, 16]; the "
@@ -122,6 +126,15 @@ void check_run_eval_resume() {
                "first left out: ", "--weights of an unrelated model");
   expect_error(run(1, "--config " + cfg + " --weights " + ck.front() + " --resume " + ck.front()),
                "--weights goes with --resume auto only", "--weights with --resume PATH");
+  // A file from before checkpoints listed their tensors serves the same model only, and says why.
+  const std::string old = dir + "/old.rtck";
+  const rt::trainer::Checkpoint c = rt::trainer::checkpoint_read(ck.front());
+  rt::trainer::checkpoint_write(old, c.meta, c.config_yaml, c.params, c.state, c.momentum, c.rank_state);
+  expect_error(run(1, tune_from(old, "tune_old")), old + ": written for another model .*; the file predates the tensor list",
+               "--weights of another model from a file without a layout");
+  r = run(1, "--config " + cfg + " --set run_dir=" + dir + "/same --set train.steps=1 --weights " + old);
+  expect(r.rc == 0 && r.out.find("weights from " + old + ": 97 of 97 tensors") != std::string::npos,
+         "--weights of the same model from a file without a layout", r);
   expect_error(run(1, "--config " + cfg + " --weights " + ck.front()),
                "--weights " + ck.front() + " lies in this run's own checkpoint folder", "--weights from the run itself");
   // A newer checkpoint damaged after it was written is passed over by --resume auto.
