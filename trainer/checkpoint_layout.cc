@@ -10,10 +10,10 @@
 namespace rt::trainer {
 namespace {
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
+std::string join(const std::vector<int64_t>& dims, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? sep : "") + std::to_string(dims[i]);
+  return s;
 }
 
 // Splits on `sep`, keeping empty fields.
@@ -43,9 +43,7 @@ std::vector<CheckpointTensor> checkpoint_layout(const Arena<float>& arena) {
 std::string checkpoint_layout_text(std::span<const CheckpointTensor> layout) {
   std::string text;
   for (const auto& t : layout) {
-    text += str_cat(t.state ? "s" : "p", "\t", t.name, "\t", t.offset, "\t", t.count, "\t");
-    for (size_t i = 0; i < t.dims.size(); ++i) text += (i ? "," : "") + std::to_string(t.dims[i]);
-    text += "\n";
+    text += str_cat(t.state ? "s" : "p", "\t", t.name, "\t", t.offset, "\t", t.count, "\t", join(t.dims, ","), "\n");
   }
   return text;
 }
@@ -94,20 +92,19 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
   std::map<std::pair<bool, std::string>, const CheckpointTensor*> theirs;
   for (const auto& t : ck.layout) theirs[{t.state, t.name}] = &t;
   std::vector<std::string> kept;
-  auto copy = [&](bool is_state, const std::string& name, const std::vector<int64_t>& dims, size_t offset) {
-    const auto it = theirs.find({is_state, name});
+  for (const CheckpointTensor& mine : checkpoint_layout(arena)) {
+    const auto it = theirs.find({mine.state, mine.name});
     if (it == theirs.end()) {
-      kept.push_back(name + " (not in the checkpoint)");
-    } else if (it->second->dims != dims) {
-      kept.push_back(str_cat(name, " (", dims_text(dims), "; the checkpoint's is ", dims_text(it->second->dims), ")"));
+      kept.push_back(mine.name + " (not in the checkpoint)");
+    } else if (it->second->dims != mine.dims) {
+      kept.push_back(str_cat(mine.name, " ([", join(mine.dims, ", "), "]; the checkpoint's is [",
+                             join(it->second->dims, ", "), "])"));
     } else {
-      const auto& from = is_state ? ck.state : ck.params;
-      auto& to = is_state ? state : params;
-      std::copy_n(from.begin() + ptrdiff_t(it->second->offset), it->second->count, to.begin() + ptrdiff_t(offset));
+      const auto& from = mine.state ? ck.state : ck.params;
+      auto& to = mine.state ? state : params;
+      std::copy_n(from.begin() + ptrdiff_t(it->second->offset), mine.count, to.begin() + ptrdiff_t(mine.offset));
     }
-  };
-  for (const ParamInfo& p : arena.layout()) copy(false, p.name, p.dims, p.offset);
-  for (const StateInfo& s : arena.state_layout()) copy(true, s.name, {int64_t(s.count)}, s.offset);
+  }
   return kept;
 }
 
