@@ -136,6 +136,29 @@ TEST(trainer_checkpoint, LayoutRoundTripsAndBadLinesAreNamed) {
   fs::remove_all(dir);
 }
 
+// A weights file (tools/torch_weights.py import): no momentum section, read as weights only;
+// a real checkpoint is not, and a momentum section of the wrong length is still corrupt.
+TEST(trainer_checkpoint, WeightsFilesHaveNoMomentum) {
+  const std::string dir = temp_dir("rt_ck_weights");
+  Fixture f;
+  const std::string path = dir + "/w.rtck";
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, {});
+  Checkpoint c = checkpoint_read(path);
+  EXPECT_TRUE(c.weights_only);
+  EXPECT_TRUE(c.momentum.empty());
+  EXPECT_EQ(c.params, f.params);
+  EXPECT_EQ(c.state, f.state);
+  f.write(path);
+  c = checkpoint_read(path);
+  EXPECT_FALSE(c.weights_only);
+  EXPECT_EQ(c.momentum, f.momentum);
+  const std::vector<float> short_momentum(f.params.size() - 2, 1.f);
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, short_momentum);
+  const auto e = error_of([&] { checkpoint_read(path); });
+  EXPECT_NE(e.find(path + ": corrupt: section sizes disagree"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
 // --weights' copy: tensors of the same name and dims are taken, the others left and named.
 TEST(trainer_checkpoint, WeightsAreCopiedByNameAndShape) {
   Arena<float> arena;

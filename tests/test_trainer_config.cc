@@ -271,7 +271,7 @@ TEST(trainer_cli, Arguments) {
   e = error_of([] { const char* a[] = {"trainer", "--confg", "x"}; cli_parse(3, a); });
   EXPECT_NE(e.find("unknown argument '--confg'"), std::string::npos) << e;
   e = error_of([] { const char* a[] = {"trainer", "--eval"}; cli_parse(2, a); });
-  EXPECT_NE(e.find("--eval needs --checkpoint"), std::string::npos) << e;
+  EXPECT_NE(e.find("--eval needs --checkpoint PATH or --weights PATH"), std::string::npos) << e;
   e = error_of([] { const char* a[] = {"trainer"}; cli_parse(1, a); });
   EXPECT_NE(e.find("--config FILE is required"), std::string::npos) << e;
   const char* tune[] = {"trainer", "--config", "c.yaml", "--weights", "w.rtck", "--resume", "auto"};
@@ -282,7 +282,9 @@ TEST(trainer_cli, Arguments) {
   });
   EXPECT_NE(e.find("--weights goes with --resume auto only"), std::string::npos) << e;
   e = error_of([] { const char* a[] = {"trainer", "--eval", "--checkpoint", "x", "--weights", "w"}; cli_parse(6, a); });
-  EXPECT_NE(e.find("--eval and --weights exclude each other"), std::string::npos) << e;
+  EXPECT_NE(e.find("--eval needs --checkpoint PATH or --weights PATH (one of them)"), std::string::npos) << e;
+  const char* ew[] = {"trainer", "--eval", "--weights", "w.rtck"};
+  EXPECT_EQ(cli_parse(4, ew).weights, "w.rtck");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package ringtrain needs to build and test (idempotent; run as root).
 #   tools/setup.sh            build + test dependencies
-#   tools/setup.sh --peers    also what the peer measurements need (PyTorch, jemalloc)
+#   tools/setup.sh --peers    also what the peer measurements need beyond PyTorch (jemalloc)
 #   tools/setup.sh --fuzz     also clang and libFuzzer for tools/fuzz.sh
 set -euo pipefail
 
@@ -16,10 +16,11 @@ pkgs=(
   libboost-context-dev               # fibers for the CUDA emulator's block threads (tests)
   python3 python3-numpy              # scaling cost model and its tests
   python3-matplotlib                 # plots of tools/scaling and tools/costmodel.py
+  python3-torch python3-torchvision  # tools/torch_weights.py (PyTorch's own file format) and its tests
   iproute2                           # emulated cluster (network namespaces, tc)
 )
 if [[ "${1:-}" == "--peers" ]]; then
-  pkgs+=(python3-torch python3-torchvision libjemalloc2)
+  pkgs+=(libjemalloc2)
 fi
 if [[ " $* " == *" --fuzz "* ]]; then
   pkgs+=(clang libclang-rt-14-dev)

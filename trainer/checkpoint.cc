@@ -164,7 +164,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     w.section("config", config_yaml.data(), config_yaml.size());
     w.section("params", params.data(), params.size_bytes());
     w.section("state", state.data(), state.size_bytes());
-    w.section("momentum", momentum.data(), momentum.size_bytes());
+    if (!momentum.empty()) w.section("momentum", momentum.data(), momentum.size_bytes());
     if (!rank_state.empty()) w.section("bn_ranks", rank_state.data(), rank_state.size_bytes());
     if (!layout.empty()) {
       const std::string text = checkpoint_layout_text(layout);
@@ -264,9 +264,11 @@ Checkpoint checkpoint_read(const std::string& path) {
     }  // unknown sections are skipped: later versions may add some
     at += padded(len);
   }
-  if (!(seen_meta && seen_conf && seen_params && seen_state && seen_mom))
-    throw bad("corrupt: a section (meta, config, params, state, momentum) is missing");
-  if (ck.params.size() != ck.meta.model.grad_elems || ck.momentum.size() != ck.params.size() ||
+  if (!(seen_meta && seen_conf && seen_params && seen_state))
+    throw bad("corrupt: a section (meta, config, params, state) is missing");
+  // Without momentum it is a weights file (tools/torch_weights.py import): started from, never resumed.
+  ck.weights_only = !seen_mom;
+  if (ck.params.size() != ck.meta.model.grad_elems || (seen_mom && ck.momentum.size() != ck.params.size()) ||
       ck.state.size() != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
   // Each rank's own statistics: one set per rank that wrote the file.

@@ -14,7 +14,8 @@
 //                   8 bytes  length L of the data (u64)
 //                   L bytes  data, then zero padding to a multiple of 8
 //
-// Sections (in this order; a reader finds them by tag and refuses a file that lacks one):
+// Sections (in this order; a reader finds them by tag and refuses a file that lacks one of the
+// first four; a file without "momentum" is a weights file, see Checkpoint::weights_only):
 //   "meta"      20 x i64: format of CheckpointMeta below (step, epoch, data position, optimizer
 //               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, the
 //               loss scale as f64 bits and its good-step count (both 0 without loss scaling), 3 x 0)
@@ -84,6 +85,10 @@ struct Checkpoint {
   std::vector<float> params, state, momentum;
   std::vector<float> rank_state;        // "bn_ranks", or empty
   std::vector<CheckpointTensor> layout;  // "layout", or empty
+  // No "momentum" section: weights only (tools/torch_weights.py import writes such files, with a
+  // fingerprint of sizes alone): --weights and --eval --weights take its tensors by name; a resume
+  // refuses it.
+  bool weights_only = false;
 };
 
 // The arena's tensors as the "layout" section lists them (checkpoint_layout.cc), the section's
@@ -100,7 +105,8 @@ std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, s
 std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<float>& arena,
                                                   std::span<float> params, std::span<float> state);
 
-// Writes atomically (see above). Throws CheckpointError naming the path on any I/O error.
+// Writes atomically (see above); an empty `momentum` writes a weights file (no "momentum"
+// section). Throws CheckpointError naming the path on any I/O error.
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state = {},

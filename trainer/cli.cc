@@ -92,7 +92,7 @@ void generate_dataset_if_missing(const Config& cfg, int rank) {
 
 const char* cli_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto] [--weights PATH]\n"
-         "       trainer --eval --checkpoint PATH [--config FILE] [--set key=value ...]\n"
+         "       trainer --eval --checkpoint PATH|--weights PATH [--config FILE] [--set key=value ...]\n"
          "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
          "\n"
          "  --config FILE        YAML configuration (see configs/*.yaml and docs/trainer.md)\n"
@@ -103,9 +103,11 @@ const char* cli_usage() {
          "  --weights PATH       start from a checkpoint's weights (fine-tuning, a new schedule):\n"
          "                       parameters and BN statistics of the same name and shape, the rest\n"
          "                       (e.g. another model.classes' fc) as initialised; with --resume auto,\n"
-         "                       only while the run has no checkpoint of its own\n"
-         "  --eval               evaluate only: top-1/top-5 of --checkpoint over the validation split\n"
-         "                       (without --config, the configuration saved in the checkpoint)\n"
+         "                       only while the run has no checkpoint of its own; a PyTorch state\n"
+         "                       dict converted by tools/torch_weights.py import serves too\n"
+         "  --eval               evaluate only: top-1/top-5 of --checkpoint (or of --weights, which\n"
+         "                       must hold every tensor) over the validation split (without --config,\n"
+         "                       the configuration saved in the file)\n"
          "  --checkpoint PATH    the checkpoint --eval evaluates\n"
          "  --help, -h           this text\n"
          "\n"
@@ -134,12 +136,11 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     else throw ConfigError(str_cat("command line: unknown argument '", a, "' (see --help)"));
   }
   if (o.help) return o;
-  if (o.eval && o.checkpoint.empty())
-    throw ConfigError("command line: --eval needs --checkpoint PATH");
+  if (o.eval && o.checkpoint.empty() == o.weights.empty())
+    throw ConfigError("command line: --eval needs --checkpoint PATH or --weights PATH (one of them)");
   if (!o.eval && !o.checkpoint.empty())
     throw ConfigError("command line: --checkpoint goes with --eval (to continue training use --resume PATH)");
   if (o.eval && !o.resume.empty()) throw ConfigError("command line: --eval and --resume exclude each other");
-  if (o.eval && !o.weights.empty()) throw ConfigError("command line: --eval and --weights exclude each other");
   if (!o.weights.empty() && !o.resume.empty() && o.resume != "auto")
     throw ConfigError("command line: --weights goes with --resume auto only (which continues the run if it has "
                       "checkpoints), not with --resume PATH");
@@ -151,7 +152,7 @@ namespace {
 // The job itself, once the configuration is known: evaluation of a checkpoint, or training.
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
   // The new run's --resume auto would take up the source run's checkpoints as its own.
-  if (!o.weights.empty()) {
+  if (!o.weights.empty() && !o.eval) {
     std::error_code ec;
     const auto here = std::filesystem::weakly_canonical(config_checkpoint_dir(cfg), ec);
     if (!ec && std::filesystem::weakly_canonical(o.weights, ec).parent_path() == here && !ec)
@@ -160,13 +161,15 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
   }
   Trainer t(cfg);
   if (o.eval) {
-    t.load_checkpoint(o.checkpoint, /*for_training=*/false);
+    const std::string& path = o.weights.empty() ? o.checkpoint : o.weights;
+    if (o.weights.empty()) t.load_checkpoint(path, /*for_training=*/false);
+    else t.load_weights(path, /*for_eval=*/true);
     EvalResult r = t.evaluate();
     const std::string figures =
-        str_cat("eval ", o.checkpoint, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
+        str_cat("eval ", path, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
                 "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)");
     t.report(JsonLine("eval")
-                 .add("checkpoint", o.checkpoint)
+                 .add("checkpoint", path)
                  .add("step", t.step())
                  .add("val_loss", r.loss)
                  .add("val_top1", r.top1_pct())
@@ -197,8 +200,9 @@ int cli_main(int argc, const char* const* argv) {
     if (rank == 0) std::fputs(cli_usage(), stdout);
     return 0;
   }
-  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(o.checkpoint, rank),
-                                               o.checkpoint + " (saved configuration)", o.sets)
+  const std::string& saved = o.weights.empty() ? o.checkpoint : o.weights;  // --eval without --config
+  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(saved, rank), saved + " (saved configuration)",
+                                               o.sets)
                                 : config_load(o.config, o.sets);
   config_validate(cfg);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it

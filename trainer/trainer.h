@@ -66,7 +66,9 @@ class Trainer {
   // and shape, from a checkpoint of any model that lists its tensors (or of this same model);
   // the rest keep their initialisation, which is reported. Step, momentum and schedule start
   // afresh. Collective; throws CheckpointError naming the file when nothing fits.
-  void load_weights(const std::string& path);
+  // for_eval: every tensor must be in the file (an evaluation of half-initialised weights means
+  // nothing), and the report is a log line, not a "weights" record.
+  void load_weights(const std::string& path, bool for_eval = false);
   // "auto": the newest valid checkpoint in the checkpoint folder; returns "" (and starts fresh)
   // when there is none. Otherwise the path itself. Returns the path loaded.
   std::string resume(const std::string& what);

@@ -84,6 +84,10 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   std::vector<float> momentum(opt_->size()), rank_state;
   if (rank_ == 0) {
     Checkpoint ck = checkpoint_read(path);
+    if (ck.weights_only)
+      throw CheckpointError(str_cat(path, ": holds weights only, no training state (a file of tools/torch_weights.py "
+                                    "import): ", for_training ? "start a new run from it with --weights PATH"
+                                                              : "evaluate it with --eval --weights PATH"));
     checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
     const auto& m = ck.meta;
     if (for_training) {
@@ -147,13 +151,13 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   else log_line(loaded);
 }
 
-void Trainer::load_weights(const std::string& path) {
+void Trainer::load_weights(const std::string& path, bool for_eval) {
   auto& arena = net_->arena();
   if (rank_ == 0) {
     const Checkpoint ck = checkpoint_read(path);
     const size_t total = arena.layout().size() + arena.state_layout().size();
     std::vector<std::string> kept;
-    if (ck.meta.model == fingerprint_) {
+    if (ck.meta.model == fingerprint_ && !ck.weights_only) {
       arena.params_from_host(ck.params);
       arena.state_from_host(ck.state);
     } else {
@@ -166,6 +170,10 @@ void Trainer::load_weights(const std::string& path) {
       // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
       // half of this model's tensors is another model's (resnet18's for a resnet20 may share
       // nothing but an fc.bias).
+      if (for_eval && !kept.empty())
+        throw CheckpointError(str_cat(path, ": --eval needs every tensor of ", cfg_.model.name, "; ", kept.size(),
+                                      " of ", total, " are not in it under the same name and shape (first: ",
+                                      kept.front(), ")"));
       if (2 * kept.size() > total) {
         const std::string theirs = checkpoint_model_name(ck);
         throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
@@ -183,9 +191,11 @@ void Trainer::load_weights(const std::string& path) {
       for (size_t i = 0; i < shown; ++i) text += (i ? ", " : "") + kept[i];
       if (shown < kept.size()) text += str_cat(" and ", kept.size() - shown, " more");
     }
-    report(JsonLine("weights").add("path", path).add("tensors", int64_t(total - kept.size()))
-               .add("initialised", int64_t(kept.size())),
-           text);
+    if (for_eval) log_line(text);
+    else
+      report(JsonLine("weights").add("path", path).add("tensors", int64_t(total - kept.size()))
+                 .add("initialised", int64_t(kept.size())),
+             text);
   }
   // Every rank starts from rank 0's: ranks need not see the file themselves.
   comm::broadcast_model(*ctl_comm_, arena, 0);

@@ -47,7 +47,7 @@ PY
 { printf '\x00'; cat "$tmp/fz.index"; printf '\n%%%%%%%%\n'; cat "$tmp/fz-00000.shard"; } > "$out/shard/val_set"
 
 # checkpoint: the format of trainer/checkpoint.h with a 6-float model (mode byte 0 in front), with
-# and without the 2 ranks' own BN statistics, and with a tensor layout.
+# and without the 2 ranks' own BN statistics, with a tensor layout, and as a weights file (no momentum).
 python3 - "$out/checkpoint" <<'PY'
 import struct, sys
 def section(tag, data):
@@ -69,5 +69,7 @@ ranks = payload + section(b"bn_ranks", struct.pack("<4f", 0.5, 1.5, 1.5, 2.5))
 open(sys.argv[1] + "/tiny_ranks", "wb").write(b"\x00" + file(ranks, 6))
 layout = payload + section(b"layout", b"p\tfc.weight\t0\t4\t2,2\np\tfc.bias\t4\t2\t2\ns\tbn.running_mean\t0\t2\t2\n")
 open(sys.argv[1] + "/tiny_layout", "wb").write(b"\x00" + file(layout, 6))
+weights = payload[:payload.index(b"momentum")] + layout[len(payload):]  # tools/torch_weights.py import's kind
+open(sys.argv[1] + "/tiny_weights", "wb").write(b"\x00" + file(weights, 5))
 PY
 du -sh "$out"; find "$out" -type f | sort

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""tools/torch_weights.py against PyTorch + torchvision themselves (exit 77, skipped, without them).
+
+  test_torch_weights.py TORCH_LOGITS TRAINER
+
+- import: torchvision ResNets with random weights and BN statistics, saved as a DataParallel-style
+  checkpoint; ringtrain's eval-mode logits on the imported file (oneDNN and reference backends)
+  equal PyTorch's on the same input within fp32 rounding, and export gives back every tensor bit for bit;
+- export: a checkpoint the trainer wrote loads into torchvision's model (strict) and gives the
+  trainer's logits; imported again, `trainer --eval --weights` reports exactly what
+  `trainer --eval --checkpoint` does;
+- fine-tuning (`trainer --weights`) from an imported state dict of another class count;
+- refusals: a damaged file, a weights file given to --resume, --eval of a file that lacks a
+  tensor, a state dict holding something other than tensors.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import torch
+    import torchvision
+except ImportError as e:
+    print(f"SKIPPED: {e} (tools/setup.sh installs python3-torch and python3-torchvision)")
+    sys.exit(77)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "tools", "torch_weights.py")
+LOGITS, TRAINER = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="rt_torch_weights_")
+
+
+def run(*args, ok=True):
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=240)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"{args} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def path(name):
+    return os.path.join(TMP, name)
+
+
+def randomized(model, seed):
+    """Random BN affine parameters and running statistics: eval-mode BN is then no identity."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.copy_(0.5 + torch.rand(m.weight.shape, generator=g))
+                m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=g))
+                m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=g))
+                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
+    return model.eval()
+
+
+def ringtrain_logits(arch, classes, size, backend, weights, x):
+    xf, yf = path("x.f32"), path("y.f32")
+    x.numpy().astype("<f4").tofile(xf)
+    run(LOGITS, arch, classes, size, backend, weights, xf, yf)
+    return torch.from_numpy(np.fromfile(yf, dtype="<f4").reshape(x.shape[0], classes))
+
+
+class TorchWeights(unittest.TestCase):
+    def assert_logits_close(self, ours, theirs, what):
+        # fp32 sums in another order: ~1e-6 of the logits' scale; a wrong weight order is O(1).
+        err = float((ours - theirs).abs().max() / theirs.abs().max())
+        self.assertLess(err, 1e-4, f"{what}: relative difference {err:.2e}")
+
+    def test_import_matches_pytorch_and_round_trips(self):
+        for arch, classes, size, backends in (("resnet18", 7, 64, ("onednn", "reference")),
+                                              ("resnet50", 3, 64, ("onednn",))):
+            torch.manual_seed(1)
+            model = randomized(getattr(torchvision.models, arch)(num_classes=classes), 2)
+            sd = model.state_dict()
+            pth, rtck = path(f"{arch}.pth"), path(f"{arch}.rtck")
+            # Wrapped as training scripts save it: {"state_dict": {"module.<name>": ...}}.
+            torch.save({"epoch": 3, "state_dict": {"module." + k: v for k, v in sd.items()}}, pth)
+            out = run(TOOL, "import", pth, rtck).stdout
+            self.assertIn(f"({arch}, {classes} classes)", out)
+            x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(3))
+            with torch.no_grad():
+                want = model(x)
+            for backend in backends:
+                self.assert_logits_close(ringtrain_logits(arch, classes, size, backend, rtck, x), want,
+                                         f"{arch} on {backend}")
+            back = path(f"{arch}_back.pth")
+            self.assertIn(f"loads into torchvision.models.{arch}", run(TOOL, "export", rtck, back).stdout)
+            got = torch.load(back)
+            self.assertEqual(set(got), set(sd))
+            for k, v in sd.items():
+                self.assertTrue(torch.equal(got[k], v), k)
+
+    def test_trainer_checkpoint_exports_and_evaluates_the_same(self):
+        cfg = path("job.yaml")
+        with open(cfg, "w") as f:
+            f.write("model: {name: resnet18, classes: 5}\n"
+                    "data: {synthetic: true, synthetic_samples: 24, synthetic_classes: 5, image_size: 32, threads: 1}\n"
+                    "train: {epochs: 1, batch: 4}\n"
+                    "optimizer: {lr: 0.05}\n"
+                    f"log: {{print_config: false}}\nthreads: 1\nrun_dir: {path('run')}\n")
+        run(TRAINER, "--config", cfg)
+        ckdir = path("run/checkpoints")
+        ckpt = os.path.join(ckdir, sorted(os.listdir(ckdir))[-1])
+        pth = path("trained.pth")
+        self.assertIn("loads into torchvision.models.resnet18(num_classes=5)", run(TOOL, "export", ckpt, pth).stdout)
+        model = torchvision.models.resnet18(num_classes=5)
+        model.load_state_dict(torch.load(pth), strict=True)
+        model.eval()
+        x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            want = model(x)
+        self.assert_logits_close(ringtrain_logits("resnet18", 5, 32, "onednn", ckpt, x), want, "trained resnet18")
+
+        weights = path("trained.rtck")
+        run(TOOL, "import", pth, weights)
+        figures = lambda out: re.search(r"top1 .* over \d+ images", out).group(0)
+        a = run(TRAINER, "--eval", "--checkpoint", ckpt, "--config", cfg).stdout
+        b = run(TRAINER, "--eval", "--weights", weights, "--config", cfg).stdout
+        self.assertEqual(figures(a), figures(b))
+        self.assertIn("weights from " + weights + ": 102 of 102 tensors", b)
+        # Without --config: the model the import recorded; the data come from --set.
+        c = run(TRAINER, "--eval", "--weights", weights, "--set", "data.synthetic=true", "--set",
+                "data.synthetic_samples=24", "--set", "data.synthetic_classes=5", "--set", "data.image_size=32",
+                "--set", "train.batch=4", "--set", "threads=1", "--set", f"run_dir={path('run2')}").stdout
+        self.assertEqual(figures(a), figures(c))
+
+        p = run(TRAINER, "--config", cfg, "--resume", weights, ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"{weights}: holds weights only, no training state", p.stderr + p.stdout)
+        other = path("other.pth")
+        torch.save(torchvision.models.resnet18(num_classes=7).state_dict(), other)
+        run(TOOL, "import", other, path("other.rtck"))
+        p = run(TRAINER, "--eval", "--weights", path("other.rtck"), "--config", cfg, ok=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--eval needs every tensor of resnet18; 2 of 102 are not in it", p.stderr + p.stdout)
+        # ... but fine-tuning starts from it: every tensor but the classifier.
+        out = run(TRAINER, "--config", cfg, "--weights", path("other.rtck"), "--set", "train.steps=1", "--set",
+                  f"run_dir={path('tune')}").stdout
+        self.assertIn("100 of 102 tensors; as initialised: fc.bias ([5]; the checkpoint's is [7])", out)
+
+    def test_refusals_name_the_file(self):
+        torch.save(torchvision.models.resnet18(num_classes=2).state_dict(), path("r.pth"))
+        run(TOOL, "import", path("r.pth"), path("r.rtck"))
+        with open(path("r.rtck"), "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 2] ^= 0x40
+        with open(path("bad.rtck"), "wb") as f:
+            f.write(bytes(data))
+        p = run(TOOL, "export", path("bad.rtck"), path("bad.pth"), ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"{path('bad.rtck')}: corrupt: checksum mismatch", p.stderr)
+        self.assertFalse(os.path.exists(path("bad.pth")))
+        torch.save({"fc.weight": torch.zeros(2, 2), "note": "hello"}, path("odd.pth"))
+        p = run(TOOL, "import", path("odd.pth"), path("odd.rtck"), ok=False)
+        self.assertIn(f"{path('odd.pth')}: 'note' is not a tensor", p.stderr)
+        self.assertFalse(os.path.exists(path("odd.rtck")))
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

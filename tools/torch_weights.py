@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""Moves ResNet weights between ringtrain checkpoints and PyTorch state dicts.
+
+  torch_weights.py export CKPT.rtck OUT.pth   a checkpoint's parameters and BN statistics as a
+                                              torchvision state dict (loads with strict=True into
+                                              torchvision.models.resnetNN(num_classes=...))
+  torch_weights.py import IN.pth OUT.rtck     a torchvision ResNet state dict (for instance
+                                              torchvision's pretrained ImageNet weights) as a ringtrain
+                                              weights file, for `trainer --weights` (fine-tuning) and
+                                              `trainer --eval --weights` (evaluation)
+  torch_weights.py list FILE                  the tensors of either kind of file
+
+ringtrain names its tensors as torchvision does and keeps them in torchvision's dims order, so
+both directions copy values unchanged; the checkpoint's "layout" section says where each lies.
+An imported file is a checkpoint without the optimizer's "momentum" section: it cannot be resumed,
+only started from or evaluated. PyTorch reads and writes its own file format (torch.load/save).
+"""
+import argparse
+import collections
+import os
+import re
+import struct
+import sys
+
+import numpy as np
+
+MAGIC = b"RTCKPT01"
+VERSION = 1
+META_WORDS = 20
+FNV_OFFSET, FNV_PRIME, MASK64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+# torchvision's ResNets by (block, blocks per stage); ringtrain builds the same ones.
+ARCHS = {("basic", (2, 2, 2, 2)): "resnet18", ("basic", (3, 4, 6, 3)): "resnet34",
+         ("bottleneck", (3, 4, 6, 3)): "resnet50", ("bottleneck", (3, 4, 23, 3)): "resnet101",
+         ("bottleneck", (3, 8, 36, 3)): "resnet152"}
+STATS = (".running_mean", ".running_var")
+
+
+class Bad(Exception):
+    """An input that cannot be converted; the message names the file."""
+
+
+def fnv1a(payload):
+    h = FNV_OFFSET
+    for w in np.frombuffer(payload, dtype="<u8").tolist():
+        h = ((h ^ w) * FNV_PRIME) & MASK64
+    return h
+
+
+def read_rtck(path):
+    """(meta words, {tag: bytes}) of a checkpoint, checked as the trainer checks it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise Bad(f"{path}: cannot read ({e.strerror})")
+    if data[:8] != MAGIC:
+        raise Bad(f"{path}: not a ringtrain checkpoint (bad magic)")
+    if len(data) < 32:
+        raise Bad(f"{path}: truncated to {len(data)} bytes")
+    version, nsec, nbytes, checksum = struct.unpack_from("<IIQQ", data, 8)
+    if version != VERSION:
+        raise Bad(f"{path}: format version {version} (this tool reads {VERSION})")
+    if len(data) - 32 != nbytes:
+        raise Bad(f"{path}: {len(data)} bytes, the header promises {32 + nbytes} (truncated or damaged)")
+    payload = memoryview(data)[32:]
+    if nbytes % 8 or fnv1a(payload) != checksum:
+        raise Bad(f"{path}: corrupt: checksum mismatch")
+    sections, at = {}, 0
+    for _ in range(nsec):
+        if nbytes - at < 16:
+            raise Bad(f"{path}: corrupt: section table runs past the end")
+        tag = bytes(payload[at:at + 8]).rstrip(b"\0").decode("ascii", "replace")
+        (length,) = struct.unpack_from("<Q", payload, at + 8)
+        at += 16
+        if length > nbytes - at:
+            raise Bad(f"{path}: corrupt: section '{tag}' runs past the end")
+        sections[tag] = bytes(payload[at:at + length])
+        at += (length + 7) & ~7
+    for tag in ("meta", "config", "params", "state"):
+        if tag not in sections:
+            raise Bad(f"{path}: corrupt: no '{tag}' section")
+    if len(sections["meta"]) != META_WORDS * 8:
+        raise Bad(f"{path}: corrupt: meta section of the wrong size")
+    return list(struct.unpack(f"<{META_WORDS}q", sections["meta"])), sections
+
+
+def checkpoint_tensors(path):
+    """{name: float32 array in its dims} of a checkpoint, parameters and BN statistics, and its step."""
+    meta, sec = read_rtck(path)
+    if "layout" not in sec:
+        raise Bad(f"{path}: has no 'layout' section (written by a trainer from before checkpoints listed their "
+                  "tensors), so its tensors cannot be named; the checkpoints of a resumed run have it")
+    params = np.frombuffer(sec["params"], dtype="<f4")
+    state = np.frombuffer(sec["state"], dtype="<f4")
+    out = collections.OrderedDict()
+    for n, line in enumerate(sec["layout"].decode("utf-8").splitlines(), 1):
+        f = line.split("\t")
+        try:
+            kind, name, offset, count, dims = f[0], f[1], int(f[2]), int(f[3]), [int(d) for d in f[4].split(",")]
+        except (IndexError, ValueError):
+            raise Bad(f"{path}: corrupt: layout line {n}: {line!r}")
+        src = state if kind == "s" else params
+        if kind not in "ps" or int(np.prod(dims)) != count or offset + count > src.size:
+            raise Bad(f"{path}: corrupt: layout line {n}: {line!r}")
+        out[name] = src[offset:offset + count].reshape(dims).copy()
+    return out, meta[0]
+
+
+def resnet_arch(names):
+    """torchvision's name for the ResNet whose state dict has these keys, or None."""
+    blocks = []
+    for stage in range(1, 5):
+        ids = {int(m.group(1)) for k in names for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
+        blocks.append(len(ids))
+    kind = "bottleneck" if any(k.endswith(".conv3.weight") for k in names) else "basic"
+    return ARCHS.get((kind, tuple(blocks)))
+
+
+def torch_state_dict(path):
+    """A state dict of plain tensors from a .pth file: unwraps {"state_dict": ...} / {"model": ...} and
+    DataParallel's "module." prefixes."""
+    import torch
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # a PyTorch without weights_only
+        obj = torch.load(path, map_location="cpu")
+    except Exception as e:
+        raise Bad(f"{path}: cannot load with torch.load ({e})")
+    for key in ("state_dict", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if not isinstance(obj, dict) or not obj:
+        raise Bad(f"{path}: not a state dict (a dict of tensors)")
+    if all(k.startswith("module.") for k in obj):
+        obj = {k[len("module."):]: v for k, v in obj.items()}
+    for k, v in obj.items():
+        if not isinstance(v, torch.Tensor):
+            raise Bad(f"{path}: '{k}' is not a tensor ({type(v).__name__})")
+    return obj
+
+
+def export(ckpt, out):
+    import torch
+    tensors, step = checkpoint_tensors(ckpt)
+    sd = collections.OrderedDict()
+    for name, a in tensors.items():
+        sd[name] = torch.from_numpy(a)
+        if name.endswith(".running_var"):  # torchvision's BN keeps a counter ringtrain has no use for
+            sd[name[:-len("running_var")] + "num_batches_tracked"] = torch.tensor(step, dtype=torch.long)
+    arch = resnet_arch(sd)
+    if arch:  # proves the file loads where it is meant to
+        import torchvision
+        model = getattr(torchvision.models, arch)(num_classes=sd["fc.weight"].shape[0])
+        try:
+            model.load_state_dict(sd, strict=True)
+        except RuntimeError as e:
+            raise Bad(f"{ckpt}: does not load into torchvision's {arch}: {e}")
+    atomic_write(out, lambda f: torch.save(sd, f))
+    print(f"{out}: {len(tensors)} tensors of {ckpt}" +
+          (f" (loads into torchvision.models.{arch}(num_classes={sd['fc.weight'].shape[0]}))" if arch else
+           " (no torchvision model has this structure)"))
+
+
+def import_(pth, out, model=None):
+    sd = torch_state_dict(pth)
+    params, state, layout = [], [], []
+    sizes = {"p": 0, "s": 0}
+    for name, t in sd.items():
+        if name.endswith(".num_batches_tracked"):
+            continue
+        if not t.is_floating_point():
+            raise Bad(f"{pth}: '{name}' is {t.dtype}, not a floating-point tensor")
+        kind = "s" if name.endswith(STATS) else "p"
+        a = t.detach().float().contiguous().numpy().astype("<f4", copy=False).reshape(-1)
+        dims = [a.size] if kind == "s" else list(t.shape) or [1]
+        (state if kind == "s" else params).append(a)
+        layout.append(f"{kind}\t{name}\t{sizes[kind]}\t{a.size}\t{','.join(map(str, dims))}")
+        sizes[kind] += a.size
+    arch = model or resnet_arch(sd)
+    classes = sd["fc.weight"].shape[0] if "fc.weight" in sd else None
+    config = f"# imported from {pth} by tools/torch_weights.py\n"
+    if arch and classes:
+        config += f"model:\n  name: {arch}\n  classes: {classes}\n"
+    # Weights only: step 0, one rank, no batch, a fingerprint of sizes alone (a trainer takes the
+    # tensors by name, never the file as its own checkpoint), no momentum section.
+    meta = [0] * META_WORDS
+    meta[5] = 1
+    meta[7], meta[8], meta[10] = sizes["p"], sizes["p"], sizes["s"]
+    meta[16] = 1
+    sections = [("meta", struct.pack(f"<{META_WORDS}q", *meta)), ("config", config.encode()),
+                ("params", np.concatenate(params).tobytes() if params else b""),
+                ("state", np.concatenate(state).tobytes() if state else b""),
+                ("layout", ("\n".join(layout) + "\n").encode())]
+    write_rtck(out, sections)
+    print(f"{out}: {len(layout)} tensors of {pth}" + (f" ({arch}, {classes} classes)" if arch else
+          " (not a torchvision ResNet structure: give --model to name it for --eval)"))
+
+
+def write_rtck(path, sections):
+    payload = bytearray()
+    for tag, data in sections:
+        payload += tag.encode().ljust(8, b"\0") + struct.pack("<Q", len(data)) + data
+        payload += b"\0" * (-len(data) % 8)
+    header = MAGIC + struct.pack("<IIQQ", VERSION, len(sections), len(payload), fnv1a(bytes(payload)))
+    atomic_write(path, lambda f: (f.write(header), f.write(payload)))
+
+
+def atomic_write(path, fill):
+    """Writes through a temporary file in the same folder: no half-written file under `path`."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise Bad(f"{path}: cannot write ({e.strerror})")
+
+
+def list_(path):
+    try:
+        with open(path, "rb") as f:
+            rtck = f.read(8) == MAGIC
+    except OSError as e:
+        raise Bad(f"{path}: cannot read ({e.strerror})")
+    if rtck:
+        tensors = checkpoint_tensors(path)[0]
+        shapes = {k: list(v.shape) for k, v in tensors.items()}
+    else:
+        shapes = {k: list(v.shape) for k, v in torch_state_dict(path).items()}
+    for k, s in shapes.items():
+        print(f"{k}\t{s}")
+    print(f"{len(shapes)} tensors; {resnet_arch(shapes) or 'not a torchvision ResNet structure'}")
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export", help="ringtrain checkpoint -> PyTorch state dict")
+    e.add_argument("ckpt"), e.add_argument("out")
+    i = sub.add_parser("import", help="PyTorch state dict -> ringtrain weights file")
+    i.add_argument("pth"), i.add_argument("out")
+    i.add_argument("--model", help="model.name to record (default: recognised from the tensor names)")
+    ls = sub.add_parser("list", help="the tensors of a checkpoint or a state dict")
+    ls.add_argument("file")
+    a = p.parse_args(argv)
+    try:
+        if a.cmd == "export":
+            export(a.ckpt, a.out)
+        elif a.cmd == "import":
+            import_(a.pth, a.out, a.model)
+        else:
+            list_(a.file)
+    except Bad as err:
+        print(f"torch_weights: {err}", file=sys.stderr)
+        return 1
+    except ImportError as err:
+        print(f"torch_weights: {err} (tools/setup.sh installs PyTorch and torchvision)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
