@@ -106,14 +106,22 @@ def checkpoint_tensors(path):
     return out, meta[0]
 
 
-def resnet_arch(names):
-    """torchvision's name for the ResNet whose state dict has these keys, or None."""
+def torchvision_arch(shapes):
+    """torchvision's ResNet whose state dict has exactly these names and shapes ({name: shape}; BN
+    counters aside), or None: a CIFAR ResNet, another width (wide_resnet50_2, model.width) ..."""
     blocks = []
     for stage in range(1, 5):
-        ids = {int(m.group(1)) for k in names for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
+        ids = {int(m.group(1)) for k in shapes for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
         blocks.append(len(ids))
-    kind = "bottleneck" if any(k.endswith(".conv3.weight") for k in names) else "basic"
-    return ARCHS.get((kind, tuple(blocks)))
+    kind = "bottleneck" if any(k.endswith(".conv3.weight") for k in shapes) else "basic"
+    arch = ARCHS.get((kind, tuple(blocks)))
+    if not arch or len(shapes.get("fc.weight", ())) != 2:
+        return None
+    import torchvision
+    ref = getattr(torchvision.models, arch)(num_classes=shapes["fc.weight"][0]).state_dict()
+    counter = ".num_batches_tracked"
+    want = {k: tuple(v.shape) for k, v in ref.items() if not k.endswith(counter)}
+    return arch if want == {k: tuple(v) for k, v in shapes.items() if not k.endswith(counter)} else None
 
 
 def torch_state_dict(path):
@@ -147,18 +155,18 @@ def export(ckpt, out):
         sd[name] = torch.from_numpy(a)
         if name.endswith(".running_var"):  # torchvision's BN keeps a counter ringtrain has no use for
             sd[name[:-len("running_var")] + "num_batches_tracked"] = torch.tensor(step, dtype=torch.long)
-    arch = resnet_arch(sd)
+    arch = torchvision_arch({k: v.shape for k, v in sd.items()})
+    classes = sd["fc.weight"].shape[0] if arch else 0
     if arch:  # proves the file loads where it is meant to
         import torchvision
-        model = getattr(torchvision.models, arch)(num_classes=sd["fc.weight"].shape[0])
         try:
-            model.load_state_dict(sd, strict=True)
+            getattr(torchvision.models, arch)(num_classes=classes).load_state_dict(sd, strict=True)
         except RuntimeError as e:
             raise Bad(f"{ckpt}: does not load into torchvision's {arch}: {e}")
     atomic_write(out, lambda f: torch.save(sd, f))
     print(f"{out}: {len(tensors)} tensors of {ckpt}" +
-          (f" (loads into torchvision.models.{arch}(num_classes={sd['fc.weight'].shape[0]}))" if arch else
-           " (no torchvision model has this structure)"))
+          (f" (loads into torchvision.models.{arch}(num_classes={classes}))" if arch else
+           " (not the names and shapes of torchvision's resnet18-152: a CIFAR ResNet or another width)"))
 
 
 def import_(pth, out, model=None):
@@ -176,7 +184,7 @@ def import_(pth, out, model=None):
         (state if kind == "s" else params).append(a)
         layout.append(f"{kind}\t{name}\t{sizes[kind]}\t{a.size}\t{','.join(map(str, dims))}")
         sizes[kind] += a.size
-    arch = model or resnet_arch(sd)
+    arch = model or torchvision_arch({k: v.shape for k, v in sd.items()})
     classes = sd["fc.weight"].shape[0] if "fc.weight" in sd else None
     config = f"# imported from {pth} by tools/torch_weights.py\n"
     if arch and classes:
@@ -192,8 +200,8 @@ def import_(pth, out, model=None):
                 ("state", np.concatenate(state).tobytes() if state else b""),
                 ("layout", ("\n".join(layout) + "\n").encode())]
     write_rtck(out, sections)
-    print(f"{out}: {len(layout)} tensors of {pth}" + (f" ({arch}, {classes} classes)" if arch else
-          " (not a torchvision ResNet structure: give --model to name it for --eval)"))
+    print(f"{out}: {len(layout)} tensors of {pth}" + (f" ({arch}, {classes} classes)" if arch and classes else
+          " (not the names and shapes of torchvision's resnet18-152: --eval needs --config, or --model to record one)"))
 
 
 def write_rtck(path, sections):
@@ -233,7 +241,8 @@ def list_(path):
         shapes = {k: list(v.shape) for k, v in torch_state_dict(path).items()}
     for k, s in shapes.items():
         print(f"{k}\t{s}")
-    print(f"{len(shapes)} tensors; {resnet_arch(shapes) or 'not a torchvision ResNet structure'}")
+    arch = torchvision_arch(shapes)
+    print(f"{len(shapes)} tensors; " + (f"torchvision's {arch}" if arch else "not a torchvision ResNet's names and shapes"))
 
 
 def main(argv):

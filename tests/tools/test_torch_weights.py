@@ -156,6 +156,15 @@ class TorchWeights(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn(f"{path('bad.rtck')}: corrupt: checksum mismatch", p.stderr)
         self.assertFalse(os.path.exists(path("bad.pth")))
+        # Another width: converted both ways, but not taken for resnet50 (the names are the same).
+        wide = torchvision.models.wide_resnet50_2(num_classes=3).state_dict()
+        torch.save(wide, path("wide.pth"))
+        self.assertIn("(not the names and shapes of torchvision's resnet18-152",
+                      run(TOOL, "import", path("wide.pth"), path("wide.rtck")).stdout)
+        self.assertIn("(not the names and shapes of torchvision's resnet18-152",
+                      run(TOOL, "export", path("wide.rtck"), path("wide2.pth")).stdout)
+        got = torch.load(path("wide2.pth"))
+        self.assertTrue(all(torch.equal(got[k], v) for k, v in wide.items()))
         torch.save({"fc.weight": torch.zeros(2, 2), "note": "hello"}, path("odd.pth"))
         p = run(TOOL, "import", path("odd.pth"), path("odd.rtck"), ok=False)
         self.assertIn(f"{path('odd.pth')}: 'note' is not a tensor", p.stderr)
