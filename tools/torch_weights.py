@@ -100,7 +100,8 @@ def checkpoint_tensors(path):
         except (IndexError, ValueError):
             raise Bad(f"{path}: corrupt: layout line {n}: {line!r}")
         src = state if kind == "s" else params
-        if kind not in "ps" or int(np.prod(dims)) != count or offset + count > src.size:
+        if (kind not in ("p", "s") or len(f) != 5 or min(dims) < 1 or int(np.prod(dims)) != count or offset < 0
+                or offset + count > src.size or name in out):
             raise Bad(f"{path}: corrupt: layout line {n}: {line!r}")
         out[name] = src[offset:offset + count].reshape(dims).copy()
     return out, meta[0]
@@ -129,11 +130,14 @@ def torch_state_dict(path):
     DataParallel's "module." prefixes."""
     import torch
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except TypeError:  # a PyTorch without weights_only
-        obj = torch.load(path, map_location="cpu")
+        try:  # tensors and containers only: a .pth file from elsewhere runs no code
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except TypeError:  # a PyTorch without weights_only
+            obj = torch.load(path, map_location="cpu")
+    except OSError as e:
+        raise Bad(f"{path}: cannot read ({e.strerror})")
     except Exception as e:
-        raise Bad(f"{path}: cannot load with torch.load ({e})")
+        raise Bad(f"{path}: cannot load with torch.load ({e}); a whole pickled model? save its state_dict()")
     for key in ("state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]

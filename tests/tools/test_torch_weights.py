@@ -202,6 +202,9 @@ class TorchWeights(unittest.TestCase):
                       run(TOOL, "export", path("wide.rtck"), path("wide2.pth")).stdout)
         got = torch.load(path("wide2.pth"))
         self.assertTrue(all(torch.equal(got[k], v) for k, v in wide.items()))
+        torch.save(torchvision.models.resnet18(num_classes=2), path("whole.pth"))  # runs code when loaded
+        p = run(TOOL, "import", path("whole.pth"), path("whole.rtck"), ok=False)
+        self.assertIn("a whole pickled model? save its state_dict()", p.stderr)
         torch.save({"fc.weight": torch.zeros(2, 2), "note": "hello"}, path("odd.pth"))
         p = run(TOOL, "import", path("odd.pth"), path("odd.rtck"), ok=False)
         self.assertIn(f"{path('odd.pth')}: 'note' is not a tensor", p.stderr)
