@@ -91,10 +91,16 @@ struct Checkpoint {
   bool weights_only = false;
 };
 
-// The arena's tensors as the "layout" section lists them (checkpoint_layout.cc), the section's
+// The arena's tensors as the "layout" section lists them (for any element type), the section's
 // text, and its reading: throws CheckpointError naming the path and line of a malformed entry or
 // one outside "params" (`params` values) or "state" (`state` values).
-std::vector<CheckpointTensor> checkpoint_layout(const Arena<float>& arena);
+template <class T>
+std::vector<CheckpointTensor> checkpoint_layout(const Arena<T>& arena) {
+  std::vector<CheckpointTensor> out;
+  for (const ParamInfo& p : arena.layout()) out.push_back({false, p.name, p.dims, p.offset, p.count});
+  for (const StateInfo& s : arena.state_layout()) out.push_back({true, s.name, {int64_t(s.count)}, s.offset, s.count});
+  return out;
+}
 std::string checkpoint_layout_text(std::span<const CheckpointTensor> layout);
 std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, size_t params, size_t state,
                                                       const std::string& path);

@@ -33,13 +33,6 @@ bool parse_u64(const std::string& s, uint64_t* v) {
 
 }  // namespace
 
-std::vector<CheckpointTensor> checkpoint_layout(const Arena<float>& arena) {
-  std::vector<CheckpointTensor> out;
-  for (const ParamInfo& p : arena.layout()) out.push_back({false, p.name, p.dims, p.offset, p.count});
-  for (const StateInfo& s : arena.state_layout()) out.push_back({true, s.name, {int64_t(s.count)}, s.offset, s.count});
-  return out;
-}
-
 std::string checkpoint_layout_text(std::span<const CheckpointTensor> layout) {
   std::string text;
   for (const auto& t : layout) {

@@ -26,14 +26,6 @@ namespace {
 using rt::trainer::CheckpointTensor;
 
 template <class T>
-std::vector<CheckpointTensor> layout_of(const rt::Arena<T>& arena) {
-  std::vector<CheckpointTensor> out;
-  for (const auto& p : arena.layout()) out.push_back({false, p.name, p.dims, p.offset, p.count});
-  for (const auto& s : arena.state_layout()) out.push_back({true, s.name, {int64_t(s.count)}, s.offset, s.count});
-  return out;
-}
-
-template <class T>
 std::vector<float> to_float(const std::vector<T>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
@@ -58,7 +50,7 @@ int run(rt::ResNetConfig c, const std::string& backend, char** argv, bool train)
   auto& arena = net->arena();
   rt::HostView<T> params = arena.host_params(), state = arena.host_state();
   int missing = 0;
-  for (const CheckpointTensor& mine : layout_of(arena)) {
+  for (const CheckpointTensor& mine : rt::trainer::checkpoint_layout(arena)) {
     const auto it = theirs.find({mine.state, mine.name});
     if (it == theirs.end() || it->second->dims != mine.dims) {
       std::fprintf(stderr, "torch_compare: %s: no %s of these dims\n", argv[5], mine.name.c_str());
@@ -96,7 +88,8 @@ int run(rt::ResNetConfig c, const std::string& backend, char** argv, bool train)
   rt::trainer::CheckpointMeta meta;
   meta.model.grad_elems = grads.size();
   meta.model.state_elems = after.size();
-  rt::trainer::checkpoint_write(argv[10], meta, "", to_float(grads), to_float(after), {}, {}, layout_of(arena));
+  rt::trainer::checkpoint_write(argv[10], meta, "", to_float(grads), to_float(after), {}, {},
+                                rt::trainer::checkpoint_layout(arena));
   return 0;
 }
 
