@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/agreement.h"
@@ -108,8 +109,11 @@ std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, s
 // --weights: copies each of the arena's tensors that `ck` holds under the same name with the same
 // dims into `params` / `state` (host buffers laid out as the arena's) and returns the others, as
 // "name (why)", left as they were.
-std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<float>& arena,
-                                                  std::span<float> params, std::span<float> state);
+// Defined for float (the trainer) and double (the reference backend in double, in tests).
+template <class T>
+std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<T>& arena,
+                                                  std::type_identity_t<std::span<T>> params,
+                                                  std::type_identity_t<std::span<T>> state);
 
 // Writes atomically (see above); an empty `momentum` writes a weights file (no "momentum"
 // section). Throws CheckpointError naming the path on any I/O error.

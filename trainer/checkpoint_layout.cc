@@ -80,8 +80,10 @@ std::vector<CheckpointTensor> checkpoint_layout_parse(const std::string& text, s
   return out;
 }
 
-std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<float>& arena,
-                                                  std::span<float> params, std::span<float> state) {
+template <class T>
+std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Arena<T>& arena,
+                                                  std::type_identity_t<std::span<T>> params,
+                                                  std::type_identity_t<std::span<T>> state) {
   std::map<std::pair<bool, std::string>, const CheckpointTensor*> theirs;
   for (const auto& t : ck.layout) theirs[{t.state, t.name}] = &t;
   std::vector<std::string> kept;
@@ -100,5 +102,10 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
   }
   return kept;
 }
+
+template std::vector<std::string> checkpoint_copy_matching<float>(const Checkpoint&, const Arena<float>&,
+                                                                  std::span<float>, std::span<float>);
+template std::vector<std::string> checkpoint_copy_matching<double>(const Checkpoint&, const Arena<double>&,
+                                                                   std::span<double>, std::span<double>);
 
 }  // namespace rt::trainer

@@ -161,7 +161,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
   }
   Trainer t(cfg);
   if (o.eval) {
-    const std::string& path = o.weights.empty() ? o.checkpoint : o.weights;
+    const std::string& path = o.eval_file();
     if (o.weights.empty()) t.load_checkpoint(path, /*for_training=*/false);
     else t.load_weights(path, /*for_eval=*/true);
     EvalResult r = t.evaluate();
@@ -200,9 +200,8 @@ int cli_main(int argc, const char* const* argv) {
     if (rank == 0) std::fputs(cli_usage(), stdout);
     return 0;
   }
-  const std::string& saved = o.weights.empty() ? o.checkpoint : o.weights;  // --eval without --config
-  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(saved, rank), saved + " (saved configuration)",
-                                               o.sets)
+  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
+                                               o.eval_file() + " (saved configuration)", o.sets)
                                 : config_load(o.config, o.sets);
   config_validate(cfg);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it

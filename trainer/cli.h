@@ -13,6 +13,8 @@ struct CliOptions {
   std::string resume;              // --resume PATH|auto
   std::string weights;             // --weights PATH: start from a checkpoint's weights
   bool help = false;               // --help / -h
+  // The file --eval evaluates (and, without --config, takes the configuration of).
+  const std::string& eval_file() const { return weights.empty() ? checkpoint : weights; }
 };
 
 // Throws ConfigError naming the bad argument (unknown option, missing value, --eval without

@@ -167,13 +167,13 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
                                "take part of another model");
       HostView<float> params = arena.host_params(), state = arena.host_state();
       kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
-      // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
-      // half of this model's tensors is another model's (resnet18's for a resnet20 may share
-      // nothing but an fc.bias).
       if (for_eval && !kept.empty())
         throw CheckpointError(str_cat(path, ": --eval needs every tensor of ", cfg_.model.name, "; ", kept.size(),
                                       " of ", total, " are not in it under the same name and shape (first: ",
                                       kept.front(), ")"));
+      // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
+      // half of this model's tensors is another model's (resnet18's for a resnet20 may share
+      // nothing but an fc.bias).
       if (2 * kept.size() > total) {
         const std::string theirs = checkpoint_model_name(ck);
         throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",

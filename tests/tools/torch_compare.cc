@@ -13,7 +13,6 @@
 // of that element's share), so they can be held to PyTorch's in double.
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -22,8 +21,6 @@
 #include "trainer/checkpoint.h"
 
 namespace {
-
-using rt::trainer::CheckpointTensor;
 
 template <class T>
 std::vector<float> to_float(const std::vector<T>& v) {
@@ -45,23 +42,11 @@ int run(rt::ResNetConfig c, const std::string& backend, char** argv, bool train)
 
   // Every tensor by name and dims, as --eval --weights takes them.
   const rt::trainer::Checkpoint ck = rt::trainer::checkpoint_read(argv[5]);
-  std::map<std::pair<bool, std::string>, const CheckpointTensor*> theirs;
-  for (const auto& t : ck.layout) theirs[{t.state, t.name}] = &t;
   auto& arena = net->arena();
   rt::HostView<T> params = arena.host_params(), state = arena.host_state();
-  int missing = 0;
-  for (const CheckpointTensor& mine : rt::trainer::checkpoint_layout(arena)) {
-    const auto it = theirs.find({mine.state, mine.name});
-    if (it == theirs.end() || it->second->dims != mine.dims) {
-      std::fprintf(stderr, "torch_compare: %s: no %s of these dims\n", argv[5], mine.name.c_str());
-      ++missing;
-      continue;
-    }
-    const auto& from = mine.state ? ck.state : ck.params;
-    T* to = (mine.state ? state.span() : params.span()).data() + mine.offset;
-    for (size_t i = 0; i < mine.count; ++i) to[i] = T(from[it->second->offset + i]);
-  }
-  if (missing) return 1;
+  const auto missing = rt::trainer::checkpoint_copy_matching(ck, arena, params.span(), state.span());
+  for (const auto& m : missing) std::fprintf(stderr, "torch_compare: not in %s: %s\n", argv[5], m.c_str());
+  if (!missing.empty()) return 1;
   params.commit();
   state.commit();
 
