@@ -107,9 +107,10 @@ def checkpoint_tensors(path):
     return out, meta[0]
 
 
-def torchvision_arch(shapes):
-    """torchvision's ResNet whose state dict has exactly these names and shapes ({name: shape}; BN
-    counters aside), or None: a CIFAR ResNet, another width (wide_resnet50_2, model.width) ..."""
+def torchvision_model(shapes):
+    """(name, model) of the torchvision ResNet whose state dict has exactly these names and shapes
+    ({name: shape}; BN counters aside), or (None, None): a CIFAR ResNet, another width
+    (wide_resnet50_2, model.width) ..."""
     blocks = []
     for stage in range(1, 5):
         ids = {int(m.group(1)) for k in shapes for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
@@ -117,12 +118,13 @@ def torchvision_arch(shapes):
     kind = "bottleneck" if any(k.endswith(".conv3.weight") for k in shapes) else "basic"
     arch = ARCHS.get((kind, tuple(blocks)))
     if not arch or len(shapes.get("fc.weight", ())) != 2:
-        return None
+        return None, None
     import torchvision
-    ref = getattr(torchvision.models, arch)(num_classes=shapes["fc.weight"][0]).state_dict()
+    model = getattr(torchvision.models, arch)(num_classes=shapes["fc.weight"][0])
     counter = ".num_batches_tracked"
-    want = {k: tuple(v.shape) for k, v in ref.items() if not k.endswith(counter)}
-    return arch if want == {k: tuple(v) for k, v in shapes.items() if not k.endswith(counter)} else None
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith(counter)}
+    same = want == {k: tuple(v) for k, v in shapes.items() if not k.endswith(counter)}
+    return (arch, model) if same else (None, None)
 
 
 def torch_state_dict(path):
@@ -159,12 +161,11 @@ def export(ckpt, out):
         sd[name] = torch.from_numpy(a)
         if name.endswith(".running_var"):  # torchvision's BN keeps a counter ringtrain has no use for
             sd[name[:-len("running_var")] + "num_batches_tracked"] = torch.tensor(step, dtype=torch.long)
-    arch = torchvision_arch({k: v.shape for k, v in sd.items()})
+    arch, model = torchvision_model({k: v.shape for k, v in sd.items()})
     classes = sd["fc.weight"].shape[0] if arch else 0
     if arch:  # proves the file loads where it is meant to
-        import torchvision
         try:
-            getattr(torchvision.models, arch)(num_classes=classes).load_state_dict(sd, strict=True)
+            model.load_state_dict(sd, strict=True)
         except RuntimeError as e:
             raise Bad(f"{ckpt}: does not load into torchvision's {arch}: {e}")
     atomic_write(out, lambda f: torch.save(sd, f))
@@ -188,7 +189,7 @@ def import_(pth, out, model=None):
         (state if kind == "s" else params).append(a)
         layout.append(f"{kind}\t{name}\t{sizes[kind]}\t{a.size}\t{','.join(map(str, dims))}")
         sizes[kind] += a.size
-    arch = model or torchvision_arch({k: v.shape for k, v in sd.items()})
+    arch = model or torchvision_model({k: v.shape for k, v in sd.items()})[0]
     classes = sd["fc.weight"].shape[0] if "fc.weight" in sd else None
     config = f"# imported from {pth} by tools/torch_weights.py\n"
     if arch and classes:
@@ -245,7 +246,7 @@ def list_(path):
         shapes = {k: list(v.shape) for k, v in torch_state_dict(path).items()}
     for k, s in shapes.items():
         print(f"{k}\t{s}")
-    arch = torchvision_arch(shapes)
+    arch = torchvision_model(shapes)[0]
     print(f"{len(shapes)} tensors; " + (f"torchvision's {arch}" if arch else "not a torchvision ResNet's names and shapes"))
 
 
