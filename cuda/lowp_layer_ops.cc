@@ -123,13 +123,13 @@ class LowpSoftmaxXent final : public SoftmaxXentOp<float> {
       : inner_(d, ctx.stream()), stream_(ctx.stream()), n_(d.in.n), k_(d.in.c),
         logits32_(size_t(d.in.n * d.in.c) * sizeof(float)),
         dlogits32_(size_t(d.in.n * d.in.c) * sizeof(float)) {}
-  void forward(const float* logits, const int32_t* labels) override {
+  void forward(const float* logits, const Targets& t) override {
     lowp_to_f32(lowp_data<T>(logits), logits32_.as<float>(), n_ * k_, stream_);
-    inner_.forward(logits32_.as<float>(), labels);
+    inner_.forward(logits32_.as<float>(), t);
   }
   double loss() override { return inner_.loss(); }
-  void backward(const int32_t* labels, float* dlogits, double scale) override {
-    inner_.backward(labels, dlogits32_.as<float>(), scale);
+  void backward(const Targets& t, float* dlogits, double scale) override {
+    inner_.backward(t, dlogits32_.as<float>(), scale);
     f32_to_lowp(dlogits32_.as<float>(), lowp_data<T>(dlogits), n_ * k_, stream_);
   }
 

@@ -14,9 +14,9 @@ DeviceSoftmaxXent::DeviceSoftmaxXent(const SoftmaxXentDesc& d, cudaStream_t stre
   const size_t n = size_t(d_.in.n);
   prob_ = DeviceBuffer(n * size_t(d_.in.c) * sizeof(float));
   row_loss_ = DeviceBuffer(n * sizeof(float));
-  labels_ = DeviceBuffer(n * sizeof(int32_t));
+  labels_ = DeviceBuffer(2 * n * sizeof(int32_t));  // a mixup's second labels after the first
   result_ = DeviceBuffer(sizeof(Result));
-  pinned_bytes_ = sizeof(Result) + n * sizeof(int32_t);
+  pinned_bytes_ = sizeof(Result) + 2 * n * sizeof(int32_t);
   void* pinned = pinned_malloc(pinned_bytes_);
   host_result_ = static_cast<Result*>(pinned);
   host_labels_ = reinterpret_cast<int32_t*>(static_cast<char*>(pinned) + sizeof(Result));
@@ -35,20 +35,34 @@ DeviceSoftmaxXent::~DeviceSoftmaxXent() {
   }
 }
 
-void DeviceSoftmaxXent::forward(const float* logits, const int32_t* labels) {
-  // The last forward's copies read and write the mirror: done before it is refilled (at once,
-  // in a step that synced since).
-  CUDA_CHECK(cudaEventSynchronize(done_));
-  const size_t n = size_t(d_.in.n);
-  std::copy(labels, labels + n, host_labels_);
-  CUDA_CHECK(cudaMemcpyAsync(labels_.get(), host_labels_, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+XentArgs DeviceSoftmaxXent::args() const {
   XentArgs a;
   a.n = d_.in.n;
   a.k = d_.in.c;
   a.label_smoothing = float(d_.label_smoothing);
-  a.logits = logits;
   a.labels = labels_.as<int32_t>();
+  if (mixed_) {
+    a.mixed = a.labels + d_.in.n;
+    a.mix = mix_;
+  }
   a.prob = prob_.as<float>();
+  return a;
+}
+
+void DeviceSoftmaxXent::forward(const float* logits, const Targets& t) {
+  d_.check_mix(t);
+  // The last forward's copies read and write the mirror: done before it is refilled (at once,
+  // in a step that synced since).
+  CUDA_CHECK(cudaEventSynchronize(done_));
+  const size_t n = size_t(d_.in.n);
+  std::copy(t.labels, t.labels + n, host_labels_);
+  if (t.mixed) std::copy(t.mixed, t.mixed + n, host_labels_ + n);
+  mixed_ = t.mixed != nullptr;
+  mix_ = float(t.mix);
+  CUDA_CHECK(cudaMemcpyAsync(labels_.get(), host_labels_, (mixed_ ? 2 : 1) * n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_));
+  XentArgs a = args();
+  a.logits = logits;
   a.row_loss = row_loss_.as<float>();
   Result* dev = result_.as<Result>();
   a.mean_loss = &dev->mean_loss;
@@ -62,20 +76,17 @@ void DeviceSoftmaxXent::forward(const float* logits, const int32_t* labels) {
 double DeviceSoftmaxXent::loss() {
   CUDA_CHECK(cudaEventSynchronize(done_));
   const int bad = host_result_->bad_row;
-  if (bad >= 0)
-    throw Error(str_cat(d_.name, ": label ", host_labels_[bad], " of sample ", bad, " is outside [0, ",
-                        d_.in.c, ") for logits ", d_.in.str()));
+  if (bad >= 0) {
+    const int32_t label = host_labels_[bad], k = int32_t(d_.in.c);
+    const bool first = label >= 0 && label < k;  // else the mixed-in label is the bad one
+    throw Error(str_cat(d_.name, ": ", first ? "mixed-in label " : "label ", first ? host_labels_[d_.in.n + bad] : label,
+                        " of sample ", bad, " is outside [0, ", k, ") for logits ", d_.in.str()));
+  }
   return host_result_->mean_loss;
 }
 
-void DeviceSoftmaxXent::backward(const int32_t*, float* dlogits, double scale) {
-  XentArgs a;
-  a.n = d_.in.n;
-  a.k = d_.in.c;
-  a.label_smoothing = float(d_.label_smoothing);
-  a.labels = labels_.as<int32_t>();
-  a.prob = prob_.as<float>();
-  xent_backward_launch(a, dlogits, float(scale), stream_);
+void DeviceSoftmaxXent::backward(const Targets&, float* dlogits, double scale) {
+  xent_backward_launch(args(), dlogits, float(scale), stream_);
 }
 
 }  // namespace rt::cuda

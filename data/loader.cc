@@ -124,6 +124,8 @@ class PipelineLoader final : public Loader {
     std::swap(out.labels, slot.batch.labels);
     std::swap(out.indices, slot.batch.indices);
     out.n = slot.batch.n;
+    out.mixed.clear();  // fresh images: not mixed (yet)
+    out.mix = 1.0;
     slot.ready = false;
     slot.step = -1;
     ++next_step_;

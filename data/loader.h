@@ -54,6 +54,10 @@ struct Batch {
   std::vector<int32_t> labels;  // n
   std::vector<int64_t> indices; // n: global sample index of each image (a substitute's own index)
   int n = 0;                    // samples in this batch (the last evaluation batch may be short)
+  // After mixup (data/mixup.h): each image a blend, weight `mix` on its own and 1 - mix on its
+  // partner's, whose label mixed[i] is; empty when the batch was not mixed.
+  std::vector<int32_t> mixed;
+  double mix = 1.0;
 };
 
 // Where a rank stands in an epoch, for checkpoints: restoring it yields the rest of the epoch

@@ -22,7 +22,7 @@ inline uint64_t hash_key(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0)
 }
 
 // What a draw is for: separate streams so e.g. adding a flip never changes the crop.
-enum class Stream : uint64_t { permutation = 1, augment = 2, synthetic_image = 3, synthetic_label = 4 };
+enum class Stream : uint64_t { permutation = 1, augment = 2, synthetic_image = 3, synthetic_label = 4, mixup = 5 };
 
 // A small sequential generator (splitmix64) seeded from a key; cheap to create per sample.
 class Rng {

@@ -297,36 +297,36 @@ void Net<T>::plan_activations() {
 }
 
 template <class T>
-void Net<T>::queue_forward(const T* input_nchw, const int32_t* labels, bool train) {
+void Net<T>::queue_forward(const T* input_nchw, const Targets& targets, bool train) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
-  run_forward(labels, train);
+  run_forward(targets, train);
 }
 
 template <class T>
-void Net<T>::queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels,
+void Net<T>::queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets,
                               bool train) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
-  run_forward(labels, train);
+  run_forward(targets, train);
 }
 
 template <class T>
-double Net<T>::forward(const T* input_nchw, const int32_t* labels, bool train) {
-  queue_forward(input_nchw, labels, train);
+double Net<T>::forward(const T* input_nchw, const Targets& targets, bool train) {
+  queue_forward(input_nchw, targets, train);
   return last_loss();
 }
 
 template <class T>
-double Net<T>::forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels,
+double Net<T>::forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets,
                           bool train) {
-  queue_forward_u8(pixels_nhwc, norm, labels, train);
+  queue_forward_u8(pixels_nhwc, norm, targets, train);
   return last_loss();
 }
 
 template <class T>
 double Net<T>::last_loss() {
-  return labels_ ? loss_op_->loss() : 0.0;
+  return targets_ ? loss_op_->loss() : 0.0;
 }
 
 // A device backend only queues work: waiting for it makes the host's clock the device's, each
@@ -338,8 +338,8 @@ double Net<T>::profile_clock() const {
 }
 
 template <class T>
-void Net<T>::run_forward(const int32_t* labels, bool train) {
-  labels_ = labels;
+void Net<T>::run_forward(const Targets& targets, bool train) {
+  targets_ = targets;
   if (!profiling_) {
     for (auto& n : nodes_) n->forward(*this, train);
     return;
@@ -355,7 +355,7 @@ void Net<T>::run_forward(const int32_t* labels, bool train) {
 
 template <class T>
 void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_scale, const T* addend) {
-  if (!labels_) throw Error("backward() needs a forward() with labels first");
+  if (!targets_) throw Error("backward() needs a forward() with labels first");
   loss_scale_ = loss_scale;
   std::fill(grad_slot_.begin(), grad_slot_.end(), -1);
   size_t added = 0;  // grads()[0, added) hold the addend
@@ -463,23 +463,23 @@ void Net<T>::grad_alias(int id, int from) {
 }
 
 template <class T>
-int Net<T>::first_nonfinite_node(const T* input_nchw, const int32_t* labels) {
+int Net<T>::first_nonfinite_node(const T* input_nchw, const Targets& targets) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import(input_nchw, shapes_[0], act_ptr_[0]);
-  return run_nonfinite_search(labels);
+  return run_nonfinite_search(targets);
 }
 
 template <class T>
 int Net<T>::first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm,
-                                    const int32_t* labels) {
+                                    const Targets& targets) {
   if (!finalized_) throw Error("network used before finalize()");
   backend_->act_import_u8(pixels_nhwc, shapes_[0], norm, act_ptr_[0]);
-  return run_nonfinite_search(labels);
+  return run_nonfinite_search(targets);
 }
 
 template <class T>
-int Net<T>::run_nonfinite_search(const int32_t* labels) {
-  labels_ = labels;
+int Net<T>::run_nonfinite_search(const Targets& targets) {
+  targets_ = targets;
   std::vector<T> out;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node<T>& n = *nodes_[i];

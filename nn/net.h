@@ -61,14 +61,14 @@ class Net {
   // --- running ---
   // Imports the NCHW batch and runs all layers, the loss too when there are labels; returns the
   // mean loss (0 without labels): queue_forward(), then last_loss().
-  double forward(const T* input_nchw, const int32_t* labels, bool train);
+  double forward(const T* input_nchw, const Targets& targets, bool train);
   // The same from 8-bit pixels (NHWC RGB, the loader's Output::u8), normalized with `norm` by the
   // backend's act_import_u8: equal to forward() on the loader's float output.
-  double forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
+  double forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets, bool train);
   // forward() without reading the loss: on a device backend nothing waits, so backward can be
   // queued behind forward with no gap on the device. Read the loss later with last_loss().
-  void queue_forward(const T* input_nchw, const int32_t* labels, bool train);
-  void queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels, bool train);
+  void queue_forward(const T* input_nchw, const Targets& targets, bool train);
+  void queue_forward_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets, bool train);
   // The mean loss of the last forward (0 without labels); a device backend waits for it here.
   double last_loss();
   // Gradients of the mean loss (times loss_scale) into the arena's gradient buffer. After each
@@ -92,8 +92,8 @@ class Net {
   // step did, node by node, and returns the first node whose output holds a non-finite value
   // (the loss node when only the loss does), or -1 when all stays finite. Allocates; not for
   // the step itself.
-  int first_nonfinite_node(const T* input_nchw, const int32_t* labels);
-  int first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const int32_t* labels);
+  int first_nonfinite_node(const T* input_nchw, const Targets& targets);
+  int first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets);
 
   // --- access ---
   Arena<T>& arena() { return arena_; }
@@ -101,7 +101,7 @@ class Net {
   Backend<T>& backend() { return *backend_; }
   const Shape& shape(int id) const { return shapes_[id]; }
   T* act(int id) { return act_ptr_[id]; }
-  const int32_t* labels() const { return labels_; }
+  const Targets& targets() const { return targets_; }
   size_t num_nodes() const { return nodes_.size(); }
   const Node<T>& node(size_t i) const { return *nodes_[i]; }
   // FLOPs of one training step (forward, backward-data, backward-weights of conv and linear).
@@ -136,9 +136,9 @@ class Net {
 
  private:
   void fuse_bn_add();  // finalize(), where the backend fuses_bn_add()
-  void run_forward(const int32_t* labels, bool train);  // on the imported input
+  void run_forward(const Targets& targets, bool train);  // on the imported input
   double profile_clock() const;
-  int run_nonfinite_search(const int32_t* labels);
+  int run_nonfinite_search(const Targets& targets);
   int push(std::unique_ptr<Node<T>> node, const Shape& out);
   int slot_alloc(size_t elems);
   void plan_activations();
@@ -155,7 +155,7 @@ class Net {
   std::vector<size_t> ready_after_;  // grads()[0, ready_after_[i]) final after node i's backward
   int logits_ = -1;
   bool finalized_ = false;
-  const int32_t* labels_ = nullptr;
+  Targets targets_;
   double loss_scale_ = 1.0;
   SoftmaxXentOp<T>* loss_op_ = nullptr;  // the loss node's
   bool ready_sync_ = true;  // backend_->sync() before each on_ready report

@@ -152,11 +152,11 @@ class LossNode : public Node<T> {
  public:
   std::unique_ptr<SoftmaxXentOp<T>> op;
   void forward(Net<T>& net, bool) override {
-    if (net.labels()) op->forward(net.act(this->inputs[0]), net.labels());
+    if (net.targets()) op->forward(net.act(this->inputs[0]), net.targets());
   }
   void backward(Net<T>& net) override {
     int x = this->inputs[0];
-    op->backward(net.labels(), net.grad_target(x), net.loss_scale());
+    op->backward(net.targets(), net.grad_target(x), net.loss_scale());
     net.grad_done(x);
   }
 };

@@ -62,6 +62,21 @@ void SoftmaxXentDesc::validate() const {
                  ": label smoothing must be in [0, 1), got ", label_smoothing);
 }
 
+void SoftmaxXentDesc::check_mix(const Targets& t) const {
+  if (!t.labels) throw Error(str_cat("layer ", name, ": the loss needs labels"));
+  if (t.mixed && !(t.mix >= 0 && t.mix <= 1))
+    throw Error(str_cat("layer ", name, ": mixup weight ", t.mix, " is outside [0, 1]"));
+}
+
+void SoftmaxXentDesc::check_targets(const Targets& t) const {
+  check_mix(t);
+  for (const int32_t* labels : {t.labels, t.mixed})
+    for (int64_t i = 0; labels && i < in.n; ++i)
+      if (labels[i] < 0 || labels[i] >= in.c)
+        throw Error(str_cat("layer ", name, ": ", labels == t.mixed ? "mixed-in label " : "label ", labels[i],
+                            " at batch index ", i, " is outside [0, ", in.c, ") for logits ", in.str()));
+}
+
 namespace {
 
 struct Registry {

@@ -106,13 +106,30 @@ struct PadShortcutDesc {
   void validate() const;
 };
 
+// What the loss compares the logits with: a class per sample (host memory, in.n of them), or
+// with mixup a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
+// pointer converts to one; null is no targets (inference).
+struct Targets {
+  Targets(const int32_t* l = nullptr) : labels(l) {}  // NOLINT: implicit, labels are the usual case
+  Targets(const int32_t* l, const int32_t* m, double w) : labels(l), mixed(m), mix(w) {}
+  explicit operator bool() const { return labels != nullptr; }
+  const int32_t* labels = nullptr;
+  const int32_t* mixed = nullptr;  // null: no mixup
+  double mix = 1.0;                // in [0, 1]
+};
+
 // Softmax cross-entropy with label smoothing eps, mean over the batch:
 // loss_n = -(1 - eps) log p[n][label_n] - eps / K * sum_k log p[n][k].
+// With mixup targets the first term is -(1 - eps) (mix log p[n][label_n] + (1 - mix) log p[n][mixed_n]).
 struct SoftmaxXentDesc {
   std::string name;
   Shape in;  // (n, classes, 1, 1)
   double label_smoothing = 0.0;
   void validate() const;
+  // Throws rt::Error naming the layer for targets without labels, a mix outside [0, 1], or
+  // (check_targets) a label outside [0, classes).
+  void check_mix(const Targets& t) const;
+  void check_targets(const Targets& t) const;
 };
 
 template <class T>
@@ -203,21 +220,22 @@ template <class T>
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
-  // labels holds in.n class indices; one outside [0, classes) throws rt::Error naming it (here,
-  // or from loss() on a device backend). Queues the mean loss and remembers the probabilities
-  // for backward; nothing here waits for a device.
-  virtual void forward(const T* logits, const int32_t* labels) = 0;
+  // A label outside [0, classes) (either of a mixed pair) throws rt::Error naming it (here, or
+  // from loss() on a device backend). Queues the mean loss and remembers the probabilities for
+  // backward; nothing here waits for a device.
+  virtual void forward(const T* logits, const Targets& t) = 0;
   // The mean loss of the last forward: a device backend waits for it here (only for it, not for
   // work queued after), so a caller that reads it once backward is queued stalls nothing.
   virtual double loss() = 0;
-  // Gradient of the mean loss (times scale, for loss scaling) w.r.t. the logits.
-  virtual void backward(const int32_t* labels, T* dlogits, double scale = 1.0) = 0;
+  // Gradient of the mean loss (times scale, for loss scaling) w.r.t. the logits; t as in the
+  // last forward.
+  virtual void backward(const Targets& t, T* dlogits, double scale = 1.0) = 0;
 };
 
 // forward, then loss(): for callers that want the value at once.
 template <class T>
-double forward_loss(SoftmaxXentOp<T>& op, const T* logits, const int32_t* labels) {
-  op.forward(logits, labels);
+double forward_loss(SoftmaxXentOp<T>& op, const T* logits, const Targets& t) {
+  op.forward(logits, t);
   return op.loss();
 }
 

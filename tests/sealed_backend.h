@@ -265,14 +265,14 @@ class SealedBackend final : public Backend<float> {
   };
   struct Xent final : Held<SoftmaxXentOp<float>> {
     using Held::Held;
-    void forward(const float* logits, const int32_t* labels) override {
+    void forward(const float* logits, const Targets& t) override {
       O o(s);
-      in->forward(logits, labels);
+      in->forward(logits, t);
     }
     double loss() override { return in->loss(); }
-    void backward(const int32_t* labels, float* dlogits, double scale) override {
+    void backward(const Targets& t, float* dlogits, double scale) override {
       O o(s);
-      in->backward(labels, dlogits, scale);
+      in->backward(t, dlogits, scale);
     }
   };
   SealedSpace space_;

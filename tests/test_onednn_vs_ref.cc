@@ -427,23 +427,26 @@ TEST_F(OnednnVsRef, SoftmaxXent) {
   struct Case {
     Shape in;
     double eps;
+    double mix = -1;  // >= 0: mixup targets of this weight
   };
   for (const Case& p : {Case{{8, 10, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1}, Case{{3, 1000, 1, 1}, 0.1},
-                        Case{{1, 1, 1, 1}, 0.0}}) {
-    SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps));
+                        Case{{1, 1, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1, 0.3}, Case{{7, 5, 1, 1}, 0.0, 0.9}}) {
+    SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps) + " mix " + std::to_string(p.mix));
     SoftmaxXentDesc d{.name = "xent", .in = p.in, .label_smoothing = p.eps};
     auto fast = fast_->make_softmax_xent(d);
     auto ref = ref_->make_softmax_xent(d);
     Vec z = rand(size_t(p.in.numel()), -4.f, 4.f);
     std::vector<int32_t> labels(size_t(p.in.n));
     for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((i * 7 + 3) % size_t(p.in.c));
-    const double loss_ref = forward_loss(*ref, z.data(), labels.data());
+    const std::vector<int32_t> mixed(labels.rbegin(), labels.rend());  // as data::mixup pairs them
+    const Targets t = p.mix >= 0 ? Targets(labels.data(), mixed.data(), p.mix) : Targets(labels.data());
+    const double loss_ref = forward_loss(*ref, z.data(), t);
     Vec zf = to_fast(z, p.in);
-    const double loss = forward_loss(*fast, zf.data(), labels.data());
+    const double loss = forward_loss(*fast, zf.data(), t);
     EXPECT_NEAR(loss, loss_ref, 1e-5 * std::max(1.0, std::fabs(loss_ref)));
     Vec g_ref(z.size()), gf = fast_buf(p.in);
-    ref->backward(labels.data(), g_ref.data(), 2.0);
-    fast->backward(labels.data(), gf.data(), 2.0);
+    ref->backward(t, g_ref.data(), 2.0);
+    fast->backward(t, gf.data(), 2.0);
     expect_close(from_fast(gf, p.in), g_ref, "dlogits", 1e-4, 1e-5);
   }
   auto fast = fast_->make_softmax_xent({.name = "xent", .in = {2, 3, 1, 1}});

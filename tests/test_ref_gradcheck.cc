@@ -325,6 +325,24 @@ void check_xent(double smoothing) {
 TEST_F(RefGradcheck, SoftmaxXent) { check_xent(0.0); }
 TEST_F(RefGradcheck, SoftmaxXentLabelSmoothing) { check_xent(0.1); }
 
+// Mixup's targets: the gradient by finite differences, and the loss the blend of the two labels'
+// losses (one row mixes a label with itself).
+TEST_F(RefGradcheck, SoftmaxXentMixup) {
+  auto be = make_reference_backend<double>();
+  std::mt19937_64 rng(43);
+  SoftmaxXentDesc d{.name = "xent", .in = {4, 5, 1, 1}, .label_smoothing = 0.1};
+  auto op = be->make_softmax_xent(d);
+  Vec z = random_vec(20, rng, -3, 3), dz(20);
+  const std::vector<int32_t> labels = {3, 0, 4, 3}, mixed = {1, 0, 2, 3};
+  const Targets t(labels.data(), mixed.data(), 0.3);
+  const double scale = 0.75;
+  op->forward(z.data(), t);
+  op->backward(t, dz.data(), scale);
+  expect_gradient("dlogits", z, dz, [&] { return Probe{scale * forward_loss(*op, z.data(), t), {}}; });
+  const double la = forward_loss(*op, z.data(), labels.data()), lb = forward_loss(*op, z.data(), mixed.data());
+  EXPECT_NEAR(forward_loss(*op, z.data(), t), 0.3 * la + 0.7 * lb, 1e-14);
+}
+
 // ---------------------------------------------------------------- the checker itself
 
 // The check must be able to fail: a gradient off by 1e-4 in one element is reported.

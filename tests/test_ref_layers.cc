@@ -433,5 +433,29 @@ TEST_F(RefLayers, BadLabelNamesLayerLabelAndIndex) {
   expect_error<Error>([&] { op->backward(too_big.data(), dz.data()); }, {"fc_loss", "label 5"});
 }
 
+// Mixup's targets: a bad partner label or weight is named, and the weights 1 and 0 are each label
+// alone, bit for bit.
+TEST_F(RefLayers, MixupTargets) {
+  auto op = be_->make_softmax_xent({.name = "fc_loss", .in = {3, 5, 1, 1}, .label_smoothing = 0.1});
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-2, 2);
+  Vec z(15);
+  for (auto& e : z) e = u(rng);
+  Vec dz(15), dref(15);
+  const std::vector<int32_t> a = {1, 2, 4}, b = {0, 2, 3}, bad = {0, 7, 3};
+  expect_error<Error>([&] { op->forward(z.data(), Targets(a.data(), bad.data(), 0.5)); },
+                      {"fc_loss", "mixed-in label 7", "index 1"});
+  expect_error<Error>([&] { op->forward(z.data(), Targets(a.data(), b.data(), 1.5)); }, {"fc_loss", "1.5"});
+  for (const auto& [mix, alone] : {std::pair{1.0, &a}, std::pair{0.0, &b}}) {
+    const Targets t(a.data(), b.data(), mix);
+    const double lm = forward_loss(*op, z.data(), t);
+    op->backward(t, dz.data());
+    const double l = forward_loss(*op, z.data(), alone->data());
+    op->backward(alone->data(), dref.data());
+    EXPECT_EQ(lm, l) << "mix " << mix;
+    EXPECT_EQ(dz, dref) << "mix " << mix;
+  }
+}
+
 }  // namespace
 }  // namespace rt

@@ -53,6 +53,7 @@ struct TrainConfig {                  // key prefix: train.
   int64_t batch = 32;                 // images per rank per forward/backward pass
   int64_t accumulate = 1;             // passes per optimizer step (global batch = ranks * batch * this)
   double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
+  double mixup = 0.0;                 // >0: mixup, weights ~ Beta(this, this) (data/mixup.h); 0 = off
 };
 
 struct CheckpointConfig {             // key prefix: checkpoint.

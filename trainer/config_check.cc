@@ -92,6 +92,8 @@ void config_validate(const Config& c) {
   k.require(c.train.accumulate >= 1, "train.accumulate", "must be >= 1", c.train.accumulate);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
+  k.require(c.train.mixup >= 0 && std::isfinite(c.train.mixup), "train.mixup", "must be >= 0 (0: off)",
+            c.train.mixup);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "comm/mpi_check.h"
+#include "data/mixup.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -81,8 +82,8 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   Finding mine;
   mine.loss = loss;
   mine.node = cfg_.data.output == data::Output::u8
-                  ? net_->first_nonfinite_node_u8(batch_.pixels.data(), norm_, batch_.labels.data())
-                  : net_->first_nonfinite_node(batch_.images.data(), batch_.labels.data());
+                  ? net_->first_nonfinite_node_u8(batch_.pixels.data(), norm_, data::targets(batch_))
+                  : net_->first_nonfinite_node(batch_.images.data(), data::targets(batch_));
   if (mine.node >= 0) {
     HostView<float> p = net_->arena().host_params();
     for (int id : net_->node(size_t(mine.node)).params) {

@@ -17,6 +17,7 @@
 #include "comm/agreement.h"
 #include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
+#include "data/mixup.h"
 #include "nn/resnet.h"
 #include "trainer/stop_signal.h"
 
@@ -270,7 +271,7 @@ int Trainer::agreed_stop_signal() {
   return sig;
 }
 
-void Trainer::take_batch(data::Batch& b, int64_t step) {
+void Trainer::take_batch(data::Batch& b, int64_t step, int64_t pass) {
   if (!train_loader_->next(b))
     throw Error(str_cat("data: the training loader ended epoch ", step / steps_per_epoch_, " after ",
                         step % steps_per_epoch_, " of ", steps_per_epoch_, " batches"));
@@ -281,6 +282,8 @@ void Trainer::take_batch(data::Batch& b, int64_t step) {
     throw Error(str_cat("data: a training batch of ", u8 ? b.pixels.size() : b.images.size(),
                         u8 ? " pixel bytes" : " floats", " for data.output ", u8 ? "u8" : "float", " (expected ",
                         pad_images_.size(), ")"));
+  // Here, before a prefetched batch is staged for the device: its bytes go there mixed.
+  if (cfg_.train.mixup > 0) data::mixup(b, data::mixup_weight(cfg_.train.mixup, cfg_.seed, step, pass, rank_));
 }
 
 void Trainer::prefetch_next() {
@@ -329,17 +332,19 @@ void Trainer::train_step() {
     for (int64_t pass = 0; pass < passes_; ++pass) {
       if (pass > 0) {
         const double t = now_s();
-        take_batch(batch_, step_);
+        take_batch(batch_, step_, pass);
         pass_wait += now_s() - t;
       }
       if (cfg_.data.output == data::Output::u8)
-        net_->queue_forward_u8(batch_.pixels.data(), norm_, batch_.labels.data(), true);
+        net_->queue_forward_u8(batch_.pixels.data(), norm_, data::targets(batch_), true);
       else
-        net_->queue_forward(batch_.images.data(), batch_.labels.data(), true);
+        net_->queue_forward(batch_.images.data(), data::targets(batch_), true);
       const size_t n = size_t(batch_.n);
       // Before backward reuses the logits' memory.
       net_->export_tensor_queued(net_->logits(), logits_.data() + size_t(pass) * n * size_t(classes_));
-      std::copy_n(batch_.labels.data(), n, step_labels_.data() + size_t(pass) * n);
+      // Training accuracy counts a mixed image as of the class it holds more of.
+      const bool partner = !batch_.mixed.empty() && batch_.mix < 0.5;
+      std::copy_n((partner ? batch_.mixed : batch_.labels).data(), n, step_labels_.data() + size_t(pass) * n);
       t_fwd = now_s();
       const float* earlier = pass > 0 ? grad_sum_.data() : nullptr;
       if (pass + 1 == passes_) {

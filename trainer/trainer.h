@@ -114,7 +114,7 @@ class Trainer {
   size_t unscale_gradients();
   // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
   // ends early or the batch has the wrong size or kind.
-  void take_batch(data::Batch& b, int64_t step);
+  void take_batch(data::Batch& b, int64_t step, int64_t pass = 0);  // pass: of an accumulated step
   // With a backend that stages inputs: takes the next step's batch while this step's backward
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();

@@ -232,10 +232,10 @@ class LoopPadShortcut final : public PadShortcutOp<float> {
 class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
  public:
   explicit LoopSoftmaxXent(const SoftmaxXentDesc& d)
-      : name_(d.name), n_(d.in.n), k_(d.in.c), eps_(d.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
+      : d_(d), n_(d.in.n), k_(d.in.c), eps_(d.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
 
-  void forward(const float* logits, const int32_t* labels) override {
-    check_labels(labels);
+  void forward(const float* logits, const Targets& t) override {
+    d_.check_targets(t);
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
       const float* z = logits + n * k_;
@@ -251,7 +251,8 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
       const float inv = float(1.0 / sum);
       for (int64_t k = 0; k < k_; ++k) p[k] *= inv;
       // sum_k log p_k = sum_k z_k - K * lse.
-      const double logp_label = z[labels[n]] - lse;
+      double logp_label = z[t.labels[n]] - lse;
+      if (t.mixed) logp_label = t.mix * logp_label + (1 - t.mix) * (z[t.mixed[n]] - lse);
       const double mean_logp = sum_z / double(k_) - lse;
       total += -(1.0 - eps_) * logp_label - eps_ * mean_logp;
     }
@@ -259,27 +260,25 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
   }
   double loss() override { return loss_; }
 
-  void backward(const int32_t* labels, float* dlogits, double scale) override {
-    check_labels(labels);
+  void backward(const Targets& t, float* dlogits, double scale) override {
+    d_.check_targets(t);
     const float g = float(scale / double(n_));
     const float off = float(eps_ / double(k_));
     const float on = float(1.0 - eps_);
+    // With mixup the one-hot part splits between the two labels (the same label twice: all of it).
+    const float on_a = t.mixed ? float((1.0 - eps_) * t.mix) : on;
+    const float on_b = t.mixed ? float((1.0 - eps_) * (1 - t.mix)) : 0.0f;
     for (int64_t n = 0; n < n_; ++n) {
       const float* p = prob_.data() + n * k_;
       float* d = dlogits + n * k_;
       for (int64_t k = 0; k < k_; ++k) d[k] = g * (p[k] - off);
-      d[labels[n]] -= g * on;
+      d[t.labels[n]] -= g * on_a;
+      if (t.mixed) d[t.mixed[n]] -= g * on_b;
     }
   }
 
  private:
-  void check_labels(const int32_t* labels) const {
-    for (int64_t n = 0; n < n_; ++n)
-      if (labels[n] < 0 || labels[n] >= k_)
-        throw Error(str_cat("layer ", name_, ": label ", labels[n], " of sample ", n, " is outside [0, ",
-                            k_, ")"));
-  }
-  std::string name_;
+  SoftmaxXentDesc d_;
   int64_t n_, k_;
   double eps_, loss_ = 0;
   Buffer<float> prob_;

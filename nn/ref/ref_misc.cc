@@ -90,8 +90,8 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   explicit RefSoftmaxXent(const SoftmaxXentDesc& d)
       : d_(d), n_(d.in.n), k_(d.in.c), prob_(size_t(n_ * k_)) {}
 
-  void forward(const T* logits, const int32_t* labels) override {
-    check_labels(labels);
+  void forward(const T* logits, const Targets& t) override {
+    d_.check_targets(t);
     const double eps = d_.label_smoothing;
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
@@ -108,32 +108,29 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
         sum_logp += logp;
         prob_[size_t(n * k_ + k)] = std::exp(logp);
       }
-      const double logp_label = double(z[labels[n]]) - lse;
+      double logp_label = double(z[t.labels[n]]) - lse;
+      if (t.mixed) logp_label = t.mix * logp_label + (1 - t.mix) * (double(z[t.mixed[n]]) - lse);
       total += -(1 - eps) * logp_label - eps / double(k_) * sum_logp;
     }
     loss_ = total / double(n_);
   }
   double loss() override { return loss_; }
 
-  // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K.
-  void backward(const int32_t* labels, T* dlogits, double scale) override {
-    check_labels(labels);
+  // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K (with mixup the
+  // one-hot part is mix onehot(label) + (1 - mix) onehot(mixed)).
+  void backward(const Targets& t, T* dlogits, double scale) override {
+    d_.check_targets(t);
     const double eps = d_.label_smoothing, f = scale / double(n_);
     for (int64_t n = 0; n < n_; ++n)
       for (int64_t k = 0; k < k_; ++k) {
-        const double target = (k == labels[n] ? 1 - eps : 0.0) + eps / double(k_);
+        double hot = k == t.labels[n] ? 1.0 : 0.0;
+        if (t.mixed) hot = t.mix * hot + (1 - t.mix) * (k == t.mixed[n] ? 1.0 : 0.0);
+        const double target = (1 - eps) * hot + eps / double(k_);
         dlogits[n * k_ + k] = T((prob_[size_t(n * k_ + k)] - target) * f);
       }
   }
 
  private:
-  void check_labels(const int32_t* labels) const {
-    for (int64_t n = 0; n < n_; ++n)
-      if (labels[n] < 0 || labels[n] >= k_)
-        throw Error(str_cat("layer ", d_.name, ": label ", labels[n], " at batch index ", n,
-                            " is outside [0, ", k_, ") for logits ", d_.in.str()));
-  }
-
   SoftmaxXentDesc d_;
   int64_t n_, k_;
   std::vector<double> prob_;  // softmax of the last forward, for backward

@@ -146,15 +146,17 @@ void check_timeline(MpiTest& t, const std::string& dir) {
 
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
 // resumed with --resume auto.
-void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1) {
-  const std::string tag = str_cat(mid_epoch, "_", passes);
+void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mixup = 0) {
+  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mixup);
   Config a = tiny(dir + "/straight" + tag);
   a.train.accumulate = passes;
+  a.train.mixup = mixup;
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
   Config b = tiny(dir + "/resumed" + tag);
   b.train.accumulate = passes;
+  b.train.mixup = mixup;
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -175,6 +177,22 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   auto sa = ta.net().arena().state(), sb = tb.net().arena().state();
   MPI_EXPECT(t, std::memcmp(sa.data(), sb.data(), sa.size_bytes()) == 0, "BN statistics differ after resume");
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
+}
+
+// Mixup changes what is trained from the first step on: every step's loss differs from the
+// unmixed run's (the replicas stay identical, each rank drawing its own weights: the runs'
+// consistency checks compare them).
+void check_mixup(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/mixup_off"), b = tiny(dir + "/mixup_on");
+  a.train.steps = b.train.steps = 4;
+  b.train.mixup = 0.4;
+  Trainer ta(a), tb(b);
+  ta.train();
+  tb.train();
+  MPI_EXPECT(t, ta.losses().size() == 4 && tb.losses().size() == 4, "steps run");
+  for (size_t i = 0; i < 4 && i < tb.losses().size(); ++i)
+    MPI_EXPECT(t, std::isfinite(tb.losses()[i]) && tb.losses()[i] != ta.losses()[i], "step ", i + 1, " loss ",
+               tb.losses()[i], " with mixup, ", ta.losses()[i], " without");
 }
 
 // Resuming on another rank count at the same global batch. With one sample per rank and pass,
@@ -431,6 +449,8 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
+    check_exact_resume(t, dir, true, 2, 0.4);  // mixup's weights drawn again on resume
+    check_mixup(t, dir);
     check_elastic_resume(t, dir);
     check_weights(t, dir);
     check_data_parallel_equivalence(t, dir);
