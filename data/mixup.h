@@ -15,8 +15,8 @@ namespace rt::data {
 // same weights, and ranks (and the passes of an accumulated step) draw their own.
 double mixup_weight(double alpha, uint64_t seed, int64_t step, int64_t pass, int rank);
 
-// Blends b in place: image i becomes mix * image i + (1 - mix) * image n-1-i, computed in double
-// and rounded to the batch's element type (8-bit pixels to the nearest value); b.mixed[i] becomes
+// Blends b in place: image i becomes mix * image i + (1 - mix) * image n-1-i, computed in float
+// (8-bit pixels rounded to the nearest value, halves up); b.mixed[i] becomes
 // label n-1-i and b.mix = mix. Both pixel forms (images or pixels) are blended, whichever is
 // filled. Normalizing is affine per channel, so blending normalized floats equals normalizing
 // blended pixels up to that rounding. Throws rt::Error for mix outside [0, 1] or a batch

@@ -2,6 +2,7 @@
 //
 //   bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64]
 //              [--size 224] [--batches N] [--passes P] [--queue 4] [--output float|u8|both]
+//              [--mixup ALPHA]
 //
 // Each pass starts a new epoch (so the samples and crops differ), takes one batch untimed (the
 // threads start and fill the queue) and times the next N - 1; the first pass only warms up (page
@@ -10,6 +11,8 @@
 // --output both measures float and 8-bit batches in alternating passes of one run (each pass a
 // fresh loader, so no prefetch thread of the other output competes), one RESULT line each: on a
 // shared machine the two see the same load.
+// --mixup ALPHA blends every timed batch as train.mixup does, on the thread that takes the batches
+// (the trainer's), and prints that blend's own time per batch beside the rate (which includes it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,18 +21,25 @@
 #include <vector>
 
 #include "data/loader.h"
+#include "data/mixup.h"
 #include "nn/error.h"
 
 namespace {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_data: %s\nusage: bench_data --root DIR [--split train|val] [--shards INDEX] "
                "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] "
-               "[--output float|u8|both]\n", why.c_str());
+               "[--output float|u8|both] [--mixup ALPHA]\n", why.c_str());
   std::exit(2);
 }
 
-// One pass: a fresh loader at epoch `epoch`, one batch untimed, then batches - 1 timed.
-double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch, int batches, int epoch) {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// One pass: a fresh loader at epoch `epoch`, one batch untimed, then batches - 1 timed, each
+// mixed when mixup > 0 (each blend's seconds appended to mix_s).
+double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch, int batches, int epoch,
+                 double mixup, std::vector<double>& mix_s) {
   auto loader = rt::data::make_loader(cfg, sp, 0, 1, batch);
   if (loader->steps_per_epoch() < batches)
     throw rt::Error(rt::str_cat("bench_data: ", loader->size(), " images give ", loader->steps_per_epoch(),
@@ -42,8 +52,13 @@ double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch,
   for (int s = 1; s < batches; ++s) {
     loader->next(b);
     images += b.n;
+    if (mixup > 0) {
+      const auto m0 = std::chrono::steady_clock::now();
+      rt::data::mixup(b, rt::data::mixup_weight(mixup, cfg.seed, s, 0, 0));
+      mix_s.push_back(seconds_since(m0));
+    }
   }
-  return images / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return images / seconds_since(t0);
 }
 }  // namespace
 
@@ -51,6 +66,7 @@ int main(int argc, char** argv) {
   rt::data::DataConfig cfg;
   std::string split = "train", shards, output = "float";
   int batch = 64, batches = 20, passes = 3;
+  double mixup = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) usage("missing value for " + k);
@@ -66,12 +82,14 @@ int main(int argc, char** argv) {
     else if (k == "--passes") passes = n;
     else if (k == "--queue") cfg.queue_depth = n;
     else if (k == "--output") output = v;
+    else if (k == "--mixup") mixup = std::atof(v.c_str());
     else usage("unknown flag " + k);
   }
   if (split != "train" && split != "val") usage("--split must be train or val");
   if (output != "float" && output != "u8" && output != "both") usage("--output must be float, u8 or both");
   if (cfg.root.empty() && shards.empty()) usage("--root or --shards is required");
-  if (batches < 2 || passes < 1 || batch < 1) usage("need --batches >= 2, --passes >= 1, --batch >= 1");
+  if (batches < 2 || passes < 1 || batch < 1 || mixup < 0)
+    usage("need --batches >= 2, --passes >= 1, --batch >= 1, --mixup >= 0");
   const rt::data::Split sp = split == "train" ? rt::data::Split::train : rt::data::Split::val;
   (sp == rt::data::Split::train ? cfg.train_shards : cfg.val_shards) = shards;
   std::vector<std::string> outputs;
@@ -79,23 +97,35 @@ int main(int argc, char** argv) {
   if (output != "float") outputs.push_back("u8");
   try {
     const auto probe = rt::data::make_loader(cfg, sp, 0, 1, batch);  // size, and errors before timing
-    std::vector<std::vector<double>> rates(outputs.size());
+    std::vector<std::vector<double>> rates(outputs.size()), mix_s(outputs.size());
     for (int p = 0; p <= passes; ++p)
       for (size_t o = 0; o < outputs.size(); ++o) {
         rt::data::DataConfig c = cfg;
         c.output = outputs[o] == "u8" ? rt::data::Output::u8 : rt::data::Output::f32;
-        const double r = pass_rate(c, sp, batch, batches, p);
-        if (p) rates[o].push_back(r);  // pass 0 warms up
+        std::vector<double> mixes;
+        const double r = pass_rate(c, sp, batch, batches, p, mixup, mixes);
+        if (p) {  // pass 0 warms up
+          rates[o].push_back(r);
+          mix_s[o].insert(mix_s[o].end(), mixes.begin(), mixes.end());
+        }
       }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      const size_t m = v.size();
+      return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    };
     for (size_t o = 0; o < outputs.size(); ++o) {
-      std::vector<double> sorted = rates[o];
-      std::sort(sorted.begin(), sorted.end());
-      const size_t m = sorted.size();
-      const double median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+      const auto [lo, hi] = std::minmax_element(rates[o].begin(), rates[o].end());
       std::printf("RESULT ringtrain_data source=%s threads=%d batch=%d size=%d mode=%s output=%s images=%lld "
-                  "img_per_s_median=%.1f min=%.1f max=%.1f\n",
+                  "img_per_s_median=%.1f min=%.1f max=%.1f",
                   shards.empty() ? "folder" : "shards", cfg.threads, batch, cfg.image_size, split.c_str(),
-                  outputs[o].c_str(), static_cast<long long>(probe->size()), median, sorted.front(), sorted.back());
+                  outputs[o].c_str(), static_cast<long long>(probe->size()), median(rates[o]), *lo, *hi);
+      if (mixup > 0) {
+        const auto [mlo, mhi] = std::minmax_element(mix_s[o].begin(), mix_s[o].end());
+        std::printf(" mixup=%g mixup_ms_per_batch_median=%.2f min=%.2f max=%.2f", mixup, 1e3 * median(mix_s[o]),
+                    1e3 * *mlo, 1e3 * *mhi);
+      }
+      std::printf("\n");
     }
   } catch (const rt::Error& e) {
     std::fprintf(stderr, "bench_data: %s\n", e.what());
