@@ -64,8 +64,8 @@ int run_trainer(const std::string& backend, int np, std::string* out, const std:
 
 // Runs the trainer, which must succeed, and returns rank 0's loss per step from its metrics file.
 std::map<long, double> train(const std::string& backend, int np, std::string* out,
-                             const std::string& extra = "") {
-  EXPECT_EQ(run_trainer(backend, np, out, extra), 0) << *out;
+                             const std::string& extra = "", const std::string& args = "") {
+  EXPECT_EQ(run_trainer(backend, np, out, extra, "", args), 0) << *out;
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::map<long, double> loss;
   std::ifstream f(dir + "/metrics.jsonl");
@@ -78,12 +78,14 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
 }
 
 // Trains with `backend` on the GPU and with RT_CPU_BACKEND on 1 and 2 ranks: rank 0's loss of every
-// step must agree within tol + tol * |loss|.
-void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "") {
+// step must agree within tol + tol * |loss|. `extra` is for the GPU run, `both` (command-line
+// arguments) for both.
+void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "",
+                        const std::string& both = "") {
   RT_REQUIRE_GPU();
   for (int np : {1, 2}) {
     std::string out_gpu, out_cpu;
-    const auto gpu = train(backend, np, &out_gpu, extra), cpu = train(RT_CPU_BACKEND, np, &out_cpu);
+    const auto gpu = train(backend, np, &out_gpu, extra, both), cpu = train(RT_CPU_BACKEND, np, &out_cpu, "", both);
     // Ranks beyond the node's GPUs share them, and the job says so once.
     const size_t notes = count(out_gpu, "ranks on this node share its");
     EXPECT_EQ(notes, rt::cuda::device_count() < np ? 1u : 0u) << out_gpu;
@@ -119,6 +121,13 @@ TEST(GpuTrainer, CudaBf16FollowsCpuOnOneAndTwoRanks) { expect_matches_cpu("cuda-
 // gradients, so that no step is skipped and every step's loss has a CPU counterpart.
 TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
   expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n");
+}
+
+// Mixup: the 8-bit batches (both runs take them here, so both blend the same bytes) are blended
+// before the device's copy of the prefetched next batch is queued, so the device trains on the
+// images the CPU does; the loss's blended targets come from the same draws.
+TEST(GpuTrainer, MixupMatchesCpu) {
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set train.mixup=0.4 --set data.output=u8");
 }
 
 // The direct path end to end (MPI reads the device buffers, our kernels reduce them there). It
