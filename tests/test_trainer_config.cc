@@ -134,8 +134,11 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("key 'train.accumulate' must be 1 when emulate.compute_ms is set (got 2)"), std::string::npos) << e;
   e = invalid("", {"train.mixup=-0.2"});
   EXPECT_NE(e.find("--set: key 'train.mixup' must be >= 0 (0: off) (got -0.2)"), std::string::npos) << e;
-  EXPECT_EQ(invalid("train: {mixup: 0.2}\n"), "");
+  e = invalid("train: {cutmix: -1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.cutmix' must be >= 0 (0: off) (got -1)"), std::string::npos) << e;
+  EXPECT_EQ(invalid("train: {mixup: 0.2, cutmix: 1}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.mixup, 0.0);  // off unless asked for
+  EXPECT_EQ(config_parse("", "d.yaml").train.cutmix, 0.0);
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");

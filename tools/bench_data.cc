@@ -2,7 +2,7 @@
 //
 //   bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64]
 //              [--size 224] [--batches N] [--passes P] [--queue 4] [--output float|u8|both]
-//              [--mixup ALPHA]
+//              [--mixup ALPHA] [--cutmix ALPHA]
 //
 // Each pass starts a new epoch (so the samples and crops differ), takes one batch untimed (the
 // threads start and fill the queue) and times the next N - 1; the first pass only warms up (page
@@ -11,8 +11,9 @@
 // --output both measures float and 8-bit batches in alternating passes of one run (each pass a
 // fresh loader, so no prefetch thread of the other output competes), one RESULT line each: on a
 // shared machine the two see the same load.
-// --mixup ALPHA blends every timed batch as train.mixup does, on the thread that takes the batches
-// (the trainer's), and prints that blend's own time per batch beside the rate (which includes it).
+// --mixup / --cutmix ALPHA mix every timed batch as train.mixup / train.cutmix do, on the thread
+// that takes the batches (the trainer's), and print that mixing's own time per batch beside the
+// rate (which includes it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +29,7 @@ namespace {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_data: %s\nusage: bench_data --root DIR [--split train|val] [--shards INDEX] "
                "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] "
-               "[--output float|u8|both] [--mixup ALPHA]\n", why.c_str());
+               "[--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA]\n", why.c_str());
   std::exit(2);
 }
 
@@ -37,9 +38,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // One pass: a fresh loader at epoch `epoch`, one batch untimed, then batches - 1 timed, each
-// mixed when mixup > 0 (each blend's seconds appended to mix_s).
+// mixed when mixup or cutmix > 0 (each mixing's seconds appended to mix_s).
 double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch, int batches, int epoch,
-                 double mixup, std::vector<double>& mix_s) {
+                 double mixup, double cutmix, std::vector<double>& mix_s) {
   auto loader = rt::data::make_loader(cfg, sp, 0, 1, batch);
   if (loader->steps_per_epoch() < batches)
     throw rt::Error(rt::str_cat("bench_data: ", loader->size(), " images give ", loader->steps_per_epoch(),
@@ -52,9 +53,10 @@ double pass_rate(const rt::data::DataConfig& cfg, rt::data::Split sp, int batch,
   for (int s = 1; s < batches; ++s) {
     loader->next(b);
     images += b.n;
-    if (mixup > 0) {
+    if (mixup > 0 || cutmix > 0) {
       const auto m0 = std::chrono::steady_clock::now();
-      rt::data::mixup(b, rt::data::mixup_weight(mixup, cfg.seed, s, 0, 0));
+      const int64_t size = cfg.image_size;
+      rt::data::mix_batch(b, rt::data::draw_mix(mixup, cutmix, size, cfg.seed, s, 0, 0), size);
       mix_s.push_back(seconds_since(m0));
     }
   }
@@ -66,7 +68,7 @@ int main(int argc, char** argv) {
   rt::data::DataConfig cfg;
   std::string split = "train", shards, output = "float";
   int batch = 64, batches = 20, passes = 3;
-  double mixup = 0;
+  double mixup = 0, cutmix = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (i + 1 >= argc) usage("missing value for " + k);
@@ -83,13 +85,14 @@ int main(int argc, char** argv) {
     else if (k == "--queue") cfg.queue_depth = n;
     else if (k == "--output") output = v;
     else if (k == "--mixup") mixup = std::atof(v.c_str());
+    else if (k == "--cutmix") cutmix = std::atof(v.c_str());
     else usage("unknown flag " + k);
   }
   if (split != "train" && split != "val") usage("--split must be train or val");
   if (output != "float" && output != "u8" && output != "both") usage("--output must be float, u8 or both");
   if (cfg.root.empty() && shards.empty()) usage("--root or --shards is required");
-  if (batches < 2 || passes < 1 || batch < 1 || mixup < 0)
-    usage("need --batches >= 2, --passes >= 1, --batch >= 1, --mixup >= 0");
+  if (batches < 2 || passes < 1 || batch < 1 || mixup < 0 || cutmix < 0)
+    usage("need --batches >= 2, --passes >= 1, --batch >= 1, --mixup and --cutmix >= 0");
   const rt::data::Split sp = split == "train" ? rt::data::Split::train : rt::data::Split::val;
   (sp == rt::data::Split::train ? cfg.train_shards : cfg.val_shards) = shards;
   std::vector<std::string> outputs;
@@ -103,7 +106,7 @@ int main(int argc, char** argv) {
         rt::data::DataConfig c = cfg;
         c.output = outputs[o] == "u8" ? rt::data::Output::u8 : rt::data::Output::f32;
         std::vector<double> mixes;
-        const double r = pass_rate(c, sp, batch, batches, p, mixup, mixes);
+        const double r = pass_rate(c, sp, batch, batches, p, mixup, cutmix, mixes);
         if (p) {  // pass 0 warms up
           rates[o].push_back(r);
           mix_s[o].insert(mix_s[o].end(), mixes.begin(), mixes.end());
@@ -120,10 +123,10 @@ int main(int argc, char** argv) {
                   "img_per_s_median=%.1f min=%.1f max=%.1f",
                   shards.empty() ? "folder" : "shards", cfg.threads, batch, cfg.image_size, split.c_str(),
                   outputs[o].c_str(), static_cast<long long>(probe->size()), median(rates[o]), *lo, *hi);
-      if (mixup > 0) {
+      if (mixup > 0 || cutmix > 0) {
         const auto [mlo, mhi] = std::minmax_element(mix_s[o].begin(), mix_s[o].end());
-        std::printf(" mixup=%g mixup_ms_per_batch_median=%.2f min=%.2f max=%.2f", mixup, 1e3 * median(mix_s[o]),
-                    1e3 * *mlo, 1e3 * *mhi);
+        std::printf(" mixup=%g cutmix=%g mix_ms_per_batch_median=%.2f min=%.2f max=%.2f", mixup, cutmix,
+                    1e3 * median(mix_s[o]), 1e3 * *mlo, 1e3 * *mhi);
       }
       std::printf("\n");
     }

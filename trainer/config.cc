@@ -69,6 +69,7 @@ void config_fields(C& c, V&& v) {
   v("train.accumulate", c.train.accumulate);
   v("train.label_smoothing", c.train.label_smoothing);
   v("train.mixup", c.train.mixup);
+  v("train.cutmix", c.train.cutmix);
   v("loss_scale.mode", c.loss_scale.mode);
   v("loss_scale.init", c.loss_scale.init);
   v("loss_scale.growth_factor", c.loss_scale.growth_factor);

@@ -54,6 +54,7 @@ struct TrainConfig {                  // key prefix: train.
   int64_t accumulate = 1;             // passes per optimizer step (global batch = ranks * batch * this)
   double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
   double mixup = 0.0;                 // >0: mixup, weights ~ Beta(this, this) (data/mixup.h); 0 = off
+  double cutmix = 0.0;                // >0: CutMix, the same; with mixup too, either per batch
 };
 
 struct CheckpointConfig {             // key prefix: checkpoint.

@@ -94,6 +94,8 @@ void config_validate(const Config& c) {
             "must be in [0, 1)", c.train.label_smoothing);
   k.require(c.train.mixup >= 0 && std::isfinite(c.train.mixup), "train.mixup", "must be >= 0 (0: off)",
             c.train.mixup);
+  k.require(c.train.cutmix >= 0 && std::isfinite(c.train.cutmix), "train.cutmix", "must be >= 0 (0: off)",
+            c.train.cutmix);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 

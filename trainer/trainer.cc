@@ -283,7 +283,10 @@ void Trainer::take_batch(data::Batch& b, int64_t step, int64_t pass) {
                         u8 ? " pixel bytes" : " floats", " for data.output ", u8 ? "u8" : "float", " (expected ",
                         pad_images_.size(), ")"));
   // Here, before a prefetched batch is staged for the device: its bytes go there mixed.
-  if (cfg_.train.mixup > 0) data::mixup(b, data::mixup_weight(cfg_.train.mixup, cfg_.seed, step, pass, rank_));
+  if (const auto& t = cfg_.train; t.mixup > 0 || t.cutmix > 0) {
+    const int64_t size = cfg_.data.image_size;
+    data::mix_batch(b, data::draw_mix(t.mixup, t.cutmix, size, cfg_.seed, step, pass, rank_), size);
+  }
 }
 
 void Trainer::prefetch_next() {

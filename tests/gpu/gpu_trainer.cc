@@ -123,11 +123,12 @@ TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
   expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n");
 }
 
-// Mixup: the 8-bit batches (both runs take them here, so both blend the same bytes) are blended
-// before the device's copy of the prefetched next batch is queued, so the device trains on the
-// images the CPU does; the loss's blended targets come from the same draws.
+// Mixup and CutMix (either per batch): the 8-bit batches (both runs take them here, so both mix
+// the same bytes) are mixed before the device's copy of the prefetched next batch is queued, so
+// the device trains on the images the CPU does; the loss's blended targets come from the same
+// draws.
 TEST(GpuTrainer, MixupMatchesCpu) {
-  expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set train.mixup=0.4 --set data.output=u8");
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set train.mixup=0.4 --set train.cutmix=1 --set data.output=u8");
 }
 
 // The direct path end to end (MPI reads the device buffers, our kernels reduce them there). It

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/mpi_check.h"
+#include "data/mixup.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
 #include "trainer/checkpoint.h"
@@ -146,17 +147,18 @@ void check_timeline(MpiTest& t, const std::string& dir) {
 
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
 // resumed with --resume auto.
-void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mixup = 0) {
-  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mixup);
+// mix: train.mixup and train.cutmix both (each batch draws one of them).
+void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0) {
+  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix);
   Config a = tiny(dir + "/straight" + tag);
   a.train.accumulate = passes;
-  a.train.mixup = mixup;
+  a.train.mixup = a.train.cutmix = mix;
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
   Config b = tiny(dir + "/resumed" + tag);
   b.train.accumulate = passes;
-  b.train.mixup = mixup;
+  b.train.mixup = b.train.cutmix = mix;
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -179,20 +181,28 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
 }
 
-// Mixup changes what is trained from the first step on: every step's loss differs from the
-// unmixed run's (the replicas stay identical, each rank drawing its own weights: the runs'
-// consistency checks compare them).
+// Mixup and CutMix change what is trained from the first step on: every step's loss differs from
+// the unmixed run's and from the other's (the replicas stay identical, each rank drawing its own
+// weights: the runs' consistency checks compare them). A CutMix box can be empty in these 8x8
+// images (a side under 1 pixel): then this rank's first loss is the plain one, exactly.
 void check_mixup(MpiTest& t, const std::string& dir) {
-  Config a = tiny(dir + "/mixup_off"), b = tiny(dir + "/mixup_on");
-  a.train.steps = b.train.steps = 4;
+  Config a = tiny(dir + "/mix_off"), b = tiny(dir + "/mixup"), c = tiny(dir + "/cutmix");
+  a.train.steps = b.train.steps = c.train.steps = 4;
   b.train.mixup = 0.4;
-  Trainer ta(a), tb(b);
+  c.train.cutmix = 1.0;
+  Trainer ta(a), tb(b), tc(c);
   ta.train();
   tb.train();
-  MPI_EXPECT(t, ta.losses().size() == 4 && tb.losses().size() == 4, "steps run");
-  for (size_t i = 0; i < 4 && i < tb.losses().size(); ++i)
-    MPI_EXPECT(t, std::isfinite(tb.losses()[i]) && tb.losses()[i] != ta.losses()[i], "step ", i + 1, " loss ",
-               tb.losses()[i], " with mixup, ", ta.losses()[i], " without");
+  tc.train();
+  MPI_EXPECT(t, ta.losses().size() == 4 && tb.losses().size() == 4 && tc.losses().size() == 4, "steps run");
+  const bool empty_box = data::draw_mix(0, 1.0, c.data.image_size, c.seed, 0, 0, t.rank()).mix == 1;
+  for (size_t i = 0; i < 4 && i < tb.losses().size() && i < tc.losses().size(); ++i) {
+    const double off = ta.losses()[i], mixup = tb.losses()[i], cutmix = tc.losses()[i];
+    MPI_EXPECT(t, std::isfinite(mixup) && std::isfinite(cutmix) && mixup != off && mixup != cutmix, "step ", i + 1,
+               " loss ", off, " plain, ", mixup, " with mixup, ", cutmix, " with CutMix");
+    MPI_EXPECT(t, (cutmix == off) == (i == 0 && empty_box), "step ", i + 1, " loss ", off, " plain, ", cutmix,
+               " with CutMix", empty_box ? " (an empty first box)" : "");
+  }
 }
 
 // Resuming on another rank count at the same global batch. With one sample per rank and pass,
@@ -449,7 +459,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
-    check_exact_resume(t, dir, true, 2, 0.4);  // mixup's weights drawn again on resume
+    check_exact_resume(t, dir, true, 2, 0.4);  // mixup's and CutMix's draws made again on resume
     check_mixup(t, dir);
     check_elastic_resume(t, dir);
     check_weights(t, dir);
