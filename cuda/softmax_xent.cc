@@ -14,7 +14,7 @@ DeviceSoftmaxXent::DeviceSoftmaxXent(const SoftmaxXentDesc& d, cudaStream_t stre
   const size_t n = size_t(d_.in.n);
   prob_ = DeviceBuffer(n * size_t(d_.in.c) * sizeof(float));
   row_loss_ = DeviceBuffer(n * sizeof(float));
-  labels_ = DeviceBuffer(2 * n * sizeof(int32_t));  // a mixup's second labels after the first
+  labels_ = DeviceBuffer(2 * n * sizeof(int32_t));  // a blend's second labels after the first
   result_ = DeviceBuffer(sizeof(Result));
   pinned_bytes_ = sizeof(Result) + 2 * n * sizeof(int32_t);
   void* pinned = pinned_malloc(pinned_bytes_);

@@ -18,7 +18,7 @@ class DeviceSoftmaxXent final : public SoftmaxXentOp<float> {
   ~DeviceSoftmaxXent() override;
   DeviceSoftmaxXent(const DeviceSoftmaxXent&) = delete;
   DeviceSoftmaxXent& operator=(const DeviceSoftmaxXent&) = delete;
-  // Queues the labels' upload (both of a mixup's), the loss and its copy back. The labels go
+  // Queues the labels' upload (both sets of blended targets), the loss and its copy back. The labels go
   // through the page-locked mirror: an upload straight from pageable memory may make the host
   // wait for the stream.
   void forward(const float* logits, const Targets& t) override;

@@ -11,7 +11,7 @@ struct XentArgs {
   float label_smoothing = 0;     // eps
   const float* logits = nullptr; // (n, k)
   const int32_t* labels = nullptr;
-  const int32_t* mixed = nullptr; // null, or mixup's second label per row (weight 1 - mix)
+  const int32_t* mixed = nullptr; // null, or the blend's second label per row (weight 1 - mix)
   float mix = 1;                  // weight of labels
   float* prob = nullptr;         // (n, k): softmax, kept for backward
   float* row_loss = nullptr;     // (n)

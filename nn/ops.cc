@@ -65,7 +65,7 @@ void SoftmaxXentDesc::validate() const {
 void SoftmaxXentDesc::check_mix(const Targets& t) const {
   if (!t.labels) throw Error(str_cat("layer ", name, ": the loss needs labels"));
   if (t.mixed && !(t.mix >= 0 && t.mix <= 1))
-    throw Error(str_cat("layer ", name, ": mixup weight ", t.mix, " is outside [0, 1]"));
+    throw Error(str_cat("layer ", name, ": blend weight ", t.mix, " is outside [0, 1]"));
 }
 
 void SoftmaxXentDesc::check_targets(const Targets& t) const {

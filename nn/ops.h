@@ -107,20 +107,20 @@ struct PadShortcutDesc {
 };
 
 // What the loss compares the logits with: a class per sample (host memory, in.n of them), or
-// with mixup a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
+// (mixup, CutMix) a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
 // pointer converts to one; null is no targets (inference).
 struct Targets {
   Targets(const int32_t* l = nullptr) : labels(l) {}  // NOLINT: implicit, labels are the usual case
   Targets(const int32_t* l, const int32_t* m, double w) : labels(l), mixed(m), mix(w) {}
   explicit operator bool() const { return labels != nullptr; }
   const int32_t* labels = nullptr;
-  const int32_t* mixed = nullptr;  // null: no mixup
+  const int32_t* mixed = nullptr;  // null: not blended
   double mix = 1.0;                // in [0, 1]
 };
 
 // Softmax cross-entropy with label smoothing eps, mean over the batch:
 // loss_n = -(1 - eps) log p[n][label_n] - eps / K * sum_k log p[n][k].
-// With mixup targets the first term is -(1 - eps) (mix log p[n][label_n] + (1 - mix) log p[n][mixed_n]).
+// With blended targets the first term is -(1 - eps) (mix log p[n][label_n] + (1 - mix) log p[n][mixed_n]).
 struct SoftmaxXentDesc {
   std::string name;
   Shape in;  // (n, classes, 1, 1)

@@ -264,9 +264,8 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
     d_.check_targets(t);
     const float g = float(scale / double(n_));
     const float off = float(eps_ / double(k_));
-    const float on = float(1.0 - eps_);
-    // With mixup the one-hot part splits between the two labels (the same label twice: all of it).
-    const float on_a = t.mixed ? float((1.0 - eps_) * t.mix) : on;
+    // Blended targets split the one-hot part between the two labels (the same label twice: all of it).
+    const float on_a = float((1.0 - eps_) * (t.mixed ? t.mix : 1.0));
     const float on_b = t.mixed ? float((1.0 - eps_) * (1 - t.mix)) : 0.0f;
     for (int64_t n = 0; n < n_; ++n) {
       const float* p = prob_.data() + n * k_;

@@ -116,8 +116,8 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   }
   double loss() override { return loss_; }
 
-  // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K (with mixup the
-  // one-hot part is mix onehot(label) + (1 - mix) onehot(mixed)).
+  // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K (with blended
+  // targets the one-hot part is mix onehot(label) + (1 - mix) onehot(mixed)).
   void backward(const Targets& t, T* dlogits, double scale) override {
     d_.check_targets(t);
     const double eps = d_.label_smoothing, f = scale / double(n_);
