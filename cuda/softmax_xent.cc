@@ -41,10 +41,8 @@ XentArgs DeviceSoftmaxXent::args() const {
   a.k = d_.in.c;
   a.label_smoothing = float(d_.label_smoothing);
   a.labels = labels_.as<int32_t>();
-  if (mixed_) {
-    a.mixed = a.labels + d_.in.n;
-    a.mix = mix_;
-  }
+  a.mixed = mixed_ ? a.labels + d_.in.n : a.labels;  // not blended: the labels with themselves
+  a.mix = mixed_ ? mix_ : 1.0f;
   a.prob = prob_.as<float>();
   return a;
 }

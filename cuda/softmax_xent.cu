@@ -55,7 +55,7 @@ __global__ void xent_forward_kernel(XentArgs a) {
   for (int64_t j = threadIdx.x; j < a.k; j += blockDim.x)
     a.prob[row * a.k + j] = expf(z[j] - lse);
   if (threadIdx.x == 0) {
-    const int32_t label = a.labels[row], mixed = a.mixed ? a.mixed[row] : label;
+    const int32_t label = a.labels[row], mixed = a.mixed[row];
     if (label < 0 || label >= a.k || mixed < 0 || mixed >= a.k) {
       // The lowest bad row, whichever block gets here first: the same sample named every run.
       // Unsigned, so that the memset's -1 is the largest value.
@@ -65,8 +65,7 @@ __global__ void xent_forward_kernel(XentArgs a) {
     }
     const float eps = a.label_smoothing;
     const float sum_logp = sz - float(a.k) * lse;
-    float logp_label = z[label] - lse;
-    if (a.mixed) logp_label = a.mix * logp_label + (1 - a.mix) * (z[mixed] - lse);
+    const float logp_label = a.mix * (z[label] - lse) + (1 - a.mix) * (z[mixed] - lse);
     a.row_loss[row] = -(1 - eps) * logp_label - eps / float(a.k) * sum_logp;
   }
 }
@@ -86,11 +85,8 @@ __global__ void xent_backward_kernel(XentArgs a, float* dlogits, float f) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t row = i / a.k, col = i - row * a.k;
-    float target;
-    if (a.mixed)
-      target = (1 - eps) * ((col == a.labels[row] ? a.mix : 0.0f) + (col == a.mixed[row] ? 1 - a.mix : 0.0f)) + uniform;
-    else
-      target = (col == a.labels[row] ? 1 - eps : 0.0f) + uniform;
+    const float hot = (col == a.labels[row] ? a.mix : 0.0f) + (col == a.mixed[row] ? 1 - a.mix : 0.0f);
+    const float target = (1 - eps) * hot + uniform;
     dlogits[i] = (a.prob[i] - target) * f;
   }
 }

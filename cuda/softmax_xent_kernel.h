@@ -11,8 +11,8 @@ struct XentArgs {
   float label_smoothing = 0;     // eps
   const float* logits = nullptr; // (n, k)
   const int32_t* labels = nullptr;
-  const int32_t* mixed = nullptr; // null, or the blend's second label per row (weight 1 - mix)
-  float mix = 1;                  // weight of labels
+  const int32_t* mixed = nullptr; // the blend's second label per row (weight 1 - mix); targets
+  float mix = 1;                  //   that are not blended: labels itself at weight 1, the same bits
   float* prob = nullptr;         // (n, k): softmax, kept for backward
   float* row_loss = nullptr;     // (n)
   double* mean_loss = nullptr;   // (1)
@@ -22,8 +22,8 @@ struct XentArgs {
 // prob, row_loss and mean_loss from logits and labels; *bad_row must be -1 before the launch
 // (a row with either label outside [0, k) is bad).
 void xent_forward_launch(const XentArgs& a, cudaStream_t stream);
-// dlogits = (prob - target) * scale / n, target = (1 - eps) onehot(label) + eps / k (with mixed:
-// (1 - eps) (mix onehot(label) + (1 - mix) onehot(mixed)) + eps / k).
+// dlogits = (prob - target) * scale / n, target = (1 - eps) (mix onehot(label) + (1 - mix)
+// onehot(mixed)) + eps / k.
 void xent_backward_launch(const XentArgs& a, float* dlogits, float scale, cudaStream_t stream);
 
 }  // namespace rt::cuda
