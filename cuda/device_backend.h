@@ -34,6 +34,10 @@ class DeviceBackend : public Backend<float> {
   std::unique_ptr<Optimizer<float>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) override;
   // One kernel scales and flags; only a flagged buffer is counted (on a host copy, a rare path).
   size_t scale_count_nonfinite(float* v, size_t n, float s, bool count) override;
+  // One kernel, queued after the step's optimizer update.
+  void ema_update(float* avg, const float* x, size_t n, float w) const override {
+    cuda::ema_update(avg, x, n, w, ctx_.stream());
+  }
   // The next batch's copy runs on a stream of its own while the current step computes.
   bool can_stage_input() const override { return true; }
   void stage_input(const void* host, size_t bytes) override { input_.stage(host, bytes); }

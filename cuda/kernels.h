@@ -17,6 +17,9 @@ enum class Elem : uint8_t { f32, bf16, f16 };
 void reduce_add(Elem t, void* dst, const void* src, size_t n, cudaStream_t stream);
 // buf[i] = buf[i] * s (averaging: the sum scaled once by 1/ranks).
 void scale(Elem t, void* buf, size_t n, float s, cudaStream_t stream);
+// avg[i] = fma(w, x[i] - avg[i], avg[i]), fp32, each operation rounded once as on the host:
+// the weights' moving average (Backend::ema_update), bitwise the CPU's.
+void ema_update(float* avg, const float* x, size_t n, float w, cudaStream_t stream);
 // dst[i] = src[i] * s in type `to` (product in fp32, one rounding to nearest even): gradient
 // compression's f32 → bf16/f16 before a bucket's allreduce and back after. No overlap.
 void convert(Elem to, void* dst, Elem from, const void* src, size_t n, float s,

@@ -1,5 +1,5 @@
 // The ring allreduce's element arithmetic on device buffers: add and scale, fp32 accumulation;
-// the conversions of gradient compression.
+// the conversions of gradient compression; the weights' moving average.
 #include "cuda/elementwise.cuh"
 #include "cuda/kernels.h"
 
@@ -12,6 +12,10 @@ struct AddOp {
 struct ScaleOp {
   float s;
   __device__ float operator()(float d, float) const { return d * s; }
+};
+struct EmaOp {
+  float w;
+  __device__ float operator()(float avg, float x) const { return __fmaf_rn(w, __fsub_rn(x, avg), avg); }
 };
 
 template <class Op>
@@ -71,6 +75,11 @@ void reduce_add(Elem t, void* dst, const void* src, size_t n, cudaStream_t strea
 void scale(Elem t, void* buf, size_t n, float s, cudaStream_t stream) {
   if (n == 0) return;
   dispatch(t, buf, nullptr, n, ScaleOp{s}, stream);
+}
+
+void ema_update(float* avg, const float* x, size_t n, float w, cudaStream_t stream) {
+  if (n == 0) return;
+  map_launch<float, true>(avg, x, n, EmaOp{w}, stream);
 }
 
 }  // namespace rt::cuda

@@ -1,6 +1,7 @@
 // Shape validation of layer descriptions and the backend registry.
 #include "nn/ops.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -125,6 +126,28 @@ size_t Backend<T>::scale_count_host(T* v, size_t n, float s, bool count) {
     bad += (b & exp) == exp;
   }
   return bad;
+}
+
+template <class T>
+void Backend<T>::ema_update(T* avg, const T* x, size_t n, T w) const {
+  if (const MemorySpace* m = param_memory(); m && !m->host_accessible()) {
+    // A backend without a device pass of its own: through host copies (allocates; a slow path).
+    std::vector<T> a(n), b(n);
+    m->to_host(a.data(), avg, n * sizeof(T));
+    m->to_host(b.data(), x, n * sizeof(T));
+    ema_update_host(a.data(), b.data(), n, w);
+    m->from_host(avg, a.data(), n * sizeof(T));
+    return;
+  }
+  ema_update_host(avg, x, n, w);
+}
+
+template <class T>
+void Backend<T>::ema_update_host(T* avg, const T* x, size_t n, T w) {
+  // A call per element where the build has no FMA instructions (-DRT_NATIVE=ON gives them):
+  // ~0.1 s a step for ResNet-50's 25.6M weights on one core, spread over the rank's threads.
+#pragma omp parallel for schedule(static) if (n > (size_t(1) << 16))
+  for (size_t i = 0; i < n; ++i) avg[i] = std::fma(w, x[i] - avg[i], avg[i]);
 }
 
 template <class T>

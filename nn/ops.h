@@ -304,6 +304,12 @@ class Backend {
   virtual size_t scale_count_nonfinite(T* v, size_t n, float s, bool count);
   // That host loop over host memory, for overrides that count on a copy of their own.
   static size_t scale_count_host(T* v, size_t n, float s, bool count);
+  // The weights' moving average over param_memory(): avg[i] = fma(w, x[i] - avg[i], avg[i]) for
+  // i < n (avg moves the fraction w of the way to x; w = 1 - decay). Explicitly fused, so that
+  // every backend computes the same bits. Default: ema_update_host (on host copies when the host
+  // may not dereference param_memory()).
+  virtual void ema_update(T* avg, const T* x, size_t n, T w) const;
+  static void ema_update_host(T* avg, const T* x, size_t n, T w);
 
   // What set-up decided that a job's log should show (one line, after the model is built), or
   // "": the CUDA backends say how their convolution algorithms were chosen.

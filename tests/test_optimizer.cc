@@ -13,6 +13,7 @@
 
 #include "nn/arena.h"
 #include "nn/error.h"
+#include "nn/ops.h"
 
 namespace rt {
 namespace {
@@ -314,6 +315,29 @@ TEST(Sgd, RejectsBadConfigAndArguments) {
   EXPECT_THROW(opt.step(a.params().data(), a.grads().data(), -0.1), Error);
   EXPECT_THROW(opt.step(a.params().data(), a.grads().data(), std::nan("")), Error);
   EXPECT_EQ(opt.steps(), 0);
+}
+
+// The weights' moving average (Backend::ema_update): avg moves the fraction w of the way to x,
+// one fused multiply-add per element, the same on every CPU backend and thread count.
+TEST(MovingAverage, FusedStepOnEveryCpuBackend) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const size_t n = (size_t(1) << 17) + 3;  // the threaded loop, and an odd tail
+  std::vector<float> x(n), start(n);
+  for (size_t i = 0; i < n; ++i) x[i] = d(rng), start[i] = d(rng);
+  for (const char* name : {"reference", "onednn"}) {
+    auto b = make_backend<float>(name);
+    for (float w : {0.25f, 1e-4f, 0.9f}) {
+      std::vector<float> avg = start;
+      b->ema_update(avg.data(), x.data(), n, w);
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ += avg[i] != std::fma(w, x[i] - start[i], start[i]);
+      EXPECT_EQ(differ, 0u) << name << " w " << w;
+    }
+  }
+  std::vector<float> a = {1.0f, -2.0f, 8.0f}, y = {3.0f, 2.0f, 8.0f};
+  make_backend<float>("onednn")->ema_update(a.data(), y.data(), 3, 0.25f);
+  EXPECT_EQ(a, (std::vector<float>{1.5f, -1.0f, 8.0f}));
 }
 
 }  // namespace

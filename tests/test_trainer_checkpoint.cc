@@ -101,6 +101,47 @@ TEST(trainer_checkpoint, RanksOwnStatisticsRoundTripAndAreCounted) {
   fs::remove_all(dir);
 }
 
+// The weights' moving average ("ema": parameters then statistics; "ema_bnr": each rank's
+// statistics): read back as written, absent unless written, refused by name when miscounted.
+TEST(trainer_checkpoint, MovingAverageRoundTripsAndIsCounted) {
+  const std::string dir = temp_dir("rt_ck_ema");
+  Fixture f;
+  const std::string path = checkpoint_path(dir, f.meta.step);
+  std::vector<float> ema, ranks(4 * f.state.size());
+  for (size_t i = 0; i < f.params.size() + f.state.size(); ++i) ema.push_back(float(i) * 0.25f + 1);
+  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = -float(i);
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, {}, {}, ema, ranks);
+  Checkpoint c = checkpoint_read(path);
+  EXPECT_EQ(c.ema, ema);
+  EXPECT_EQ(c.ema_rank_state, ranks);
+  EXPECT_EQ(c.params, f.params);
+  EXPECT_TRUE(c.rank_state.empty());
+  f.write(path);
+  EXPECT_TRUE(checkpoint_read(path).ema.empty());
+  EXPECT_TRUE(checkpoint_read(path).ema_rank_state.empty());
+  ema.pop_back();
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, {}, {}, ema);
+  EXPECT_EQ(error_of([&] { checkpoint_read(path); }),
+            path + ": corrupt: section 'ema' holds 1044 values, not 1008 + 37 (parameters and BN statistics)");
+  ema.push_back(0);
+  ranks.pop_back();
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, {}, {}, ema, ranks);
+  EXPECT_EQ(error_of([&] { checkpoint_read(path); }),
+            path + ": corrupt: section 'ema_bnr' holds 147 values, not 4 rank(s) x 37");
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, {}, {}, {}, std::vector<float>(4 * 37));
+  EXPECT_EQ(error_of([&] { checkpoint_read(path); }), path + ": corrupt: section 'ema_bnr' without 'ema'");
+  fs::remove_all(dir);
+}
+
+// The moving average's decay: TensorFlow's warm-up min(decay, (1 + n) / (10 + n)), or the decay.
+TEST(trainer_checkpoint, MovingAverageDecay) {
+  EXPECT_DOUBLE_EQ(ema_decay(0.9999, true, 0), 0.1);
+  EXPECT_DOUBLE_EQ(ema_decay(0.9999, true, 90), 91.0 / 100.0);
+  EXPECT_DOUBLE_EQ(ema_decay(0.99, true, 890), 0.99);  // 891/900 = 0.99 exactly: the cap meets
+  EXPECT_DOUBLE_EQ(ema_decay(0.99, true, 100000), 0.99);
+  EXPECT_DOUBLE_EQ(ema_decay(0.9999, false, 0), 0.9999);
+}
+
 // The "layout" section: read back as written; a malformed line is refused naming file and line.
 TEST(trainer_checkpoint, LayoutRoundTripsAndBadLinesAreNamed) {
   const std::string dir = temp_dir("rt_ck_layout");

@@ -139,6 +139,12 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(invalid("train: {mixup: 0.2, cutmix: 1}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.mixup, 0.0);  // off unless asked for
   EXPECT_EQ(config_parse("", "d.yaml").train.cutmix, 0.0);
+  e = invalid("train: {ema: 1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.ema' must be in [0, 1) (0: off; e.g. 0.9999) (got 1)"), std::string::npos) << e;
+  EXPECT_NE(invalid("", {"train.ema=-0.5"}).find("key 'train.ema' must be in [0, 1)"), std::string::npos);
+  EXPECT_EQ(invalid("train: {ema: 0.9999, ema_warmup: false}\n"), "");
+  EXPECT_EQ(config_parse("", "d.yaml").train.ema, 0.0);
+  EXPECT_TRUE(config_parse("", "d.yaml").train.ema_warmup);
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");

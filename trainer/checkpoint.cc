@@ -146,7 +146,8 @@ uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h) {
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state,
-                      std::span<const CheckpointTensor> layout) {
+                      std::span<const CheckpointTensor> layout, std::span<const float> ema,
+                      std::span<const float> ema_rank_state) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -166,6 +167,8 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     w.section("state", state.data(), state.size_bytes());
     if (!momentum.empty()) w.section("momentum", momentum.data(), momentum.size_bytes());
     if (!rank_state.empty()) w.section("bn_ranks", rank_state.data(), rank_state.size_bytes());
+    if (!ema.empty()) w.section("ema", ema.data(), ema.size_bytes());
+    if (!ema_rank_state.empty()) w.section("ema_bnr", ema_rank_state.data(), ema_rank_state.size_bytes());
     if (!layout.empty()) {
       const std::string text = checkpoint_layout_text(layout);
       w.section("layout", text.data(), text.size());
@@ -258,6 +261,10 @@ Checkpoint checkpoint_read(const std::string& path) {
       seen_mom = true;
     } else if (t == "bn_ranks") {
       floats(ck.rank_state);
+    } else if (t == "ema") {
+      floats(ck.ema);
+    } else if (t == "ema_bnr") {
+      floats(ck.ema_rank_state);
     } else if (t == "layout") {
       layout_text.assign(d, len);
       seen_layout = true;
@@ -272,11 +279,18 @@ Checkpoint checkpoint_read(const std::string& path) {
       ck.state.size() != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
   // Each rank's own statistics: one set per rank that wrote the file.
-  if (!ck.rank_state.empty() && (ck.state.empty() || ck.meta.world < 1 ||
-                                 ck.rank_state.size() / ck.state.size() != uint64_t(ck.meta.world) ||
-                                 ck.rank_state.size() % ck.state.size() != 0))
-    throw bad(str_cat("corrupt: section 'bn_ranks' holds ", ck.rank_state.size(), " values, not ", ck.meta.world,
-                      " rank(s) x ", ck.state.size()));
+  auto check_ranks = [&](const std::vector<float>& v, const char* tag) {
+    if (!v.empty() && (ck.state.empty() || ck.meta.world < 1 || v.size() / ck.state.size() != uint64_t(ck.meta.world) ||
+                       v.size() % ck.state.size() != 0))
+      throw bad(str_cat("corrupt: section '", tag, "' holds ", v.size(), " values, not ", ck.meta.world,
+                        " rank(s) x ", ck.state.size()));
+  };
+  check_ranks(ck.rank_state, "bn_ranks");
+  check_ranks(ck.ema_rank_state, "ema_bnr");
+  if (!ck.ema.empty() && ck.ema.size() != ck.params.size() + ck.state.size())
+    throw bad(str_cat("corrupt: section 'ema' holds ", ck.ema.size(), " values, not ", ck.params.size(), " + ",
+                      ck.state.size(), " (parameters and BN statistics)"));
+  if (ck.ema.empty() && !ck.ema_rank_state.empty()) throw bad("corrupt: section 'ema_bnr' without 'ema'");
   if (seen_layout) ck.layout = checkpoint_layout_parse(layout_text, ck.params.size(), ck.state.size(), path);
   return ck;
 }

@@ -27,6 +27,11 @@
 //               world x state_elems values, rank 0's first. Ranks keep their own statistics while
 //               training (each normalises its own batches); a resume on the same ranks continues
 //               them exactly, while "state", their average, serves evaluation on any rank count.
+//   "ema"       optional (train.ema): the weights' moving average, f32, grad_elems parameters
+//               laid out like "params", then state_elems BN statistics (their moving average,
+//               averaged over the ranks like "state")
+//   "ema_bnr"   optional ("ema" of 2 or more ranks): each rank's own moving average of its BN
+//               statistics, laid out like "bn_ranks"
 //   "layout"    optional (files written since it exists): where each tensor lies, one text line
 //               each, "p" (parameter) or "s" (BN statistic), name, offset, count, dims, separated
 //               by tabs, the dims by commas, e.g. "p\tfc.weight\t0\t2048000\t1000,2048"; lets
@@ -85,6 +90,8 @@ struct Checkpoint {
   std::string config_yaml;
   std::vector<float> params, state, momentum;
   std::vector<float> rank_state;        // "bn_ranks", or empty
+  std::vector<float> ema;               // "ema" (params then state), or empty
+  std::vector<float> ema_rank_state;    // "ema_bnr", or empty
   std::vector<CheckpointTensor> layout;  // "layout", or empty
   // No "momentum" section: weights only (tools/torch_weights.py import writes such files, with a
   // fingerprint of sizes alone): --weights and --eval --weights take its tensors by name; a resume
@@ -116,11 +123,13 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
                                                   std::type_identity_t<std::span<T>> state);
 
 // Writes atomically (see above); an empty `momentum` writes a weights file (no "momentum"
-// section). Throws CheckpointError naming the path on any I/O error.
+// section), an empty optional section is left out. Throws CheckpointError naming the path on any
+// I/O error.
 void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const std::string& config_yaml,
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state = {},
-                      std::span<const CheckpointTensor> layout = {});
+                      std::span<const CheckpointTensor> layout = {}, std::span<const float> ema = {},
+                      std::span<const float> ema_rank_state = {});
 
 // Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
 // naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).

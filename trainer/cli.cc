@@ -165,18 +165,24 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
     if (o.weights.empty()) t.load_checkpoint(path, /*for_training=*/false);
     else t.load_weights(path, /*for_eval=*/true);
     EvalResult r = t.evaluate();
-    const std::string figures =
+    std::string figures =
         str_cat("eval ", path, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
                 "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)");
-    t.report(JsonLine("eval")
-                 .add("checkpoint", path)
-                 .add("step", t.step())
-                 .add("val_loss", r.loss)
-                 .add("val_top1", r.top1_pct())
-                 .add("val_top5", r.top5_pct())
-                 .add("val_samples", r.samples)
-                 .add("val_s", r.seconds),
-             figures);
+    JsonLine line("eval");
+    line.add("checkpoint", path)
+        .add("step", t.step())
+        .add("val_loss", r.loss)
+        .add("val_top1", r.top1_pct())
+        .add("val_top5", r.top5_pct())
+        .add("val_samples", r.samples)
+        .add("val_s", r.seconds);
+    if (t.has_ema()) {  // the checkpoint keeps a moving average of the weights (train.ema): it too
+      const EvalResult e = t.evaluate_ema();
+      line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
+      figures += str_cat("; its moving average of the weights: top1 ", fixed(e.top1_pct(), 2), "% top5 ",
+                         fixed(e.top5_pct(), 2), "% loss ", fixed(e.loss, 4));
+    }
+    t.report(line, figures);
     // The figures are what --eval is for: printed even where log.progress is off.
     if (rank == 0 && !cfg.log.progress) std::printf("%s\n", figures.c_str());
     return 0;

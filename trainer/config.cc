@@ -70,6 +70,8 @@ void config_fields(C& c, V&& v) {
   v("train.label_smoothing", c.train.label_smoothing);
   v("train.mixup", c.train.mixup);
   v("train.cutmix", c.train.cutmix);
+  v("train.ema", c.train.ema);
+  v("train.ema_warmup", c.train.ema_warmup);
   v("loss_scale.mode", c.loss_scale.mode);
   v("loss_scale.init", c.loss_scale.init);
   v("loss_scale.growth_factor", c.loss_scale.growth_factor);

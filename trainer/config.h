@@ -55,6 +55,8 @@ struct TrainConfig {                  // key prefix: train.
   double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
   double mixup = 0.0;                 // >0: mixup, weights ~ Beta(this, this) (data/mixup.h); 0 = off
   double cutmix = 0.0;                // >0: CutMix, the same; with mixup too, either per batch
+  double ema = 0.0;                   // >0: also keep a moving average of the weights, this decay
+  bool ema_warmup = true;             // decay min(ema, (1 + n) / (10 + n)) after n updates
 };
 
 struct CheckpointConfig {             // key prefix: checkpoint.

@@ -96,6 +96,8 @@ void config_validate(const Config& c) {
             c.train.mixup);
   k.require(c.train.cutmix >= 0 && std::isfinite(c.train.cutmix), "train.cutmix", "must be >= 0 (0: off)",
             c.train.cutmix);
+  k.require(c.train.ema >= 0 && c.train.ema < 1, "train.ema", "must be in [0, 1) (0: off; e.g. 0.9999)",
+            c.train.ema);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 

@@ -131,6 +131,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   prefetch_ = cfg_.emulate.compute_ms <= 0 && net_->backend().can_stage_input();
   train_loader_->set_batch_memory(net_->backend().input_memory());  // page-locked for a GPU
   comm::broadcast_model(*ctl_comm_, arena, 0);
+  if (cfg_.train.ema > 0) ema_start();
 
   // Reserved up front so that recording a loss never allocates inside the loop (bounded: very
   // long runs reallocate a few times).
@@ -381,6 +382,7 @@ void Trainer::train_step() {
   if (apply) {
     check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
     opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
+    if (has_ema()) ema_update();
   } else {
     skipped_.push_back(step_ + 1);
     log_line(str_cat("step ", step_ + 1, ": ", bad_grads, " gradient value(s) overflowed at loss scale ", scale,
@@ -490,6 +492,12 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
         .add("val_samples", v.samples).add("val_s", v.seconds);
     text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
                     fixed(v.top5_pct(), 2), "% (", v.samples, " images)");
+    if (has_ema()) {
+      const EvalResult e = evaluate_ema();
+      line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
+      text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
+                      fixed(e.top5_pct(), 2), "%");
+    }
   }
   const ProcessUsage u = process_usage();
   line.add("rss_mib", u.rss_mib).add("open_fds", u.open_fds);

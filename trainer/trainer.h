@@ -80,6 +80,12 @@ class Trainer {
   int stopped_by() const { return stopped_by_; }
   // Distributed top-1/top-5 over the whole validation split. Collective.
   EvalResult evaluate();
+  // train.ema (trainer/ema.cc): whether a moving average of the weights is kept (or, after
+  // --eval's load_checkpoint, was in the file); the same evaluation of it (collective; throws
+  // rt::Error without one); its parameters and this rank's BN statistics, read to the host.
+  bool has_ema() const { return ema_params_.size() > 0; }
+  EvalResult evaluate_ema();
+  void ema_to_host(std::vector<float>& params, std::vector<float>& state) const;
   // Saves a checkpoint now (rank 0 writes; every rank hands over its BN statistics).
   void save_checkpoint();
   // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
@@ -124,6 +130,19 @@ class Trainer {
   // Collective: copies this rank's own BN running statistics into `own` and returns their average
   // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.
   std::vector<float> averaged_bn_state(std::vector<float>& own);
+  // Collective: the ranks' average of `own` (the same bits everywhere); every rank's `own` on
+  // rank 0, rank 0's first (empty on the others, and on one rank).
+  std::vector<float> average_over_ranks(const std::vector<float>& own);
+  std::vector<float> gather_to_rank0(const std::vector<float>& own);
+  // train.ema (trainer/ema.cc). ema_start: the average := the weights now (allocated at the
+  // first call); ema_stop: none kept; ema_update: one update after an applied optimizer step;
+  // the checkpoint's "ema" / "ema_bnr" sections out (collective; rank 0's are the file's) and in
+  // (collective; rank 0's are read, own_state: each rank's statistics from rank_state).
+  void ema_start();
+  void ema_stop() { ema_params_ = Buffer<float>(), ema_state_ = Buffer<float>(); }
+  void ema_update();
+  void ema_for_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state);
+  void ema_from_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state, bool own_state);
   data::Loader& val_loader();
   void log_line(const std::string& s) const;
 
@@ -169,6 +188,7 @@ class Trainer {
   std::vector<int32_t> pad_labels_;
   std::vector<double> losses_;
   std::vector<int64_t> skipped_;
+  Buffer<float> ema_params_, ema_state_;  // train.ema, in the arena's memory; empty: none
   // This epoch's running training statistics on this rank.
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
@@ -180,5 +200,8 @@ void count_correct(const float* logits, const int32_t* labels, int n, int64_t cl
                    int64_t& top1, int64_t& top5, double& loss);
 // Inf and NaN values in v[0, n).
 size_t count_nonfinite(const float* v, size_t n);
+// The moving average's decay at its update number `updates` (0 first): `decay`, or with warm-up
+// min(decay, (1 + updates) / (10 + updates)).
+double ema_decay(double decay, bool warmup, int64_t updates);
 
 }  // namespace rt::trainer

@@ -20,6 +20,8 @@ struct LoadedMeta {
   double loss_scale = 0;
   int64_t loss_scale_good = 0;
   int64_t own_state = 0;  // 1: each rank continues its own BN statistics from the file
+  int64_t ema = 0;        // 1: the file holds a moving average of the weights, taken up
+  int64_t own_ema = 0;    // 1: ... with each rank's own statistics' average
 };
 
 }  // namespace
@@ -35,13 +37,9 @@ void Trainer::save_checkpoint() {
   auto& arena = net_->arena();
   std::vector<float> own;
   const std::vector<float> state = averaged_bn_state(own);
-  std::vector<float> rank_state;
-  if (world_ > 1 && !own.empty()) {
-    if (own.size() > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Gather");
-    if (rank_ == 0) rank_state.resize(own.size() * size_t(world_));
-    MPI_CHECK(MPI_Gather(own.data(), int(own.size()), MPI_FLOAT, rank_state.data(), int(own.size()), MPI_FLOAT, 0,
-                         ctl_comm_->mpi()));
-  }
+  const std::vector<float> rank_state = gather_to_rank0(own);
+  std::vector<float> ema, ema_rank_state;
+  if (has_ema()) ema_for_checkpoint(ema, ema_rank_state);
   const std::string path = checkpoint_path(ckpt_dir_, step_);
   if (rank_ == 0) {
     const double t0 = now_s();
@@ -62,7 +60,7 @@ void Trainer::save_checkpoint() {
     HostView<float> params = arena.host_params();
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
-                       checkpoint_layout(arena));
+                       checkpoint_layout(arena), ema, ema_rank_state);
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -81,7 +79,7 @@ void Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
-  std::vector<float> momentum(opt_->size()), rank_state;
+  std::vector<float> momentum(opt_->size()), rank_state, ema, ema_rank_state;
   if (rank_ == 0) {
     Checkpoint ck = checkpoint_read(path);
     if (ck.weights_only)
@@ -128,6 +126,20 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
       lm.own_state = 1;
       rank_state = std::move(ck.rank_state);
     }
+    // The weights' moving average: continued by a run that keeps one, evaluated beside the
+    // model by --eval, dropped by a run without train.ema.
+    if (!ck.ema.empty() && (has_ema() || !for_training)) {
+      lm.ema = 1;
+      ema = std::move(ck.ema);
+      if (lm.own_state && !ck.ema_rank_state.empty()) {
+        lm.own_ema = 1;
+        ema_rank_state = std::move(ck.ema_rank_state);
+      }
+    } else if (!ck.ema.empty()) {
+      log_line(str_cat(path, ": its moving average of the weights is not continued (train.ema is 0)"));
+    } else if (has_ema() && for_training) {
+      log_line(str_cat(path, ": no moving average of the weights in it: train.ema starts from its weights"));
+    }
   }
   // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
@@ -139,6 +151,9 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     arena.state_from_host(own);
   }
   ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
+  if (lm.ema) ema_from_checkpoint(ema, ema_rank_state, lm.own_ema);
+  else if (has_ema() && for_training) ema_start();
+  else ema_stop();  // --eval of a file without one: the model's figures alone
   opt_->restore(momentum, lm.optimizer_steps);
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
   step_ = lm.step;
@@ -199,6 +214,8 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
   }
   // Every rank starts from rank 0's: ranks need not see the file themselves.
   comm::broadcast_model(*ctl_comm_, arena, 0);
+  if (has_ema() && !for_eval) ema_start();  // the average starts from the weights taken
+  else ema_stop();
 }
 
 std::string Trainer::resume(const std::string& what) {
@@ -227,9 +244,23 @@ std::string Trainer::resume(const std::string& what) {
 std::vector<float> Trainer::averaged_bn_state(std::vector<float>& own) {
   own.resize(net_->arena().state().size());
   net_->arena().state_to_host(own);
+  return average_over_ranks(own);
+}
+
+std::vector<float> Trainer::average_over_ranks(const std::vector<float>& own) {
   std::vector<float> avg = own;
   if (world_ > 1 && !avg.empty()) ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
   return avg;
+}
+
+std::vector<float> Trainer::gather_to_rank0(const std::vector<float>& own) {
+  std::vector<float> all;
+  if (world_ == 1 || own.empty()) return all;
+  if (own.size() > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Gather");
+  if (rank_ == 0) all.resize(own.size() * size_t(world_));
+  MPI_CHECK(MPI_Gather(own.data(), int(own.size()), MPI_FLOAT, all.data(), int(own.size()), MPI_FLOAT, 0,
+                       ctl_comm_->mpi()));
+  return all;
 }
 
 }  // namespace rt::trainer

@@ -148,17 +148,20 @@ void check_timeline(MpiTest& t, const std::string& dir) {
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
 // resumed with --resume auto.
 // mix: train.mixup and train.cutmix both (each batch draws one of them).
-void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0) {
+void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
+                        double ema = 0) {
   const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix);
   Config a = tiny(dir + "/straight" + tag);
   a.train.accumulate = passes;
   a.train.mixup = a.train.cutmix = mix;
+  a.train.ema = ema;
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
   Config b = tiny(dir + "/resumed" + tag);
   b.train.accumulate = passes;
   b.train.mixup = b.train.cutmix = mix;
+  b.train.ema = ema;
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -179,6 +182,64 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   auto sa = ta.net().arena().state(), sb = tb.net().arena().state();
   MPI_EXPECT(t, std::memcmp(sa.data(), sb.data(), sa.size_bytes()) == 0, "BN statistics differ after resume");
   MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
+  MPI_EXPECT(t, ta.has_ema() == (ema > 0) && tb.has_ema() == (ema > 0), "moving average kept: ", ta.has_ema(), ", ",
+             tb.has_ema());
+  if (ema > 0) {  // this rank's own statistics' average included
+    std::vector<float> epa, esa, epb, esb;
+    ta.ema_to_host(epa, esa);
+    tb.ema_to_host(epb, esb);
+    MPI_EXPECT(t, epa == epb && esa == esb, "the moving average of the weights differs after resume");
+  }
+}
+
+// train.ema: the moving average is exactly the fused update of each step's weights (read back
+// from a checkpoint written after every step), this rank's own BN statistics included; the
+// checkpoint holds it; evaluating it leaves the model as it was and scores the averaged weights.
+void check_ema(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/ema");
+  c.train.steps = 5;
+  c.train.ema = 0.9;  // with warm-up: decays 0.1, 0.18, 0.25, ... 0.9
+  c.checkpoint.every_steps = 1;
+  c.checkpoint.keep = 10;
+  Trainer tr(c);
+  auto& arena = tr.net().arena();
+  std::vector<float> p(arena.params().begin(), arena.params().end());
+  std::vector<float> s(arena.state().begin(), arena.state().end());
+  tr.train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // rank 0 has written the last checkpoint
+  const size_t ns = s.size();
+  for (int64_t step = 1; step <= 5; ++step) {
+    const Checkpoint ck = checkpoint_read(checkpoint_path(tr.config().run_dir + "/checkpoints", step));
+    const float w = float(1.0 - ema_decay(0.9, true, step - 1));
+    const float* own = t.size() > 1 ? ck.rank_state.data() + size_t(t.rank()) * ns : ck.state.data();
+    for (size_t i = 0; i < p.size(); ++i) p[i] = std::fma(w, ck.params[i] - p[i], p[i]);
+    for (size_t i = 0; i < ns; ++i) s[i] = std::fma(w, own[i] - s[i], s[i]);
+    if (step < 5) continue;
+    MPI_EXPECT(t, ck.ema.size() == p.size() + ns && std::equal(p.begin(), p.end(), ck.ema.begin()),
+               "the checkpoint's moving average is not the weights' (", ck.ema.size(), " values)");
+    MPI_EXPECT(t, t.size() == 1 || (ck.ema_rank_state.size() == size_t(t.size()) * ns &&
+                                    std::equal(s.begin(), s.end(), ck.ema_rank_state.begin() + t.rank() * ns)),
+               "the checkpoint's 'ema_bnr' does not hold this rank's average");
+    MPI_EXPECT(t, !std::equal(p.begin(), p.end(), ck.params.begin()), "the average equals the weights");
+  }
+  std::vector<float> ep, es;
+  tr.ema_to_host(ep, es);
+  MPI_EXPECT(t, ep == p, "the moving average of the parameters is not the fused update of each step's");
+  MPI_EXPECT(t, es == s, "the moving average of this rank's BN statistics is not the fused update of each step's");
+
+  const std::vector<float> before(arena.params().begin(), arena.params().end());
+  const EvalResult model = tr.evaluate(), averaged = tr.evaluate_ema();
+  MPI_EXPECT(t, std::equal(before.begin(), before.end(), arena.params().begin()) && tr.evaluate().loss == model.loss,
+             "evaluating the average changed the model");
+  // The same figures from a run of the averaged weights themselves (another run's arena).
+  Trainer other(tiny(dir + "/ema_other"));
+  auto& oa = other.net().arena();
+  std::copy(ep.begin(), ep.end(), oa.params().begin());
+  std::copy(es.begin(), es.end(), oa.state().begin());
+  const EvalResult direct = other.evaluate();
+  MPI_EXPECT(t, averaged.loss == direct.loss && averaged.top1 == direct.top1 && averaged.loss != model.loss,
+             "the average's evaluation: loss ", averaged.loss, ", the same weights' ", direct.loss, ", the model's ",
+             model.loss);
 }
 
 // Mixup and CutMix change what is trained from the first step on: every step's loss differs from
@@ -459,7 +520,8 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
-    check_exact_resume(t, dir, true, 2, 0.4);  // mixup's and CutMix's draws made again on resume
+    check_exact_resume(t, dir, true, 2, 0.4, 0.9);  // mixup's and CutMix's draws made again, the average kept
+    check_ema(t, dir);
     check_mixup(t, dir);
     check_elastic_resume(t, dir);
     check_weights(t, dir);
