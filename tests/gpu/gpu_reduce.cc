@@ -1,8 +1,9 @@
-// Device reduce_add / scale against the CPU kernels' arithmetic (comm/reduce_cpu.cc: one fp32 add
+// Device reduce_add / scale / ema_update against the CPU kernels' arithmetic (comm/reduce_cpu.cc: one fp32 add
 // or multiply, then one round-to-nearest-even): equal bit for bit. The CPU side is written out
 // here so that GPU-only builds, which have no comm/ (MPI), run it too.
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -60,6 +61,25 @@ TEST(GpuReduce, F32AddAndScaleMatchCpuBitwise) {
       for (size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(got[i], a[i]) << "n " << n << " offset " << off << " at " << i;
     }
+}
+
+// The weights' moving average (train.ema): avg = fma(w, x - avg, avg), each operation rounded
+// once, as Backend::ema_update_host computes it (fused by std::fma on the host).
+TEST(GpuReduce, MovingAverageMatchesCpuBitwise) {
+  RT_REQUIRE_GPU();
+  for (size_t off : {0, 1})
+    for (size_t n : kCounts)
+      for (float w : {0.1f, 1e-4f}) {
+        auto a = random_floats(n + off, 3), x = random_floats(n + off, 4);
+        DeviceBuffer da = to_device(a), dx = to_device(x);
+        ema_update(da.as<float>() + off, dx.as<float>() + off, n, w, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (size_t i = off; i < n + off; ++i) a[i] = std::fma(w, x[i] - a[i], a[i]);
+        const auto got = to_host<float>(da, a.size());
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&got[i], &a[i], 4) != 0;
+        EXPECT_EQ(differ, 0u) << "n " << n << " offset " << off << " w " << w;
+      }
 }
 
 TEST(GpuReduce, Bf16AddsInFp32AndRoundsOnceLikeCpu) {

@@ -233,14 +233,16 @@ double last_metric(const std::string& dir, const std::string& type, const std::s
 // others next run; our kernels and the ring reduce in a fixed order). A run of 4 steps, and the
 // same job stopped after step 2 and continued by --resume auto in a new process, must end in the
 // same state bit for bit: in the final checkpoints, parameters, momentum, the ranks' own BN
-// statistics and their average, step, data position, loss scale and its good-step count. Only
-// the resumed run evaluates at its end, which must then have left the state alone. Its
-// checkpoint, written from device memory, evaluated by the CPU backend must give the device's
-// validation loss within fp16's tolerance.
+// statistics and their average, the weights' moving average (train.ema, kept on the device),
+// step, data position, loss scale and its good-step count. Only the resumed run evaluates at its
+// end (the model, then its average), which must then have left the state alone. Its checkpoint,
+// written from device memory, evaluated by the CPU backend must give the device's validation
+// losses within fp16's tolerance.
 TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   RT_REQUIRE_GPU();
   const std::string job = "cuda: {deterministic: true}\nloss_scale: {mode: dynamic, init: 1024, growth_interval: 3}\n";
-  const std::string no_eval = " --set eval.every_epochs=0 --set eval.at_end=false";
+  const std::string ema = " --set train.ema=0.9";
+  const std::string no_eval = ema + " --set eval.every_epochs=0 --set eval.at_end=false";
   const std::string dir = run_dir("cuda-fp16_np2");
   std::string out;
   ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval), 0) << out;
@@ -249,7 +251,7 @@ TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   const rt::trainer::Checkpoint want = rt::trainer::checkpoint_read(whole);
   ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", no_eval + " --set train.steps=2"), 0) << out;
   ASSERT_NE(newest_checkpoint(dir).find("ckpt-0000000002.rtck"), std::string::npos) << out;
-  ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", "--resume auto", /*fresh=*/false), 0) << out;
+  ASSERT_EQ(run_trainer("cuda-fp16", 2, &out, job, "", "--resume auto" + ema, /*fresh=*/false), 0) << out;
   const std::string resumed = newest_checkpoint(dir);
   ASSERT_NE(resumed.find("ckpt-0000000004.rtck"), std::string::npos) << out;
   const rt::trainer::Checkpoint got = rt::trainer::checkpoint_read(resumed);
@@ -265,11 +267,19 @@ TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   EXPECT_TRUE(same_bits(got.momentum, want.momentum)) << "momenta" << differs;
   EXPECT_TRUE(same_bits(got.state, want.state)) << "averaged BN statistics" << differs;
   EXPECT_TRUE(same_bits(got.rank_state, want.rank_state)) << "the ranks' own BN statistics" << differs;
+  EXPECT_FALSE(got.ema.empty()) << "no moving average in " << resumed;
+  EXPECT_TRUE(same_bits(got.ema, want.ema)) << "the moving average" << differs;
+  EXPECT_TRUE(same_bits(got.ema_rank_state, want.ema_rank_state)) << "the ranks' own averaged statistics" << differs;
+  const double device_ema_loss = last_metric(dir, "epoch", "ema_val_loss");
   const double device_loss = last_metric(dir, "epoch", "val_loss");
   ASSERT_FALSE(std::isnan(device_loss)) << "the resumed run did not evaluate:\n" << out;
   ASSERT_EQ(run_trainer(RT_CPU_BACKEND, 2, &out, job, "", "--eval --checkpoint " + resumed), 0) << out;
-  const double cpu_loss = last_metric(run_dir(std::string(RT_CPU_BACKEND) + "_np2"), "eval", "val_loss");
+  const std::string cpu_dir = run_dir(std::string(RT_CPU_BACKEND) + "_np2");
+  const double cpu_loss = last_metric(cpu_dir, "eval", "val_loss");
   EXPECT_NEAR(cpu_loss, device_loss, 2e-2 + 2e-2 * device_loss) << "the CPU backend's evaluation of " << resumed;
+  const double cpu_ema_loss = last_metric(cpu_dir, "eval", "ema_val_loss");
+  EXPECT_NEAR(cpu_ema_loss, device_ema_loss, 2e-2 + 2e-2 * device_ema_loss) << "the average's, of " << resumed;
+  EXPECT_NE(device_ema_loss, device_loss) << "the average evaluated as the model";
 }
 
 // cuda.algo_cache end to end: in the first run of a job the 2 ranks share a new file, each
