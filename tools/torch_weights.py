@@ -3,7 +3,8 @@
 
   torch_weights.py export CKPT.rtck OUT.pth   a checkpoint's parameters and BN statistics as a
                                               torchvision state dict (loads with strict=True into
-                                              torchvision.models.resnetNN(num_classes=...))
+                                              torchvision.models.resnetNN(num_classes=...)); with
+                                              --ema, their moving average (train.ema) instead
   torch_weights.py import IN.pth OUT.rtck     a torchvision ResNet state dict (for instance
                                               torchvision's pretrained ImageNet weights) as a ringtrain
                                               weights file, for `trainer --weights` (fine-tuning) and
@@ -88,14 +89,22 @@ def read_rtck(path):
     return list(struct.unpack(f"<{META_WORDS}q", sections["meta"])), sections
 
 
-def checkpoint_tensors(path):
-    """{name: float32 array in its dims} of a checkpoint, parameters and BN statistics, and its step."""
+def checkpoint_tensors(path, ema=False):
+    """{name: float32 array in its dims} of a checkpoint, parameters and BN statistics (ema: their
+    moving average, the "ema" section: parameters then statistics), and its step."""
     meta, sec = read_rtck(path)
     if "layout" not in sec:
         raise Bad(f"{path}: has no 'layout' section (written by a trainer from before checkpoints listed their "
                   "tensors), so its tensors cannot be named; the checkpoints of a resumed run have it")
     params = np.frombuffer(sec["params"], dtype="<f4")
     state = np.frombuffer(sec["state"], dtype="<f4")
+    if ema:
+        if "ema" not in sec:
+            raise Bad(f"{path}: no moving average of the weights in it (the run had no train.ema)")
+        avg = np.frombuffer(sec["ema"], dtype="<f4")
+        if avg.size != params.size + state.size:
+            raise Bad(f"{path}: corrupt: section 'ema' holds {avg.size} values, not {params.size} + {state.size}")
+        params, state = avg[:params.size], avg[params.size:]
     out = collections.OrderedDict()
     for n, line in enumerate(sec["layout"].decode("utf-8").splitlines(), 1):
         f = line.split("\t")
@@ -157,9 +166,9 @@ def torch_state_dict(path):
     return obj
 
 
-def export(ckpt, out):
+def export(ckpt, out, ema=False):
     import torch
-    tensors, step = checkpoint_tensors(ckpt)
+    tensors, step = checkpoint_tensors(ckpt, ema)
     sd = collections.OrderedDict()
     for name, a in tensors.items():
         sd[name] = torch.from_numpy(a)
@@ -173,7 +182,7 @@ def export(ckpt, out):
         except RuntimeError as e:
             raise Bad(f"{ckpt}: does not load into torchvision's {arch}: {e}")
     atomic_write(out, lambda f: torch.save(sd, f))
-    print(f"{out}: {len(tensors)} tensors of {ckpt}" +
+    print(f"{out}: {len(tensors)} tensors of {ckpt}" + (" (its moving average)" if ema else "") +
           (f" (loads into torchvision.models.{arch}(num_classes={classes}))" if arch else
            " (not the names and shapes of torchvision's resnet18-152: a CIFAR ResNet or another width)"))
 
@@ -259,6 +268,7 @@ def main(argv):
     sub = p.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("export", help="ringtrain checkpoint -> PyTorch state dict")
     e.add_argument("ckpt"), e.add_argument("out")
+    e.add_argument("--ema", action="store_true", help="the weights' moving average (train.ema) instead")
     i = sub.add_parser("import", help="PyTorch state dict -> ringtrain weights file")
     i.add_argument("pth"), i.add_argument("out")
     i.add_argument("--model", help="model.name to record (default: recognised from the tensor names)")
@@ -267,7 +277,7 @@ def main(argv):
     a = p.parse_args(argv)
     try:
         if a.cmd == "export":
-            export(a.ckpt, a.out)
+            export(a.ckpt, a.out, a.ema)
         elif a.cmd == "import":
             import_(a.pth, a.out, a.model)
         else:

@@ -8,7 +8,7 @@
   equal PyTorch's on the same input within fp32 rounding, and export gives back every tensor bit for bit;
 - export: a checkpoint the trainer wrote loads into torchvision's model (strict) and gives the
   trainer's logits; imported again, `trainer --eval --weights` reports exactly what
-  `trainer --eval --checkpoint` does;
+  `trainer --eval --checkpoint` does, for its moving average of the weights (export --ema) too;
 - one training step on the imported weights: loss, logits, every gradient and the BN running
   statistics' update equal PyTorch's autograd on the same input (both in double);
 - fine-tuning (`trainer --weights`) from an imported state dict of another class count;
@@ -149,7 +149,7 @@ class TorchWeights(unittest.TestCase):
         with open(cfg, "w") as f:
             f.write("model: {name: resnet18, classes: 5}\n"
                     "data: {synthetic: true, synthetic_samples: 24, synthetic_classes: 5, image_size: 32, threads: 1}\n"
-                    "train: {epochs: 1, batch: 4}\n"
+                    "train: {epochs: 1, batch: 4, ema: 0.9}\n"
                     "optimizer: {lr: 0.05}\n"
                     f"log: {{print_config: false}}\nthreads: 1\nrun_dir: {path('run')}\n")
         run(TRAINER, "--config", cfg)
@@ -177,6 +177,17 @@ class TorchWeights(unittest.TestCase):
                 "data.synthetic_samples=24", "--set", "data.synthetic_classes=5", "--set", "data.image_size=32",
                 "--set", "train.batch=4", "--set", "threads=1", "--set", f"run_dir={path('run2')}").stdout
         self.assertEqual(figures(a), figures(c))
+        # The moving average (train.ema): exported alone, it scores what --eval of the checkpoint
+        # reports for it.
+        scores = lambda out: re.search(r"top1 \S+ top5 \S+ loss \S+", out).group(0)
+        self.assertIn("(its moving average)", run(TOOL, "export", "--ema", ckpt, path("ema.pth")).stdout)
+        run(TOOL, "import", path("ema.pth"), path("ema.rtck"))
+        d = run(TRAINER, "--eval", "--weights", path("ema.rtck"), "--config", cfg).stdout
+        self.assertEqual(scores(a.split("its moving average of the weights: ")[1]), scores(d))
+        self.assertNotEqual(scores(a), scores(d))
+        self.assertNotIn("moving average", b)  # a weights file has none
+        p = run(TOOL, "export", "--ema", path("trained.rtck"), path("none.pth"), ok=False)
+        self.assertIn("no moving average of the weights in it", p.stderr)
 
         p = run(TRAINER, "--config", cfg, "--resume", weights, ok=False)
         self.assertNotEqual(p.returncode, 0)
