@@ -60,9 +60,10 @@ void check_errors() {
 
 void check_run_eval_resume() {
   const std::string cfg = tiny_config("run");
-  Result r = run(2, "--config " + cfg);
+  // With a moving average of the weights, evaluated beside the model and kept in the checkpoints.
+  Result r = run(2, "--config " + cfg + " --set train.ema=0.99");
   expect(r.rc == 0 && r.out.find("epoch 2/2: train loss") != std::string::npos &&
-             r.out.find("val loss") != std::string::npos,
+             r.out.find("val loss") != std::string::npos && r.out.find(", EMA loss ") != std::string::npos,
          "a short 2-rank run", r);
   const auto ck = checkpoints("run");
   expect(ck.size() == 2, "a checkpoint per epoch", r);
@@ -71,15 +72,19 @@ void check_run_eval_resume() {
   const std::string metrics((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
   expect(metrics.find("\"type\":\"step\"") != std::string::npos &&
              metrics.find("\"exposed_comm_s\"") != std::string::npos &&
-             metrics.find("\"val_top5\"") != std::string::npos,
+             metrics.find("\"val_top5\"") != std::string::npos && metrics.find("\"ema_val_top1\"") != std::string::npos,
          "metrics.jsonl has step and epoch records", {0, metrics});
 
   // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once, the
   // figures printed even with the progress display off.
   r = run(3, "--eval --checkpoint " + ck.back() + " --set log.progress=false");
-  expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos, "--eval on 3 ranks", r);
+  expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos &&
+             r.out.find("; its moving average of the weights: top1 ") != std::string::npos,
+         "--eval on 3 ranks", r);
   r = run(2, "--config " + cfg + " --resume auto");
-  expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos, "--resume auto after the end", r);
+  expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos &&
+             r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos,
+         "--resume auto after the end", r);
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/fresh --resume auto");
   expect(r.rc == 0 && r.out.find("starting fresh") != std::string::npos, "--resume auto without checkpoints", r);
 
