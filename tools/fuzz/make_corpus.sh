@@ -47,7 +47,8 @@ PY
 { printf '\x00'; cat "$tmp/fz.index"; printf '\n%%%%%%%%\n'; cat "$tmp/fz-00000.shard"; } > "$out/shard/val_set"
 
 # checkpoint: the format of trainer/checkpoint.h with a 6-float model (mode byte 0 in front), with
-# and without the 2 ranks' own BN statistics, with a tensor layout, and as a weights file (no momentum).
+# and without the 2 ranks' own BN statistics, with a moving average of the weights, with a tensor
+# layout, and as a weights file (no momentum).
 python3 - "$out/checkpoint" <<'PY'
 import struct, sys
 def section(tag, data):
@@ -67,6 +68,8 @@ open(sys.argv[1] + "/tiny", "wb").write(b"\x00" + file(payload, 5))
 open(sys.argv[1] + "/tiny_raw", "wb").write(b"\x01" + file(payload, 5))
 ranks = payload + section(b"bn_ranks", struct.pack("<4f", 0.5, 1.5, 1.5, 2.5))
 open(sys.argv[1] + "/tiny_ranks", "wb").write(b"\x00" + file(ranks, 6))
+ema = ranks + section(b"ema", struct.pack("<8f", *range(8))) + section(b"ema_bnr", struct.pack("<4f", 1, 2, 3, 4))
+open(sys.argv[1] + "/tiny_ema", "wb").write(b"\x00" + file(ema, 8))
 layout = payload + section(b"layout", b"p\tfc.weight\t0\t4\t2,2\np\tfc.bias\t4\t2\t2\ns\tbn.running_mean\t0\t2\t2\n")
 open(sys.argv[1] + "/tiny_layout", "wb").write(b"\x00" + file(layout, 6))
 weights = payload[:payload.index(b"momentum")] + layout[len(payload):]  # tools/torch_weights.py import's kind

@@ -216,6 +216,11 @@ bool fuzz_checkpoint(const uint8_t* data, size_t size) {
       broken("checkpoint: section sizes disagree with the fingerprint");
     if (!ck.rank_state.empty() && ck.rank_state.size() != ck.state.size() * uint64_t(ck.meta.world))
       broken("checkpoint: bn_ranks does not hold one set of statistics per rank");
+    if (!ck.ema.empty() && ck.ema.size() != ck.params.size() + ck.state.size())
+      broken("checkpoint: ema does not hold the parameters and the statistics");
+    if (!ck.ema_rank_state.empty() &&
+        (ck.ema.empty() || ck.ema_rank_state.size() != ck.state.size() * uint64_t(ck.meta.world)))
+      broken("checkpoint: ema_bnr does not hold one set of statistics per rank");
     for (const auto& t : ck.layout)
       if (t.offset + t.count > (t.state ? ck.state.size() : ck.params.size()) || t.offset + t.count < t.offset)
         broken("checkpoint: a layout entry lies outside its section");
