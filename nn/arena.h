@@ -108,6 +108,10 @@ class Arena {
   void grads_from_host(std::span<const T> host, size_t offset = 0);
   void state_to_host(std::span<T> host, size_t offset = 0) const;
   void state_from_host(std::span<const T> host, size_t offset = 0);
+  // Copies of whole buffers of the arena's memory space (a moving average of the weights, for one
+  // evaluation): the first size() / state().size() elements of src.
+  void params_from(const Buffer<T>& src) { params_.copy_from(src, size_); }
+  void state_from(const Buffer<T>& src) { state_.copy_from(src, state_.size()); }
   // Whole buffers as the host sees them (HostView: no copy when host accessible).
   HostView<T> host_params() { return HostView<T>(params_); }
   HostView<T> host_grads() { return HostView<T>(grads_); }

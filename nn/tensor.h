@@ -159,10 +159,11 @@ class Buffer {
     else std::memset(static_cast<void*>(p_), 0, n_ * sizeof(T));
   }
   // Copies the first n elements of src (same memory space) into this buffer.
-  void copy_from(const Buffer& src, size_t n) {
+  void copy_from(const Buffer& src, size_t n) { copy_from(src.p_, n); }
+  void copy_from(const T* src, size_t n) {
     if (!n) return;
-    if (space_) space_->copy(p_, src.p_, n * sizeof(T));
-    else std::memcpy(static_cast<void*>(p_), src.p_, n * sizeof(T));
+    if (space_) space_->copy(p_, src, n * sizeof(T));
+    else std::memcpy(static_cast<void*>(p_), src, n * sizeof(T));
   }
   // Synchronous copies of elements [offset, offset + n) to and from host memory.
   void to_host(T* host_dst, size_t offset, size_t n) const {

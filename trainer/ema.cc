@@ -4,9 +4,7 @@
 // covers the parameters, which every rank holds equal, and this rank's BN statistics, which ranks
 // keep apart while training and average for evaluation and checkpoints, as the model's own.
 #include <algorithm>
-#include <cstring>
 
-#include "comm/mpi_check.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -17,29 +15,6 @@ double ema_decay(double decay, bool warmup, int64_t updates) {
   return warmup ? std::min(decay, (1.0 + double(updates)) / (10.0 + double(updates))) : decay;
 }
 
-namespace {
-
-// dst <- src, both `n` floats in the arena's memory (nullptr: the host).
-void copy_in(const MemorySpace* m, float* dst, const float* src, size_t n) {
-  if (n == 0) return;
-  if (m) m->copy(dst, src, n * sizeof(float));
-  else std::memcpy(dst, src, n * sizeof(float));
-}
-
-void to_host(const MemorySpace* m, float* dst, const float* src, size_t n) {
-  if (n == 0) return;
-  if (m) m->to_host(dst, src, n * sizeof(float));
-  else std::memcpy(dst, src, n * sizeof(float));
-}
-
-void from_host(const MemorySpace* m, float* dst, const float* src, size_t n) {
-  if (n == 0) return;
-  if (m) m->from_host(dst, src, n * sizeof(float));
-  else std::memcpy(dst, src, n * sizeof(float));
-}
-
-}  // namespace
-
 void Trainer::ema_start() {
   auto& arena = net_->arena();
   if (!has_ema()) {
@@ -48,8 +23,8 @@ void Trainer::ema_start() {
     ema_state_ = Buffer<float>(arena.memory());
     ema_state_.resize(arena.state().size());
   }
-  copy_in(arena.memory(), ema_params_.data(), arena.params().data(), arena.size());
-  copy_in(arena.memory(), ema_state_.data(), arena.state().data(), arena.state().size());
+  ema_params_.copy_from(arena.params().data(), arena.size());
+  ema_state_.copy_from(arena.state().data(), arena.state().size());
 }
 
 void Trainer::ema_update() {
@@ -63,11 +38,10 @@ void Trainer::ema_update() {
 }
 
 void Trainer::ema_to_host(std::vector<float>& params, std::vector<float>& state) const {
-  const MemorySpace* m = net_->arena().memory();
   params.resize(ema_params_.size());
   state.resize(ema_state_.size());
-  to_host(m, params.data(), ema_params_.data(), params.size());
-  to_host(m, state.data(), ema_state_.data(), state.size());
+  ema_params_.to_host(params.data(), 0, params.size());
+  ema_state_.to_host(state.data(), 0, state.size());
 }
 
 EvalResult Trainer::evaluate_ema() {
@@ -75,12 +49,11 @@ EvalResult Trainer::evaluate_ema() {
   // The averaged weights in the arena for one evaluation (which averages the ranks' statistics
   // itself), then the model's own back: through the host, once per evaluation.
   auto& arena = net_->arena();
-  const MemorySpace* m = arena.memory();
   std::vector<float> params(arena.size()), state(arena.state().size());
   arena.params_to_host(params);
   arena.state_to_host(state);
-  copy_in(m, arena.params().data(), ema_params_.data(), arena.size());
-  copy_in(m, arena.state().data(), ema_state_.data(), arena.state().size());
+  arena.params_from(ema_params_);
+  arena.state_from(ema_state_);
   const EvalResult r = evaluate();
   arena.params_from_host(params);
   arena.state_from_host(state);
@@ -106,14 +79,11 @@ void Trainer::ema_from_checkpoint(std::vector<float>& ema, std::vector<float>& r
   ema.resize(np + ns);
   ctl_comm_->broadcast(ema.data(), ema.size(), DType::f32, 0);
   if (!has_ema()) ema_start();  // allocates
-  const MemorySpace* m = arena.memory();
-  from_host(m, ema_params_.data(), ema.data(), np);
-  from_host(m, ema_state_.data(), ema.data() + np, ns);
-  if (own_state && ns > 0) {
-    std::vector<float> own(ns);
-    MPI_CHECK(MPI_Scatter(rank_state.data(), int(ns), MPI_FLOAT, own.data(), int(ns), MPI_FLOAT, 0,
-                          ctl_comm_->mpi()));
-    from_host(m, ema_state_.data(), own.data(), ns);
+  ema_params_.from_host(ema.data(), 0, np);
+  ema_state_.from_host(ema.data() + np, 0, ns);
+  if (own_state) {
+    const std::vector<float> own = scatter_from_rank0(rank_state, ns);
+    ema_state_.from_host(own.data(), 0, ns);
   }
 }
 

@@ -131,9 +131,11 @@ class Trainer {
   // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.
   std::vector<float> averaged_bn_state(std::vector<float>& own);
   // Collective: the ranks' average of `own` (the same bits everywhere); every rank's `own` on
-  // rank 0, rank 0's first (empty on the others, and on one rank).
+  // rank 0, rank 0's first (empty on the others, and on one rank); and back: rank r's n values
+  // of rank 0's `all` (read on rank 0 only).
   std::vector<float> average_over_ranks(const std::vector<float>& own);
   std::vector<float> gather_to_rank0(const std::vector<float>& own);
+  std::vector<float> scatter_from_rank0(const std::vector<float>& all, size_t n);
   // train.ema (trainer/ema.cc). ema_start: the average := the weights now (allocated at the
   // first call); ema_stop: none kept; ema_update: one update after an applied optimizer step;
   // the checkpoint's "ema" / "ema_bnr" sections out (collective; rank 0's are the file's) and in

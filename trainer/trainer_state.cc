@@ -144,12 +144,7 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
   comm::broadcast_model(*ctl_comm_, arena, 0);
-  if (lm.own_state) {
-    std::vector<float> own(arena.state().size());
-    MPI_CHECK(MPI_Scatter(rank_state.data(), int(own.size()), MPI_FLOAT, own.data(), int(own.size()), MPI_FLOAT, 0,
-                          ctl_comm_->mpi()));
-    arena.state_from_host(own);
-  }
+  if (lm.own_state) arena.state_from_host(scatter_from_rank0(rank_state, arena.state().size()));
   ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
   if (lm.ema) ema_from_checkpoint(ema, ema_rank_state, lm.own_ema);
   else if (has_ema() && for_training) ema_start();
@@ -251,6 +246,13 @@ std::vector<float> Trainer::average_over_ranks(const std::vector<float>& own) {
   std::vector<float> avg = own;
   if (world_ > 1 && !avg.empty()) ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
   return avg;
+}
+
+std::vector<float> Trainer::scatter_from_rank0(const std::vector<float>& all, size_t n) {
+  std::vector<float> own(n);
+  if (n > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Scatter");
+  MPI_CHECK(MPI_Scatter(all.data(), int(n), MPI_FLOAT, own.data(), int(n), MPI_FLOAT, 0, ctl_comm_->mpi()));
+  return own;
 }
 
 std::vector<float> Trainer::gather_to_rank0(const std::vector<float>& own) {
