@@ -150,7 +150,7 @@ void check_timeline(MpiTest& t, const std::string& dir) {
 // mix: train.mixup and train.cutmix both (each batch draws one of them).
 void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
                         double ema = 0) {
-  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix);
+  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema);
   Config a = tiny(dir + "/straight" + tag);
   a.train.accumulate = passes;
   a.train.mixup = a.train.cutmix = mix;

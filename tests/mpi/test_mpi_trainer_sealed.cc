@@ -1,8 +1,9 @@
 // The trainer over an arena the host cannot touch (tests/sealed_backend.h, a stand-in for a GPU's
 // device memory): the initial broadcast, training with gradients reduced through staged device
 // hooks (also with accumulated passes), consistency checks, BN statistics averaging, evaluation,
-// emulated compute, a checkpoint and its load must all reach the arena through copies (a host
-// dereference kills the rank), and match the reference backend on host memory bit for bit.
+// emulated compute, the weights' moving average (Backend::ema_update's path through host copies),
+// a checkpoint and its load must all reach the arena through copies (a host dereference kills the
+// rank), and match the reference backend on host memory bit for bit.
 #include <mpi.h>
 
 #include <cstring>
@@ -74,7 +75,8 @@ Config sealed_config(const std::string& dir, bool emulate, int64_t passes) {
   c.comm.bucket_bytes = 4096;
   c.check.every = 2;
   c.check.finite = true;
-  c.eval.at_end = true;
+  c.eval.at_end = true;  // the model and its moving average
+  c.train.ema = 0.9;
   c.checkpoint.at_epoch_end = true;
   if (emulate) c.emulate.compute_ms = 2;
   return c;
@@ -104,6 +106,10 @@ void check_sealed_equals_host(MpiTest& t, const std::string& dir, bool emulate, 
              tag, ": parameters differ across ranks");
   const EvalResult a = sealed->evaluate(), b = host->evaluate();
   MPI_EXPECT(t, a.top1 == b.top1 && a.loss == b.loss, tag, ": evaluation differs from the host arena's");
+  std::vector<float> ep, es, hp, hs;
+  sealed->ema_to_host(ep, es);
+  host->ema_to_host(hp, hs);
+  MPI_EXPECT(t, !ep.empty() && ep == hp && es == hs, tag, ": the moving average differs from the host arena's");
 
   // The checkpoint the sealed run wrote, loaded into a fresh sealed trainer: the evaluations
   // since have left each rank's BN statistics as the file holds them.
@@ -115,6 +121,9 @@ void check_sealed_equals_host(MpiTest& t, const std::string& dir, bool emulate, 
   sealed->net().arena().state_to_host(s1);
   again->net().arena().state_to_host(s2);
   MPI_EXPECT(t, s1 == s2, tag, ": BN statistics after a checkpoint round trip differ");
+  std::vector<float> gp, gs;
+  again->ema_to_host(gp, gs);
+  MPI_EXPECT(t, gp == ep && gs == es, tag, ": the moving average after a checkpoint round trip differs");
   again->check_consistency();
 }
 
