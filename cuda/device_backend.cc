@@ -61,6 +61,24 @@ size_t DeviceBackend::scale_count_nonfinite(float* v, size_t n, float s, bool co
   return flagged ? Backend<float>::scale_count_nonfinite(v, n, 1.0f, true) : 0;  // counts on a host copy
 }
 
+double DeviceBackend::sum_squares(const float* v, size_t n) const {
+  const size_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  if (chunks == 0) return 0;
+  if (squares_.bytes() < chunks * sizeof(double)) {  // the arena's size: allocates once
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));  // the old buffer may still be written
+    squares_ = DeviceBuffer();
+    squares_ = DeviceBuffer(chunks * sizeof(double));
+  }
+  squares_host_.resize(chunks);
+  cuda::chunk_squares(v, n, uint32_t(kSquaresChunk), squares_.as<double>(), ctx_.stream());
+  CUDA_CHECK(cudaMemcpyAsync(squares_host_.data(), squares_.get(), chunks * sizeof(double),
+                             cudaMemcpyDeviceToHost, ctx_.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  double sum = 0;  // in order, as Backend::sum_squares_host
+  for (size_t c = 0; c < chunks; ++c) sum += squares_host_[c];
+  return sum;
+}
+
 void DeviceBackend::import_u8(const uint8_t* nhwc, const Shape& s, const NormParams& p, Elem out,
                               void* dst) const {
   RT_SHAPE_CHECK(s.c == 3, "8-bit input needs 3 channels (RGB), got shape ", s.str());

@@ -38,6 +38,8 @@ class DeviceBackend : public Backend<float> {
   void ema_update(float* avg, const float* x, size_t n, float w) const override {
     cuda::ema_update(avg, x, n, w, ctx_.stream());
   }
+  // One kernel for the chunks' sums; the host adds them up (a sync: the caller needs the value).
+  double sum_squares(const float* v, size_t n) const override;
   // The next batch's copy runs on a stream of its own while the current step computes.
   bool can_stage_input() const override { return true; }
   void stage_input(const void* host, size_t bytes) override { input_.stage(host, bytes); }
@@ -64,6 +66,8 @@ class DeviceBackend : public Backend<float> {
  private:
   DeviceBuffer flag_{sizeof(int)};  // scale_count_nonfinite's "saw inf or NaN"
   mutable DeviceBuffer u8_upload_;   // import_u8's bytes when nothing was staged
+  mutable DeviceBuffer squares_;     // sum_squares' chunk sums (sized at the first call) ...
+  mutable std::vector<double> squares_host_;  // ... and their copy on the host
   cudaEvent_t marks_[2] = {};
   bool marked_[2] = {};  // since the last mark_compute(0)
 };

@@ -31,6 +31,11 @@ void nonfinite_check(Elem t, const void* buf, size_t n, int* flag, cudaStream_t 
 // buf[i] *= inv_scale and the same check on the values before scaling, in one pass.
 void unscale_check(Elem t, void* buf, size_t n, float inv_scale, int* flag, cudaStream_t stream);
 
+// train.clip_grad_norm: sums[c] = Σ v[i]² over chunk c (elements [c * chunk, (c + 1) * chunk)
+// of [0, n)), in double, in Backend::chunk_squares' order (nn/ops.h), for c < ceil(n / chunk).
+// The host adds the chunks' sums in order (DeviceBackend::sum_squares).
+void chunk_squares(const float* v, size_t n, uint32_t chunk, double* sums, cudaStream_t stream);
+
 // Input normalization: 8-bit NHWC RGB images (n, h, w, 3) to out[...] = p * scale[c] + shift[c]
 // (scale = 1 / (255 std), shift = -mean / std, as data/ fuses them), in NCHW or NHWC.
 struct NormalizeParams {

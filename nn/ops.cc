@@ -1,9 +1,11 @@
 // Shape validation of layer descriptions and the backend registry.
 #include "nn/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #ifndef RT_NO_ONEDNN  // GPU-only builds (RT_GPU_ONLY) have no oneDNN
 #include "nn/onednn/onednn_backend.h"
@@ -149,6 +151,39 @@ void Backend<T>::ema_update_host(T* avg, const T* x, size_t n, T w) {
   // on two, beside seconds of forward and backward.
 #pragma omp parallel for schedule(static) if (n > (size_t(1) << 16))
   for (size_t i = 0; i < n; ++i) avg[i] = std::fma(w, x[i] - avg[i], avg[i]);
+}
+
+template <class T>
+double Backend<T>::sum_squares(const T* v, size_t n) const {
+  if (const MemorySpace* m = param_memory(); m && !m->host_accessible()) {
+    std::vector<T> host(n);  // a backend without a device pass of its own (allocates; a slow path)
+    m->to_host(host.data(), v, n * sizeof(T));
+    return sum_squares_host(host.data(), n);
+  }
+  return sum_squares_host(v, n);
+}
+
+template <class T>
+double Backend<T>::chunk_squares(const T* v, size_t n) {
+  constexpr size_t kLanes = 32;
+  double lane[kLanes] = {};
+  for (size_t i = 0; i < n; i += kLanes)
+    for (size_t l = 0; l < std::min(kLanes, n - i); ++l) lane[l] += double(v[i + l]) * double(v[i + l]);
+  for (size_t off = kLanes / 2; off > 0; off /= 2)
+    for (size_t l = 0; l < off; ++l) lane[l] += lane[l + off];
+  return lane[0];
+}
+
+template <class T>
+double Backend<T>::sum_squares_host(const T* v, size_t n) {
+  const size_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  std::vector<double> part(chunks);  // ResNet-50's gradients: 6,250 of them
+#pragma omp parallel for schedule(static) if (chunks > 16)
+  for (size_t c = 0; c < chunks; ++c)
+    part[c] = chunk_squares(v + c * kSquaresChunk, std::min(kSquaresChunk, n - c * kSquaresChunk));
+  double sum = 0;
+  for (double p : part) sum += p;
+  return sum;
 }
 
 template <class T>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -338,6 +339,51 @@ TEST(MovingAverage, FusedStepOnEveryCpuBackend) {
   std::vector<float> a = {1.0f, -2.0f, 8.0f}, y = {3.0f, 2.0f, 8.0f};
   make_backend<float>("onednn")->ema_update(a.data(), y.data(), 3, 0.25f);
   EXPECT_EQ(a, (std::vector<float>{1.5f, -1.0f, 8.0f}));
+}
+
+// train.clip_grad_norm's Σg² (Backend::sum_squares): the order nn/ops.h promises, written out
+// here (chunks of 4096, 32 interleaved lanes, the butterfly, chunks in order), because the CUDA
+// backend reproduces exactly it; the same bits for any thread count, on every CPU backend.
+double squares_in_documented_order(const std::vector<float>& v) {
+  double total = 0;
+  for (size_t c = 0; c < v.size(); c += 4096) {
+    double lane[32] = {};
+    for (size_t i = c; i < std::min(v.size(), c + 4096); ++i) lane[(i - c) % 32] += double(v[i]) * double(v[i]);
+    for (size_t off = 16; off > 0; off /= 2)
+      for (size_t l = 0; l < off; ++l) lane[l] += lane[l + off];
+    total += lane[0];
+  }
+  return total;
+}
+
+TEST(GradientNorm, SumOfSquaresInOneOrderOnEveryCpuBackend) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int saved = omp_get_max_threads();
+  for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(4096), size_t(4097), (size_t(1) << 18) + 77}) {
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng) * 1e3f;  // squares far apart in size: the order shows
+    const double want = squares_in_documented_order(v);
+    long double exact = 0;
+    for (float x : v) exact += (long double)x * x;
+    EXPECT_NEAR(want, double(exact), 1e-12 * double(exact)) << n;
+    for (const char* name : {"reference", "onednn"})
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        const double got = make_backend<float>(name)->sum_squares(v.data(), n);
+        EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+            << name << ", " << threads << " thread(s), n " << n << ": " << got << " vs " << want;
+      }
+  }
+  omp_set_num_threads(saved);
+  // A plain sum, chunk by chunk, is not that order: the test can tell them apart.
+  std::vector<float> v((size_t(1) << 18) + 77);
+  for (float& x : v) x = d(rng) * 1e3f;
+  double plain = 0;
+  for (float x : v) plain += double(x) * double(x);
+  EXPECT_NE(plain, squares_in_documented_order(v));
+  const float three[] = {3.0f, -4.0f, 12.0f};
+  EXPECT_EQ(make_backend<float>("onednn")->sum_squares(three, 3), 169.0);
 }
 
 }  // namespace

@@ -145,6 +145,12 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(invalid("train: {ema: 0.9999, ema_warmup: false}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.ema, 0.0);
   EXPECT_TRUE(config_parse("", "d.yaml").train.ema_warmup);
+  e = invalid("train: {clip_grad_norm: -1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.clip_grad_norm' must be >= 0 (0: off) (got -1)"), std::string::npos) << e;
+  EXPECT_NE(invalid("", {"train.clip_grad_norm=.inf"}).find("key 'train.clip_grad_norm' must be >= 0"),
+            std::string::npos);
+  EXPECT_EQ(invalid("train: {clip_grad_norm: 1.0}\n"), "");
+  EXPECT_EQ(config_parse("", "d.yaml").train.clip_grad_norm, 0.0);  // off unless asked for
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");

@@ -57,6 +57,8 @@ struct TrainConfig {                  // key prefix: train.
   double cutmix = 0.0;                // >0: CutMix, the same; with mixup too, either per batch
   double ema = 0.0;                   // >0: also keep a moving average of the weights, this decay
   bool ema_warmup = true;             // decay min(ema, (1 + n) / (10 + n)) after n updates
+  double clip_grad_norm = 0.0;        // >0: the step's gradient, when its L2 norm is above this,
+                                      //   scaled to it (torch.nn.utils.clip_grad_norm_); 0 = off
 };
 
 struct CheckpointConfig {             // key prefix: checkpoint.

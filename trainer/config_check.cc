@@ -98,6 +98,8 @@ void config_validate(const Config& c) {
             c.train.cutmix);
   k.require(c.train.ema >= 0 && c.train.ema < 1, "train.ema", "must be in [0, 1) (0: off; e.g. 0.9999)",
             c.train.ema);
+  k.require(c.train.clip_grad_norm >= 0 && std::isfinite(c.train.clip_grad_norm), "train.clip_grad_norm",
+            "must be >= 0 (0: off)", c.train.clip_grad_norm);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 

@@ -82,11 +82,15 @@ void Metrics::step(int rank, const StepRecord& r) {
                "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%lld,\"epoch_step\":%lld,"
                "\"loss\":%.6g,\"lr\":%.6g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
                "\"exposed_comm_s\":%.6f,\"total_comm_s\":%.6f,\"optimizer_s\":%.6f,\"img_s\":%.2f,"
-               "\"loss_scale\":%.6g,\"skipped\":%d}\n",
+               "\"loss_scale\":%.6g,\"skipped\":%d",
                rank, (long long)r.step, (long long)r.epoch, (long long)r.epoch_step,
                std::isfinite(r.loss) ? r.loss : -1.0, r.lr, r.step_s, r.compute_s, r.data_wait_s,
                r.exposed_comm_s, r.total_comm_s, r.optimizer_s,
                r.step_s > 0 ? double(r.global_images) / r.step_s : 0.0, r.loss_scale, int(r.skipped));
+  if (r.grad_norm >= 0 || std::isnan(r.grad_norm))  // JSON has no inf or NaN: -1 stands for them too
+    std::fprintf(f_, ",\"grad_norm\":%.9g,\"clipped\":%d", std::isfinite(r.grad_norm) ? r.grad_norm : -1.0,
+                 int(r.clipped));
+  std::fputs("}\n", f_);
   if (++unflushed_ >= 50) {
     std::fflush(f_);
     unflushed_ = 0;

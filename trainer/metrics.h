@@ -25,6 +25,9 @@ struct StepRecord {
   int64_t global_images = 0;     // images all ranks consumed in this step
   double loss_scale = 1;         // the step's loss scale (1 without loss scaling)
   bool skipped = false;          // a gradient overflowed: no update (dynamic loss scaling)
+  double grad_norm = -1;         // train.clip_grad_norm: the gradient's L2 norm before clipping
+                                 //   (-1: not computed: clipping off, or the step skipped)
+  bool clipped = false;          // ... and whether it was above the limit (scaled down to it)
 };
 
 // A flat JSON object built field by field: {"type":"epoch","epoch":3,...}.

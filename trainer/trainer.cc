@@ -238,7 +238,7 @@ void Trainer::train() {
       has_next_ = false;
       epoch_started_ = true;
       epoch_loss_ = 0;
-      epoch_top1_ = epoch_top5_ = epoch_samples_ = 0;
+      epoch_top1_ = epoch_top5_ = epoch_samples_ = epoch_clipped_ = 0;
       epoch_start = now_s();
     }
     train_step();
@@ -379,8 +379,12 @@ void Trainer::train_step() {
   if (bad_grads > 0 && world_ > 1)
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &losses_finite, 1, MPI_INT, MPI_LAND, ctl_comm_->mpi()));
   const bool apply = losses_finite ? scaler_.update(bad_grads > 0) : true;
+  double grad_norm = -1;
+  bool clipped = false;
   if (apply) {
     check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
+    grad_norm = clip_gradients(clipped);
+    epoch_clipped_ += clipped;
     opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
     if (has_ema()) ema_update();
   } else {
@@ -424,6 +428,8 @@ void Trainer::train_step() {
   r.global_images = int64_t(config_global_batch(cfg_, world_));
   r.loss_scale = scale;
   r.skipped = !apply;
+  r.grad_norm = grad_norm;
+  r.clipped = clipped;
   metrics_->step(rank_, r);
   if (timeline_ && !timeline_->closed() && step_ > timeline_first_) {
     timeline_step(*timeline_, step_, {t0, t1, t_fwd, t2, t3, t4, prefetch_t0_, prefetch_t1_, emulated}, *reducer_);
@@ -467,6 +473,24 @@ size_t Trainer::unscale_gradients() {
   return bad;
 }
 
+// As torch.nn.utils.clip_grad_norm_ over all parameters: above the limit, every gradient is
+// scaled by limit / (norm + 1e-6). After the allreduce and the unscaling, on the step's whole
+// gradient (all passes of an accumulated step). Every rank holds the same gradients bit for bit
+// and sums them in one fixed order (Backend::sum_squares), so every rank scales them alike. A
+// non-finite norm is left to check.finite and loss scaling: nothing is scaled by it.
+double Trainer::clip_gradients(bool& clipped) {
+  clipped = false;
+  if (cfg_.train.clip_grad_norm <= 0) return -1;
+  auto g = net_->arena().grads();
+  const double norm = std::sqrt(net_->backend().sum_squares(g.data(), g.size()));
+  const double coef = cfg_.train.clip_grad_norm / (norm + 1e-6);
+  if (std::isfinite(norm) && coef < 1) {
+    net_->backend().scale_count_nonfinite(g.data(), g.size(), float(coef), false);
+    clipped = true;
+  }
+  return norm;
+}
+
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end, bool stopping) {
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
   double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
@@ -498,6 +522,10 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
       text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
                       fixed(e.top5_pct(), 2), "%");
     }
+  }
+  if (cfg_.train.clip_grad_norm > 0) {  // the steps of this epoch in this run: the same on every rank
+    line.add("clipped_steps", epoch_clipped_);
+    text += str_cat(", gradients clipped in ", epoch_clipped_, " step(s)");
   }
   const ProcessUsage u = process_usage();
   line.add("rss_mib", u.rss_mib).add("open_fds", u.open_fds);

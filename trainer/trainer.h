@@ -118,6 +118,9 @@ class Trainer {
   // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
   // only when something needs them: check.finite or dynamic scaling).
   size_t unscale_gradients();
+  // train.clip_grad_norm: the step's gradient's L2 norm (-1 with clipping off); `clipped`: whether
+  // it was above the limit and the gradients were scaled down to it.
+  double clip_gradients(bool& clipped);
   // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
   // ends early or the batch has the wrong size or kind.
   void take_batch(data::Batch& b, int64_t step, int64_t pass = 0);  // pass: of an accumulated step
@@ -194,6 +197,7 @@ class Trainer {
   // This epoch's running training statistics on this rank.
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
+  int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
 };
 
 // Counts, for n samples of `classes` logits each, how many have the label first (top-1) and

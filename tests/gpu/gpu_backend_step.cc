@@ -1,7 +1,8 @@
 // The CUDA backend's step passes the trainer calls on the device arena: make_sgd (the fused
 // device SGD, with and without LARS) against Sgd<float> bit for bit, and
 // scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
-// counted exactly); accumulate_arena in fp32 on every CUDA backend.
+// counted exactly); sum_squares against the host default bit for bit; accumulate_arena in fp32 on
+// every CUDA backend.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include "cuda/backend.h"
 #include "cuda/check.h"
+#include "cuda/memory.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::cuda {
@@ -108,6 +110,36 @@ TEST(GpuBackendStep, ScaleAndCountNonfinite) {
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 1.0f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, true), 3u);
   EXPECT_EQ(be->scale_count_nonfinite(v.p, n, 0.5f, false), 0u);  // not asked to count
+}
+
+// train.clip_grad_norm's Σg²: the device's chunk sums, added on the host, are the host
+// default's bit for bit (Backend::sum_squares' order) on every CUDA backend; the chunk buffer is
+// allocated at the first call only.
+TEST(GpuBackendStep, SumOfSquaresMatchesHostBitwise) {
+  RT_REQUIRE_GPU();
+  register_backend();
+  std::mt19937 g(9);
+  std::normal_distribution<float> d(0, 1);
+  for (const char* name : {"cuda", "cuda-bf16"}) {
+    auto be = make_backend<float>(name);
+    for (size_t n : {size_t(1), size_t(33), size_t(4096), size_t(4097), size_t(3) * 4096 * 8 + 5}) {
+      std::vector<float> h(n);
+      for (float& x : h) x = d(g) * 300.0f;
+      Device v(n);
+      v.put(h.data());
+      const double want = Backend<float>::sum_squares_host(h.data(), n);
+      const double got = be->sum_squares(v.p, n);
+      EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << name << " n " << n << ": " << got << " vs " << want;
+    }
+    Device v(4097);
+    std::vector<float> ones(4097, 1.0f);
+    v.put(ones.data());
+    EXPECT_EQ(be->sum_squares(v.p, 4097), 4097.0);
+    const AllocStats before = alloc_stats();
+    EXPECT_EQ(be->sum_squares(v.p, 4097), 4097.0);
+    EXPECT_EQ(be->sum_squares(v.p, 0), 0.0);
+    EXPECT_EQ(alloc_stats().device_allocs, before.device_allocs) << name;
+  }
 }
 
 // Gradient accumulation adds fp32 arena values on every CUDA backend, the 16-bit ones included

@@ -62,30 +62,37 @@ int run_trainer(const std::string& backend, int np, std::string* out, const std:
   return pclose(p);
 }
 
-// Runs the trainer, which must succeed, and returns rank 0's loss per step from its metrics file.
+// Runs the trainer, which must succeed, and returns rank 0's loss per step from its metrics file
+// (and into `norms` the gradient norm of each step that reports one: train.clip_grad_norm).
 std::map<long, double> train(const std::string& backend, int np, std::string* out,
-                             const std::string& extra = "", const std::string& args = "") {
+                             const std::string& extra = "", const std::string& args = "",
+                             std::map<long, double>* norms = nullptr) {
   EXPECT_EQ(run_trainer(backend, np, out, extra, "", args), 0) << *out;
   const std::string dir = run_dir(backend + "_np" + std::to_string(np));
   std::map<long, double> loss;
   std::ifstream f(dir + "/metrics.jsonl");
   const std::regex step_re("\"type\":\"step\".*\"step\":([0-9]+).*\"loss\":([-0-9.eE+]+)");
+  const std::regex norm_re("\"type\":\"step\".*\"step\":([0-9]+).*\"grad_norm\":([-0-9.eE+]+)");
   for (std::string line; std::getline(f, line);) {
     std::smatch m;
     if (std::regex_search(line, m, step_re)) loss[std::stol(m[1])] = std::stod(m[2]);
+    if (norms && std::regex_search(line, m, norm_re)) (*norms)[std::stol(m[1])] = std::stod(m[2]);
   }
   return loss;
 }
 
 // Trains with `backend` on the GPU and with RT_CPU_BACKEND on 1 and 2 ranks: rank 0's loss of every
-// step must agree within tol + tol * |loss|. `extra` is for the GPU run, `both` (command-line
-// arguments) for both.
+// step must agree within tol + tol * |loss|, and so must the gradient's norm where the CPU run
+// reports one (train.clip_grad_norm). `extra` is for the GPU run, `both` (command-line arguments)
+// for both.
 void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "",
                         const std::string& both = "") {
   RT_REQUIRE_GPU();
   for (int np : {1, 2}) {
     std::string out_gpu, out_cpu;
-    const auto gpu = train(backend, np, &out_gpu, extra, both), cpu = train(RT_CPU_BACKEND, np, &out_cpu, "", both);
+    std::map<long, double> gpu_norms, cpu_norms;
+    const auto gpu = train(backend, np, &out_gpu, extra, both, &gpu_norms);
+    const auto cpu = train(RT_CPU_BACKEND, np, &out_cpu, "", both, &cpu_norms);
     // Ranks beyond the node's GPUs share them, and the job says so once.
     const size_t notes = count(out_gpu, "ranks on this node share its");
     EXPECT_EQ(notes, rt::cuda::device_count() < np ? 1u : 0u) << out_gpu;
@@ -95,6 +102,11 @@ void expect_matches_cpu(const std::string& backend, double tol, const std::strin
       ASSERT_TRUE(gpu.count(step)) << "step " << step;
       EXPECT_NEAR(gpu.at(step), l, tol + tol * std::fabs(l)) << backend << " np " << np << " step " << step;
     }
+    EXPECT_EQ(cpu_norms.empty(), both.find("clip_grad_norm") == std::string::npos) << out_cpu;
+    EXPECT_EQ(gpu_norms.size(), cpu_norms.size()) << out_gpu;
+    for (const auto& [step, g] : cpu_norms)
+      EXPECT_NEAR(gpu_norms.count(step) ? gpu_norms.at(step) : -1, g, tol * g)
+          << backend << " np " << np << " step " << step << ": the gradient's norm";
   }
 }
 
@@ -109,8 +121,12 @@ constexpr double kFp32Tol = 1e-3;
 #endif
 
 // This one evaluates at the end too (the device's evaluation path end to end); the others
-// compare training steps only and skip it, which on the emulator is a fifth of a run.
-TEST(GpuTrainer, CudaMatchesCpuOnOneAndTwoRanks) { expect_matches_cpu("cuda", kFp32Tol); }
+// compare training steps only and skip it, which on the emulator is a fifth of a run. Both runs
+// clip the gradient's norm (train.clip_grad_norm) at a limit three of the four steps are above: the
+// device's norm must be the CPU's (its scaling: Backend::scale_count_nonfinite, tested on its own).
+TEST(GpuTrainer, CudaMatchesCpuOnOneAndTwoRanks) {
+  expect_matches_cpu("cuda", kFp32Tol, "", "--set train.clip_grad_norm=0.3");
+}
 const char* const kNoEval = "eval: {at_end: false, every_epochs: 0}\n";
 
 // bf16 activations round each stored value to 8 significant bits: the loss stays within a few

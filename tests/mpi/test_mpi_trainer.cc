@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -76,6 +77,78 @@ void check_compressed_gradients(MpiTest& t, const std::string& dir) {
   std::ifstream f(comp.run_dir + "/metrics.jsonl");
   const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   MPI_EXPECT(t, log.find("\"comm_wire\":\"bf16\"") != std::string::npos, "metrics: no comm_wire bf16");
+}
+
+// train.clip_grad_norm, one step from the same start (momentum and weight decay 0, so the update
+// is lr times the gradient), with static loss scaling and two accumulated passes: a limit above
+// the norm changes nothing, bit for bit; the norm reported is that of the step's whole unscaled
+// gradient (the update's length over lr), the same on every rank; a limit of a quarter of it
+// scales the whole update by limit / (norm + 1e-6), and the epoch says so.
+void check_clip_grad_norm(MpiTest& t, const std::string& dir) {
+  auto config = [&](const std::string& tag, double limit) {
+    Config c = tiny(dir + "/clip_" + tag);
+    c.train.steps = 1;
+    c.train.batch = 2;
+    c.train.accumulate = 2;
+    c.optimizer.sgd.momentum = 0;
+    c.optimizer.sgd.weight_decay = 0;
+    c.loss_scale.mode = "static";
+    c.loss_scale.init = 1024;
+    c.train.clip_grad_norm = limit;
+    c.log.jsonl = c.run_dir + "/metrics-{rank}.jsonl";
+    return c;
+  };
+  // The step record's grad_norm and lr, and the epoch record's clipped_steps, from this rank's file.
+  auto read = [&](const Config& c, double& norm, double& lr, int64_t& clipped) {
+    std::ifstream f(c.run_dir + "/metrics-" + std::to_string(t.rank()) + ".jsonl");
+    norm = lr = -2;
+    clipped = -2;
+    std::smatch m;
+    for (std::string line; std::getline(f, line);) {
+      if (std::regex_search(line, m, std::regex(R"("grad_norm":([-0-9.eE+]+))"))) norm = std::stod(m[1]);
+      if (std::regex_search(line, m, std::regex(R"("type":"step".*"lr":([-0-9.eE+]+))"))) lr = std::stod(m[1]);
+      if (std::regex_search(line, m, std::regex(R"("clipped_steps":(\d+))"))) clipped = std::stoll(m[1]);
+    }
+  };
+  auto run = [&](const Config& c, std::vector<float>& start) {
+    Trainer tr(c);
+    auto p = tr.net().arena().params();
+    start.assign(p.begin(), p.end());
+    tr.train();
+    p = tr.net().arena().params();
+    return std::vector<float>(p.begin(), p.end());
+  };
+  std::vector<float> p0, p0b, p0c;
+  const Config off = config("off", 0), high = config("high", 1e30);
+  const std::vector<float> a = run(off, p0), b = run(high, p0b);
+  MPI_EXPECT(t, p0 == p0b && a == b, "a limit above the norm changed the update");
+  double norm = 0, lr = 0;
+  int64_t clipped = 0;
+  read(high, norm, lr, clipped);
+  MPI_EXPECT(t, norm > 0 && lr > 0 && clipped == 0, "no grad_norm (", norm, "), lr (", lr, ") or clipped_steps (",
+             clipped, ") reported");
+  MPI_EXPECT(t, test::same_on_all_ranks(std::hash<double>{}(norm)), "the gradient's norm differs across ranks");
+  double len2 = 0, biggest = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    len2 += (double(p0[i]) - a[i]) * (double(p0[i]) - a[i]);
+    biggest = std::max(biggest, std::abs(double(p0[i]) - a[i]));
+  }
+  MPI_EXPECT(t, std::abs(std::sqrt(len2) / lr - norm) <= 1e-3 * norm, "reported norm ", norm,
+             ", but the update's length over lr is ", std::sqrt(len2) / lr);
+
+  const Config low = config("low", norm / 4);
+  const std::vector<float> c = run(low, p0c);
+  double norm_c = 0, lr_c = 0;
+  read(low, norm_c, lr_c, clipped);
+  MPI_EXPECT(t, norm_c == norm && clipped == 1, "clipped run: norm ", norm_c, " (",
+             norm, " unclipped), clipped_steps ", clipped);
+  const double coef = (norm / 4) / (norm + 1e-6);
+  size_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    bad += std::abs((double(p0c[i]) - c[i]) - coef * (double(p0[i]) - a[i])) > 1e-3 * biggest;
+  MPI_EXPECT(t, p0c == p0 && bad == 0, bad, " parameters not moved by ", coef, " of the unclipped update");
+  MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(c.data(), c.size() * sizeof(float))),
+             "clipped parameters differ across ranks");
 }
 
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
@@ -516,6 +589,7 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer", [](rt::test::MpiTest& t, const std::string& dir) {
     check_identical_and_divergence(t, dir);
     check_compressed_gradients(t, dir);
+    check_clip_grad_norm(t, dir);
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);

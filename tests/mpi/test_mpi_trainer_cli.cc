@@ -60,10 +60,12 @@ void check_errors() {
 
 void check_run_eval_resume() {
   const std::string cfg = tiny_config("run");
-  // With a moving average of the weights, evaluated beside the model and kept in the checkpoints.
-  Result r = run(2, "--config " + cfg + " --set train.ema=0.99");
+  // With a moving average of the weights, evaluated beside the model and kept in the checkpoints,
+  // and a gradient norm limit that every step is above.
+  Result r = run(2, "--config " + cfg + " --set train.ema=0.99 --set train.clip_grad_norm=1e-4");
   expect(r.rc == 0 && r.out.find("epoch 2/2: train loss") != std::string::npos &&
-             r.out.find("val loss") != std::string::npos && r.out.find(", EMA loss ") != std::string::npos,
+             r.out.find("val loss") != std::string::npos && r.out.find(", EMA loss ") != std::string::npos &&
+             r.out.find(", gradients clipped in ") != std::string::npos,
          "a short 2-rank run", r);
   const auto ck = checkpoints("run");
   expect(ck.size() == 2, "a checkpoint per epoch", r);
@@ -72,7 +74,8 @@ void check_run_eval_resume() {
   const std::string metrics((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
   expect(metrics.find("\"type\":\"step\"") != std::string::npos &&
              metrics.find("\"exposed_comm_s\"") != std::string::npos &&
-             metrics.find("\"val_top5\"") != std::string::npos && metrics.find("\"ema_val_top1\"") != std::string::npos,
+             metrics.find("\"val_top5\"") != std::string::npos && metrics.find("\"ema_val_top1\"") != std::string::npos &&
+             metrics.find("\"clipped\":1") != std::string::npos && metrics.find("\"clipped_steps\":") != std::string::npos,
          "metrics.jsonl has step and epoch records", {0, metrics});
 
   // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once, the
