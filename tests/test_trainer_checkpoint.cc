@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -65,6 +66,8 @@ TEST(trainer_checkpoint, RoundTrip) {
   EXPECT_EQ(c.meta.position.step, 17);
   EXPECT_EQ(c.meta.world, 4);
   EXPECT_EQ(c.meta.accumulate, 3);
+  EXPECT_EQ(c.meta.best_top1, 0.0);  // no checkpoint.keep_best record
+  EXPECT_EQ(c.meta.best_step, 0);
   EXPECT_EQ(c.meta.model.layout_hash, f.meta.model.layout_hash);
   EXPECT_EQ(c.config_yaml, f.yaml);
   EXPECT_EQ(c.params, f.params);
@@ -297,6 +300,43 @@ TEST(trainer_checkpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
   checkpoint_prune(dir, 2);
   EXPECT_EQ(checkpoint_list(dir), (std::vector<std::string>{checkpoint_path(dir, 30), checkpoint_path(dir, 20)}));
   EXPECT_FALSE(fs::exists(dir + "/.ckpt-0000000040.rtck.tmp"));
+  fs::remove_all(dir);
+}
+
+// checkpoint.keep_best: the record travels in meta; best.rtck is the chosen checkpoint's bytes
+// (a hard link here), replaced by the next best, kept through pruning, never taken for the newest
+// checkpoint; no temporary file stays.
+TEST(trainer_checkpoint, BestCheckpointIsKeptApart) {
+  const std::string dir = temp_dir("rt_ck_best");
+  Fixture f;
+  auto bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string best = checkpoint_best_path(dir);
+  EXPECT_EQ(best, dir + "/best.rtck");
+  for (int64_t s : {10, 20, 30}) {
+    f.meta.step = s;
+    f.meta.best_top1 = 61.25 + double(s);
+    f.meta.best_step = s;
+    f.params[0] = float(s);
+    f.write(checkpoint_path(dir, s));
+    if (s != 30) checkpoint_keep_best(checkpoint_path(dir, s));  // 30 did not improve on 20
+  }
+  const Checkpoint c = checkpoint_read(best);
+  EXPECT_EQ(c.meta.step, 20);
+  EXPECT_EQ(c.meta.best_top1, 81.25);
+  EXPECT_EQ(c.meta.best_step, 20);
+  EXPECT_EQ(bytes(best), bytes(checkpoint_path(dir, 20)));
+  EXPECT_EQ(fs::hard_link_count(best), 2u);  // one file, two names
+  checkpoint_prune(dir, 1);
+  EXPECT_EQ(checkpoint_list(dir), (std::vector<std::string>{checkpoint_path(dir, 30)}));
+  EXPECT_EQ(checkpoint_read(best).params[0], 20.0f);  // outlives its ckpt- name
+  EXPECT_EQ(checkpoint_find_latest(dir), checkpoint_path(dir, 30));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);  // no .best.rtck.tmp
+  EXPECT_NE(error_of([&] { checkpoint_keep_best(dir + "/ckpt-0000000099.rtck"); }).find(best + ": cannot make it"),
+            std::string::npos);
+  EXPECT_EQ(checkpoint_read(best).meta.step, 20);  // a failure leaves the old best
   fs::remove_all(dir);
 }
 

@@ -99,6 +99,8 @@ std::vector<int64_t> meta_words(const CheckpointMeta& m) {
   std::memcpy(&w[14], &m.loss_scale, 8);
   w[15] = m.loss_scale_good;
   w[16] = m.accumulate;
+  std::memcpy(&w[17], &m.best_top1, 8);
+  w[18] = m.best_step;
   return w;
 }
 
@@ -120,6 +122,8 @@ CheckpointMeta meta_from(const int64_t* w) {
   std::memcpy(&m.loss_scale, &w[14], 8);
   m.loss_scale_good = w[15];
   m.accumulate = std::max<int64_t>(1, w[16]);  // 0: written before train.accumulate existed
+  std::memcpy(&m.best_top1, &w[17], 8);         // 0, 0: before checkpoint.keep_best existed
+  m.best_step = w[18];
   return m;
 }
 
@@ -341,6 +345,32 @@ std::string checkpoint_find_latest(const std::string& dir, std::vector<std::stri
     }
   }
   return "";
+}
+
+std::string checkpoint_best_path(const std::string& dir) { return dir + "/best.rtck"; }
+
+void checkpoint_keep_best(const std::string& path) {
+  const fs::path from(path);
+  const std::string dir = from.parent_path().empty() ? "." : from.parent_path().string();
+  const std::string best = checkpoint_best_path(dir), tmp = dir + "/.best.rtck.tmp";
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_hard_link(from, tmp, ec);
+  if (ec) {  // a file system without hard links: the same bytes, copied
+    ec.clear();
+    fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec) {
+      const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::fsync(fd) != 0) ec = std::error_code(errno, std::generic_category());
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  if (ec || ::rename(tmp.c_str(), best.c_str()) != 0) {
+    const std::string why = ec ? ec.message() : os_error();
+    fs::remove(tmp, ec);
+    throw CheckpointError(str_cat(best, ": cannot make it the best checkpoint, ", path, " (", why, ")"));
+  }
+  fsync_dir(dir);
 }
 
 void checkpoint_prune(const std::string& dir, int keep) {

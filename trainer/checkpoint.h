@@ -18,7 +18,9 @@
 // first four; a file without "momentum" is a weights file, see Checkpoint::weights_only):
 //   "meta"      20 x i64: format of CheckpointMeta below (step, epoch, data position, optimizer
 //               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, the
-//               loss scale as f64 bits and its good-step count (both 0 without loss scaling), 3 x 0)
+//               loss scale as f64 bits and its good-step count (both 0 without loss scaling),
+//               passes per step, the best validation top-1 so far as f64 bits and its step
+//               (checkpoint.keep_best; both 0 without it), 1 x 0)
 //   "config"    the run's resolved configuration as YAML text (config_to_yaml)
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
@@ -75,6 +77,8 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   double loss_scale = 0;         // LossScaler::scale() (0: none saved; a resume starts at init)
   int64_t loss_scale_good = 0;   // LossScaler::good_steps()
+  double best_top1 = 0;          // checkpoint.keep_best: the best validation top-1 (%) so far ...
+  int64_t best_step = 0;         // ... and the step it was measured at (0: none yet)
 };
 
 // One line of the "layout" section.
@@ -153,6 +157,12 @@ std::vector<std::string> checkpoint_list(const std::string& dir);
 std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped = nullptr);
 // Deletes all but the newest `keep` checkpoints (and stale temporary files) in dir.
 void checkpoint_prune(const std::string& dir, int keep);
+// checkpoint.keep_best: "dir/best.rtck", which checkpoint_list, --resume auto and pruning pass over.
+std::string checkpoint_best_path(const std::string& dir);
+// Makes the finished checkpoint `path` also dir/best.rtck, atomically (a hard link, or a copy
+// where the file system has none, under a temporary name renamed over the old one; the folder
+// fsynced): a crash leaves the old best or the new one. Throws CheckpointError naming the file.
+void checkpoint_keep_best(const std::string& path);
 
 // FNV-1a 64 over little-endian u64 words (n must be a multiple of 8), continuing from h.
 uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);

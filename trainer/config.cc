@@ -95,6 +95,7 @@ void config_fields(C& c, V&& v) {
   v("checkpoint.every_steps", c.checkpoint.every_steps);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);
   v("checkpoint.keep", c.checkpoint.keep);
+  v("checkpoint.keep_best", c.checkpoint.keep_best);
   v("eval.every_epochs", c.eval.every_epochs);
   v("eval.at_end", c.eval.at_end);
   v("log.jsonl", c.log.jsonl);

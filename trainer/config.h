@@ -66,6 +66,8 @@ struct CheckpointConfig {             // key prefix: checkpoint.
   int64_t every_steps = 0;            // >0: also save every this many steps
   bool at_epoch_end = true;           // save after every epoch (and at the end of the run)
   int keep = 3;                       // newest checkpoints kept; older ones are deleted
+  bool keep_best = false;             // also keep the checkpoint of the best validation top-1 so
+                                      //   far (the moving average's with train.ema) as best.rtck
 };
 
 struct EvalConfig {                   // key prefix: eval.

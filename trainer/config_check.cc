@@ -138,6 +138,8 @@ void config_validate(const Config& c) {
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
+  k.require(!c.checkpoint.keep_best || c.eval.every_epochs > 0 || c.eval.at_end, "checkpoint.keep_best",
+            "needs evaluations to choose by (eval.every_epochs > 0 or eval.at_end)", c.checkpoint.keep_best);
   k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
   k.require(c.log.timeline_skip >= 0, "log.timeline_skip", "must be >= 0", c.log.timeline_skip);

@@ -250,7 +250,8 @@ void Trainer::train() {
       end_epoch(epoch, epoch_start, epoch_end, run_end, stop != 0);
     }
     const auto& ck = cfg_.checkpoint;
-    if (stop || (ck.every_steps > 0 && step_ % ck.every_steps == 0) || (ck.at_epoch_end && (epoch_end || run_end)))
+    if (stop || best_due_ || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
+        (ck.at_epoch_end && (epoch_end || run_end)))
       save_checkpoint();
     if (stop) {
       stopped_by_ = stop;
@@ -516,11 +517,20 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
         .add("val_samples", v.samples).add("val_s", v.seconds);
     text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
                     fixed(v.top5_pct(), 2), "% (", v.samples, " images)");
+    double score = v.top1_pct();
     if (has_ema()) {
       const EvalResult e = evaluate_ema();
       line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
       text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
                       fixed(e.top5_pct(), 2), "%");
+      score = e.top1_pct();  // as timm: the average is what a run with one is judged by
+    }
+    // The same figures on every rank (evaluate() sums over all), so every rank decides alike.
+    if (cfg_.checkpoint.keep_best && (best_step_ == 0 || score > best_top1_)) {
+      best_top1_ = score;
+      best_step_ = step_;
+      best_due_ = true;
+      text += ", the best so far";
     }
   }
   if (cfg_.train.clip_grad_norm > 0) {  // the steps of this epoch in this run: the same on every rank

@@ -198,6 +198,11 @@ class Trainer {
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
+  // checkpoint.keep_best: the best validation top-1 (%) so far and its step (0: none yet), kept
+  // in the checkpoints; due: this step's evaluation beat it, so this step's checkpoint is the best.
+  double best_top1_ = 0;
+  int64_t best_step_ = 0;
+  bool best_due_ = false;
 };
 
 // Counts, for n samples of `classes` logits each, how many have the label first (top-1) and

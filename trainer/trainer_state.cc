@@ -22,6 +22,8 @@ struct LoadedMeta {
   int64_t own_state = 0;  // 1: each rank continues its own BN statistics from the file
   int64_t ema = 0;        // 1: the file holds a moving average of the weights, taken up
   int64_t own_ema = 0;    // 1: ... with each rank's own statistics' average
+  double best_top1 = 0;   // checkpoint.keep_best's record so far
+  int64_t best_step = 0;
 };
 
 }  // namespace
@@ -57,6 +59,8 @@ void Trainer::save_checkpoint() {
       m.loss_scale = scaler_.scale();
       m.loss_scale_good = scaler_.good_steps();
     }
+    m.best_top1 = best_top1_;
+    m.best_step = best_step_;
     HostView<float> params = arena.host_params();
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
@@ -68,11 +72,20 @@ void Trainer::save_checkpoint() {
                                                              : "the last checkpoint, " + last_checkpoint_ + ", is kept",
                                     " (free space or fix checkpoint.dir, then --resume auto)"));
     }
+    // Before pruning, which may delete the file the old best.rtck is (and would otherwise leave
+    // the best a file of its own).
+    if (best_due_) checkpoint_keep_best(path);
     checkpoint_prune(ckpt_dir_, cfg_.checkpoint.keep);
     const double secs = now_s() - t0;
-    report(JsonLine("checkpoint").add("step", step_).add("path", path).add("write_s", secs),
-           str_cat("checkpoint ", path, " (", fixed(secs, 2), " s)"));
+    JsonLine line("checkpoint");
+    line.add("step", step_).add("path", path).add("write_s", secs);
+    if (best_due_) line.add("best", checkpoint_best_path(ckpt_dir_));
+    report(line, str_cat("checkpoint ", path, " (", fixed(secs, 2), " s)",
+                         best_due_ ? str_cat(", the best so far (validation top-1 ", fixed(best_top1_, 2), "%): ",
+                                             checkpoint_best_path(ckpt_dir_))
+                                   : ""));
   }
+  best_due_ = false;
   last_checkpoint_ = path;
 }
 
@@ -119,6 +132,8 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
     lm.optimizer_steps = m.optimizer_steps;
     lm.loss_scale = m.loss_scale;
     lm.loss_scale_good = m.loss_scale_good;
+    lm.best_top1 = m.best_top1;
+    lm.best_step = m.best_step;
     // Training goes on with each rank's own statistics where the file has them and was written by
     // as many ranks as this run's; evaluation, other rank counts and files without them use the
     // average.
@@ -151,6 +166,10 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   else ema_stop();  // --eval of a file without one: the model's figures alone
   opt_->restore(momentum, lm.optimizer_steps);
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
+  if (for_training) {  // a resumed run goes on beating the record it had, not its own first figure
+    best_top1_ = lm.best_top1;
+    best_step_ = lm.best_step;
+  }
   step_ = lm.step;
   epoch_started_ = false;
   last_checkpoint_ = path;

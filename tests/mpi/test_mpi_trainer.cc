@@ -151,6 +151,57 @@ void check_clip_grad_norm(MpiTest& t, const std::string& dir) {
              "clipped parameters differ across ranks");
 }
 
+// checkpoint.keep_best over 4 epochs, evaluated after each, keeping 1 checkpoint: best.rtck is
+// the checkpoint of the first evaluation with the run's highest top-1 (from the epoch records),
+// its record in its meta, and outlives pruning; the same run stopped after 2 epochs and resumed
+// goes on from the record its checkpoint holds, to the same best.rtck (at 2 and 3 ranks the first
+// epoch's is the best: a resumed run that forgot it would pick its own first evaluation's).
+void check_keep_best(MpiTest& t, const std::string& dir) {
+  auto config = [&](const std::string& tag) {
+    Config c = tiny(dir + "/best_" + tag);
+    c.train.epochs = 4;
+    c.checkpoint.keep = 1;
+    c.checkpoint.keep_best = true;
+    c.log.jsonl = "";  // rank 0's, in the run folder
+    return c;
+  };
+  const Config straight = config("straight");
+  Trainer ts(straight);
+  ts.train();
+  Config resumed = config("resumed");
+  resumed.train.steps = 2 * ts.steps_per_epoch();
+  Trainer(resumed).train();
+  resumed.train.steps = 0;
+  {
+    Trainer tr(resumed);
+    tr.resume("auto");
+    tr.train();
+  }
+  if (t.rank() != 0) return;
+  for (const Config* c : {&straight, static_cast<const Config*>(&resumed)}) {
+    std::ifstream f(c->run_dir + "/metrics.jsonl");
+    const std::regex re(R"re("type":"epoch".*"step":(\d+).*"val_top1":([0-9.eE+-]+))re");
+    int64_t best_step = 0, evals = 0;
+    double best = -1;
+    std::string scores;
+    for (std::string line; std::getline(f, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, re)) continue;
+      ++evals;
+      scores += str_cat(" ", m[2].str());
+      if (std::stod(m[2]) > best) best = std::stod(m[2]), best_step = std::stoll(m[1]);
+    }
+    const std::string ckdir = c->run_dir + "/checkpoints";
+    const Checkpoint b = checkpoint_read(checkpoint_best_path(ckdir));
+    MPI_EXPECT(t, evals == 4 && b.meta.step == best_step && b.meta.best_step == best_step &&
+                      std::abs(b.meta.best_top1 - best) < 1e-4,
+               c->run_dir, ": evaluations' top-1", scores, ", best.rtck of step ", b.meta.step, " (its record: ",
+               b.meta.best_top1, "% at step ", b.meta.best_step, ")");
+    MPI_EXPECT(t, checkpoint_list(ckdir) == std::vector<std::string>{checkpoint_path(ckdir, 4 * ts.steps_per_epoch())},
+               ckdir, ": not the last checkpoint alone");
+  }
+}
+
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
 // phases in order inside the step, every bucket's ready instant and its allreduce on the
 // communication track, which starts no earlier than the bucket was ready and ends before the
@@ -590,6 +641,7 @@ int main(int argc, char** argv) {
     check_identical_and_divergence(t, dir);
     check_compressed_gradients(t, dir);
     check_clip_grad_norm(t, dir);
+    check_keep_best(t, dir);
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);

@@ -11,6 +11,7 @@
 
 #include "tests/mpi/cli_util.h"
 #include "trainer/checkpoint.h"
+#include "trainer/metrics.h"
 
 namespace {
 
@@ -153,11 +154,34 @@ void check_run_eval_resume() {
          "--resume auto passes over a damaged newest checkpoint", r);
 }
 
+// checkpoint.keep_best from the command line: one rank, 3 epochs, every one evaluated; best.rtck
+// named where it is made, evaluated by --eval to the top-1 its record holds; refused without
+// evaluations, naming the key.
+void check_keep_best() {
+  const std::string cfg = tiny_config("best");
+  Result r = run(1, "--config " + cfg + " --set train.epochs=3 --set checkpoint.keep_best=true --set checkpoint.keep=1");
+  const std::string best = dir + "/best/checkpoints/best.rtck";
+  expect(r.rc == 0 && r.out.find("epoch 1/3: train loss") != std::string::npos &&
+             r.out.find("% top5 ") != std::string::npos && r.out.find(", the best so far") != std::string::npos &&
+             r.out.find(", the best so far (validation top-1 ") != std::string::npos &&
+             r.out.find("): " + best + "\n") != std::string::npos && fs::exists(best),
+         "a run keeping its best checkpoint", r);
+  if (!fs::exists(best)) return;
+  const rt::trainer::Checkpoint c = rt::trainer::checkpoint_read(best);
+  r = run(1, "--eval --checkpoint " + best + " --set log.progress=false");
+  expect(r.rc == 0 && r.out.find(rt::trainer::fixed(c.meta.best_top1, 2) + "%") != std::string::npos,
+         "--eval of best.rtck: top-1 " + rt::trainer::fixed(c.meta.best_top1, 2) + "%", r);
+  expect_error(run(1, "--config " + cfg + " --set checkpoint.keep_best=true --set eval.every_epochs=0 "
+                      "--set eval.at_end=false"),
+               "key 'checkpoint.keep_best' needs evaluations to choose by", "keep_best without evaluations");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!start(argc, argv, "test_mpi_trainer_cli")) return 2;
   check_errors();
   check_run_eval_resume();
+  check_keep_best();
   return finish("test_mpi_trainer_cli");
 }
