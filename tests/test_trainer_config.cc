@@ -151,6 +151,15 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos);
   EXPECT_EQ(invalid("train: {clip_grad_norm: 1.0}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.clip_grad_norm, 0.0);  // off unless asked for
+  e = invalid("train: {target_top1: 101}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.target_top1' must be a percentage in [0, 100] (0: off) (got 101)"),
+            std::string::npos) << e;
+  e = invalid("train: {target_top1: 75.9}\neval: {every_epochs: 0}\n");
+  EXPECT_NE(e.find("key 'train.target_top1' needs evaluations during the run (eval.every_epochs > 0)"),
+            std::string::npos) << e;
+  EXPECT_EQ(invalid("train: {target_top1: 75.9}\n"), "");
+  e = invalid("checkpoint: {keep_best: true}\neval: {every_epochs: 0, at_end: false}\n");
+  EXPECT_NE(e.find("key 'checkpoint.keep_best' needs evaluations to choose by"), std::string::npos) << e;
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");

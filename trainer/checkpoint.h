@@ -19,8 +19,8 @@
 //   "meta"      20 x i64: format of CheckpointMeta below (step, epoch, data position, optimizer
 //               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, the
 //               loss scale as f64 bits and its good-step count (both 0 without loss scaling),
-//               passes per step, the best validation top-1 so far as f64 bits and its step
-//               (checkpoint.keep_best; both 0 without it), 1 x 0)
+//               passes per step, the run's best validation top-1 so far as f64 bits and its
+//               step (checkpoint.keep_best, train.target_top1; both 0 before any evaluation), 1 x 0)
 //   "config"    the run's resolved configuration as YAML text (config_to_yaml)
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
@@ -77,7 +77,7 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   double loss_scale = 0;         // LossScaler::scale() (0: none saved; a resume starts at init)
   int64_t loss_scale_good = 0;   // LossScaler::good_steps()
-  double best_top1 = 0;          // checkpoint.keep_best: the best validation top-1 (%) so far ...
+  double best_top1 = 0;          // the run's best validation top-1 (%) so far ...
   int64_t best_step = 0;         // ... and the step it was measured at (0: none yet)
 };
 

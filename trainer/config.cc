@@ -73,6 +73,7 @@ void config_fields(C& c, V&& v) {
   v("train.ema", c.train.ema);
   v("train.ema_warmup", c.train.ema_warmup);
   v("train.clip_grad_norm", c.train.clip_grad_norm);
+  v("train.target_top1", c.train.target_top1);
   v("loss_scale.mode", c.loss_scale.mode);
   v("loss_scale.init", c.loss_scale.init);
   v("loss_scale.growth_factor", c.loss_scale.growth_factor);

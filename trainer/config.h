@@ -59,6 +59,8 @@ struct TrainConfig {                  // key prefix: train.
   bool ema_warmup = true;             // decay min(ema, (1 + n) / (10 + n)) after n updates
   double clip_grad_norm = 0.0;        // >0: the step's gradient, when its L2 norm is above this,
                                       //   scaled to it (torch.nn.utils.clip_grad_norm_); 0 = off
+  double target_top1 = 0.0;           // >0: stop once a validation top-1 (%) reaches this (the
+                                      //   moving average's with train.ema), as MLPerf's runs; 0 = off
 };
 
 struct CheckpointConfig {             // key prefix: checkpoint.

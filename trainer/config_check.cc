@@ -100,6 +100,10 @@ void config_validate(const Config& c) {
             c.train.ema);
   k.require(c.train.clip_grad_norm >= 0 && std::isfinite(c.train.clip_grad_norm), "train.clip_grad_norm",
             "must be >= 0 (0: off)", c.train.clip_grad_norm);
+  k.require(c.train.target_top1 >= 0 && c.train.target_top1 <= 100, "train.target_top1",
+            "must be a percentage in [0, 100] (0: off)", c.train.target_top1);
+  k.require(c.train.target_top1 == 0 || c.eval.every_epochs > 0, "train.target_top1",
+            "needs evaluations during the run (eval.every_epochs > 0)", c.train.target_top1);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 

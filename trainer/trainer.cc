@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
 #include "comm/agreement.h"
 #include "comm/cuda_aware.h"
@@ -212,6 +213,12 @@ void Trainer::train() {
     log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done"));
     return;
   }
+  if (target_reached()) {
+    log_line(str_cat("nothing to train: validation top-1 ", fixed(best_top1_, 2), "% at step ", best_step_,
+                     " reached train.target_top1 ", cfg_.train.target_top1, "%"));
+    return;
+  }
+  run_start_s_ = now_s();
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
                    " rank(s) x batch ", cfg_.train.batch,
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
@@ -250,9 +257,20 @@ void Trainer::train() {
       end_epoch(epoch, epoch_start, epoch_end, run_end, stop != 0);
     }
     const auto& ck = cfg_.checkpoint;
-    if (stop || best_due_ || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
+    const bool target = std::exchange(target_due_, false);
+    if (stop || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
         (ck.at_epoch_end && (epoch_end || run_end)))
       save_checkpoint();
+    if (target) {  // as MLPerf's runs: the time to the target is the figure of merit
+      const double secs = now_s() - run_start_s_;
+      report(JsonLine("target").add("step", step_).add("epoch", step_ / steps_per_epoch_)
+                 .add("val_top1", best_top1_).add("target_top1", cfg_.train.target_top1)
+                 .add("train_s", secs).add("checkpoint", last_checkpoint_),
+             str_cat("validation top-1 ", fixed(best_top1_, 2), "% reached train.target_top1 ",
+                     cfg_.train.target_top1, "% at step ", step_, " (epoch ", step_ / steps_per_epoch_, ") after ",
+                     format_duration(secs), " of this run: stopping (", last_checkpoint_, " holds it)"));
+      return;
+    }
     if (stop) {
       stopped_by_ = stop;
       const char* name = stop_signal_name(stop);
@@ -526,11 +544,13 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
       score = e.top1_pct();  // as timm: the average is what a run with one is judged by
     }
     // The same figures on every rank (evaluate() sums over all), so every rank decides alike.
-    if (cfg_.checkpoint.keep_best && (best_step_ == 0 || score > best_top1_)) {
+    if (best_step_ == 0 || score > best_top1_) {
+      const bool reached_before = target_reached();
       best_top1_ = score;
       best_step_ = step_;
-      best_due_ = true;
-      text += ", the best so far";
+      best_due_ = cfg_.checkpoint.keep_best;
+      if (best_due_) text += ", the best so far";
+      target_due_ = !reached_before && target_reached();
     }
   }
   if (cfg_.train.clip_grad_norm > 0) {  // the steps of this epoch in this run: the same on every rank

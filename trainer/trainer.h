@@ -198,11 +198,15 @@ class Trainer {
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
-  // checkpoint.keep_best: the best validation top-1 (%) so far and its step (0: none yet), kept
-  // in the checkpoints; due: this step's evaluation beat it, so this step's checkpoint is the best.
+  // The best validation top-1 (%) of the run so far and its step (0: none yet), kept in the
+  // checkpoints (checkpoint.keep_best, train.target_top1); best_due_: this step's evaluation beat
+  // it and checkpoint.keep_best makes this step's checkpoint the best; target_due_: it reached
+  // train.target_top1, and the run ends after this step's checkpoint.
   double best_top1_ = 0;
   int64_t best_step_ = 0;
-  bool best_due_ = false;
+  bool best_due_ = false, target_due_ = false;
+  bool target_reached() const { return cfg_.train.target_top1 > 0 && best_step_ > 0 && best_top1_ >= cfg_.train.target_top1; }
+  double run_start_s_ = 0;  // when train() began, for the time to the target
 };
 
 // Counts, for n samples of `classes` logits each, how many have the label first (top-1) and

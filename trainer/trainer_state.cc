@@ -22,7 +22,7 @@ struct LoadedMeta {
   int64_t own_state = 0;  // 1: each rank continues its own BN statistics from the file
   int64_t ema = 0;        // 1: the file holds a moving average of the weights, taken up
   int64_t own_ema = 0;    // 1: ... with each rank's own statistics' average
-  double best_top1 = 0;   // checkpoint.keep_best's record so far
+  double best_top1 = 0;   // the run's best validation top-1 so far and its step
   int64_t best_step = 0;
 };
 

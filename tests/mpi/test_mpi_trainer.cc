@@ -202,6 +202,44 @@ void check_keep_best(MpiTest& t, const std::string& dir) {
   }
 }
 
+// train.target_top1: a target the first evaluation reaches ends a 4-epoch run after epoch 1, with
+// a checkpoint of that step and a "target" record; resumed, the record in the checkpoint says the
+// target is reached (nothing to train); with a target no evaluation reaches, the resumed run goes
+// on to its end.
+void check_target_top1(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/target");
+  c.train.epochs = 4;
+  c.train.target_top1 = 1;  // 4 learnable classes: the first evaluation is far above 1%
+  c.log.jsonl = "";
+  int64_t spe = 0;
+  {
+    Trainer tr(c);
+    spe = tr.steps_per_epoch();
+    tr.train();
+    MPI_EXPECT(t, tr.step() == spe && tr.last_checkpoint() == checkpoint_path(c.run_dir + "/checkpoints", spe),
+               "target reached: stopped at step ", tr.step(), " (", spe, " per epoch), checkpoint '",
+               tr.last_checkpoint(), "'");
+  }
+  {
+    Trainer tr(c);
+    tr.resume("auto");
+    tr.train();
+    MPI_EXPECT(t, tr.step() == spe, "resumed after reaching the target: trained on to step ", tr.step());
+  }
+  c.train.target_top1 = 100;  // every validation image right: not after these few steps (else a record says so)
+  Trainer tr(c);
+  tr.resume("auto");
+  tr.train();
+  if (t.rank() != 0) return;
+  std::ifstream f(c.run_dir + "/metrics.jsonl");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string target = str_cat("{\"type\":\"target\",\"step\":", spe, ",\"epoch\":1,");
+  MPI_EXPECT(t, log.find(target) != std::string::npos && log.find("\"target_top1\":1,") != std::string::npos,
+             "no target record '", target, "...' in the metrics");
+  MPI_EXPECT(t, tr.step() == 4 * spe || log.find("\"target_top1\":100,") != std::string::npos,
+             "with an unreached target the resumed run ended at step ", tr.step());
+}
+
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
 // phases in order inside the step, every bucket's ready instant and its allreduce on the
 // communication track, which starts no earlier than the bucket was ready and ends before the
@@ -642,6 +680,7 @@ int main(int argc, char** argv) {
     check_compressed_gradients(t, dir);
     check_clip_grad_norm(t, dir);
     check_keep_best(t, dir);
+    check_target_top1(t, dir);
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
