@@ -151,6 +151,9 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos);
   EXPECT_EQ(invalid("train: {clip_grad_norm: 1.0}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.clip_grad_norm, 0.0);  // off unless asked for
+  e = invalid("checkpoint: {every_minutes: -5}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
+  EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");
   e = invalid("train: {target_top1: 101}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'train.target_top1' must be a percentage in [0, 100] (0: off) (got 101)"),
             std::string::npos) << e;

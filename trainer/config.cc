@@ -94,6 +94,7 @@ void config_fields(C& c, V&& v) {
   v("comm.compression", c.comm.compression);
   v("checkpoint.dir", c.checkpoint.dir);
   v("checkpoint.every_steps", c.checkpoint.every_steps);
+  v("checkpoint.every_minutes", c.checkpoint.every_minutes);
   v("checkpoint.at_epoch_end", c.checkpoint.at_epoch_end);
   v("checkpoint.keep", c.checkpoint.keep);
   v("checkpoint.keep_best", c.checkpoint.keep_best);

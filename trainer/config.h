@@ -66,6 +66,8 @@ struct TrainConfig {                  // key prefix: train.
 struct CheckpointConfig {             // key prefix: checkpoint.
   std::string dir;                    // "" = <run_dir>/checkpoints
   int64_t every_steps = 0;            // >0: also save every this many steps
+  double every_minutes = 0;           // >0: also save when this long has passed since the last
+                                      //   save (or the start), by rank 0's clock
   bool at_epoch_end = true;           // save after every epoch (and at the end of the run)
   int keep = 3;                       // newest checkpoints kept; older ones are deleted
   bool keep_best = false;             // also keep the checkpoint of the best validation top-1 so

@@ -141,6 +141,8 @@ void config_validate(const Config& c) {
             c.comm.compression);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);
+  k.require(c.checkpoint.every_minutes >= 0 && std::isfinite(c.checkpoint.every_minutes), "checkpoint.every_minutes",
+            "must be >= 0 (0: off)", c.checkpoint.every_minutes);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
   k.require(!c.checkpoint.keep_best || c.eval.every_epochs > 0 || c.eval.at_end, "checkpoint.keep_best",
             "needs evaluations to choose by (eval.every_epochs > 0 or eval.at_end)", c.checkpoint.keep_best);

@@ -218,7 +218,7 @@ void Trainer::train() {
                      " reached train.target_top1 ", cfg_.train.target_top1, "%"));
     return;
   }
-  run_start_s_ = now_s();
+  run_start_s_ = last_save_s_ = now_s();
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
                    " rank(s) x batch ", cfg_.train.batch,
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
@@ -250,7 +250,8 @@ void Trainer::train() {
     }
     train_step();
     const bool epoch_end = step_ % steps_per_epoch_ == 0, run_end = step_ == total_steps_;
-    const int stop = run_end ? 0 : agreed_stop_signal();
+    bool timed = false;  // checkpoint.every_minutes: rank 0's clock says a save is due
+    const int stop = run_end ? 0 : agreed_stop_signal(timed);
     if (cfg_.check.every > 0 && (step_ % cfg_.check.every == 0 || run_end)) check_consistency();
     if (epoch_end || run_end) {
       epoch_started_ = !epoch_end;
@@ -258,7 +259,7 @@ void Trainer::train() {
     }
     const auto& ck = cfg_.checkpoint;
     const bool target = std::exchange(target_due_, false);
-    if (stop || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
+    if (stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
         (ck.at_epoch_end && (epoch_end || run_end)))
       save_checkpoint();
     if (target) {  // as MLPerf's runs: the time to the target is the figure of merit
@@ -282,13 +283,18 @@ void Trainer::train() {
   }
 }
 
-int Trainer::agreed_stop_signal() {
+int Trainer::agreed_stop_signal(bool& save_due) {
   // Collective, between steps (the communication thread is idle): every rank stops after the
-  // same step, whichever ranks the signal reached. A few microseconds per step.
-  if (!stop_handlers_installed()) return 0;
-  int sig = stop_signal();
-  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
-  return sig;
+  // same step, whichever ranks the signal reached, and saves a timed checkpoint after the same
+  // step, when rank 0's clock says so (ranks' clocks need not agree). A few microseconds per step.
+  const double every_s = cfg_.checkpoint.every_minutes * 60;
+  save_due = false;
+  if (!stop_handlers_installed() && every_s <= 0) return 0;
+  int flags[2] = {stop_handlers_installed() ? stop_signal() : 0,
+                  rank_ == 0 && every_s > 0 && now_s() - last_save_s_ >= every_s};
+  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
+  save_due = flags[1] != 0;
+  return flags[0];
 }
 
 void Trainer::take_batch(data::Batch& b, int64_t step, int64_t pass) {

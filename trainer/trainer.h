@@ -128,7 +128,9 @@ class Trainer {
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end, bool stopping);
-  int agreed_stop_signal();  // collective: the stop signal any rank caught (stop_signal.h), or 0
+  // Collective: the stop signal any rank caught (stop_signal.h), or 0; save_due: a timed
+  // checkpoint is due (checkpoint.every_minutes).
+  int agreed_stop_signal(bool& save_due);
 
   // Collective: copies this rank's own BN running statistics into `own` and returns their average
   // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.
@@ -207,6 +209,7 @@ class Trainer {
   bool best_due_ = false, target_due_ = false;
   bool target_reached() const { return cfg_.train.target_top1 > 0 && best_step_ > 0 && best_top1_ >= cfg_.train.target_top1; }
   double run_start_s_ = 0;  // when train() began, for the time to the target
+  double last_save_s_ = 0;  // when the last checkpoint was saved (or train() began)
 };
 
 // Counts, for n samples of `classes` logits each, how many have the label first (top-1) and

@@ -87,6 +87,7 @@ void Trainer::save_checkpoint() {
   }
   best_due_ = false;
   last_checkpoint_ = path;
+  last_save_s_ = now_s();
 }
 
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {

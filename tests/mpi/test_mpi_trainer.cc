@@ -240,6 +240,24 @@ void check_target_top1(MpiTest& t, const std::string& dir) {
              "with an unreached target the resumed run ended at step ", tr.step());
 }
 
+// checkpoint.every_minutes, decided by rank 0's clock and agreed by every rank (a rank left out
+// of the collective save would hang the test): a period shorter than any step saves after every
+// step; a long one adds nothing to the epoch's own checkpoint.
+void check_timed_checkpoints(MpiTest& t, const std::string& dir) {
+  for (const double minutes : {1e-7, 1000.0}) {
+    Config c = tiny(dir + (minutes < 1 ? "/timed_short" : "/timed_long"));
+    c.train.epochs = 1;
+    c.checkpoint.every_minutes = minutes;
+    c.checkpoint.keep = 100;
+    Trainer tr(c);
+    tr.train();
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 0 writes the files after the collective part of a save
+    const size_t files = checkpoint_list(c.run_dir + "/checkpoints").size();
+    const size_t want = minutes < 1 ? size_t(tr.steps_per_epoch()) : 1;
+    MPI_EXPECT(t, files == want, "checkpoint.every_minutes ", minutes, ": ", files, " checkpoints, expected ", want);
+  }
+}
+
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
 // phases in order inside the step, every bucket's ready instant and its allreduce on the
 // communication track, which starts no earlier than the bucket was ready and ends before the
@@ -681,6 +699,7 @@ int main(int argc, char** argv) {
     check_clip_grad_norm(t, dir);
     check_keep_best(t, dir);
     check_target_top1(t, dir);
+    check_timed_checkpoints(t, dir);
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);
