@@ -11,7 +11,7 @@ namespace {
 
 // Lane l sums elements l, l + 32, ... of its warp's chunk (neighbouring lanes read neighbouring
 // elements), then the butterfly adds lane l + 16 to lane l, + 8, + 4, + 2, + 1: the host's
-// Backend::chunk_squares step by step.
+// warp_order_squares (nn/optimizer.h) step by step.
 __global__ void chunk_squares_kernel(const float* __restrict__ v, uint64_t n, uint64_t chunks,
                                      uint32_t chunk, double* __restrict__ sums) {
   const uint64_t c = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLarsLanes;

@@ -32,7 +32,7 @@ void nonfinite_check(Elem t, const void* buf, size_t n, int* flag, cudaStream_t 
 void unscale_check(Elem t, void* buf, size_t n, float inv_scale, int* flag, cudaStream_t stream);
 
 // train.clip_grad_norm: sums[c] = Σ v[i]² over chunk c (elements [c * chunk, (c + 1) * chunk)
-// of [0, n)), in double, in Backend::chunk_squares' order (nn/ops.h), for c < ceil(n / chunk).
+// of [0, n)), in double, in warp_order_squares' order (nn/optimizer.h), for c < ceil(n / chunk).
 // The host adds the chunks' sums in order (DeviceBackend::sum_squares).
 void chunk_squares(const float* v, size_t n, uint32_t chunk, double* sums, cudaStream_t stream);
 

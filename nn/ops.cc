@@ -164,23 +164,12 @@ double Backend<T>::sum_squares(const T* v, size_t n) const {
 }
 
 template <class T>
-double Backend<T>::chunk_squares(const T* v, size_t n) {
-  constexpr size_t kLanes = 32;
-  double lane[kLanes] = {};
-  for (size_t i = 0; i < n; i += kLanes)
-    for (size_t l = 0; l < std::min(kLanes, n - i); ++l) lane[l] += double(v[i + l]) * double(v[i + l]);
-  for (size_t off = kLanes / 2; off > 0; off /= 2)
-    for (size_t l = 0; l < off; ++l) lane[l] += lane[l + off];
-  return lane[0];
-}
-
-template <class T>
 double Backend<T>::sum_squares_host(const T* v, size_t n) {
   const size_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
   std::vector<double> part(chunks);  // ResNet-50's gradients: 6,250 of them
 #pragma omp parallel for schedule(static) if (chunks > 16)
   for (size_t c = 0; c < chunks; ++c)
-    part[c] = chunk_squares(v + c * kSquaresChunk, std::min(kSquaresChunk, n - c * kSquaresChunk));
+    part[c] = warp_order_squares<T, 1>({v + c * kSquaresChunk}, std::min(kSquaresChunk, n - c * kSquaresChunk))[0];
   double sum = 0;
   for (double p : part) sum += p;
   return sum;

@@ -311,14 +311,12 @@ class Backend {
   virtual void ema_update(T* avg, const T* x, size_t n, T w) const;
   static void ema_update_host(T* avg, const T* x, size_t n, T w);
   // Σ v[i]² over i < n of param_memory(), in double, in one fixed order: chunks of
-  // kSquaresChunk elements, each summed as 32 interleaved lanes (element i into lane i mod 32, in
-  // order) combined pairwise (lane l += lane l + 16, then + 8, + 4, + 2, + 1: a GPU warp's
-  // butterfly), the chunks' sums then added in order. So the same bits for any thread count and
-  // on the CUDA backends, and every rank that holds the same gradients gets the same norm.
-  // Default: sum_squares_host (on a host copy when the host may not dereference param_memory()).
+  // kSquaresChunk elements, each summed in a warp's order (warp_order_squares, nn/optimizer.h),
+  // the chunks' sums then added in order. So the same bits for any thread count and on the CUDA
+  // backends, and every rank that holds the same gradients gets the same norm. Default:
+  // sum_squares_host (on a host copy when the host may not dereference param_memory()).
   virtual double sum_squares(const T* v, size_t n) const;
   static double sum_squares_host(const T* v, size_t n);
-  static double chunk_squares(const T* v, size_t n);  // one chunk's sum (n <= kSquaresChunk)
   static constexpr size_t kSquaresChunk = 4096;
 
   // What set-up decided that a job's log should show (one line, after the model is built), or

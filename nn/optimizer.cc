@@ -56,24 +56,12 @@ void sgd_validate(const SgdConfig& cfg) {
     throw Error("sgd: nesterov requires momentum > 0");
 }
 
-// A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit;
-// the 32 independent sums also vectorise here where one running sum could not.
+// A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit.
 template <class T>
 void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
-  constexpr size_t kLanes = 32;
-  double w[kLanes] = {}, g[kLanes] = {};
-  for (size_t i = 0; i < n; i += kLanes)
-    for (size_t l = 0; l < std::min(kLanes, n - i); ++l) {
-      w[l] += double(p[i + l]) * double(p[i + l]);
-      g[l] += double(grad[i + l]) * double(grad[i + l]);
-    }
-  for (size_t off = kLanes / 2; off > 0; off /= 2)
-    for (size_t l = 0; l < off; ++l) {
-      w[l] += w[l + off];
-      g[l] += g[l + off];
-    }
-  *w2 = w[0];
-  *g2 = g[0];
+  const auto s = warp_order_squares<T, 2>({p, grad}, n);
+  *w2 = s[0];
+  *g2 = s[1];
 }
 
 template void lars_chunk_squares<float>(const float*, const float*, size_t, double*, double*);

@@ -1,5 +1,7 @@
 // SGD with momentum, Nesterov, weight decay and LARS, applied in one pass over the flat arena.
 #pragma once
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -45,9 +47,28 @@ class Optimizer {
   virtual size_t size() const = 0;  // elements of the momentum buffer (= the arena's buffers)
 };
 
-// Σp² and Σgrad² of n elements in double, in the order Sgd<T> sums each chunk of ≤ 4096 for
-// LARS: 32 interleaved sums (element i into sum i mod 32, in order), then combined pairwise, sum
-// l with sum l + 16, then + 8, + 4, + 2, + 1.
+// Σv[k][i]² over i < n for each of K arrays, in double, in a GPU warp's order: 32 interleaved
+// sums (element i into sum i mod 32, in order), then combined pairwise, sum l with sum l + 16,
+// then + 8, + 4, + 2, + 1 (a butterfly of shuffles). The order of LARS's norms (per chunk of
+// ≤ 4096, lars_chunk_squares) and of Backend::sum_squares' chunks (train.clip_grad_norm), which
+// the CUDA kernels reproduce; the 32 independent sums also vectorise where one running sum could
+// not, and K arrays in one pass (LARS's parameters and gradients) read each chunk once.
+template <class T, size_t K>
+std::array<double, K> warp_order_squares(const std::array<const T*, K>& v, size_t n) {
+  constexpr size_t kLanes = 32;
+  double lane[K][kLanes] = {};
+  for (size_t i = 0; i < n; i += kLanes)
+    for (size_t l = 0; l < std::min(kLanes, n - i); ++l)
+      for (size_t k = 0; k < K; ++k) lane[k][l] += double(v[k][i + l]) * double(v[k][i + l]);
+  std::array<double, K> out;
+  for (size_t k = 0; k < K; ++k) {
+    for (size_t off = kLanes / 2; off > 0; off /= 2)
+      for (size_t l = 0; l < off; ++l) lane[k][l] += lane[k][l + off];
+    out[k] = lane[k][0];
+  }
+  return out;
+}
+// Σp² and Σgrad² so: what Sgd<T> sums for each chunk under LARS.
 template <class T>
 void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2);
 

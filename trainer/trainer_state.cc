@@ -72,8 +72,8 @@ void Trainer::save_checkpoint() {
                                                              : "the last checkpoint, " + last_checkpoint_ + ", is kept",
                                     " (free space or fix checkpoint.dir, then --resume auto)"));
     }
-    // Before pruning, which may delete the file the old best.rtck is (and would otherwise leave
-    // the best a file of its own).
+    // best.rtck now names this file; the one it named before goes once pruning has also taken
+    // its ckpt- name (until then the two names share it).
     if (best_due_) checkpoint_keep_best(path);
     checkpoint_prune(ckpt_dir_, cfg_.checkpoint.keep);
     const double secs = now_s() - t0;
