@@ -104,6 +104,7 @@ void config_fields(C& c, V&& v) {
   v("log.interval", c.log.interval);
   v("log.progress", c.log.progress);
   v("log.print_config", c.log.print_config);
+  v("log.grad_norm", c.log.grad_norm);
   v("log.timeline", c.log.timeline);
   v("log.timeline_skip", c.log.timeline_skip);
   v("log.timeline_steps", c.log.timeline_steps);

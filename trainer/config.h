@@ -85,6 +85,8 @@ struct LogConfig {                    // key prefix: log.
   int64_t interval = 10;              // steps between progress updates (plain lines when piped)
   bool progress = true;               // rank 0 shows progress on stdout
   bool print_config = true;           // rank 0 prints the resolved configuration at start
+  bool grad_norm = false;             // every step record carries the gradient's L2 norm (one
+                                      //   more pass over the gradients; always with clipping)
   std::string timeline;               // Chrome trace of a window of steps; "{rank}" -> rank
                                       //   (else rank 0 only); "" = none
   int64_t timeline_skip = 0;          // steps of this run before the window (warm-up)

@@ -25,8 +25,8 @@ struct StepRecord {
   int64_t global_images = 0;     // images all ranks consumed in this step
   double loss_scale = 1;         // the step's loss scale (1 without loss scaling)
   bool skipped = false;          // a gradient overflowed: no update (dynamic loss scaling)
-  double grad_norm = -1;         // train.clip_grad_norm: the gradient's L2 norm before clipping
-                                 //   (-1: not computed: clipping off, or the step skipped)
+  double grad_norm = -1;         // train.clip_grad_norm, log.grad_norm: the gradient's L2 norm
+                                 //   before clipping (-1: not computed: both off, or the step skipped)
   bool clipped = false;          // ... and whether it was above the limit (scaled down to it)
 };
 

@@ -502,14 +502,16 @@ size_t Trainer::unscale_gradients() {
 // scaled by limit / (norm + 1e-6). After the allreduce and the unscaling, on the step's whole
 // gradient (all passes of an accumulated step). Every rank holds the same gradients bit for bit
 // and sums them in one fixed order (Backend::sum_squares), so every rank scales them alike. A
-// non-finite norm is left to check.finite and loss scaling: nothing is scaled by it.
+// non-finite norm is left to check.finite and loss scaling: nothing is scaled by it. The norm is
+// also what log.grad_norm reports without clipping.
 double Trainer::clip_gradients(bool& clipped) {
   clipped = false;
-  if (cfg_.train.clip_grad_norm <= 0) return -1;
+  const double limit = cfg_.train.clip_grad_norm;
+  if (limit <= 0 && !cfg_.log.grad_norm) return -1;
   auto g = net_->arena().grads();
   const double norm = std::sqrt(net_->backend().sum_squares(g.data(), g.size()));
-  const double coef = cfg_.train.clip_grad_norm / (norm + 1e-6);
-  if (std::isfinite(norm) && coef < 1) {
+  const double coef = limit / (norm + 1e-6);
+  if (limit > 0 && std::isfinite(norm) && coef < 1) {
     net_->backend().scale_count_nonfinite(g.data(), g.size(), float(coef), false);
     clipped = true;
   }

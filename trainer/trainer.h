@@ -118,8 +118,8 @@ class Trainer {
   // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
   // only when something needs them: check.finite or dynamic scaling).
   size_t unscale_gradients();
-  // train.clip_grad_norm: the step's gradient's L2 norm (-1 with clipping off); `clipped`: whether
-  // it was above the limit and the gradients were scaled down to it.
+  // train.clip_grad_norm: the step's gradient's L2 norm (-1 with clipping and log.grad_norm off);
+  // `clipped`: whether it was above the limit and the gradients were scaled down to it.
   double clip_gradients(bool& clipped);
   // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
   // ends early or the batch has the wrong size or kind.

@@ -81,7 +81,8 @@ void check_compressed_gradients(MpiTest& t, const std::string& dir) {
 
 // train.clip_grad_norm, one step from the same start (momentum and weight decay 0, so the update
 // is lr times the gradient), with static loss scaling and two accumulated passes: a limit above
-// the norm changes nothing, bit for bit; the norm reported is that of the step's whole unscaled
+// the norm changes nothing, bit for bit (nor does log.grad_norm, which reports the same norm
+// without clipping); the norm reported is that of the step's whole unscaled
 // gradient (the update's length over lr), the same on every rank; a limit of a quarter of it
 // scales the whole update by limit / (norm + 1e-6), and the epoch says so.
 void check_clip_grad_norm(MpiTest& t, const std::string& dir) {
@@ -119,12 +120,16 @@ void check_clip_grad_norm(MpiTest& t, const std::string& dir) {
     return std::vector<float>(p.begin(), p.end());
   };
   std::vector<float> p0, p0b, p0c;
-  const Config off = config("off", 0), high = config("high", 1e30);
+  Config off = config("off", 0);
+  off.log.grad_norm = true;  // the norm reported, nothing clipped
+  const Config high = config("high", 1e30);
   const std::vector<float> a = run(off, p0), b = run(high, p0b);
   MPI_EXPECT(t, p0 == p0b && a == b, "a limit above the norm changed the update");
-  double norm = 0, lr = 0;
+  double norm = 0, lr = 0, norm_off = 0;
   int64_t clipped = 0;
+  read(off, norm_off, lr, clipped);
   read(high, norm, lr, clipped);
+  MPI_EXPECT(t, norm_off == norm, "log.grad_norm without clipping reports ", norm_off, ", clipping ", norm);
   MPI_EXPECT(t, norm > 0 && lr > 0 && clipped == 0, "no grad_norm (", norm, "), lr (", lr, ") or clipped_steps (",
              clipped, ") reported");
   MPI_EXPECT(t, test::same_on_all_ranks(std::hash<double>{}(norm)), "the gradient's norm differs across ranks");
