@@ -19,7 +19,7 @@ inline float sgd_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
 }
 
 // Segments of at most max_elems elements covering exactly [offset, offset + count) of every
-// tensor, in layout order, with its weight decay: Sgd<float>'s chunks, one thread block each.
+// tensor not frozen (cfg.freeze), in layout order, with its weight decay: Sgd<float>'s chunks, one thread block each.
 // Throws rt::Error for a layout that is not sorted and disjoint (as Sgd does).
 inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout,
                                             const SgdConfig& cfg,
@@ -34,6 +34,7 @@ inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout
                           " overlaps the previous one (ends at ", end,
                           "); the layout must be sorted by offset"));
     end = p.offset + p.count;
+    if (sgd_frozen(cfg, p.name)) continue;  // no segment: never read or written
     const float wd = sgd_weight_decay(p, cfg);
     for (size_t b = p.offset; b < end; b += max_elems)
       segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd});
@@ -50,6 +51,7 @@ inline std::vector<LarsTensor> lars_tensors(const std::vector<ParamInfo>& layout
   if (!cfg.lars || max_elems == 0) return out;
   uint32_t seg = 0;
   for (const ParamInfo& p : layout) {
+    if (sgd_frozen(cfg, p.name)) continue;  // as sgd_segments: no segments of its own
     const auto n = uint32_t((p.count + max_elems - 1) / max_elems);
     if (!(param_is_bn_or_bias(p.kind) && cfg.lars_exclude_bn_and_bias))
       out.push_back({seg, n, sgd_weight_decay(p, cfg)});

@@ -90,6 +90,12 @@ void Arena<T>::grads_from_host(std::span<const T> host, size_t offset) {
 }
 
 template <class T>
+void Arena<T>::grads_zero(size_t offset, size_t n) {
+  check_range(n, offset, size_);
+  grads_.zero(offset, n);
+}
+
+template <class T>
 void Arena<T>::state_to_host(std::span<T> host, size_t offset) const {
   check_range(host.size(), offset, state_.size());
   state_.to_host(host.data(), offset, host.size());

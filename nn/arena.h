@@ -106,6 +106,7 @@ class Arena {
   void params_from_host(std::span<const T> host, size_t offset = 0);
   void grads_to_host(std::span<T> host, size_t offset = 0) const;
   void grads_from_host(std::span<const T> host, size_t offset = 0);
+  void grads_zero(size_t offset, size_t n);  // in the arena's memory space (queued on a device)
   void state_to_host(std::span<T> host, size_t offset = 0) const;
   void state_from_host(std::span<const T> host, size_t offset = 0);
   // Copies of whole buffers of the arena's memory space (a moving average of the weights, for one

@@ -57,6 +57,12 @@ void sgd_validate(const SgdConfig& cfg) {
 }
 
 // A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit.
+bool sgd_frozen(const SgdConfig& cfg, const std::string& name) {
+  for (const std::string& f : cfg.freeze)
+    if (name.compare(0, f.size(), f) == 0 && (name.size() == f.size() || name[f.size()] == '.')) return true;
+  return false;
+}
+
 template <class T>
 void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
   const auto s = warp_order_squares<T, 2>({p, grad}, n);
@@ -82,6 +88,7 @@ Sgd<T>::Sgd(std::vector<ParamInfo> layout, SgdConfig cfg)
     const bool bn_or_bias = param_is_bn_or_bias(p.kind);
     decay_.push_back(bn_or_bias && !cfg_.decay_bn_and_bias ? T(0) : T(cfg_.weight_decay));
     lars_.push_back(cfg_.lars && !(bn_or_bias && cfg_.lars_exclude_bn_and_bias));
+    if (sgd_frozen(cfg_, p.name)) continue;  // no chunk: never read or written
     for (size_t b = p.offset; b < end; b += kChunk)
       chunks_.push_back({t, b, std::min(b + kChunk, end)});
   }

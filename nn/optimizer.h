@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "nn/arena.h"
@@ -21,7 +22,14 @@ struct SgdConfig {
   double lars_trust = 0.001;             // trust coefficient η
   double lars_eps = 1e-9;                // keeps the trust ratio finite for tiny norms
   bool lars_exclude_bn_and_bias = true;  // BN γ/β and biases use the plain global lr
+  std::vector<std::string> freeze;       // names (or prefixes at a '.': "layer1" is every
+                                         //   layer1.* tensor) of tensors left as they are
 };
+
+// Whether cfg.freeze names the tensor `name`: equal to an entry, or an entry followed by '.'.
+// A frozen tensor gets no update, decay or momentum (its momentum stays 0), as PyTorch leaves a
+// parameter with requires_grad false or out of the optimizer's groups.
+bool sgd_frozen(const SgdConfig& cfg, const std::string& name);
 
 // Throws rt::Error naming the field when a value is out of range (negative coefficients,
 // Nesterov without momentum).

@@ -153,10 +153,11 @@ class Buffer {
     std::memset(static_cast<void*>(p_), 0, bytes);
     n_ = n;
   }
-  void zero() {
-    if (!n_) return;
-    if (space_) space_->zero(p_, n_ * sizeof(T));
-    else std::memset(static_cast<void*>(p_), 0, n_ * sizeof(T));
+  void zero() { zero(0, n_); }
+  void zero(size_t offset, size_t n) {  // elements [offset, offset + n), in bounds
+    if (!n) return;
+    if (space_) space_->zero(p_ + offset, n * sizeof(T));
+    else std::memset(static_cast<void*>(p_ + offset), 0, n * sizeof(T));
   }
   // Copies the first n elements of src (same memory space) into this buffer.
   void copy_from(const Buffer& src, size_t n) { copy_from(src.p_, n); }

@@ -222,6 +222,27 @@ TEST(CudaSgdPlan, LarsTensorsAreTheCpuOptimizersWithTheirSegments) {
   EXPECT_EQ(t[3].weight_decay, 0.0f);
 }
 
+// optimizer.freeze: a frozen tensor has no segment and is no LARS tensor, and the LARS tensors
+// after it index the segments that remain (their offsets are their own tensors').
+TEST(CudaSgdPlan, FrozenTensorsHaveNoSegments) {
+  auto layout = layout_of({{ParamKind::conv_weight, 10000},
+                           {ParamKind::conv_weight, 5000},
+                           {ParamKind::linear_weight, 4096},
+                           {ParamKind::bias, 17}});
+  layout[1].name = "layer1.0.conv1.weight";
+  SgdConfig cfg;
+  cfg.lars = true;
+  cfg.freeze = {"layer1"};
+  const auto segs = sgd_segments(layout, cfg);
+  ASSERT_EQ(segs.size(), 3u + 1 + 1);
+  for (const SgdSegment& s : segs)
+    EXPECT_TRUE(s.begin + s.count <= layout[1].offset || s.begin >= layout[2].offset) << s.begin;
+  const auto t = lars_tensors(layout, cfg);
+  ASSERT_EQ(t.size(), 2u);  // the bias excluded, the frozen tensor too
+  EXPECT_EQ(t[1].first_segment, 3u);
+  EXPECT_EQ(segs[t[1].first_segment].begin, layout[2].offset);
+}
+
 // The device's segments, each summed as the CPU sums a chunk (lars_chunk_squares, which
 // gpu_sgd holds the kernel to), added per tensor and turned into a ratio by cuda/lars.h's
 // arithmetic on the host, give the CPU optimizer's trust ratios bit for bit. The ratios are

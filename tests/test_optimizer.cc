@@ -228,6 +228,33 @@ TEST(Sgd, PaddingStaysZero) {
   }
 }
 
+// optimizer.freeze: frozen tensors (by name, or by a prefix ending before a '.') keep their
+// values and a zero momentum through LARS, decay and Nesterov steps; every other tensor moves
+// exactly as without the freeze (LARS's ratios are per tensor).
+TEST(Sgd, FrozenTensorsAreLeftAlone) {
+  EXPECT_TRUE(sgd_frozen(SgdConfig{.freeze = {"bn1"}}, "bn1.bias"));
+  EXPECT_TRUE(sgd_frozen(SgdConfig{.freeze = {"fc.bias"}}, "fc.bias"));
+  EXPECT_FALSE(sgd_frozen(SgdConfig{.freeze = {"bn"}}, "bn1.bias"));  // not at a '.'
+  EXPECT_FALSE(sgd_frozen(SgdConfig{.freeze = {"fc.bias.x"}}, "fc.bias"));
+  auto plain = make_arena<float>(6), frozen = make_arena<float>(6);
+  SgdConfig cfg = busy_config();
+  Sgd<float> a(plain.layout(), cfg);
+  cfg.freeze = {"bn1", "conv2.weight"};
+  Sgd<float> b(frozen.layout(), cfg);
+  const std::vector<float> start(frozen.params().begin(), frozen.params().end());
+  for (int s = 0; s < 3; ++s) {
+    a.step(plain.params().data(), plain.grads().data(), 0.5);
+    b.step(frozen.params().data(), frozen.grads().data(), 0.5);
+  }
+  for (const ParamInfo& p : frozen.layout()) {
+    const bool f = p.name.rfind("bn1.", 0) == 0 || p.name == "conv2.weight";
+    for (size_t i = p.offset; i < p.offset + p.count; ++i) {
+      ASSERT_EQ(frozen.params()[i], f ? start[i] : plain.params()[i]) << p.name << " at " << i - p.offset;
+      ASSERT_EQ(b.momentum()[i], f ? 0.0f : a.momentum()[i]) << p.name << " at " << i - p.offset;
+    }
+  }
+}
+
 TEST(Sgd, FloatAgreesWithDouble) {
   auto af = make_arena<float>(2);
   auto ad = make_arena<double>(2);

@@ -151,6 +151,11 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos);
   EXPECT_EQ(invalid("train: {clip_grad_norm: 1.0}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.clip_grad_norm, 0.0);  // off unless asked for
+  e = invalid("optimizer: {freeze: layer1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'optimizer.freeze' expects a list of names, got 'layer1'"), std::string::npos) << e;
+  EXPECT_EQ(config_parse("optimizer: {freeze: [conv1, layer1.0]}\n", "d.yaml").optimizer.sgd.freeze,
+            (std::vector<std::string>{"conv1", "layer1.0"}));
+  EXPECT_TRUE(config_parse("", "d.yaml").optimizer.sgd.freeze.empty());
   e = invalid("checkpoint: {every_minutes: -5}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
   EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");

@@ -55,6 +55,7 @@ void config_fields(C& c, V&& v) {
   v("optimizer.lars_trust", c.optimizer.sgd.lars_trust);
   v("optimizer.lars_eps", c.optimizer.sgd.lars_eps);
   v("optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars_exclude_bn_and_bias);
+  v("optimizer.freeze", c.optimizer.sgd.freeze);
   v("schedule.kind", c.schedule.kind);
   v("schedule.warmup_epochs", c.schedule.warmup_epochs);
   v("schedule.warmup_start_factor", c.schedule.warmup_start_factor);
@@ -181,6 +182,12 @@ void read_value(const YAML::Node& n, std::vector<double>& f, const std::string& 
   f.clear();
   for (const auto& e : n) f.push_back(scalar_as<double>(e, at, k, "a list of numbers"));
 }
+void read_value(const YAML::Node& n, std::vector<std::string>& f, const std::string& at,
+                const std::string& k) {
+  if (!n.IsSequence()) bad_type(at, k, "a list of names", n);
+  f.clear();
+  for (const auto& e : n) f.push_back(scalar_as<std::string>(e, at, k, "a list of names"));
+}
 void read_value(const YAML::Node& n, float (&f)[3], const std::string& at, const std::string& k) {
   if (!n.IsSequence() || n.size() != 3) bad_type(at, k, "a list of 3 numbers", n);
   for (size_t i = 0; i < 3; ++i) f[i] = scalar_as<float>(n[i], at, k, "a list of 3 numbers");
@@ -232,6 +239,12 @@ YAML::Node seq_node(const V& values, size_t n) {
   return s;
 }
 YAML::Node to_node(const std::vector<double>& f) { return seq_node(f, f.size()); }
+YAML::Node to_node(const std::vector<std::string>& f) {
+  YAML::Node s(YAML::NodeType::Sequence);
+  for (const std::string& e : f) s.push_back(e);
+  s.SetStyle(YAML::EmitterStyle::Flow);
+  return s;
+}
 YAML::Node to_node(const float (&f)[3]) { return seq_node(f, 3); }
 
 // --- the tree walk -----------------------------------------------------------------------------

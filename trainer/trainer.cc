@@ -102,6 +102,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
                          : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, backend_opts));
   auto& arena = net_->arena();
+  plan_freeze();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);
   // The reducer first: its agreement check proves every rank built the same model and settings
@@ -408,6 +409,7 @@ void Trainer::train_step() {
   bool clipped = false;
   if (apply) {
     check_finite(loss, lr, bad_grads);  // before the update: the parameters stay as the last good step left them
+    zero_frozen_gradients();
     grad_norm = clip_gradients(clipped);
     epoch_clipped_ += clipped;
     opt_->step(net_->arena().params().data(), net_->arena().grads().data(), lr);
@@ -483,39 +485,6 @@ void Trainer::emulate_step(double t0) {
     done = end;
     if (ready_) ready_(end);
   });
-}
-
-size_t Trainer::unscale_gradients() {
-  auto g = net_->arena().grads();
-  const bool count = cfg_.check.finite || scaler_.dynamic();
-  size_t bad = net_->backend().scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
-  // A device backend may only say "some": the message wants the number (rare path).
-  if (bad > 0) {
-    net_->backend().sync();
-    HostView<float> h = net_->arena().host_grads();
-    bad = count_nonfinite(h.data(), h.size());
-  }
-  return bad;
-}
-
-// As torch.nn.utils.clip_grad_norm_ over all parameters: above the limit, every gradient is
-// scaled by limit / (norm + 1e-6). After the allreduce and the unscaling, on the step's whole
-// gradient (all passes of an accumulated step). Every rank holds the same gradients bit for bit
-// and sums them in one fixed order (Backend::sum_squares), so every rank scales them alike. A
-// non-finite norm is left to check.finite and loss scaling: nothing is scaled by it. The norm is
-// also what log.grad_norm reports without clipping.
-double Trainer::clip_gradients(bool& clipped) {
-  clipped = false;
-  const double limit = cfg_.train.clip_grad_norm;
-  if (limit <= 0 && !cfg_.log.grad_norm) return -1;
-  auto g = net_->arena().grads();
-  const double norm = std::sqrt(net_->backend().sum_squares(g.data(), g.size()));
-  const double coef = limit / (norm + 1e-6);
-  if (limit > 0 && std::isfinite(norm) && coef < 1) {
-    net_->backend().scale_count_nonfinite(g.data(), g.size(), float(coef), false);
-    clipped = true;
-  }
-  return norm;
 }
 
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end, bool stopping) {

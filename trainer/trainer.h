@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/allreduce.h"
@@ -121,6 +122,11 @@ class Trainer {
   // train.clip_grad_norm: the step's gradient's L2 norm (-1 with clipping and log.grad_norm off);
   // `clipped`: whether it was above the limit and the gradients were scaled down to it.
   double clip_gradients(bool& clipped);
+  // optimizer.freeze (trainer/gradients.cc): checks its names against the model and finds the
+  // frozen tensors' runs of the gradient buffer (frozen_); zeroes those gradients after the
+  // allreduce.
+  void plan_freeze();
+  void zero_frozen_gradients();
   // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
   // ends early or the batch has the wrong size or kind.
   void take_batch(data::Batch& b, int64_t step, int64_t pass = 0);  // pass: of an accumulated step
@@ -200,6 +206,7 @@ class Trainer {
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
+  std::vector<std::pair<size_t, size_t>> frozen_;  // optimizer.freeze: [begin, end) runs of the arena
   // The best validation top-1 (%) of the run so far and its step (0: none yet), kept in the
   // checkpoints (checkpoint.keep_best, train.target_top1); best_due_: this step's evaluation beat
   // it and checkpoint.keep_best makes this step's checkpoint the best; target_due_: it reached

@@ -90,6 +90,8 @@ TEST(GpuBackendStep, DeviceLarsMatchesHost) {
   cfg.lars_exclude_bn_and_bias = false;
   cfg.nesterov = true;
   run_optimizer(cfg);
+  cfg.freeze = {"p1", "p2"};  // optimizer.freeze: no segments, no LARS tensor, as Sgd's chunks
+  run_optimizer(cfg);
 }
 
 TEST(GpuBackendStep, ScaleAndCountNonfinite) {

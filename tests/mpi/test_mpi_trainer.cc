@@ -263,6 +263,54 @@ void check_timed_checkpoints(MpiTest& t, const std::string& dir) {
   }
 }
 
+// optimizer.freeze: the named tensors end the run as they began, bit for bit on every rank, their
+// gradients zeroed after the allreduce (so no norm counts them); every other tensor trains. A name
+// that matches no tensor, and a freeze of everything, are refused by every rank, naming the key.
+void check_freeze(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/freeze");
+  c.train.steps = 3;
+  c.optimizer.sgd.freeze = {"conv1", "layer1"};
+  Trainer tr(c);
+  auto p = tr.net().arena().params();
+  const std::vector<float> start(p.begin(), p.end());
+  tr.train();
+  p = tr.net().arena().params();
+  const auto g = tr.net().arena().grads();
+  size_t frozen = 0, moved = 0, bad = 0;
+  for (const ParamInfo& info : tr.net().arena().layout()) {
+    const bool f = info.name.rfind("conv1.", 0) == 0 || info.name.rfind("layer1.", 0) == 0;
+    bool changed = false;
+    for (size_t i = info.offset; i < info.offset + info.count; ++i) {
+      changed = changed || p[i] != start[i];
+      bad += f && g[i] != 0.0f;
+    }
+    frozen += f;
+    moved += !f && changed;
+    if (f && changed) t.fail(str_cat(info.name, " is frozen but changed"));
+  }
+  MPI_EXPECT(t, frozen == 19 && moved + frozen == tr.net().arena().layout().size() && bad == 0, frozen,
+             " tensors frozen (19 expected), ", moved, " trained of ", tr.net().arena().layout().size(), ", ", bad,
+             " frozen gradients not zero");
+  MPI_EXPECT(t, test::same_on_all_ranks(params_hash(tr)), "frozen run: parameters differ across ranks");
+  auto refused = [&](std::vector<std::string> freeze) {
+    Config b = tiny(dir + "/freeze_bad");
+    b.optimizer.sgd.freeze = std::move(freeze);
+    try {
+      Trainer bt(b);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string e = refused({"layer1", "layer9"});
+  MPI_EXPECT(t, e.find("test: key 'optimizer.freeze': 'layer9' names no tensor of resnet20") != std::string::npos &&
+                    e.find("its parts: conv1, bn1, layer1, layer2, layer3, fc)") != std::string::npos,
+             "an unknown name: '", e, "'");
+  e = refused({"conv1", "bn1", "layer1", "layer2", "layer3", "fc"});
+  MPI_EXPECT(t, e.find("freezes every tensor of resnet20: nothing left to train") != std::string::npos,
+             "everything frozen: '", e, "'");
+}
+
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
 // phases in order inside the step, every bucket's ready instant and its allreduce on the
 // communication track, which starts no earlier than the bucket was ready and ends before the
@@ -705,6 +753,7 @@ int main(int argc, char** argv) {
     check_keep_best(t, dir);
     check_target_top1(t, dir);
     check_timed_checkpoints(t, dir);
+    check_freeze(t, dir);
     check_timeline(t, dir);
     check_exact_resume(t, dir, false);
     check_exact_resume(t, dir, true);

@@ -1,0 +1,86 @@
+// What a step does to the averaged gradients between the allreduce and the update: the loss
+// scale's division and the count of non-finite values (unscale_gradients), frozen tensors'
+// gradients set to zero (optimizer.freeze), the norm and its limit (train.clip_grad_norm).
+#include <cmath>
+#include <string>
+
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+
+size_t Trainer::unscale_gradients() {
+  auto g = net_->arena().grads();
+  const bool count = cfg_.check.finite || scaler_.dynamic();
+  size_t bad = net_->backend().scale_count_nonfinite(g.data(), g.size(), float(1.0 / scaler_.scale()), count);
+  // A device backend may only say "some": the message wants the number (rare path).
+  if (bad > 0) {
+    net_->backend().sync();
+    HostView<float> h = net_->arena().host_grads();
+    bad = count_nonfinite(h.data(), h.size());
+  }
+  return bad;
+}
+
+// As torch.nn.utils.clip_grad_norm_ over all parameters: above the limit, every gradient is
+// scaled by limit / (norm + 1e-6). After the allreduce and the unscaling, on the step's whole
+// gradient (all passes of an accumulated step). Every rank holds the same gradients bit for bit
+// and sums them in one fixed order (Backend::sum_squares), so every rank scales them alike. A
+// non-finite norm is left to check.finite and loss scaling: nothing is scaled by it. The norm is
+// also what log.grad_norm reports without clipping.
+double Trainer::clip_gradients(bool& clipped) {
+  clipped = false;
+  const double limit = cfg_.train.clip_grad_norm;
+  if (limit <= 0 && !cfg_.log.grad_norm) return -1;
+  auto g = net_->arena().grads();
+  const double norm = std::sqrt(net_->backend().sum_squares(g.data(), g.size()));
+  const double coef = limit / (norm + 1e-6);
+  if (limit > 0 && std::isfinite(norm) && coef < 1) {
+    net_->backend().scale_count_nonfinite(g.data(), g.size(), float(coef), false);
+    clipped = true;
+  }
+  return norm;
+}
+
+// optimizer.freeze against the model: every entry must name a tensor (a misspelt name would
+// otherwise freeze nothing, silently), and something must be left to train. The frozen tensors'
+// runs of the gradient buffer, neighbours merged (the alignment padding between them is zero).
+void Trainer::plan_freeze() {
+  const auto& freeze = cfg_.optimizer.sgd.freeze;
+  if (freeze.empty()) return;
+  const auto& layout = net_->arena().layout();
+  std::string parts;  // the model's top-level names in forward order (the layout's is backward's)
+  for (auto p = layout.rbegin(); p != layout.rend(); ++p) {
+    const std::string top = p->name.substr(0, p->name.find('.'));
+    if (parts.find(" " + top + ",") == std::string::npos) parts += " " + top + ",";
+  }
+  for (const std::string& f : freeze) {
+    SgdConfig one;
+    one.freeze = {f};
+    bool named = false;
+    for (const ParamInfo& p : layout) named = named || sgd_frozen(one, p.name);
+    if (!named)
+      throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze': '", f, "' names no tensor of ",
+                                cfg_.model.name, " (a tensor's name, or a prefix ending before a '.'; its parts:",
+                                parts.substr(0, parts.size() - 1), ")"));
+  }
+  size_t trained = 0;
+  bool after_frozen = false;
+  for (const ParamInfo& p : layout) {  // in offset order
+    const bool frozen = sgd_frozen(cfg_.optimizer.sgd, p.name);
+    if (!frozen) trained += p.count;
+    else if (after_frozen) frozen_.back().second = p.offset + p.count;  // the padding between too
+    else frozen_.push_back({p.offset, p.offset + p.count});
+    after_frozen = frozen;
+  }
+  if (trained == 0)
+    throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze' freezes every tensor of ", cfg_.model.name,
+                              ": nothing left to train"));
+}
+
+// As PyTorch, where a frozen parameter has no gradient: none counts in the norm or reaches the
+// update. Backward still computes them (the layers before need its input gradients anyway).
+void Trainer::zero_frozen_gradients() {
+  for (const auto& [begin, end] : frozen_) net_->arena().grads_zero(begin, end - begin);
+}
+
+}  // namespace rt::trainer
