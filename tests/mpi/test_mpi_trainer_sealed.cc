@@ -2,7 +2,7 @@
 // device memory): the initial broadcast, training with gradients reduced through staged device
 // hooks (also with accumulated passes), consistency checks, BN statistics averaging, evaluation,
 // emulated compute, the weights' moving average (Backend::ema_update's path through host copies),
-// gradient clipping (Backend::sum_squares' too),
+// gradient clipping (Backend::sum_squares' too), frozen tensors (gradients zeroed in the arena's space),
 // a checkpoint and its load must all reach the arena through copies (a host dereference kills the
 // rank), and match the reference backend on host memory bit for bit.
 #include <mpi.h>
@@ -79,6 +79,7 @@ Config sealed_config(const std::string& dir, bool emulate, int64_t passes) {
   c.eval.at_end = true;  // the model and its moving average
   c.train.ema = 0.9;
   c.train.clip_grad_norm = 0.05;  // Backend::sum_squares and the scaling through host copies too
+  c.optimizer.sgd.freeze = {"layer1.1"};  // their gradients zeroed in the sealed space
   c.checkpoint.at_epoch_end = true;
   if (emulate) c.emulate.compute_ms = 2;
   return c;
