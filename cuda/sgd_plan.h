@@ -19,7 +19,8 @@ inline float sgd_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
 }
 
 // Segments of at most max_elems elements covering exactly [offset, offset + count) of every
-// tensor not frozen (cfg.freeze), in layout order, with its weight decay: Sgd<float>'s chunks, one thread block each.
+// tensor not frozen (cfg.freeze), in layout order, with its weight decay: Sgd<float>'s chunks,
+// one thread block each.
 // Throws rt::Error for a layout that is not sorted and disjoint (as Sgd does).
 inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout,
                                             const SgdConfig& cfg,

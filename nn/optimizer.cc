@@ -56,13 +56,13 @@ void sgd_validate(const SgdConfig& cfg) {
     throw Error("sgd: nesterov requires momentum > 0");
 }
 
-// A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit.
 bool sgd_frozen(const SgdConfig& cfg, const std::string& name) {
   for (const std::string& f : cfg.freeze)
     if (name.compare(0, f.size(), f) == 0 && (name.size() == f.size() || name[f.size()] == '.')) return true;
   return false;
 }
 
+// A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit.
 template <class T>
 void lars_chunk_squares(const T* p, const T* grad, size_t n, double* w2, double* g2) {
   const auto s = warp_order_squares<T, 2>({p, grad}, n);

@@ -122,7 +122,7 @@ CheckpointMeta meta_from(const int64_t* w) {
   std::memcpy(&m.loss_scale, &w[14], 8);
   m.loss_scale_good = w[15];
   m.accumulate = std::max<int64_t>(1, w[16]);  // 0: written before train.accumulate existed
-  std::memcpy(&m.best_top1, &w[17], 8);         // 0, 0: before checkpoint.keep_best existed
+  std::memcpy(&m.best_top1, &w[17], 8);         // 0, 0: no evaluation yet, or an older file
   m.best_step = w[18];
   return m;
 }
