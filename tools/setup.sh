@@ -15,7 +15,7 @@ pkgs=(
   libgtest-dev libgmock-dev          # tests
   libboost-context-dev               # fibers for the CUDA emulator's block threads (tests)
   python3 python3-numpy              # scaling cost model and its tests
-  python3-matplotlib                 # plots of tools/scaling and tools/costmodel.py
+  python3-matplotlib                 # plots of tools/scaling, tools/costmodel.py, tools/plot_metrics.py
   python3-torch python3-torchvision  # tools/torch_weights.py (PyTorch's own file format) and its tests
   iproute2                           # emulated cluster (network namespaces, tc)
 )
