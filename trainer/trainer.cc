@@ -220,6 +220,7 @@ void Trainer::train() {
     return;
   }
   run_start_s_ = last_save_s_ = now_s();
+  const int64_t first_step = step_;
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
                    " rank(s) x batch ", cfg_.train.batch,
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
@@ -282,6 +283,19 @@ void Trainer::train() {
       return;
     }
   }
+  // The run's end: what it took and the best it reached (that of earlier runs it resumed too).
+  const double secs = now_s() - run_start_s_;
+  const double img_s = double(step_ - first_step) * double(config_global_batch(cfg_, world_)) / std::max(secs, 1e-9);
+  JsonLine line("end");
+  line.add("step", step_).add("steps_run", step_ - first_step).add("train_s", secs).add("img_s", img_s);
+  std::string best;
+  if (best_step_ > 0) {
+    line.add("best_val_top1", best_top1_).add("best_step", best_step_);
+    best = str_cat("; best validation top-1 ", fixed(best_top1_, 2), "% at step ", best_step_, " (epoch ",
+                   (best_step_ - 1) / steps_per_epoch_ + 1, ")");
+  }
+  report(line, str_cat("finished: ", step_ - first_step, " steps in ", format_duration(secs), " (", fixed(img_s, 1),
+                       " img/s)", best));
 }
 
 int Trainer::agreed_stop_signal(bool& save_due) {

@@ -155,8 +155,8 @@ void check_run_eval_resume() {
 }
 
 // checkpoint.keep_best from the command line: one rank, 3 epochs, every one evaluated; best.rtck
-// named where it is made, evaluated by --eval to the top-1 its record holds; refused without
-// evaluations, naming the key.
+// named where it is made, evaluated by --eval to the top-1 its record holds, and named by the
+// run's closing line; refused without evaluations, naming the key.
 void check_keep_best() {
   const std::string cfg = tiny_config("best");
   Result r = run(1, "--config " + cfg + " --set train.epochs=3 --set checkpoint.keep_best=true --set checkpoint.keep=1");
@@ -168,6 +168,11 @@ void check_keep_best() {
          "a run keeping its best checkpoint", r);
   if (!fs::exists(best)) return;
   const rt::trainer::Checkpoint c = rt::trainer::checkpoint_read(best);
+  // The run's last line: its steps, time and rate, and the best it reached.
+  const std::string end = "; best validation top-1 " + rt::trainer::fixed(c.meta.best_top1, 2) + "% at step " +
+                          std::to_string(c.meta.best_step) + " (epoch ";
+  expect(r.out.find("\nfinished: 30 steps in ") != std::string::npos && r.out.find(" img/s)" + end) != std::string::npos,
+         "the closing line with the best top-1, '" + end + "'", r);
   r = run(1, "--eval --checkpoint " + best + " --set log.progress=false");
   expect(r.rc == 0 && r.out.find(rt::trainer::fixed(c.meta.best_top1, 2) + "%") != std::string::npos,
          "--eval of best.rtck: top-1 " + rt::trainer::fixed(c.meta.best_top1, 2) + "%", r);
