@@ -56,10 +56,13 @@ void sgd_validate(const SgdConfig& cfg) {
     throw Error("sgd: nesterov requires momentum > 0");
 }
 
+bool freeze_entry_matches(const std::string& entry, const std::string& name) {
+  return name.compare(0, entry.size(), entry) == 0 && (name.size() == entry.size() || name[entry.size()] == '.');
+}
+
 bool sgd_frozen(const SgdConfig& cfg, const std::string& name) {
-  for (const std::string& f : cfg.freeze)
-    if (name.compare(0, f.size(), f) == 0 && (name.size() == f.size() || name[f.size()] == '.')) return true;
-  return false;
+  return std::any_of(cfg.freeze.begin(), cfg.freeze.end(),
+                     [&](const std::string& f) { return freeze_entry_matches(f, name); });
 }
 
 // A GPU warp's order (cuda/lars.h), which makes the device optimizer's ratios these bit for bit.

@@ -26,9 +26,10 @@ struct SgdConfig {
                                          //   layer1.* tensor) of tensors left as they are
 };
 
-// Whether cfg.freeze names the tensor `name`: equal to an entry, or an entry followed by '.'.
-// A frozen tensor gets no update, decay or momentum (its momentum stays 0), as PyTorch leaves a
-// parameter with requires_grad false or out of the optimizer's groups.
+// Whether one freeze entry names the tensor `name`: equal to it, or it followed by '.'.
+bool freeze_entry_matches(const std::string& entry, const std::string& name);
+// Whether any of cfg.freeze does. A frozen tensor gets no update, decay or momentum (its momentum
+// stays 0), as PyTorch leaves a parameter with requires_grad false or out of the optimizer's groups.
 bool sgd_frozen(const SgdConfig& cfg, const std::string& name);
 
 // Throws rt::Error naming the field when a value is out of range (negative coefficients,

@@ -73,9 +73,9 @@ def label_of(path, paths):
 
 
 def series(records, key):
-    xs = [r["step"] for r in records if isinstance(r.get(key), (int, float)) and r[key] >= 0]
-    ys = [r[key] for r in records if isinstance(r.get(key), (int, float)) and r[key] >= 0]
-    return xs, ys
+    """(steps, values) of the records with a number >= 0 under key (-1 stands for none)."""
+    kept = [r for r in records if isinstance(r.get(key), (int, float)) and r[key] >= 0]
+    return [r["step"] for r in kept], [r[key] for r in kept]
 
 
 def plot(runs, out, smooth, title):

@@ -1,6 +1,7 @@
 // What a step does to the averaged gradients between the allreduce and the update: the loss
 // scale's division and the count of non-finite values (unscale_gradients), frozen tensors'
 // gradients set to zero (optimizer.freeze), the norm and its limit (train.clip_grad_norm).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -54,10 +55,8 @@ void Trainer::plan_freeze() {
     if (parts.find(" " + top + ",") == std::string::npos) parts += " " + top + ",";
   }
   for (const std::string& f : freeze) {
-    SgdConfig one;
-    one.freeze = {f};
-    bool named = false;
-    for (const ParamInfo& p : layout) named = named || sgd_frozen(one, p.name);
+    const bool named =
+        std::any_of(layout.begin(), layout.end(), [&](const ParamInfo& p) { return freeze_entry_matches(f, p.name); });
     if (!named)
       throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze': '", f, "' names no tensor of ",
                                 cfg_.model.name, " (a tensor's name, or a prefix ending before a '.'; its parts:",
