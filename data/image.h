@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "data/autoaugment.h"
 #include "data/rng.h"
 #include "nn/normalize.h"
 
@@ -43,6 +44,7 @@ struct AugmentSpec {
   bool train = true;
   float min_scale = 0.08f, max_scale = 1.0f;
   bool flip = true;
+  AutoAugmentSpec auto_augment;  // training only: after the crop and flip
   NormTable norm = norm_table(NormParams{});  // float output: (p / 255 - mean) / std, fused per channel
 };
 AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,

@@ -1,6 +1,8 @@
 // The OpenCV side of data/image.h, for image_decode.cc and the tests of its geometry.
 #pragma once
 
+#include <vector>
+
 #include <opencv2/core.hpp>
 
 #include "data/image.h"
@@ -8,12 +10,14 @@
 namespace rt::data {
 
 struct DecodeScratch::Mats {
-  cv::Mat decoded, resized, flipped;
+  cv::Mat decoded, resized, flipped, augmented;
+  std::vector<uint8_t> aug_scratch;
 };
 
 // Writes an already decoded BGR image's box, resized to size x size, into the outputs, mirrored
-// when flip.
+// when flip, then changed by the augmentation steps in order.
 void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
-                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc);
+                       DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc,
+                       const AugStep* steps = nullptr, int nsteps = 0);
 
 }  // namespace rt::data

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/autoaugment.h"
 #include "nn/host_memory.h"
 #include "nn/normalize.h"
 
@@ -38,6 +39,7 @@ struct DataConfig {
   float min_scale = 0.08f;      // random-resized-crop area range
   float max_scale = 1.0f;
   bool flip = true;             // random horizontal flip (training only)
+  AutoAugmentSpec auto_augment; // AutoAugment, RandAugment or TrivialAugmentWide (training only)
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
   Output output = Output::f32;  // f32: Batch::images; u8: Batch::pixels (normalize with norm_params)
 };

@@ -156,6 +156,27 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(config_parse("optimizer: {freeze: [conv1, layer1.0]}\n", "d.yaml").optimizer.sgd.freeze,
             (std::vector<std::string>{"conv1", "layer1.0"}));
   EXPECT_TRUE(config_parse("", "d.yaml").optimizer.sgd.freeze.empty());
+  // Automatic augmentation: decoded images only; RandAugment's ops and magnitude in range.
+  auto invalid_root = [](const std::string& yaml, std::vector<std::string> sets = {}) {
+    return error_of([&] { config_validate(config_parse("data: {root: /d}\n" + yaml, "r.yaml", sets)); });
+  };
+  e = invalid("data: {auto_augment: randaugment}\n");
+  EXPECT_NE(e.find("key 'data.auto_augment' works on decoded images; data.synthetic has none (got randaugment)"),
+            std::string::npos) << e;
+  e = invalid_root("", {"data.auto_augment=augmix"});
+  EXPECT_NE(e.find("--set data.auto_augment=augmix: key 'data.auto_augment': 'augmix' is not an augmentation policy (none, autoaugment, "
+                   "randaugment, trivialaugment)"), std::string::npos) << e;
+  e = invalid_root("data: {auto_augment: randaugment, randaugment_ops: 0}\n");
+  EXPECT_NE(e.find("r.yaml:2: key 'data.randaugment_ops' must be in [1, 16] (got 0)"), std::string::npos) << e;
+  e = invalid_root("", {"data.randaugment_magnitude=31"});
+  EXPECT_NE(e.find("--set: key 'data.randaugment_magnitude' must be a bin in [0, 30] (got 31)"), std::string::npos) << e;
+  EXPECT_EQ(invalid_root("data: {auto_augment: trivialaugment}\n"), "");
+  const Config aa = config_parse("data: {root: /d, auto_augment: randaugment, randaugment_ops: 3, "
+                                 "randaugment_magnitude: 15}\n", "d.yaml");
+  EXPECT_EQ(aa.data.auto_augment.policy, data::AutoAugment::randaugment);
+  EXPECT_EQ(aa.data.auto_augment.ops, 3);
+  EXPECT_EQ(aa.data.auto_augment.magnitude, 15);
+  EXPECT_EQ(config_parse("", "d.yaml").data.auto_augment.policy, data::AutoAugment::none);
   e = invalid("checkpoint: {every_minutes: -5}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
   EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");

@@ -40,6 +40,9 @@ void config_fields(C& c, V&& v) {
   v("data.min_scale", c.data.min_scale);
   v("data.max_scale", c.data.max_scale);
   v("data.flip", c.data.flip);
+  v("data.auto_augment", c.data.auto_augment.policy);
+  v("data.randaugment_ops", c.data.auto_augment.ops);
+  v("data.randaugment_magnitude", c.data.auto_augment.magnitude);
   v("data.output", c.data.output);
   v("data.generate.classes", c.generate.classes);
   v("data.generate.train_per_class", c.generate.train_per_class);
@@ -198,6 +201,14 @@ void read_value(const YAML::Node& n, data::Output& f, const std::string& at, con
   else if (s == "u8") f = data::Output::u8;
   else throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not float or u8"));
 }
+void read_value(const YAML::Node& n, data::AutoAugment& f, const std::string& at, const std::string& k) {
+  const std::string s = scalar_as<std::string>(n, at, k, "an augmentation policy");
+  try {
+    f = data::auto_augment_from_string(s);
+  } catch (const Error& e) {
+    throw ConfigError(str_cat(at, ": key '", k, "': ", e.what()));
+  }
+}
 void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, const std::string& k) {
   std::string s = scalar_as<std::string>(n, at, k, "a schedule kind");
   try {
@@ -230,6 +241,7 @@ YAML::Node to_node(uint64_t f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
+YAML::Node to_node(data::AutoAugment f) { return YAML::Node(data::auto_augment_name(f)); }
 YAML::Node to_node(data::Output f) { return YAML::Node(f == data::Output::u8 ? "u8" : "float"); }
 template <class V>
 YAML::Node seq_node(const V& values, size_t n) {

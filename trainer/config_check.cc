@@ -17,7 +17,7 @@ class Checker {
     return it != c_.origin.end() ? it->second : c_.source + " (default)";
   }
   template <class V>
-  void require(bool ok, const std::string& key, const char* what, const V& got) const {
+  void require(bool ok, const std::string& key, const std::string& what, const V& got) const {
     if (!ok) throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
   }
   // Wraps a library validator's message (which names its own field) with the section's origin.
@@ -69,6 +69,13 @@ void config_validate(const Config& c) {
   k.require(d.synthetic_classes >= 2, "data.synthetic_classes", "must be >= 2", d.synthetic_classes);
   k.require(d.min_scale > 0 && d.min_scale <= d.max_scale && d.max_scale <= 1, "data.min_scale",
             "and data.max_scale must satisfy 0 < min_scale <= max_scale <= 1", d.min_scale);
+  const auto& aa = d.auto_augment;
+  k.require(aa.ops >= 1 && aa.ops <= data::kMaxAugSteps, "data.randaugment_ops",
+            str_cat("must be in [1, ", data::kMaxAugSteps, "]"), aa.ops);
+  k.require(aa.magnitude >= 0 && aa.magnitude < data::kAugBins, "data.randaugment_magnitude",
+            str_cat("must be a bin in [0, ", data::kAugBins - 1, "]"), aa.magnitude);
+  k.require(aa.policy == data::AutoAugment::none || !d.synthetic, "data.auto_augment",
+            "works on decoded images; data.synthetic has none", data::auto_augment_name(aa.policy));
   for (int i = 0; i < 3; ++i) {
     k.require(std::isfinite(d.mean[i]), "data.mean", "must be finite", d.mean[i]);
     k.require(finite_pos(d.std[i]), "data.std", "must be finite and > 0", d.std[i]);

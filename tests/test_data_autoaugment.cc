@@ -1,0 +1,255 @@
+// The automatic augmentation's ops on images whose expected bytes follow from the op's definition
+// (tests/tools/test_autoaugment.py holds every op to torchvision's own), its policy draws, its
+// checks, and its place in decode_augment: after the crop and flip, training only, the same
+// pixels in both batch layouts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <opencv2/imgcodecs.hpp>
+
+#include "data/autoaugment.h"
+#include "data/image.h"
+#include "tests/error_of.h"
+
+namespace rt::data {
+namespace {
+
+using rt_test::error_of;
+
+struct Pixels {
+  int w, h;
+  std::vector<uint8_t> px;  // RGB
+  Pixels(int w_, int h_) : w(w_), h(h_), px(static_cast<size_t>(w_) * h_ * 3) {
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  }
+  uint8_t& at(int x, int y, int c) { return px[(static_cast<size_t>(y) * w + x) * 3 + c]; }
+  Image8 image(int red = 0) { return Image8{px.data(), w, h, static_cast<size_t>(w) * 3, red}; }
+};
+
+std::vector<uint8_t> applied(Pixels p, AugOp op, double m, int red = 0) {
+  std::vector<uint8_t> scratch;
+  apply_aug_step({op, m}, p.image(red), scratch);
+  return p.px;
+}
+
+TEST(AutoAugmentOps, TablesOfOneByte) {
+  const Pixels in(9, 7);
+  const auto post = applied(in, AugOp::posterize, 3), inv = applied(in, AugOp::invert, 0),
+             sol = applied(in, AugOp::solarize, 128.5), same = applied(in, AugOp::brightness, 0.0);
+  for (size_t i = 0; i < in.px.size(); ++i) {
+    const uint8_t v = in.px[i];
+    EXPECT_EQ(post[i], v & 0xe0) << i;  // 3 bits kept
+    EXPECT_EQ(inv[i], 255 - v) << i;
+    EXPECT_EQ(sol[i], v >= 129 ? 255 - v : v) << i;
+    EXPECT_EQ(same[i], v) << i;  // factor 1
+  }
+  // Brightness 0.5: 0.5 x truncated; -1 (factor 0) is black.
+  const auto half = applied(in, AugOp::brightness, -0.5), black = applied(in, AugOp::brightness, -1);
+  for (size_t i = 0; i < in.px.size(); ++i) {
+    EXPECT_EQ(half[i], in.px[i] / 2) << i;
+    EXPECT_EQ(black[i], 0) << i;
+  }
+}
+
+TEST(AutoAugmentOps, AutocontrastStretchesEachChannelAndLeavesAFlatOne) {
+  Pixels in(4, 2);
+  for (int i = 0; i < 8; ++i) {
+    in.at(i % 4, i / 4, 0) = static_cast<uint8_t>(100 + 10 * i);  // 100..170
+    in.at(i % 4, i / 4, 1) = 42;                                   // flat
+    in.at(i % 4, i / 4, 2) = static_cast<uint8_t>(i % 2 ? 255 : 0);
+  }
+  Pixels out = in;
+  out.px = applied(in, AugOp::autocontrast, 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(out.at(i % 4, i / 4, 0), static_cast<uint8_t>(10.0f * i * (255.0f / 70.0f))) << i;
+    EXPECT_EQ(out.at(i % 4, i / 4, 1), 42) << i;
+    EXPECT_EQ(out.at(i % 4, i / 4, 2), in.at(i % 4, i / 4, 2)) << i;
+  }
+}
+
+TEST(AutoAugmentOps, EqualizeSpreadsTheHistogram) {
+  // 510 pixels: 255 of value 10, 255 of value 20 in every channel. step = 255 / 255 = 1; 10 maps
+  // to (0 + 0) / 1 = 0 and 20 to (255 + 0) / 1 = 255.
+  Pixels in(255, 2);
+  for (int x = 0; x < 255; ++x)
+    for (int c = 0; c < 3; ++c) in.at(x, 0, c) = 10, in.at(x, 1, c) = 20;
+  Pixels out = in;
+  out.px = applied(in, AugOp::equalize, 0);
+  for (int x = 0; x < 255; ++x)
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_EQ(out.at(x, 0, c), 0);
+      EXPECT_EQ(out.at(x, 1, c), 255);
+    }
+  // One value only: nothing to spread (step 0).
+  Pixels flat(5, 5);
+  std::fill(flat.px.begin(), flat.px.end(), uint8_t{77});
+  EXPECT_EQ(applied(flat, AugOp::equalize, 0), flat.px);
+}
+
+TEST(AutoAugmentOps, TranslateShiftsAndFillsBlack) {
+  const Pixels in(10, 6);
+  Pixels right = in, down = in;
+  right.px = applied(in, AugOp::translate_x, 3.7);  // whole pixels: int(3.7) = 3
+  down.px = applied(in, AugOp::translate_y, -2);
+  Pixels src = in;
+  for (int y = 0; y < 6; ++y)
+    for (int x = 0; x < 10; ++x)
+      for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(right.at(x, y, c), x >= 3 ? src.at(x - 3, y, c) : 0) << x << "," << y;
+        EXPECT_EQ(down.at(x, y, c), y < 4 ? src.at(x, y + 2, c) : 0) << x << "," << y;
+      }
+}
+
+TEST(AutoAugmentOps, ColourOpsWeighTheChannelsByTheirOrder) {
+  // The same image as RGB and as BGR gives the same result, channel-swapped.
+  const Pixels rgb(13, 11);
+  Pixels bgr = rgb;
+  for (size_t i = 0; i < bgr.px.size(); i += 3) std::swap(bgr.px[i], bgr.px[i + 2]);
+  for (AugOp op : {AugOp::color, AugOp::contrast, AugOp::sharpness}) {
+    for (double m : {-0.8, 0.45}) {
+      auto a = applied(rgb, op, m, 0), b = applied(bgr, op, m, 2);
+      for (size_t i = 0; i < b.size(); i += 3) std::swap(b[i], b[i + 2]);
+      EXPECT_EQ(a, b) << aug_op_name(op) << " " << m;
+      EXPECT_NE(a, rgb.px) << aug_op_name(op) << " " << m;
+    }
+  }
+  // Colour at factor 0 is grey: 0.2989 r + 0.587 g + 0.114 b, truncated, in every channel.
+  Pixels in(3, 1);
+  in.px = {255, 0, 0, 0, 255, 0, 10, 20, 30};
+  const auto g = applied(in, AugOp::color, -1.0);
+  const uint8_t want[3] = {76, 149, 18};  // 76.22, 149.69, 2.989 + 11.74 + 3.42
+  for (int p = 0; p < 3; ++p)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(g[p * 3 + c], want[p]) << p;
+}
+
+TEST(AutoAugmentOps, RowStrideIsHonoured) {
+  // A 4x3 image inside rows of 20 bytes: the bytes between rows stay as they were.
+  std::vector<uint8_t> buf(20 * 3);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i);
+  const std::vector<uint8_t> before = buf;
+  std::vector<uint8_t> scratch;
+  for (AugOp op : {AugOp::rotate, AugOp::invert, AugOp::sharpness, AugOp::equalize})
+    apply_aug_step({op, 0.5}, Image8{buf.data(), 4, 3, 20, 0}, scratch);
+  for (int y = 0; y < 3; ++y)
+    for (int b = 12; b < 20; ++b) EXPECT_EQ(buf[y * 20 + b], before[y * 20 + b]) << y << " " << b;
+  EXPECT_NE(buf, before);
+}
+
+TEST(AutoAugmentPolicy, Draws) {
+  AutoAugmentSpec s;
+  AugStep steps[kMaxAugSteps];
+  Rng rng(1);
+  EXPECT_EQ(draw_aug_steps(s, 224, 224, rng, steps), 0);  // none
+  s.policy = AutoAugment::randaugment;
+  s.ops = 3;
+  s.magnitude = 30;  // the largest bin: every range's end
+  int seen[16] = {};
+  for (int i = 0; i < 2000; ++i) {
+    Rng r(7, 0, i, Stream::augment), again(7, 0, i, Stream::augment);
+    AugStep twice[kMaxAugSteps];
+    ASSERT_EQ(draw_aug_steps(s, 224, 224, r, steps), 3);
+    ASSERT_EQ(draw_aug_steps(s, 224, 224, again, twice), 3);
+    for (int j = 0; j < 3; ++j) {
+      ++seen[static_cast<int>(steps[j].op)];
+      EXPECT_EQ(steps[j].op, twice[j].op);
+      EXPECT_EQ(steps[j].magnitude, twice[j].magnitude);
+      const double m = std::abs(steps[j].magnitude);
+      switch (steps[j].op) {
+        case AugOp::rotate: EXPECT_EQ(m, 30.0); break;
+        case AugOp::translate_x: EXPECT_FLOAT_EQ(m, 150.0 / 331.0 * 224); break;
+        case AugOp::posterize: EXPECT_EQ(m, 4); break;
+        case AugOp::solarize: EXPECT_EQ(m, 0); break;
+        case AugOp::brightness: EXPECT_FLOAT_EQ(m, 0.9); break;
+        default: break;
+      }
+    }
+  }
+  for (int op = 0; op < 14; ++op) EXPECT_GT(seen[op], 300) << aug_op_name(static_cast<AugOp>(op));
+  EXPECT_EQ(seen[static_cast<int>(AugOp::invert)], 0);  // not in RandAugment's list
+  s.policy = AutoAugment::trivialaugment;
+  EXPECT_EQ(draw_aug_steps(s, 224, 224, rng, steps), 1);
+  s.policy = AutoAugment::autoaugment;
+  int applied_steps = 0;
+  for (int i = 0; i < 1000; ++i) applied_steps += draw_aug_steps(s, 224, 224, rng, steps);
+  EXPECT_GT(applied_steps, 1000);  // 2 ops, each applied with probability 0.62 on average
+  EXPECT_LT(applied_steps, 1500);
+}
+
+TEST(AutoAugmentPolicy, NamesAndChecks) {
+  for (auto a : {AutoAugment::none, AutoAugment::autoaugment, AutoAugment::randaugment,
+                 AutoAugment::trivialaugment})
+    EXPECT_EQ(auto_augment_from_string(auto_augment_name(a)), a);
+  EXPECT_NE(error_of([] { auto_augment_from_string("augmix"); }).find("'augmix' is not an augmentation policy"),
+            std::string::npos);
+  AutoAugmentSpec s;
+  s.ops = 0;
+  EXPECT_NE(error_of([&] { auto_augment_validate(s); }).find("ops per image must be in [1, 16], not 0"),
+            std::string::npos);
+  s.ops = 2;
+  s.magnitude = 31;
+  EXPECT_NE(error_of([&] { auto_augment_validate(s); }).find("magnitude must be a bin in [0, 30], not 31"),
+            std::string::npos);
+}
+
+TEST(AutoAugmentDecode, AfterTheCropTrainingOnlyBothLayouts) {
+  cv::Mat m(120, 160, CV_8UC3);
+  for (int y = 0; y < m.rows; ++y)
+    for (int x = 0; x < m.cols; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(x), uint8_t(y), uint8_t(x ^ y));
+  std::vector<uint8_t> png;
+  ASSERT_TRUE(cv::imencode(".png", m, png));
+  const float mean[3] = {0, 0, 0}, std[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255};
+  const int s = 32;
+  DecodeScratch scratch;
+  auto run = [&](bool train, AutoAugment policy, uint64_t seed, std::vector<float>* f = nullptr) {
+    AugmentSpec spec = make_augment_spec(s, train, 0.08f, 1.0f, true, mean, std);
+    spec.auto_augment.policy = policy;
+    std::vector<uint8_t> hwc(s * s * 3);
+    std::vector<float> chw(s * s * 3);
+    Rng rng(seed);
+    EXPECT_TRUE(decode_augment(png.data(), png.size(), spec, rng, scratch, chw.data(), hwc.data()));
+    if (f) *f = chw;
+    return hwc;
+  };
+  int changed = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::vector<float> chw;
+    const auto plain = run(true, AutoAugment::none, seed);
+    const auto aug = run(true, AutoAugment::randaugment, seed, &chw);
+    EXPECT_EQ(aug, run(true, AutoAugment::randaugment, seed));  // a function of the seed
+    changed += aug != plain;
+    // The float layout holds the same augmented pixels (planar, in pixel units here).
+    for (int i = 0; i < s * s; ++i)
+      for (int c = 0; c < 3; ++c) ASSERT_NEAR(chw[c * s * s + i], aug[i * 3 + c], 1e-3) << seed;
+    // Evaluation is never augmented.
+    EXPECT_EQ(run(false, AutoAugment::randaugment, seed), run(false, AutoAugment::none, seed));
+  }
+  EXPECT_GE(changed, 15);  // identity twice, or ops that change nothing here, are rare
+  // The draws come after the crop and flip: identity-only draws give the plain image.
+  // (RandAugment's first op is identity with probability 1/14; find such a seed and check it.)
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    AugmentSpec spec = make_augment_spec(s, true, 0.08f, 1.0f, true, mean, std);
+    Rng probe(seed);
+    random_resized_crop(160, 120, 0.08f, 1.0f, probe);
+    probe.next_u64();  // the flip
+    AutoAugmentSpec one;
+    one.policy = AutoAugment::randaugment;
+    one.ops = 1;
+    AugStep st[kMaxAugSteps];
+    draw_aug_steps(one, s, s, probe, st);
+    if (st[0].op != AugOp::identity) continue;
+    spec.auto_augment = one;
+    std::vector<uint8_t> a(s * s * 3), b(s * s * 3);
+    Rng r1(seed), r2(seed);
+    ASSERT_TRUE(decode_augment(png.data(), png.size(), spec, r1, scratch, nullptr, a.data()));
+    spec.auto_augment.policy = AutoAugment::none;
+    ASSERT_TRUE(decode_augment(png.data(), png.size(), spec, r2, scratch, nullptr, b.data()));
+    EXPECT_EQ(a, b) << seed;
+    return;
+  }
+  FAIL() << "no seed drew identity";
+}
+
+}  // namespace
+}  // namespace rt::data
