@@ -17,6 +17,23 @@ double radians(double deg) { return deg * kPi / 180.0; }
 
 uint8_t to_u8(float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); }  // truncates
 
+// A float32 constant times every byte value: the very products the per-pixel multiply gives,
+// looked up instead (the ops below are table lookups and float adds in torchvision's order).
+struct Times {
+  float v[256];
+  explicit Times(float k) {
+    for (int i = 0; i < 256; ++i) v[i] = k * static_cast<float>(i);
+  }
+  float operator[](uint8_t i) const { return v[i]; }
+};
+
+// Round half to even for |v| < 2^22, as nearbyint in the default rounding mode: adding 1.5 * 2^23
+// leaves no fraction bits. Without SSE4.1 (the default x86-64 target) nearbyint is a library call.
+float round_even(float v) {
+  constexpr float big = 12582912.0f;
+  return (v + big) - big;
+}
+
 template <class F>
 void for_each_pixel(const Image8& img, F&& f) {
   for (int y = 0; y < img.height; ++y) {
@@ -26,10 +43,12 @@ void for_each_pixel(const Image8& img, F&& f) {
 }
 
 // rgb_to_grayscale: (0.2989 r + 0.587 g + 0.114 b) in float32, truncated.
-uint8_t gray(const uint8_t* p, int red) {
-  const float r = 0.2989f * p[red], g = 0.587f * p[1], b = 0.114f * p[2 - red];
-  return to_u8(r + g + b);
-}
+struct Gray {
+  Times r{0.2989f}, g{0.587f}, b{0.114f};
+  int red;
+  explicit Gray(int red_) : red(red_) {}
+  uint8_t operator()(const uint8_t* p) const { return to_u8(r[p[red]] + g[p[1]] + b[p[2 - red]]); }
+};
 
 // _blend(img, other, ratio) where other is a constant: ratio * x + (1 - ratio) * other.
 void blend_constant(const Image8& img, double ratio, float other) {
@@ -37,29 +56,27 @@ void blend_constant(const Image8& img, double ratio, float other) {
   const float o = q * other;
   uint8_t lut[256];
   for (int v = 0; v < 256; ++v) lut[v] = to_u8(r * static_cast<float>(v) + o);
-  for_each_pixel(img, [&](uint8_t* p, int, int) {
-    for (int c = 0; c < 3; ++c) p[c] = lut[p[c]];
-  });
+  for_each_pixel(img, [&](uint8_t* p, int, int) { p[0] = lut[p[0]], p[1] = lut[p[1]], p[2] = lut[p[2]]; });
 }
 
 // A per-channel table applied to every pixel (posterize, solarize, invert, autocontrast, equalize).
 void apply_luts(const Image8& img, const uint8_t (*lut)[256]) {
-  for_each_pixel(img, [&](uint8_t* p, int, int) {
-    for (int c = 0; c < 3; ++c) p[c] = lut[c][p[c]];
-  });
+  for_each_pixel(img, [&](uint8_t* p, int, int) { p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]]; });
 }
 
 void saturation(const Image8& img, double factor) {
-  const float r = static_cast<float>(factor), q = static_cast<float>(1.0 - factor);
+  const Times r(static_cast<float>(factor)), q(static_cast<float>(1.0 - factor));
+  const Gray gray(img.red);
   for_each_pixel(img, [&](uint8_t* p, int, int) {
-    const float o = q * static_cast<float>(gray(p, img.red));
-    for (int c = 0; c < 3; ++c) p[c] = to_u8(r * static_cast<float>(p[c]) + o);
+    const float o = q[gray(p)];
+    p[0] = to_u8(r[p[0]] + o), p[1] = to_u8(r[p[1]] + o), p[2] = to_u8(r[p[2]] + o);
   });
 }
 
 void contrast(const Image8& img, double factor) {
   int64_t sum = 0;  // exact, as torch's float32 mean is for sums below 2^24
-  for_each_pixel(img, [&](uint8_t* p, int, int) { sum += gray(p, img.red); });
+  const Gray gray(img.red);
+  for_each_pixel(img, [&](uint8_t* p, int, int) { sum += gray(p); });
   const float mean = static_cast<float>(sum) / static_cast<float>(int64_t{img.width} * img.height);
   blend_constant(img, factor, mean);
 }
@@ -73,24 +90,26 @@ void sharpness(const Image8& img, double factor, std::vector<uint8_t>& scratch) 
   const size_t row = static_cast<size_t>(w) * 3;
   scratch.resize(row * static_cast<size_t>(h));
   for (int y = 0; y < h; ++y) std::memcpy(&scratch[y * row], img.px + y * img.stride, row);
-  const float k = 1.0f / 13.0f, kc = 5.0f / 13.0f;
-  const float r = static_cast<float>(factor), q = static_cast<float>(1.0 - factor);
-  for_each_pixel(img, [&](uint8_t* p, int x, int y) {
-    const bool border = x == 0 || y == 0 || x == w - 1 || y == h - 1;
-    for (int c = 0; c < 3; ++c) {
-      float blurred = static_cast<float>(p[c]);
-      if (!border) {
-        float acc = 0;
-        for (int dy = -1; dy <= 1; ++dy) {
-          const uint8_t* s = &scratch[(y + dy) * row + static_cast<size_t>(x - 1) * 3 + c];
-          for (int dx = 0; dx < 3; ++dx)
-            acc += ((dy == 0 && dx == 1) ? kc : k) * static_cast<float>(s[dx * 3]);
-        }
-        blurred = std::nearbyint(std::clamp(acc, 0.0f, 255.0f));
-      }
-      p[c] = to_u8(r * static_cast<float>(p[c]) + q * blurred);
+  const Times k(1.0f / 13.0f), kc(5.0f / 13.0f);
+  const Times r(static_cast<float>(factor)), q(static_cast<float>(1.0 - factor));
+  const auto blend = [&](uint8_t& out, float blurred) { out = to_u8(r[out] + q.v[static_cast<int>(blurred)]); };
+  for (int y = 0; y < h; ++y) {
+    uint8_t* out = img.px + static_cast<size_t>(y) * img.stride;
+    if (y == 0 || y == h - 1) {
+      for (size_t i = 0; i < row; ++i) blend(out[i], out[i]);
+      continue;
     }
-  });
+    const uint8_t* u = &scratch[(y - 1) * row];
+    const uint8_t* m = u + row;
+    const uint8_t* d = m + row;
+    for (size_t i = 0; i < 3; ++i) blend(out[i], out[i]), blend(out[row - 3 + i], out[row - 3 + i]);
+    for (size_t i = 3; i < row - 3; ++i) {
+      // The 3x3 window summed row by row, left to right, from 0 (0 + x is x exactly).
+      const float acc = k[u[i - 3]] + k[u[i]] + k[u[i + 3]] + k[m[i - 3]] + kc[m[i]] + k[m[i + 3]] +
+                        k[d[i - 3]] + k[d[i]] + k[d[i + 3]];
+      blend(out[i], round_even(std::clamp(acc, 0.0f, 255.0f)));
+    }
+  }
 }
 
 void posterize(const Image8& img, int bits) {
@@ -115,7 +134,8 @@ void invert(const Image8& img) { solarize(img, 0.0); }
 void autocontrast(const Image8& img) {
   uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0};
   for_each_pixel(img, [&](uint8_t* p, int, int) {
-    for (int c = 0; c < 3; ++c) lo[c] = std::min(lo[c], p[c]), hi[c] = std::max(hi[c], p[c]);
+    lo[0] = std::min(lo[0], p[0]), lo[1] = std::min(lo[1], p[1]), lo[2] = std::min(lo[2], p[2]);
+    hi[0] = std::max(hi[0], p[0]), hi[1] = std::max(hi[1], p[1]), hi[2] = std::max(hi[2], p[2]);
   });
   uint8_t lut[3][256];
   for (int c = 0; c < 3; ++c) {
@@ -131,9 +151,7 @@ void autocontrast(const Image8& img) {
 // the highest value present) / 255, floored; value v maps to (pixels below v + step / 2) / step.
 void equalize(const Image8& img) {
   int64_t hist[3][256] = {};
-  for_each_pixel(img, [&](uint8_t* p, int, int) {
-    for (int c = 0; c < 3; ++c) ++hist[c][p[c]];
-  });
+  for_each_pixel(img, [&](uint8_t* p, int, int) { ++hist[0][p[0]], ++hist[1][p[1]], ++hist[2][p[2]]; });
   uint8_t lut[3][256];
   for (int c = 0; c < 3; ++c) {
     int64_t total = 0, last = 0;
@@ -177,20 +195,25 @@ void warp(const Image8& img, double angle_deg, double tx, double ty, double shea
   scratch.resize(row * static_cast<size_t>(h));
   for (int y = 0; y < h; ++y) std::memcpy(&scratch[y * row], img.px + y * img.stride, row);
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-  for_each_pixel(img, [&](uint8_t* p, int x, int y) {
-    const float bx = -0.5f * fw + 0.5f + static_cast<float>(x);
+  for (int y = 0; y < h; ++y) {
+    uint8_t* p = img.px + static_cast<size_t>(y) * img.stride;
     const float by = -0.5f * fh + 0.5f + static_cast<float>(y);
-    const float ux = bx * gx[0] + by * gx[1] + gx[2];
-    const float uy = bx * gy[0] + by * gy[1] + gy[2];
-    const float ix = std::nearbyint(((ux + 1.0f) * fw - 1.0f) / 2.0f);
-    const float iy = std::nearbyint(((uy + 1.0f) * fh - 1.0f) / 2.0f);
-    if (ix >= 0 && ix < fw && iy >= 0 && iy < fh) {
-      const uint8_t* s = &scratch[static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3];
-      p[0] = s[0], p[1] = s[1], p[2] = s[2];
-    } else {
-      p[0] = p[1] = p[2] = 0;
+    const float byx = by * gx[1], byy = by * gy[1];
+    for (int x = 0; x < w; ++x, p += 3) {
+      const float bx = -0.5f * fw + 0.5f + static_cast<float>(x);
+      const float ux = bx * gx[0] + byx + gx[2];
+      const float uy = bx * gy[0] + byy + gy[2];
+      // Clamped to [-1, size] first: whatever lies beyond is outside either way.
+      const int ix = static_cast<int>(round_even(std::clamp(((ux + 1.0f) * fw - 1.0f) / 2.0f, -1.0f, fw)));
+      const int iy = static_cast<int>(round_even(std::clamp(((uy + 1.0f) * fh - 1.0f) / 2.0f, -1.0f, fh)));
+      if (static_cast<unsigned>(ix) < static_cast<unsigned>(w) && static_cast<unsigned>(iy) < static_cast<unsigned>(h)) {
+        const uint8_t* s = &scratch[static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3];
+        p[0] = s[0], p[1] = s[1], p[2] = s[2];
+      } else {
+        p[0] = p[1] = p[2] = 0;
+      }
     }
-  });
+  }
 }
 
 double degrees_of_tangent(double t) { return std::atan(t) * 180.0 / kPi; }

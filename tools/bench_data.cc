@@ -2,7 +2,7 @@
 //
 //   bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64]
 //              [--size 224] [--batches N] [--passes P] [--queue 4] [--output float|u8|both]
-//              [--mixup ALPHA] [--cutmix ALPHA]
+//              [--mixup ALPHA] [--cutmix ALPHA] [--auto-augment POLICY]
 //
 // Each pass starts a new epoch (so the samples and crops differ), takes one batch untimed (the
 // threads start and fill the queue) and times the next N - 1; the first pass only warms up (page
@@ -14,6 +14,8 @@
 // --mixup / --cutmix ALPHA mix every timed batch as train.mixup / train.cutmix do, on the thread
 // that takes the batches (the trainer's), and print that mixing's own time per batch beside the
 // rate (which includes it).
+// --auto-augment POLICY applies data.auto_augment's policy (autoaugment, randaugment with its
+// default 2 ops at magnitude 9, trivialaugment) to the training crops.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +31,7 @@ namespace {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_data: %s\nusage: bench_data --root DIR [--split train|val] [--shards INDEX] "
                "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] "
-               "[--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA]\n", why.c_str());
+               "[--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA] [--auto-augment POLICY]\n", why.c_str());
   std::exit(2);
 }
 
@@ -86,6 +88,13 @@ int main(int argc, char** argv) {
     else if (k == "--output") output = v;
     else if (k == "--mixup") mixup = std::atof(v.c_str());
     else if (k == "--cutmix") cutmix = std::atof(v.c_str());
+    else if (k == "--auto-augment") {
+      try {
+        cfg.auto_augment.policy = rt::data::auto_augment_from_string(v);
+      } catch (const rt::Error& e) {
+        usage(e.what());
+      }
+    }
     else usage("unknown flag " + k);
   }
   if (split != "train" && split != "val") usage("--split must be train or val");
@@ -123,6 +132,8 @@ int main(int argc, char** argv) {
                   "img_per_s_median=%.1f min=%.1f max=%.1f",
                   shards.empty() ? "folder" : "shards", cfg.threads, batch, cfg.image_size, split.c_str(),
                   outputs[o].c_str(), static_cast<long long>(probe->size()), median(rates[o]), *lo, *hi);
+      if (cfg.auto_augment.policy != rt::data::AutoAugment::none)
+        std::printf(" auto_augment=%s", rt::data::auto_augment_name(cfg.auto_augment.policy));
       if (mixup > 0 || cutmix > 0) {
         const auto [mlo, mhi] = std::minmax_element(mix_s[o].begin(), mix_s[o].end());
         std::printf(" mixup=%g cutmix=%g mix_ms_per_batch_median=%.2f min=%.2f max=%.2f", mixup, cutmix,
