@@ -19,6 +19,7 @@
 #include "data/shard.h"
 #include "tests/counting_memory.h"
 #include "tests/data_u8_check.h"
+#include "tests/error_of.h"
 #include "nn/error.h"
 
 namespace fs = std::filesystem;
@@ -109,6 +110,31 @@ TEST_F(data_loader, SameBatchesForAnyThreadCountAndExactResume) {
   DataConfig seeded = folder_config(root(), 2);
   seeded.seed = 6;
   EXPECT_NE(run_epoch(*make_loader(seeded, Split::train, 1, 2, 4), {1, 0})[0].indices, a[0].indices);
+}
+
+// data.auto_augment reaches the training crops (and only them), as a function of (seed, epoch,
+// sample) like the rest: any thread count, a resume, and the 8-bit output all agree.
+TEST_F(data_loader, AutoAugmentChangesTrainingCropsOnlyAndReproduces) {
+  DataConfig aug = folder_config(root(), 1), aug3 = folder_config(root(), 3);
+  aug.auto_augment.policy = aug3.auto_augment.policy = AutoAugment::randaugment;
+  const auto plain = run_epoch(*make_loader(folder_config(root(), 2), Split::train, 0, 1, 6), {1, 0});
+  const auto a = run_epoch(*make_loader(aug, Split::train, 0, 1, 6), {1, 0});
+  expect_same(a, run_epoch(*make_loader(aug3, Split::train, 0, 1, 6), {1, 0}));
+  expect_same(a, run_epoch(*make_loader(aug3, Split::train, 0, 1, 6), {1, 2}), 2);
+  ASSERT_EQ(a.size(), plain.size());
+  int changed = 0;
+  for (size_t s = 0; s < a.size(); ++s) {
+    EXPECT_EQ(a[s].indices, plain[s].indices);  // the same samples in the same order
+    changed += !(a[s].images == plain[s].images);
+  }
+  EXPECT_EQ(changed, static_cast<int>(a.size()));
+  test::expect_u8_normalizes_to_floats(aug, Split::train);
+  expect_same(run_epoch(*make_loader(aug, Split::val, 0, 1, 5), {0, 0}),
+              run_epoch(*make_loader(folder_config(root(), 1), Split::val, 0, 1, 5), {0, 0}));
+  aug.auto_augment.magnitude = 40;
+  EXPECT_NE(rt_test::error_of([&] { make_loader(aug, Split::train, 0, 1, 6); })
+                .find("data: RandAugment's magnitude must be a bin in [0, 30], not 40"),
+            std::string::npos);
 }
 
 TEST_F(data_loader, ShardsYieldTheSameBatchesAsTheFolder) {

@@ -184,8 +184,8 @@ bool fuzz_image(const uint8_t* data, size_t size) {
   static const float kScales[4][2] = {{0.08f, 1.0f}, {1.0f, 1.0f}, {0.5f, 0.5f}, {0.01f, 0.02f}};
   const float* sc = kScales[(flags >> 4) & 3];
   const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-  const data::AugmentSpec spec =
-      data::make_augment_spec(out, flags & 1, sc[0], sc[1], flags & 2, mean, std);
+  data::AugmentSpec spec = data::make_augment_spec(out, flags & 1, sc[0], sc[1], flags & 2, mean, std);
+  spec.auto_augment.policy = static_cast<data::AutoAugment>(flags >> 6);  // the ops on 1..64-pixel crops
   const uint8_t* img = data + 3;
   const size_t len = size - 3;
   int w = 0, h = 0;
