@@ -90,6 +90,23 @@ Box random_resized_crop(int width, int height, float min_scale, float max_scale,
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
+Box random_erasing_box(int width, int height, Rng& rng) {
+  const double area = double(width) * height;
+  const double log_lo = std::log(0.3), log_hi = std::log(3.3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * rng.uniform(0.02, 0.33);
+    const double ratio = std::exp(rng.uniform(log_lo, log_hi));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(target * ratio)));  // Python's round
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(target / ratio)));
+    if (h < height && w < width) {
+      const int y = static_cast<int>(rng.range(0, height - h + 1));
+      const int x = static_cast<int>(rng.range(0, width - w + 1));
+      return {x, y, w, h};
+    }
+  }
+  return {};
+}
+
 Box center_crop_box(int width, int height, int size) {
   // torchvision Resize(r): the short side becomes r, the long one int(r * long / short).
   const int r = size * 256 / 224;
@@ -129,6 +146,8 @@ AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_s
   a.max_scale = max_scale;
   a.flip = flip && train;
   a.norm = norm_table(norm_params(mean, std));
+  for (int c = 0; c < 3; ++c)
+    a.erase_rgb[c] = static_cast<uint8_t>(std::clamp(std::lround(mean[c] * 255.0), 0L, 255L));
   return a;
 }
 

@@ -32,6 +32,11 @@ struct Box {
 // range.
 Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng);
 
+// torchvision RandomErasing.get_params: 10 attempts at an area in [0.02, 0.33] of the image and a
+// log-uniform aspect ratio (h / w) in [0.3, 3.3], sides rounded half to even, until both are
+// smaller than the image's; else an empty box (nothing erased). A side may round to 0.
+Box random_erasing_box(int width, int height, Rng& rng);
+
 // The source box whose resize to size x size equals torchvision's Resize(size * 256 / 224)
 // followed by CenterCrop(size), up to rounding to whole source pixels.
 Box center_crop_box(int width, int height, int size);
@@ -45,6 +50,8 @@ struct AugmentSpec {
   float min_scale = 0.08f, max_scale = 1.0f;
   bool flip = true;
   AutoAugmentSpec auto_augment;  // training only: after the crop and flip
+  float random_erasing = 0;      // training only: probability of erasing a box, after the policy
+  uint8_t erase_rgb[3] = {0, 0, 0};  // what erasing writes: the mean colour's nearest bytes
   NormTable norm = norm_table(NormParams{});  // float output: (p / 255 - mean) / std, fused per channel
 };
 AugmentSpec make_augment_spec(int size, bool train, float min_scale, float max_scale, bool flip,

@@ -1,6 +1,6 @@
 // Decode + augment of one image with OpenCV: reduced-size JPEG decode, one resize straight to
-// the output size, then flip, the automatic augmentation's ops, channel split and normalize into
-// the batch layouts.
+// the output size, then flip, the automatic augmentation's ops, random erasing, channel split and
+// normalize into the batch layouts.
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -27,7 +27,7 @@ void decode_thread_init() {
 
 void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const AugmentSpec& spec,
                        DecodeScratch& scratch, float* out_chw, uint8_t* out_hwc,
-                       const AugStep* steps, int nsteps) {
+                       const PixelDraws* draws) {
   const int s = spec.size;
   const cv::Mat roi = bgr(cv::Rect(box.x, box.y, box.w, box.h));
   const cv::Mat* src = &roi;
@@ -42,10 +42,14 @@ void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const Augm
     cv::flip(*src, m.flipped, 1);
     src = &m.flipped;
   }
-  if (nsteps > 0) {
+  if (draws && (draws->nsteps > 0 || draws->erase.w * draws->erase.h > 0)) {
     src->copyTo(m.augmented);  // the ops work in place on an image of the output size
     const Image8 img{m.augmented.data, s, s, m.augmented.step[0], 2};
-    for (int i = 0; i < nsteps; ++i) apply_aug_step(steps[i], img, m.aug_scratch);
+    for (int i = 0; i < draws->nsteps; ++i) apply_aug_step(draws->steps[i], img, m.aug_scratch);
+    const Box& e = draws->erase;
+    // torchvision erases the normalized tensor with 0, the mean colour; bytes hold its nearest.
+    if (e.w * e.h > 0)
+      m.augmented(cv::Rect(e.x, e.y, e.w, e.h)).setTo(cv::Scalar(spec.erase_rgb[2], spec.erase_rgb[1], spec.erase_rgb[0]));
     src = &m.augmented;
   }
   if (out_hwc) {
@@ -87,8 +91,12 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
   const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
                              : center_crop_box(w, h, spec.size);
   const bool flip = spec.flip && (rng.next_u64() >> 63);
-  AugStep steps[kMaxAugSteps];
-  const int nsteps = spec.train ? draw_aug_steps(spec.auto_augment, spec.size, spec.size, rng, steps) : 0;
+  PixelDraws draws;
+  if (spec.train) {
+    draws.nsteps = draw_aug_steps(spec.auto_augment, spec.size, spec.size, rng, draws.steps);
+    if (spec.random_erasing > 0 && rng.uniform() < spec.random_erasing)
+      draws.erase = random_erasing_box(spec.size, spec.size, rng);
+  }
   Box use = box;
   {
     const int f = jpeg ? reduction_for(box, spec.size) : 1;  // other formats would decode fully anyway
@@ -114,7 +122,7 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
     }
   }
   if (decoded.type() != CV_8UC3) return false;
-  crop_resize_write(decoded, use, flip, spec, scratch, out_chw, out_hwc, steps, nsteps);
+  crop_resize_write(decoded, use, flip, spec, scratch, out_chw, out_hwc, &draws);
   return true;
 }
 

@@ -50,6 +50,8 @@ class PipelineLoader final : public Loader {
       : cfg_(cfg), rank_(rank), batch_(batch) {
     if (cfg.image_size < 1) throw Error(str_cat("data: image_size must be >= 1, got ", cfg.image_size));
     if (cfg.queue_depth < 1) throw Error(str_cat("data: queue_depth must be >= 1, got ", cfg.queue_depth));
+    if (!(cfg.random_erasing >= 0 && cfg.random_erasing <= 1))
+      throw Error(str_cat("data: random_erasing must be a probability in [0, 1], got ", cfg.random_erasing));
     try {
       auto_augment_validate(cfg.auto_augment);
     } catch (const Error& e) {
@@ -77,7 +79,7 @@ class PipelineLoader final : public Loader {
                           int64_t{world} * batch, ": no full batch for any rank"));
     aug_ = make_augment_spec(cfg.image_size, train, cfg.min_scale, cfg.max_scale, cfg.flip, cfg.mean,
                              cfg.std);
-    if (train) aug_.auto_augment = cfg.auto_augment;
+    if (train) aug_.auto_augment = cfg.auto_augment, aug_.random_erasing = cfg.random_erasing;
     threads_ = cfg.threads > 0 ? cfg.threads : available_cores();
     slots_.resize(static_cast<size_t>(cfg.queue_depth));
   }

@@ -40,6 +40,7 @@ struct DataConfig {
   float max_scale = 1.0f;
   bool flip = true;             // random horizontal flip (training only)
   AutoAugmentSpec auto_augment; // AutoAugment, RandAugment or TrivialAugmentWide (training only)
+  float random_erasing = 0;     // probability of erasing a random box of a training crop
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
   Output output = Output::f32;  // f32: Batch::images; u8: Batch::pixels (normalize with norm_params)
 };

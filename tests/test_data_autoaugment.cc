@@ -251,5 +251,84 @@ TEST(AutoAugmentDecode, AfterTheCropTrainingOnlyBothLayouts) {
   FAIL() << "no seed drew identity";
 }
 
+TEST(RandomErasing, BoxesAsTorchvisionDrawsThem) {
+  int empty = 0;
+  double area_sum = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    Rng rng(3, 0, i, Stream::augment);
+    const Box b = random_erasing_box(224, 160, rng);
+    if (b.w * b.h == 0) {
+      ++empty;
+      continue;
+    }
+    ASSERT_TRUE(b.x >= 0 && b.y >= 0 && b.w < 224 && b.h < 160 && b.x + b.w <= 224 && b.y + b.h <= 160);
+    const double share = double(b.w) * b.h / (224.0 * 160.0), ratio = double(b.h) / b.w;
+    EXPECT_GT(share, 0.015);  // 0.02 to 0.33 before rounding the sides
+    EXPECT_LT(share, 0.35);
+    EXPECT_GT(ratio, 0.27);
+    EXPECT_LT(ratio, 3.7);
+    area_sum += share;
+  }
+  EXPECT_LT(empty, n / 100);  // a few tall or wide draws fail all 10 attempts
+  // Later attempts favour smaller boxes a little; the mean stays near (0.02 + 0.33) / 2.
+  EXPECT_NEAR(area_sum / (n - empty), 0.175, 0.02);
+  Rng rng(1);
+  EXPECT_EQ(random_erasing_box(1, 1, rng).w * random_erasing_box(1, 1, rng).h, 0);  // never the whole image
+}
+
+TEST(RandomErasing, DecodeErasesABoxWithTheMeanColourAfterThePolicy) {
+  cv::Mat m(90, 120, CV_8UC3);
+  for (int y = 0; y < m.rows; ++y)
+    for (int x = 0; x < m.cols; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(2 * x), uint8_t(3 * y), 250);
+  std::vector<uint8_t> png;
+  ASSERT_TRUE(cv::imencode(".png", m, png));
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  const int s = 48;
+  DecodeScratch scratch;
+  auto run = [&](float p, AutoAugment policy, uint64_t seed, std::vector<float>* chw = nullptr) {
+    AugmentSpec spec = make_augment_spec(s, true, 0.08f, 1.0f, true, mean, std);
+    spec.random_erasing = p;
+    spec.auto_augment.policy = policy;
+    std::vector<uint8_t> hwc(s * s * 3);
+    std::vector<float> f(s * s * 3);
+    Rng rng(seed);
+    EXPECT_TRUE(decode_augment(png.data(), png.size(), spec, rng, scratch, f.data(), hwc.data()));
+    if (chw) *chw = f;
+    return hwc;
+  };
+  const AugmentSpec spec = make_augment_spec(s, true, 0.08f, 1.0f, true, mean, std);
+  EXPECT_EQ(spec.erase_rgb[0], 124);  // 0.485 * 255 = 123.7
+  EXPECT_EQ(spec.erase_rgb[1], 116);
+  EXPECT_EQ(spec.erase_rgb[2], 104);
+  int erased_images = 0;
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    for (AutoAugment policy : {AutoAugment::none, AutoAugment::trivialaugment}) {
+      std::vector<float> chw;
+      const auto plain = run(0, policy, seed), erased = run(1, policy, seed, &chw);
+      EXPECT_EQ(run(0.5f, policy, seed), run(0.5f, policy, seed));
+      // The pixels that differ form one box of the mean colour; the rest is the plain image.
+      int x0 = s, y0 = s, x1 = -1, y1 = -1, differ = 0;
+      for (int y = 0; y < s; ++y)
+        for (int x = 0; x < s; ++x) {
+          const uint8_t* e = &erased[(y * s + x) * 3];
+          if (std::equal(e, e + 3, &plain[(y * s + x) * 3])) continue;
+          ++differ;
+          EXPECT_TRUE(e[0] == 124 && e[1] == 116 && e[2] == 104) << seed << " " << x << "," << y;
+          x0 = std::min(x0, x), y0 = std::min(y0, y), x1 = std::max(x1, x), y1 = std::max(y1, y);
+        }
+      if (differ) {
+        ++erased_images;
+        EXPECT_LE(differ, (x1 - x0 + 1) * (y1 - y0 + 1));
+        EXPECT_LT((x1 - x0 + 1) * (y1 - y0 + 1), s * s / 2);
+      }
+      // The float layout carries the same bytes, normalized.
+      for (int i = 0; i < s * s; ++i)
+        for (int c = 0; c < 3; ++c) ASSERT_EQ(chw[c * s * s + i], spec.norm.v[c][erased[i * 3 + c]]) << seed;
+    }
+  }
+  EXPECT_GE(erased_images, 50);  // of 60: boxes whose pixels already had the mean colour are rare
+}
+
 }  // namespace
 }  // namespace rt::data

@@ -177,6 +177,14 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(aa.data.auto_augment.ops, 3);
   EXPECT_EQ(aa.data.auto_augment.magnitude, 15);
   EXPECT_EQ(config_parse("", "d.yaml").data.auto_augment.policy, data::AutoAugment::none);
+  e = invalid_root("data: {random_erasing: 1.5}\n");
+  EXPECT_NE(e.find("r.yaml:2: key 'data.random_erasing' must be a probability in [0, 1] (0: off) (got 1.5)"),
+            std::string::npos) << e;
+  e = invalid("", {"data.random_erasing=0.25"});
+  EXPECT_NE(e.find("key 'data.random_erasing' works on decoded images; data.synthetic has none (got 0.25)"),
+            std::string::npos) << e;
+  EXPECT_EQ(invalid_root("data: {random_erasing: 0.1}\n"), "");
+  EXPECT_EQ(config_parse("", "d.yaml").data.random_erasing, 0.0f);
   e = invalid("checkpoint: {every_minutes: -5}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
   EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");

@@ -43,6 +43,7 @@ void config_fields(C& c, V&& v) {
   v("data.auto_augment", c.data.auto_augment.policy);
   v("data.randaugment_ops", c.data.auto_augment.ops);
   v("data.randaugment_magnitude", c.data.auto_augment.magnitude);
+  v("data.random_erasing", c.data.random_erasing);
   v("data.output", c.data.output);
   v("data.generate.classes", c.generate.classes);
   v("data.generate.train_per_class", c.generate.train_per_class);

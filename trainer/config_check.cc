@@ -76,6 +76,10 @@ void config_validate(const Config& c) {
             str_cat("must be a bin in [0, ", data::kAugBins - 1, "]"), aa.magnitude);
   k.require(aa.policy == data::AutoAugment::none || !d.synthetic, "data.auto_augment",
             "works on decoded images; data.synthetic has none", data::auto_augment_name(aa.policy));
+  k.require(d.random_erasing >= 0 && d.random_erasing <= 1, "data.random_erasing",
+            "must be a probability in [0, 1] (0: off)", d.random_erasing);
+  k.require(d.random_erasing == 0 || !d.synthetic, "data.random_erasing",
+            "works on decoded images; data.synthetic has none", d.random_erasing);
   for (int i = 0; i < 3; ++i) {
     k.require(std::isfinite(d.mean[i]), "data.mean", "must be finite", d.mean[i]);
     k.require(finite_pos(d.std[i]), "data.std", "must be finite and > 0", d.std[i]);

@@ -5,6 +5,8 @@
 //                          prints aug_magnitude (%.17g)
 //   draw POLICY OPS MAGNITUDE WIDTH HEIGHT N SEED
 //                          prints "op magnitude count" for every step drawn over N images
+//   erase WIDTH HEIGHT N SEED
+//                          prints "x y w h" of random_erasing_box for N images
 //   augment_ops IN.u8 WIDTH HEIGHT RED OUT.u8
 // IN holds HEIGHT x WIDTH x 3 bytes, red at byte RED of each pixel.
 #include <cstdio>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "data/autoaugment.h"
+#include "data/image.h"
 
 using namespace rt::data;
 
@@ -78,6 +81,16 @@ int main(int argc, char** argv) {
       }
       for (const auto& [key, c] : counts)
         std::printf("%s %.17g %lld\n", key.first.c_str(), key.second, static_cast<long long>(c));
+    } else if (cmd == "erase") {
+      int ew = 0, eh = 0;
+      int64_t n = 0;
+      uint64_t seed = 0;
+      ls >> ew >> eh >> n >> seed;
+      for (int64_t i = 0; i < n; ++i) {
+        Rng rng(seed, 0, i, Stream::augment);
+        const Box b = random_erasing_box(ew, eh, rng);
+        std::printf("%d %d %d %d\n", b.x, b.y, b.w, b.h);
+      }
     } else if (!cmd.empty()) {
       std::fprintf(stderr, "augment_ops: unknown command %s\n", cmd.c_str());
       return 2;

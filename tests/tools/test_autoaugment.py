@@ -11,7 +11,9 @@
 - magnitudes: every bin of every op is torchvision's _augmentation_space value, to the last bit of
   a float32 (which torch's linspace itself rounds by its SIMD width);
 - draws: over many images each (op, magnitude) comes up as often as torchvision's policy makes it
-  likely (within 5 sigma), AutoAugment's pairs included, and nothing else comes up.
+  likely (within 5 sigma), AutoAugment's pairs included, and nothing else comes up;
+- random erasing's boxes: the share of images left unerased, the boxes' mean area, aspect ratio and
+  position, as torchvision's RandomErasing.get_params draws them (within 5 standard errors).
 """
 import math
 import os
@@ -23,7 +25,7 @@ import unittest
 try:
     import numpy as np
     import torch
-    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import InterpolationMode, RandomErasing
     from torchvision.transforms import autoaugment as AA
 except ImportError as e:
     print(f"SKIPPED: {e} (tools/setup.sh installs python3-torch and python3-torchvision)")
@@ -206,6 +208,37 @@ class Draws(unittest.TestCase):
 
     def test_autoaugment(self):
         self.check("autoaugment")
+
+
+class Erasing(unittest.TestCase):
+    N = 20000
+
+    def stats(self, boxes, w, h):
+        """Per box: unerased (0/1), area share, log(h / w), centre x and y as shares of the image."""
+        rows = []
+        for x, y, bw, bh in boxes:
+            if bw * bh == 0:
+                rows.append((1, 0.0, 0.0, 0.5, 0.5))
+            else:
+                rows.append((0, bw * bh / (w * h), math.log(bh / bw), (x + bw / 2) / w, (y + bh / 2) / h))
+        return np.array(rows)
+
+    def test_boxes(self):
+        for w, h in ((224, 224), (64, 48)):
+            out, _ = run_tool(test_image(8, 8, 0), 0, [f"erase {w} {h} {self.N} 5"])
+            ours = self.stats([tuple(map(int, l.split())) for l in out.splitlines()], w, h)
+            torch.manual_seed(0)
+            img = torch.zeros(3, h, w)
+            theirs = []
+            for _ in range(self.N):
+                i, j, bh, bw, _ = RandomErasing.get_params(img, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=[0])
+                theirs.append((j, i, bw, bh) if (bh, bw) != (h, w) else (0, 0, 0, 0))
+            theirs = self.stats(theirs, w, h)
+            self.assertEqual(len(ours), self.N)
+            for k, name in enumerate(("unerased", "area", "log ratio", "centre x", "centre y")):
+                a, b = ours[:, k], theirs[:, k]
+                se = math.sqrt(a.var() / len(a) + b.var() / len(b)) + 1e-9
+                self.assertLessEqual(abs(a.mean() - b.mean()), 5 * se, f"{name} at {w}x{h}: {a.mean()} vs {b.mean()}")
 
 
 if __name__ == "__main__":
