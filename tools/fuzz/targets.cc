@@ -186,6 +186,7 @@ bool fuzz_image(const uint8_t* data, size_t size) {
   const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
   data::AugmentSpec spec = data::make_augment_spec(out, flags & 1, sc[0], sc[1], flags & 2, mean, std);
   spec.auto_augment.policy = static_cast<data::AutoAugment>(flags >> 6);  // the ops on 1..64-pixel crops
+  spec.random_erasing = (flags >> 6) ? 0.5f : 0.0f;
   const uint8_t* img = data + 3;
   const size_t len = size - 3;
   int w = 0, h = 0;

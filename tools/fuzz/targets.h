@@ -27,9 +27,9 @@ bool fuzz_list(const uint8_t* data, size_t size);
 bool fuzz_shard(const uint8_t* data, size_t size);
 
 // Byte 0: flags (bit 0 train, bit 1 flip, bit 2 also HWC bytes, bit 3 no floats, bits 4-5 the crop
-// scale range, bits 6-7 data.auto_augment's policy), byte 1: output
-// size - 1 (mod 64), byte 2: the augmentation seed; the rest is the encoded image (JPEG, PNG, or
-// anything). Runs image_dims, jpeg_complete and decode_augment; true when it decoded.
+// scale range, bits 6-7 data.auto_augment's policy, with random erasing at 0.5 unless none), byte 1:
+// output size - 1 (mod 64), byte 2: the augmentation seed; the rest is the encoded image (JPEG,
+// PNG, or anything). Runs image_dims, jpeg_complete and decode_augment; true when it decoded.
 bool fuzz_image(const uint8_t* data, size_t size);
 
 // A checkpoint file, after one mode byte (bit 0 clear: the harness sets the header's payload
