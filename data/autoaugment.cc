@@ -8,7 +8,9 @@
 namespace rt::data {
 namespace {
 
-constexpr const char* kPolicyNames[] = {"none", "autoaugment", "randaugment", "trivialaugment"};
+constexpr const char* kPolicyNames[] = {"none",           "autoaugment",         "randaugment",
+                                        "trivialaugment", "autoaugment_cifar10", "autoaugment_svhn"};
+constexpr int kPolicies = 6;
 constexpr const char* kOpNames[] = {"identity", "shear_x",  "shear_y",   "translate_x", "translate_y",
                                     "rotate",   "brightness", "color",   "contrast",    "sharpness",
                                     "posterize", "solarize", "autocontrast", "equalize", "invert"};
@@ -28,8 +30,8 @@ float linspace_f32(float start, float end, int steps, int i) {
   return static_cast<float>(s + (e - s) * i / (steps - 1));
 }
 
-// AutoAugment's ImageNet policy (Cubuk et al. 2019, as torchvision lists it): 25 pairs of
-// (op, probability, magnitude bin of 10; -1 for none).
+// AutoAugment's policies (Cubuk et al. 2019, as torchvision lists them): 25 pairs of
+// (op, probability, magnitude bin of 10; -1 for none) each, for ImageNet, CIFAR-10 and SVHN.
 struct PolicyOp {
   AugOp op;
   float p;
@@ -63,6 +65,60 @@ constexpr PolicyOp kImageNetPolicy[25][2] = {
     {{A::color, 0.6f, 4}, {A::contrast, 1.0f, 8}},
     {{A::equalize, 0.8f, -1}, {A::equalize, 0.6f, -1}},
 };
+constexpr PolicyOp kCifar10Policy[25][2] = {
+    {{A::invert, 0.1f, -1}, {A::contrast, 0.2f, 6}},
+    {{A::rotate, 0.7f, 2}, {A::translate_x, 0.3f, 9}},
+    {{A::sharpness, 0.8f, 1}, {A::sharpness, 0.9f, 3}},
+    {{A::shear_y, 0.5f, 8}, {A::translate_y, 0.7f, 9}},
+    {{A::autocontrast, 0.5f, -1}, {A::equalize, 0.9f, -1}},
+    {{A::shear_y, 0.2f, 7}, {A::posterize, 0.3f, 7}},
+    {{A::color, 0.4f, 3}, {A::brightness, 0.6f, 7}},
+    {{A::sharpness, 0.3f, 9}, {A::brightness, 0.7f, 9}},
+    {{A::equalize, 0.6f, -1}, {A::equalize, 0.5f, -1}},
+    {{A::contrast, 0.6f, 7}, {A::sharpness, 0.6f, 5}},
+    {{A::color, 0.7f, 7}, {A::translate_x, 0.5f, 8}},
+    {{A::equalize, 0.3f, -1}, {A::autocontrast, 0.4f, -1}},
+    {{A::translate_y, 0.4f, 3}, {A::sharpness, 0.2f, 6}},
+    {{A::brightness, 0.9f, 6}, {A::color, 0.2f, 8}},
+    {{A::solarize, 0.5f, 2}, {A::invert, 0.0f, -1}},
+    {{A::equalize, 0.2f, -1}, {A::autocontrast, 0.6f, -1}},
+    {{A::equalize, 0.2f, -1}, {A::equalize, 0.6f, -1}},
+    {{A::color, 0.9f, 9}, {A::equalize, 0.6f, -1}},
+    {{A::autocontrast, 0.8f, -1}, {A::solarize, 0.2f, 8}},
+    {{A::brightness, 0.1f, 3}, {A::color, 0.7f, 0}},
+    {{A::solarize, 0.4f, 5}, {A::autocontrast, 0.9f, -1}},
+    {{A::translate_y, 0.9f, 9}, {A::translate_y, 0.7f, 9}},
+    {{A::autocontrast, 0.9f, -1}, {A::solarize, 0.8f, 3}},
+    {{A::equalize, 0.8f, -1}, {A::invert, 0.1f, -1}},
+    {{A::translate_y, 0.7f, 9}, {A::autocontrast, 0.9f, -1}},
+};
+constexpr PolicyOp kSvhnPolicy[25][2] = {
+    {{A::shear_x, 0.9f, 4}, {A::invert, 0.2f, -1}},
+    {{A::shear_y, 0.9f, 8}, {A::invert, 0.7f, -1}},
+    {{A::equalize, 0.6f, -1}, {A::solarize, 0.6f, 6}},
+    {{A::invert, 0.9f, -1}, {A::equalize, 0.6f, -1}},
+    {{A::equalize, 0.6f, -1}, {A::rotate, 0.9f, 3}},
+    {{A::shear_x, 0.9f, 4}, {A::autocontrast, 0.8f, -1}},
+    {{A::shear_y, 0.9f, 8}, {A::invert, 0.4f, -1}},
+    {{A::shear_y, 0.9f, 5}, {A::solarize, 0.2f, 6}},
+    {{A::invert, 0.9f, -1}, {A::autocontrast, 0.8f, -1}},
+    {{A::equalize, 0.6f, -1}, {A::rotate, 0.9f, 3}},
+    {{A::shear_x, 0.9f, 4}, {A::solarize, 0.3f, 3}},
+    {{A::shear_y, 0.8f, 8}, {A::invert, 0.7f, -1}},
+    {{A::equalize, 0.9f, -1}, {A::translate_y, 0.6f, 6}},
+    {{A::invert, 0.9f, -1}, {A::equalize, 0.6f, -1}},
+    {{A::contrast, 0.3f, 3}, {A::rotate, 0.8f, 4}},
+    {{A::invert, 0.8f, -1}, {A::translate_y, 0.0f, 2}},
+    {{A::shear_y, 0.7f, 6}, {A::solarize, 0.4f, 8}},
+    {{A::invert, 0.6f, -1}, {A::rotate, 0.8f, 4}},
+    {{A::shear_y, 0.3f, 7}, {A::translate_x, 0.9f, 3}},
+    {{A::shear_x, 0.1f, 6}, {A::invert, 0.6f, -1}},
+    {{A::solarize, 0.7f, 2}, {A::translate_y, 0.6f, 7}},
+    {{A::shear_y, 0.8f, 4}, {A::invert, 0.8f, -1}},
+    {{A::shear_x, 0.7f, 9}, {A::translate_y, 0.8f, 3}},
+    {{A::shear_y, 0.8f, 5}, {A::autocontrast, 0.7f, -1}},
+    {{A::shear_x, 0.7f, 2}, {A::invert, 0.1f, -1}},
+};
 constexpr int kAutoAugmentBins = 10;
 
 }  // namespace
@@ -70,10 +126,10 @@ constexpr int kAutoAugmentBins = 10;
 const char* auto_augment_name(AutoAugment a) { return kPolicyNames[static_cast<int>(a)]; }
 
 AutoAugment auto_augment_from_string(const std::string& s) {
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kPolicies; ++i)
     if (s == kPolicyNames[i]) return static_cast<AutoAugment>(i);
   throw Error(str_cat("'", s, "' is not an augmentation policy (none, autoaugment, randaugment, "
-                      "trivialaugment)"));
+                      "trivialaugment, autoaugment_cifar10, autoaugment_svhn)"));
 }
 
 void auto_augment_validate(const AutoAugmentSpec& s) {
@@ -114,8 +170,12 @@ double aug_magnitude(AutoAugment policy, AugOp op, int bin, int bins, int width,
 int draw_aug_steps(const AutoAugmentSpec& s, int width, int height, Rng& rng, AugStep* out) {
   switch (s.policy) {
     case AutoAugment::none: return 0;
-    case AutoAugment::autoaugment: {
-      const PolicyOp* pair = kImageNetPolicy[rng.below(25)];
+    case AutoAugment::autoaugment:
+    case AutoAugment::autoaugment_cifar10:
+    case AutoAugment::autoaugment_svhn: {
+      const auto& table = s.policy == AutoAugment::autoaugment ? kImageNetPolicy
+                          : s.policy == AutoAugment::autoaugment_cifar10 ? kCifar10Policy : kSvhnPolicy;
+      const PolicyOp* pair = table[rng.below(25)];
       int n = 0;
       for (int i = 0; i < 2; ++i) {
         const double u = rng.uniform();

@@ -1,6 +1,6 @@
 // Automatic augmentation of the training crop, as torchvision's transforms that the ImageNet
-// recipes name with --auto-augment: AutoAugment's ImageNet policy, RandAugment and
-// TrivialAugmentWide. Each op follows torchvision's arithmetic on 8-bit tensors (float32 blends
+// recipes name with --auto-augment: AutoAugment (its ImageNet, CIFAR-10 and SVHN policies),
+// RandAugment and TrivialAugmentWide. Each op follows torchvision's arithmetic on 8-bit tensors (float32 blends
 // truncated to bytes, nearest-neighbour geometry with black outside the image), so for the same
 // choices the pixels are torchvision's, a geometry pixel on a rounding tie aside. The choices come
 // from the sample's own Rng, after its crop and flip: a resumed run augments as an uninterrupted one.
@@ -15,9 +15,12 @@
 
 namespace rt::data {
 
-enum class AutoAugment : uint8_t { none, autoaugment, randaugment, trivialaugment };
+enum class AutoAugment : uint8_t {
+  none, autoaugment, randaugment, trivialaugment, autoaugment_cifar10, autoaugment_svhn
+};
 
-// "none", "autoaugment" (the ImageNet policy), "randaugment", "trivialaugment".
+// "none", "autoaugment" (the ImageNet policy), "randaugment", "trivialaugment",
+// "autoaugment_cifar10", "autoaugment_svhn" (AutoAugment's policies for those datasets).
 const char* auto_augment_name(AutoAugment a);
 // Throws rt::Error listing the names when s is none of them.
 AutoAugment auto_augment_from_string(const std::string& s);

@@ -179,7 +179,7 @@ TEST(AutoAugmentPolicy, Draws) {
 
 TEST(AutoAugmentPolicy, NamesAndChecks) {
   for (auto a : {AutoAugment::none, AutoAugment::autoaugment, AutoAugment::randaugment,
-                 AutoAugment::trivialaugment})
+                 AutoAugment::trivialaugment, AutoAugment::autoaugment_cifar10, AutoAugment::autoaugment_svhn})
     EXPECT_EQ(auto_augment_from_string(auto_augment_name(a)), a);
   EXPECT_NE(error_of([] { auto_augment_from_string("augmix"); }).find("'augmix' is not an augmentation policy"),
             std::string::npos);

@@ -165,7 +165,7 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos) << e;
   e = invalid_root("", {"data.auto_augment=augmix"});
   EXPECT_NE(e.find("--set data.auto_augment=augmix: key 'data.auto_augment': 'augmix' is not an augmentation policy (none, autoaugment, "
-                   "randaugment, trivialaugment)"), std::string::npos) << e;
+                   "randaugment, trivialaugment, autoaugment_cifar10, autoaugment_svhn)"), std::string::npos) << e;
   e = invalid_root("data: {auto_augment: randaugment, randaugment_ops: 0}\n");
   EXPECT_NE(e.find("r.yaml:2: key 'data.randaugment_ops' must be in [1, 16] (got 0)"), std::string::npos) << e;
   e = invalid_root("", {"data.randaugment_magnitude=31"});

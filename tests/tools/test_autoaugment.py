@@ -11,7 +11,8 @@
 - magnitudes: every bin of every op is torchvision's _augmentation_space value, to the last bit of
   a float32 (which torch's linspace itself rounds by its SIMD width);
 - draws: over many images each (op, magnitude) comes up as often as torchvision's policy makes it
-  likely (within 5 sigma), AutoAugment's pairs included, and nothing else comes up;
+  likely (within 5 sigma), AutoAugment's pairs of all three policies included, and nothing else
+  comes up;
 - random erasing's boxes: the share of images left unerased, the boxes' mean area, aspect ratio and
   position, as torchvision's RandomErasing.get_params draws them (within 5 standard errors).
 """
@@ -59,7 +60,11 @@ def spaces(w, h):
         "randaugment": (AA.RandAugment()._augmentation_space(31, (h, w)), 31),
         "trivialaugment": (AA.TrivialAugmentWide()._augmentation_space(31), 31),
         "autoaugment": (AA.AutoAugment()._augmentation_space(10, (h, w)), 10),
+        "autoaugment_cifar10": (AA.AutoAugment()._augmentation_space(10, (h, w)), 10),
+        "autoaugment_svhn": (AA.AutoAugment()._augmentation_space(10, (h, w)), 10),
     }
+POLICIES = {"autoaugment": AA.AutoAugmentPolicy.IMAGENET, "autoaugment_cifar10": AA.AutoAugmentPolicy.CIFAR10,
+            "autoaugment_svhn": AA.AutoAugmentPolicy.SVHN}
 
 
 def all_steps(w, h):
@@ -162,8 +167,8 @@ class Draws(unittest.TestCase):
             else:
                 add(op, m, q)
 
-        if policy == "autoaugment":
-            pairs = AA.AutoAugment()._get_policies(AA.AutoAugmentPolicy.IMAGENET)
+        if policy in POLICIES:
+            pairs = AA.AutoAugment()._get_policies(POLICIES[policy])
             for pair in pairs:
                 for op, prob, b in pair:
                     m = float(space[op][0][b].item()) if b is not None else 0.0
@@ -207,6 +212,8 @@ class Draws(unittest.TestCase):
         self.check("trivialaugment")
 
     def test_autoaugment(self):
+        for policy in POLICIES:
+            self.check(policy, w=32, h=32)
         self.check("autoaugment")
 
 
