@@ -105,16 +105,12 @@ PY
 
 if [ "$DOC" = 1 ]; then
   DOCF=$ROOT/docs/comm.md
-  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) ($(nproc --all) cores, budget ${BUDGET} s per size)" <<'PY'
+  /usr/bin/python3 - "$DOCF" "$TABLE" "$(date -u +%Y-%m-%d) ($(nproc --all) cores, budget ${BUDGET} s per size)" "$ROOT/tools" <<'PY'
 import sys
-doc, table, when = sys.argv[1], sys.argv[2], sys.argv[3]
-begin, end = "<!-- allreduce-bench:begin -->", "<!-- allreduce-bench:end -->"
-text = open(doc).read()
-if begin not in text or end not in text:
-    sys.exit(f"{doc}: markers {begin} / {end} not found")
-body = f"{begin}\nMeasured {when} by `tools/allreduce_bench.sh`.\n\n{open(table).read()}\n{end}"
-text = text[: text.index(begin)] + body + text[text.index(end) + len(end):]
-open(doc, "w").write(text)
+doc, table, when, tools = sys.argv[1:5]
+sys.path.insert(0, tools)
+from doc_table import put_between_markers
+put_between_markers(doc, "allreduce-bench", f"Measured {when} by `tools/allreduce_bench.sh`.\n\n{open(table).read()}\n")
 print(f"updated {doc}")
 PY
 fi

@@ -57,13 +57,9 @@ for p in ("none", "autoaugment", "randaugment", "trivialaugment"):
     cost_t = "—" if p == "none" else f"{us(t, ('torch', 'none')):.0f}"
     rows.append(f"| {p} | {cell(o)} | {cell(t)} | {res[o][0] / res[t][0]:.2f}× | {cost_o} | {cost_t} |")
 table = "\n".join(rows) + "\n"
-begin, end = "<!-- bench_autoaugment:begin -->", "<!-- bench_autoaugment:end -->"
-text = open(out).read() if os.path.exists(out) else f"{begin}\n{end}\n"
-if begin not in text:
-    text += f"\n{begin}\n{end}\n"
-head, rest = text.split(begin, 1)
-tail = rest.split(end, 1)[1]
-open(out, "w").write(f"{head}{begin}\n{table}{end}{tail}")
+sys.path.insert(0, "tools")
+from doc_table import put_between_markers
+put_between_markers(out, "bench_autoaugment", table)
 print(table)
 PY
 rm -f "$log"

@@ -58,13 +58,9 @@ for t in (1, 2):
     rows.append(f"| {t} | {cell(('folder', t))} | {cell(('shards', t))} | {cell(('torch', t))} | "
                 f"{f / p:.2f}× | {s / p:.2f}× | {f / t:.0f} |")
 table = "\n".join(rows) + "\n"
-begin, end = "<!-- bench_data:begin -->", "<!-- bench_data:end -->"
-text = open(out).read() if os.path.exists(out) else f"{begin}\n{end}\n"
-if begin not in text:
-    text += f"\n{begin}\n{end}\n"
-head, rest = text.split(begin, 1)
-tail = rest.split(end, 1)[1]
-open(out, "w").write(f"{head}{begin}\n{table}{end}{tail}")
+sys.path.insert(0, "tools")
+from doc_table import put_between_markers
+put_between_markers(out, "bench_data", table)
 print(table)
 PY
 rm -f "$log"

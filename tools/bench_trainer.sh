@@ -99,16 +99,8 @@ for m, b, s, o, omin, omax, d, dmin, dmax, p, pmin, pmax in rows:
         m, b, s, f(o, omin, omax), f(d, dmin, dmax), f(p, pmin, pmax), float(o) / float(d), float(o) / float(p)))
 table = "\n".join(lines)
 print(table)
-begin, end = "<!-- bench_trainer:begin -->", "<!-- bench_trainer:end -->"
-try:
-    text = open(out).read()
-except FileNotFoundError:
-    text = ""
-if begin in text and end in text:
-    text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: begin + "\n" + table + "\n" + end,
-                  text, flags=re.S)
-else:
-    text += "\n" + begin + "\n" + table + "\n" + end + "\n"
-open(out, "w").write(text)
+sys.path.insert(0, "tools")
+from doc_table import put_between_markers
+put_between_markers(out, "bench_trainer", table)
 print("table written to", out)
 PY

@@ -1,0 +1,35 @@
+"""tools/doc_table.py: a table between its markers replaces the old one and leaves the rest of
+the file as it was; a file without the markers (or no file) gets them appended."""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from doc_table import put_between_markers  # noqa: E402
+
+
+class DocTable(unittest.TestCase):
+    def test_replaces_between_markers_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "x.md")
+            with open(path, "w") as f:
+                f.write("# T\n\n<!-- b:begin -->\nold\n<!-- b:end -->\n\nafter <!-- a:begin -->\n")
+            put_between_markers(path, "b", "| 1 |")
+            put_between_markers(path, "b", "| 2 |\n")
+            self.assertEqual(open(path).read(),
+                             "# T\n\n<!-- b:begin -->\n| 2 |\n<!-- b:end -->\n\nafter <!-- a:begin -->\n")
+            # "a" has a begin but no end: the end comes after it, nothing else moves.
+            put_between_markers(path, "a", "x")
+            self.assertEqual(open(path).read(), "# T\n\n<!-- b:begin -->\n| 2 |\n<!-- b:end -->\n\n"
+                                                "after <!-- a:begin -->\nx\n<!-- a:end -->\n")
+
+    def test_new_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "new.md")
+            put_between_markers(path, "t", "row\n")
+            self.assertEqual(open(path).read(), "\n<!-- t:begin -->\nrow\n<!-- t:end -->\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
