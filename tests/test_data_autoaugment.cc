@@ -28,6 +28,28 @@ struct Pixels {
   Image8 image(int red = 0) { return Image8{px.data(), w, h, static_cast<size_t>(w) * 3, red}; }
 };
 
+// A PNG of w x h pixels, every one different: BGR (x, y, x ^ y).
+std::vector<uint8_t> pattern_png(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(x), uint8_t(y), uint8_t(x ^ y));
+  std::vector<uint8_t> png;
+  EXPECT_TRUE(cv::imencode(".png", m, png));
+  return png;
+}
+
+// decode_augment of png with a generator seeded by seed: the 8-bit output; the float one in *chw.
+std::vector<uint8_t> decode(const std::vector<uint8_t>& png, const AugmentSpec& spec, uint64_t seed,
+                            DecodeScratch& scratch, std::vector<float>* chw = nullptr) {
+  const size_t n = static_cast<size_t>(spec.size) * spec.size * 3;
+  std::vector<uint8_t> hwc(n);
+  std::vector<float> f(n);
+  Rng rng(seed);
+  EXPECT_TRUE(decode_augment(png.data(), png.size(), spec, rng, scratch, f.data(), hwc.data()));
+  if (chw) *chw = std::move(f);
+  return hwc;
+}
+
 std::vector<uint8_t> applied(Pixels p, AugOp op, double m, int red = 0) {
   std::vector<uint8_t> scratch;
   apply_aug_step({op, m}, p.image(red), scratch);
@@ -194,23 +216,14 @@ TEST(AutoAugmentPolicy, NamesAndChecks) {
 }
 
 TEST(AutoAugmentDecode, AfterTheCropTrainingOnlyBothLayouts) {
-  cv::Mat m(120, 160, CV_8UC3);
-  for (int y = 0; y < m.rows; ++y)
-    for (int x = 0; x < m.cols; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(x), uint8_t(y), uint8_t(x ^ y));
-  std::vector<uint8_t> png;
-  ASSERT_TRUE(cv::imencode(".png", m, png));
+  const std::vector<uint8_t> png = pattern_png(160, 120);
   const float mean[3] = {0, 0, 0}, std[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255};
   const int s = 32;
   DecodeScratch scratch;
   auto run = [&](bool train, AutoAugment policy, uint64_t seed, std::vector<float>* f = nullptr) {
     AugmentSpec spec = make_augment_spec(s, train, 0.08f, 1.0f, true, mean, std);
     spec.auto_augment.policy = policy;
-    std::vector<uint8_t> hwc(s * s * 3);
-    std::vector<float> chw(s * s * 3);
-    Rng rng(seed);
-    EXPECT_TRUE(decode_augment(png.data(), png.size(), spec, rng, scratch, chw.data(), hwc.data()));
-    if (f) *f = chw;
-    return hwc;
+    return decode(png, spec, seed, scratch, f);
   };
   int changed = 0;
   for (uint64_t seed = 0; seed < 20; ++seed) {
@@ -240,12 +253,9 @@ TEST(AutoAugmentDecode, AfterTheCropTrainingOnlyBothLayouts) {
     draw_aug_steps(one, s, s, probe, st);
     if (st[0].op != AugOp::identity) continue;
     spec.auto_augment = one;
-    std::vector<uint8_t> a(s * s * 3), b(s * s * 3);
-    Rng r1(seed), r2(seed);
-    ASSERT_TRUE(decode_augment(png.data(), png.size(), spec, r1, scratch, nullptr, a.data()));
+    const auto a = decode(png, spec, seed, scratch);
     spec.auto_augment.policy = AutoAugment::none;
-    ASSERT_TRUE(decode_augment(png.data(), png.size(), spec, r2, scratch, nullptr, b.data()));
-    EXPECT_EQ(a, b) << seed;
+    EXPECT_EQ(a, decode(png, spec, seed, scratch)) << seed;
     return;
   }
   FAIL() << "no seed drew identity";
@@ -278,11 +288,7 @@ TEST(RandomErasing, BoxesAsTorchvisionDrawsThem) {
 }
 
 TEST(RandomErasing, DecodeErasesABoxWithTheMeanColourAfterThePolicy) {
-  cv::Mat m(90, 120, CV_8UC3);
-  for (int y = 0; y < m.rows; ++y)
-    for (int x = 0; x < m.cols; ++x) m.at<cv::Vec3b>(y, x) = cv::Vec3b(uint8_t(2 * x), uint8_t(3 * y), 250);
-  std::vector<uint8_t> png;
-  ASSERT_TRUE(cv::imencode(".png", m, png));
+  const std::vector<uint8_t> png = pattern_png(120, 90);
   const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
   const int s = 48;
   DecodeScratch scratch;
@@ -290,12 +296,7 @@ TEST(RandomErasing, DecodeErasesABoxWithTheMeanColourAfterThePolicy) {
     AugmentSpec spec = make_augment_spec(s, true, 0.08f, 1.0f, true, mean, std);
     spec.random_erasing = p;
     spec.auto_augment.policy = policy;
-    std::vector<uint8_t> hwc(s * s * 3);
-    std::vector<float> f(s * s * 3);
-    Rng rng(seed);
-    EXPECT_TRUE(decode_augment(png.data(), png.size(), spec, rng, scratch, f.data(), hwc.data()));
-    if (chw) *chw = f;
-    return hwc;
+    return decode(png, spec, seed, scratch, chw);
   };
   const AugmentSpec spec = make_augment_spec(s, true, 0.08f, 1.0f, true, mean, std);
   EXPECT_EQ(spec.erase_rgb[0], 124);  // 0.485 * 255 = 123.7

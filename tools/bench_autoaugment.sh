@@ -32,16 +32,12 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 $py - "$log" "$out" "$load_before" "$load_after" "$batch" "$size" <<'PY'
-import datetime, os, re, sys
+import datetime, os, sys
+sys.path.insert(0, "tools")
+from doc_table import put_between_markers, rate_cell, run_rates
 log, out, before, after, batch, size = sys.argv[1:7]
-res = {}
-for line in open(log):
-    m = re.match(r"RUN (\w+) (\w+) .*img_per_s_median=([\d.]+) min=([\d.]+) max=([\d.]+)", line)
-    if m:
-        res[(m[1], m[2])] = tuple(float(x) for x in m.groups()[2:])
-def cell(k):
-    med, lo, hi = res[k]
-    return f"{med:.0f} ({lo:.0f}–{hi:.0f})"
+res = run_rates(log)
+cell = lambda k: rate_cell(res[k])
 def us(k, base):  # the policy's own microseconds per image: the rates' difference
     return 1e6 / res[k][0] - 1e6 / res[base][0]
 rows = [f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_count()} cores), load average "
@@ -57,8 +53,6 @@ for p in ("none", "autoaugment", "randaugment", "trivialaugment"):
     cost_t = "—" if p == "none" else f"{us(t, ('torch', 'none')):.0f}"
     rows.append(f"| {p} | {cell(o)} | {cell(t)} | {res[o][0] / res[t][0]:.2f}× | {cost_o} | {cost_t} |")
 table = "\n".join(rows) + "\n"
-sys.path.insert(0, "tools")
-from doc_table import put_between_markers
 put_between_markers(out, "bench_autoaugment", table)
 print(table)
 PY

@@ -36,16 +36,12 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 $py - "$log" "$out" "$load_before" "$load_after" "$batch" "$size" <<'PY'
-import datetime, os, re, sys
+import datetime, os, sys
+sys.path.insert(0, "tools")
+from doc_table import put_between_markers, rate_cell, run_rates
 log, out, before, after, batch, size = sys.argv[1:7]
-res = {}
-for line in open(log):
-    m = re.match(r"RUN (\w+) (\d+) .*img_per_s_median=([\d.]+) min=([\d.]+) max=([\d.]+)", line)
-    if m:
-        res[(m[1], int(m[2]))] = tuple(float(x) for x in m.groups()[2:])
-def cell(k):
-    med, lo, hi = res[k]
-    return f"{med:.0f} ({lo:.0f}–{hi:.0f})"
+res = run_rates(log)
+cell = lambda k: rate_cell(res[k])
 rows = [f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_count()} cores), load average "
         f"{before} before and {after} after; batch {batch}, {size}×{size}, training transforms "
         "(random-resized crop, flip, normalize), 1300 JPEGs of 500×375.",
@@ -53,13 +49,11 @@ rows = [f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_cou
         "many worker processes as we have decode threads.", "",
         "| threads | ringtrain folder | ringtrain shards | torchvision DataLoader | folder / torchvision | shards / torchvision | ringtrain folder per thread |",
         "|---|---|---|---|---|---|---|"]
-for t in (1, 2):
+for t in ("1", "2"):
     f, s, p = res[("folder", t)][0], res[("shards", t)][0], res[("torch", t)][0]
     rows.append(f"| {t} | {cell(('folder', t))} | {cell(('shards', t))} | {cell(('torch', t))} | "
-                f"{f / p:.2f}× | {s / p:.2f}× | {f / t:.0f} |")
+                f"{f / p:.2f}× | {s / p:.2f}× | {f / int(t):.0f} |")
 table = "\n".join(rows) + "\n"
-sys.path.insert(0, "tools")
-from doc_table import put_between_markers
 put_between_markers(out, "bench_data", table)
 print(table)
 PY

@@ -1,7 +1,25 @@
-"""The benchmarks' figures in docs/: a generated table goes between `<!-- NAME:begin -->` and
-`<!-- NAME:end -->` of a Markdown file, replacing what was there; a file without the markers gets
-them appended."""
+"""The benchmarks' figures in docs/: the rates their runs print, read back from a log, and a
+generated table put between `<!-- NAME:begin -->` and `<!-- NAME:end -->` of a Markdown file,
+replacing what was there (a file without the markers gets them appended)."""
 import os
+import re
+
+
+def run_rates(log):
+    """{(WHAT, SETTING): (median, min, max)} from the log's lines
+    "RUN WHAT SETTING ... img_per_s_median=M min=A max=B" (what the loader benchmarks print)."""
+    res = {}
+    for line in open(log):
+        m = re.match(r"RUN (\S+) (\S+) .*img_per_s_median=([\d.]+) min=([\d.]+) max=([\d.]+)", line)
+        if m:
+            res[(m[1], m[2])] = tuple(float(x) for x in m.groups()[2:])
+    return res
+
+
+def rate_cell(rate):
+    """A (median, min, max) as a table cell: "median (min–max)"."""
+    med, lo, hi = rate
+    return f"{med:.0f} ({lo:.0f}–{hi:.0f})"
 
 
 def put_between_markers(path, name, body):

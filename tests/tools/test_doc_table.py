@@ -1,12 +1,13 @@
 """tools/doc_table.py: a table between its markers replaces the old one and leaves the rest of
-the file as it was; a file without the markers (or no file) gets them appended."""
+the file as it was; a file without the markers (or no file) gets them appended; the benchmark
+logs' RUN lines read back as rates."""
 import os
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from doc_table import put_between_markers  # noqa: E402
+from doc_table import put_between_markers, rate_cell, run_rates  # noqa: E402
 
 
 class DocTable(unittest.TestCase):
@@ -29,6 +30,16 @@ class DocTable(unittest.TestCase):
             path = os.path.join(d, "new.md")
             put_between_markers(path, "t", "row\n")
             self.assertEqual(open(path).read(), "\n<!-- t:begin -->\nrow\n<!-- t:end -->\n")
+
+    def test_run_rates(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "log")
+            with open(log, "w") as f:
+                f.write("RUN folder 2 RESULT x img_per_s_median=928.4 min=920.0 max=932.6\n"
+                        "noise\nRUN torch none RESULT y policy=none img_per_s_median=282 min=281 max=291 extra=1\n")
+            res = run_rates(log)
+            self.assertEqual(res, {("folder", "2"): (928.4, 920.0, 932.6), ("torch", "none"): (282.0, 281.0, 291.0)})
+            self.assertEqual(rate_cell(res[("folder", "2")]), "928 (920–933)")
 
 
 if __name__ == "__main__":
