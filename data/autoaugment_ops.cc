@@ -50,18 +50,18 @@ struct Gray {
   uint8_t operator()(const uint8_t* p) const { return to_u8(r[p[red]] + g[p[1]] + b[p[2 - red]]); }
 };
 
-// _blend(img, other, ratio) where other is a constant: ratio * x + (1 - ratio) * other.
-void blend_constant(const Image8& img, double ratio, float other) {
-  const float r = static_cast<float>(ratio), q = static_cast<float>(1.0 - ratio);
-  const float o = q * other;
-  uint8_t lut[256];
-  for (int v = 0; v < 256; ++v) lut[v] = to_u8(r * static_cast<float>(v) + o);
-  for_each_pixel(img, [&](uint8_t* p, int, int) { p[0] = lut[p[0]], p[1] = lut[p[1]], p[2] = lut[p[2]]; });
-}
-
-// A per-channel table applied to every pixel (posterize, solarize, invert, autocontrast, equalize).
+// A per-channel table applied to every pixel (the enhancements with a constant, posterize,
+// solarize, invert, autocontrast, equalize).
 void apply_luts(const Image8& img, const uint8_t (*lut)[256]) {
   for_each_pixel(img, [&](uint8_t* p, int, int) { p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]]; });
+}
+
+// _blend(img, other, ratio) where other is a constant: ratio * x + (1 - ratio) * other.
+void blend_constant(const Image8& img, double ratio, float other) {
+  const float r = static_cast<float>(ratio), o = static_cast<float>(1.0 - ratio) * other;
+  uint8_t lut[3][256];
+  for (int v = 0; v < 256; ++v) lut[0][v] = lut[1][v] = lut[2][v] = to_u8(r * static_cast<float>(v) + o);
+  apply_luts(img, lut);
 }
 
 void saturation(const Image8& img, double factor) {

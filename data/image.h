@@ -1,7 +1,8 @@
 // Decode + augment of one encoded image into the batch layouts (OpenCV; a build without it has
-// only the geometry, and decode_augment throws). Training: random resized
-// crop (torchvision's algorithm) and horizontal flip; evaluation: resize the short side to
-// size * 256 / 224 and take the centre crop. Large images are decoded at 1/2, 1/4 or 1/8 size
+// only the geometry, and decode_augment throws). Training: random resized crop (torchvision's
+// algorithm), horizontal flip, optionally an automatic augmentation policy (data/autoaugment.h)
+// and random erasing; evaluation: resize the short side to size * 256 / 224 and take the centre
+// crop. Large images are decoded at 1/2, 1/4 or 1/8 size
 // by the JPEG decoder when the region used is still at least `size` after reduction.
 #pragma once
 
