@@ -1,5 +1,6 @@
 // The trainer under mpirun: replicas stay bitwise identical and a diverged rank is named; resume
-// is exact (bitwise) at an epoch boundary and mid-epoch (also with accumulated passes); N ranks x
+// is exact (bitwise) at an epoch boundary and mid-epoch (also with accumulated passes, and on
+// decoded images through RandAugment and random erasing); N ranks x
 // batch b, or x batch b/2 x 2 accumulated passes, equal 1 rank x batch N*b (a model without batch
 // norm); evaluation counts every sample once; data.output u8 trains and
 // evaluates exactly as float; golden losses.
@@ -19,6 +20,9 @@
 #include <regex>
 #include <string>
 #include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
@@ -378,16 +382,42 @@ void check_timeline(MpiTest& t, const std::string& dir) {
   }
 }
 
+// A folder of 16x16 PNGs (4 classes x 12 training + 2 validation images, noise over a class
+// colour) at root, written by rank 0, with data.auto_augment (RandAugment) and data.random_erasing
+// on: the tiny run on decoded, augmented images instead of synthetic tensors.
+void use_augmented_images(Config& c, const std::string& root, int rank) {
+  if (rank == 0 && !std::filesystem::exists(root)) {
+    data::Rng rng(7);
+    for (const char* split : {"train", "val"})
+      for (int k = 0; k < 4; ++k) {
+        const std::string folder = str_cat(root, "/", split, "/c", k);
+        std::filesystem::create_directories(folder);
+        for (int i = 0; i < (split[0] == 't' ? 12 : 2); ++i) {
+          cv::Mat m(16, 16, CV_8UC3);
+          for (int j = 0; j < 16 * 16 * 3; ++j) m.data[j] = uint8_t(60 * k * (j % 3 == k % 3) + rng.below(120));
+          cv::imwrite(str_cat(folder, "/", i, ".png"), m);
+        }
+      }
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  c.data.synthetic = false;
+  c.data.root = root;
+  c.data.auto_augment.policy = data::AutoAugment::randaugment;
+  c.data.random_erasing = 0.5f;
+}
+
 // Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
 // resumed with --resume auto.
 // mix: train.mixup and train.cutmix both (each batch draws one of them).
+// images: decoded and augmented images (use_augmented_images), whose draws must be made again too.
 void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
-                        double ema = 0) {
-  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema);
+                        double ema = 0, bool images = false) {
+  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images);
   Config a = tiny(dir + "/straight" + tag);
   a.train.accumulate = passes;
   a.train.mixup = a.train.cutmix = mix;
   a.train.ema = ema;
+  if (images) use_augmented_images(a, dir + "/images", t.rank());
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
@@ -395,6 +425,7 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   b.train.accumulate = passes;
   b.train.mixup = b.train.cutmix = mix;
   b.train.ema = ema;
+  if (images) use_augmented_images(b, dir + "/images", t.rank());
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -422,6 +453,22 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
     ta.ema_to_host(epa, esa);
     tb.ema_to_host(epb, esb);
     MPI_EXPECT(t, epa == epb && esa == esb, "the moving average of the weights differs after resume");
+  }
+  if (images) {  // the augmentation reached the training: no step's loss is the plain images' one
+    Config c = tiny(dir + "/plain" + tag);
+    c.train.accumulate = passes;
+    c.train.mixup = c.train.cutmix = mix;
+    c.train.ema = ema;
+    use_augmented_images(c, dir + "/images", t.rank());
+    c.data.auto_augment.policy = data::AutoAugment::none;
+    c.data.random_erasing = 0;
+    Trainer tc(c);
+    tc.train();
+    MPI_EXPECT(t, tc.losses().size() == ta.losses().size() && !ta.losses().empty(), "steps run: ",
+               ta.losses().size(), " and ", tc.losses().size());
+    for (size_t i = 0; i < ta.losses().size() && i < tc.losses().size(); ++i)
+      MPI_EXPECT(t, ta.losses()[i] != tc.losses()[i], "step ", i + 1, " loss ", ta.losses()[i],
+                 " augmented equals the plain images' ", tc.losses()[i]);
   }
 }
 
@@ -759,6 +806,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true);
     check_exact_resume(t, dir, true, 2);
     check_exact_resume(t, dir, true, 2, 0.4, 0.9);  // mixup's and CutMix's draws made again, the average kept
+    check_exact_resume(t, dir, true, 1, 0, 0, true);  // RandAugment's and random erasing's draws made again
     check_ema(t, dir);
     check_mixup(t, dir);
     check_elastic_resume(t, dir);
