@@ -32,16 +32,15 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 $py - "$log" "$out" "$load_before" "$load_after" "$batch" "$size" <<'PY'
-import datetime, os, sys
+import sys
 sys.path.insert(0, "tools")
-from doc_table import put_between_markers, rate_cell, run_rates
+from doc_table import measured_on, put_between_markers, rate_cell, run_rates
 log, out, before, after, batch, size = sys.argv[1:7]
 res = run_rates(log)
 cell = lambda k: rate_cell(res[k])
 def us(k, base):  # the policy's own microseconds per image: the rates' difference
     return 1e6 / res[k][0] - 1e6 / res[base][0]
-rows = [f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_count()} cores), load average "
-        f"{before} before and {after} after; batch {batch}, {size}×{size}, 1300 JPEGs of 500×375, one "
+rows = [f"{measured_on(before, after)}; batch {batch}, {size}×{size}, 1300 JPEGs of 500×375, one "
         "decode thread (ringtrain) / one worker process (torchvision).",
         "images/s: median (min–max) over timed passes; µs/image: what the policy adds to the same "
         "pipeline without it.", "",

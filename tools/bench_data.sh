@@ -36,14 +36,13 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 $py - "$log" "$out" "$load_before" "$load_after" "$batch" "$size" <<'PY'
-import datetime, os, sys
+import sys
 sys.path.insert(0, "tools")
-from doc_table import put_between_markers, rate_cell, run_rates
+from doc_table import measured_on, put_between_markers, rate_cell, run_rates
 log, out, before, after, batch, size = sys.argv[1:7]
 res = run_rates(log)
 cell = lambda k: rate_cell(res[k])
-rows = [f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_count()} cores), load average "
-        f"{before} before and {after} after; batch {batch}, {size}×{size}, training transforms "
+rows = [f"{measured_on(before, after)}; batch {batch}, {size}×{size}, training transforms "
         "(random-resized crop, flip, normalize), 1300 JPEGs of 500×375.",
         "images/s: median (min–max) over timed passes; torchvision = ImageFolder + DataLoader with as "
         "many worker processes as we have decode threads.", "",

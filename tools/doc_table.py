@@ -1,6 +1,7 @@
 """The benchmarks' figures in docs/: the rates their runs print, read back from a log, and a
 generated table put between `<!-- NAME:begin -->` and `<!-- NAME:end -->` of a Markdown file,
 replacing what was there (a file without the markers gets them appended)."""
+import datetime
 import os
 import re
 
@@ -14,6 +15,12 @@ def run_rates(log):
         if m:
             res[(m[1], m[2])] = tuple(float(x) for x in m.groups()[2:])
     return res
+
+
+def measured_on(load_before, load_after):
+    """A table's first words: the date, this machine and its load average around the runs."""
+    return (f"Measured {datetime.date.today()} on {os.uname().nodename} ({os.cpu_count()} cores), load average "
+            f"{load_before} before and {load_after} after")
 
 
 def rate_cell(rate):

@@ -7,7 +7,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from doc_table import put_between_markers, rate_cell, run_rates  # noqa: E402
+from doc_table import measured_on, put_between_markers, rate_cell, run_rates  # noqa: E402
 
 
 class DocTable(unittest.TestCase):
@@ -40,6 +40,11 @@ class DocTable(unittest.TestCase):
             res = run_rates(log)
             self.assertEqual(res, {("folder", "2"): (928.4, 920.0, 932.6), ("torch", "none"): (282.0, 281.0, 291.0)})
             self.assertEqual(rate_cell(res[("folder", "2")]), "928 (920–933)")
+
+    def test_measured_on(self):
+        line = measured_on("0.5 0.6 0.7", "1.0 1.1 1.2")
+        self.assertRegex(line, r"^Measured \d{4}-\d\d-\d\d on \S+ \(\d+ cores\), load average "
+                               r"0.5 0.6 0.7 before and 1.0 1.1 1.2 after$")
 
 
 if __name__ == "__main__":
