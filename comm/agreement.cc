@@ -32,13 +32,13 @@ class Fnv {
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
   kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNetworkSegmentBytes,
-  kDevicePath, kCompression, kNumFields
+  kDevicePath, kCompression, kRanksPerNode, kNumFields
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
     "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
     "segment_bytes", "check_counts", "MPI elements per call", "stall check", "network_segment_bytes",
-    "device_path", "compression"};
+    "device_path", "compression", "ranks_per_node"};
 
 struct Record {
   uint64_t field[kNumFields];
@@ -118,6 +118,7 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
   // different paths (each reduces its own memory), but not be configured differently.
   mine.field[kDevicePath] = path.value();
   mine.field[kCompression] = compression.value();
+  mine.field[kRanksPerNode] = static_cast<uint64_t>(cfg.ranks_per_node);
   std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
   std::strncpy(mine.device_path, cfg.device_path.c_str(), sizeof mine.device_path - 1);
   std::strncpy(mine.compression, cfg.compression.c_str(), sizeof mine.compression - 1);

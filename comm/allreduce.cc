@@ -12,9 +12,11 @@ namespace rt::comm {
 
 std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
                                                  const CommConfig& cfg, const MemorySpace* scratch);
+std::unique_ptr<Allreducer> make_hierarchical_allreducer(Communicator& comm, const ReduceKernels& k,
+                                                         const CommConfig& cfg, const MemorySpace* scratch);
 
 const std::vector<std::string>& allreduce_algorithms() {
-  static const std::vector<std::string> names = {"ring", "mpi", "reducer", "nccl"};
+  static const std::vector<std::string> names = {"ring", "hierarchical", "mpi", "reducer", "nccl"};
   return names;
 }
 
@@ -201,7 +203,8 @@ Registry& registry() {
 }
 
 bool is_builtin(const std::string& name) {
-  return name == "ring" || name == "ring_pipelined" || name == "mpi" || name == "reducer";
+  return name == "ring" || name == "ring_pipelined" || name == "hierarchical" || name == "mpi" ||
+         name == "reducer";
 }
 
 }  // namespace
@@ -219,6 +222,7 @@ std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator&
                                             const ReduceKernels& kernels, const MemorySpace* scratch) {
   if (cfg.algorithm == "ring" || cfg.algorithm == "ring_pipelined")
     return make_ring_allreducer(comm, kernels, cfg, scratch);
+  if (cfg.algorithm == "hierarchical") return make_hierarchical_allreducer(comm, kernels, cfg, scratch);
   if (cfg.algorithm == "mpi") return std::make_unique<MpiAllreducer>(comm, kernels, cfg, scratch);
   if (cfg.algorithm == "reducer") return std::make_unique<ReducerAllreducer>(comm, kernels, cfg, scratch);
   AllreducerFactory make = nullptr;
@@ -241,7 +245,7 @@ std::unique_ptr<Allreducer> make_allreducer(const CommConfig& cfg, Communicator&
 #endif
   }
   throw CommError(str_cat("unknown allreduce algorithm '", cfg.algorithm,
-                          "' (known: ring, ring_pipelined, mpi, reducer, nccl)"));
+                          "' (known: ring, ring_pipelined, hierarchical, mpi, reducer, nccl)"));
 }
 
 }  // namespace rt::comm

@@ -1,7 +1,7 @@
 // Interchangeable allreduce algorithms behind one interface, chosen by name from the config:
-// "ring" (ours, the default), "mpi" (MPI_Allreduce), "reducer" (one rank sums, then sends the
-// result back: the baseline the ring replaced) and "nccl" (registered by cuda/ where NCCL is
-// built).
+// "ring" (ours, the default), "hierarchical" (our ring within each node and across nodes),
+// "mpi" (MPI_Allreduce), "reducer" (one rank sums, then sends the result back: the baseline the
+// ring replaced) and "nccl" (registered by cuda/ where NCCL is built).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -20,7 +20,9 @@ enum class ReduceOp : uint8_t { sum, average };
 
 // Communication settings. Every rank must use the same values (checked at start-up).
 struct CommConfig {
-  std::string algorithm = "ring";     // ring | mpi | reducer | nccl (GPU builds only)
+  std::string algorithm = "ring";     // ring | hierarchical | mpi | reducer | nccl (GPU builds only)
+  int ranks_per_node = 0;             // hierarchical: what a node is. 0: the ranks that share
+                                      // memory (MPI_COMM_TYPE_SHARED); k: ranks k·i .. k·i+k-1
   size_t bucket_bytes = 25u << 20;    // gradient bucket (PyTorch DDP's default 25 MiB)
   bool overlap = true;                // allreduce buckets while backward is still running
   size_t segment_bytes = 512u << 10;  // ring/reducer pipeline segment: receive one, reduce another

@@ -43,6 +43,28 @@ Communicator::Communicator(MPI_Comm comm, size_t max_elems_per_call)
   MPI_CHECK(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_));
 }
 
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  MPI_Comm part;
+  MPI_CHECK(MPI_Comm_split(comm_, color, key, &part));
+  std::unique_ptr<Communicator> sub;
+  try {
+    sub = std::make_unique<Communicator>(part, max_elems_);
+  } catch (...) {
+    MPI_Comm_free(&part);
+    throw;
+  }
+  MPI_CHECK(MPI_Comm_free(&part));
+  sub->parent_ = this;
+  sub->parent_ranks_.resize(static_cast<size_t>(sub->size_));
+  MPI_CHECK(MPI_Allgather(&rank_, 1, MPI_INT, sub->parent_ranks_.data(), 1, MPI_INT, sub->comm_));
+  return sub;
+}
+
+int Communicator::outer_rank(int r) const {
+  if (!parent_ || r < 0 || r >= size_) return r;
+  return parent_->outer_rank(parent_ranks_[static_cast<size_t>(r)]);
+}
+
 Communicator::~Communicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -66,14 +88,15 @@ MPI_Request Communicator::irecv(void* buf, size_t n, DType t, int peer, int tag)
 // MPI_Waitall; or, to sleep when idle or to run the stall check, MPI_Testall polls that back
 // off to sleeping after idle_sleep_us.
 int Communicator::wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us, int peer) {
-  if (idle_sleep_us <= 0 && !stall_) return MPI_Waitall(count, reqs, st);
+  StallWatch* const stall = this->stall();
+  if (idle_sleep_us <= 0 && !stall) return MPI_Waitall(count, reqs, st);
   const auto start = std::chrono::steady_clock::now();
   const auto pause = std::chrono::microseconds(idle_sleep_us);
   for (;;) {
     int done = 0;
     const int rc = MPI_Testall(count, reqs, &done, st);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (stall_) stall_->poll(peer);
+    if (stall) stall->poll(outer_rank(peer));
     if (idle_sleep_us > 0 && std::chrono::steady_clock::now() - start > pause) std::this_thread::sleep_for(pause);
   }
 }
@@ -83,13 +106,13 @@ void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer, int 
   int rc = wait_requests(1, &req, &st, idle_sleep_us, peer);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
-    throw CommError(str_cat("rank ", rank_, ": receive of ", n, " elements from rank ", peer,
+    throw CommError(str_cat("rank ", outer_rank(rank_), ": receive of ", n, " elements from rank ", outer_rank(peer),
                             " failed: ", mpi_error_string(rc),
                             " (do all ranks pass the same count to the collective?)"));
   int got = 0;
   MPI_CHECK(MPI_Get_count(&st, mpi_datatype(t), &got));
   if (got == MPI_UNDEFINED || static_cast<size_t>(got) != n)
-    throw CommError(str_cat("rank ", rank_, ": expected ", n, " elements from rank ", peer,
+    throw CommError(str_cat("rank ", outer_rank(rank_), ": expected ", n, " elements from rank ", outer_rank(peer),
                             ", received ", got, ": the ranks disagree on the buffer size"));
 }
 
@@ -101,7 +124,7 @@ void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
   if (rc == MPI_ERR_IN_STATUS) {
     for (const MPI_Status& s : st)
       if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
-        throw CommError(str_cat("rank ", rank_, ": transfer with rank ", s.MPI_SOURCE,
+        throw CommError(str_cat("rank ", outer_rank(rank_), ": transfer with rank ", outer_rank(s.MPI_SOURCE),
                                 " failed: ", mpi_error_string(s.MPI_ERROR)));
   }
   MPI_CHECK(rc);
@@ -114,7 +137,7 @@ void Communicator::wait_one(MPI_Request& req, int idle_sleep_us) {
   int rc = wait_requests(1, &req, &st, idle_sleep_us, -1);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
-    throw CommError(str_cat("rank ", rank_, ": transfer failed: ", mpi_error_string(rc)));
+    throw CommError(str_cat("rank ", outer_rank(rank_), ": transfer failed: ", mpi_error_string(rc)));
 }
 
 void Communicator::broadcast(void* buf, size_t n, DType t, int root) {

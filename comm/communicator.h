@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "nn/tensor.h"
@@ -40,6 +41,14 @@ class Communicator {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
 
+  // The ranks of this communicator that pass the same color, ordered by key, as a communicator of
+  // their own (MPI_Comm_split; collective). It shares this one's per-call limit and stall watch
+  // (set now or later), and its errors name ranks of this one (see outer_rank).
+  std::unique_ptr<Communicator> split(int color, int key);
+  // Rank r of this communicator as a rank of the one it was split from, recursively (itself for
+  // one made by the public constructor): what messages and the stall watch name.
+  int outer_rank(int r) const;
+
   // One nonblocking message of n <= max_elems_per_call() elements.
   MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag);
   MPI_Request irecv(void* buf, size_t n, DType t, int peer, int tag);
@@ -69,7 +78,10 @@ class Communicator {
   size_t max_elems_;
   std::vector<MPI_Status> statuses_;  // reused by wait_all
   StallWatch* stall_ = nullptr;
+  const Communicator* parent_ = nullptr;  // split from (its stall watch applies here)
+  std::vector<int> parent_ranks_;         // rank here -> rank in parent_
 
+  StallWatch* stall() const { return parent_ ? parent_->stall() : stall_; }
   int wait_requests(int count, MPI_Request* reqs, MPI_Status* st, int idle_sleep_us, int peer);
 };
 

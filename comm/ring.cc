@@ -1,7 +1,8 @@
 // The ring allreduce: reduce-scatter then allgather around a ring of MPI point-to-point messages.
 #include <vector>
 
-#include "comm/allreduce.h"
+#include "comm/ring.h"
+
 #include "comm/mpi_check.h"
 #include "comm/ring_schedule.h"
 
@@ -188,54 +189,55 @@ class PipelinedRingAllreducer final : public Allreducer {
   std::vector<MPI_Request> rs_req_, ag_req_, gather_sends_;
 };
 
-// The ring, step by step (the default).
-class RingAllreducer final : public Allreducer {
- public:
-  RingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
-                 const MemorySpace* scratch)
-      : Allreducer(comm, k, cfg, scratch) {}
-  const char* name() const override { return "ring"; }
+}  // namespace
 
- protected:
-  void run(void* buf, size_t count, DType t, ReduceOp op) override {
-    const int n = comm_.size(), r = comm_.rank();
-    if (n == 1 || count == 0) return;  // the average over one rank is the buffer itself
-    const size_t esz = dtype_size(t), seg = segment_for(t);
-    char* base = static_cast<char*>(buf);
-    const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
-    // Reduce-scatter. Receives are posted before sends so that a neighbour's message finds its
-    // receive waiting. The next step may overwrite what this one sent (N = 2: the allgather
-    // receives into the chunk sent here), so each step's sends complete before the next.
-    for (int s = 0; s < n - 1; ++s) {
-      const RingStep st = ring_step(r, n, count, s);
-      recv_reduce_post(st.recv, seg, t, prev, kReduceTag);
-      send_segments(base, st.send, seg, t, next, kReduceTag, sends_);
-      recv_reduce_finish(base, st.recv, seg, t, prev, kReduceTag);
-      comm_.wait_all(sends_, cfg_.idle_sleep_us);
-    }
-    const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
-    if (op == ReduceOp::average)  // once, by the owner, so every rank copies the same bits
-      kernels_.scale(t, base + owned.offset * esz, owned.len, 1.0f / static_cast<float>(n));
-
-    // Allgather. Every step receives a different chunk straight into the buffer, and nothing sent
-    // in this phase is overwritten later, so all receives are posted up front (MPI matches them
-    // in order) and the sends complete at the end. Step g forwards what step g-1 received.
-    posted_.resize(n - 1);
-    for (int g = 0; g < n - 1; ++g)
-      posted_[g] = post_recv_segments(base, ring_step(r, n, count, n - 1 + g).recv, seg, t, prev,
-                                      kReduceTag);
-    for (int g = 0; g < n - 1; ++g) {
-      send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kReduceTag, sends_);
-      wait_recvs(posted_[g], t);
-    }
+Range RingAllreducer::reduce_scatter(char* base, size_t count, DType t) {
+  const int n = comm_.size(), r = comm_.rank();
+  const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
+  if (n == 1 || count == 0) return owned;
+  const size_t seg = segment_for(t);
+  const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+  // Receives are posted before sends so that a neighbour's message finds its receive waiting.
+  // The next step may overwrite what this one sent (N = 2: the allgather receives into the chunk
+  // sent here), so each step's sends complete before the next.
+  for (int s = 0; s < n - 1; ++s) {
+    const RingStep st = ring_step(r, n, count, s);
+    recv_reduce_post(st.recv, seg, t, prev, kReduceTag);
+    send_segments(base, st.send, seg, t, next, kReduceTag, sends_);
+    recv_reduce_finish(base, st.recv, seg, t, prev, kReduceTag);
     comm_.wait_all(sends_, cfg_.idle_sleep_us);
   }
+  return owned;
+}
 
- private:
-  std::vector<size_t> posted_;
-};
+void RingAllreducer::allgather(char* base, size_t count, DType t) {
+  const int n = comm_.size(), r = comm_.rank();
+  if (n == 1 || count == 0) return;
+  const size_t seg = segment_for(t);
+  const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+  // Every step receives a different chunk straight into the buffer, and nothing sent in this
+  // phase is overwritten later, so all receives are posted up front (MPI matches them in order)
+  // and the sends complete at the end. Step g forwards what step g-1 received.
+  posted_.resize(n - 1);
+  for (int g = 0; g < n - 1; ++g)
+    posted_[g] = post_recv_segments(base, ring_step(r, n, count, n - 1 + g).recv, seg, t, prev,
+                                    kReduceTag);
+  for (int g = 0; g < n - 1; ++g) {
+    send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kReduceTag, sends_);
+    wait_recvs(posted_[g], t);
+  }
+  comm_.wait_all(sends_, cfg_.idle_sleep_us);
+}
 
-}  // namespace
+void RingAllreducer::run(void* buf, size_t count, DType t, ReduceOp op) {
+  const int n = comm_.size();
+  if (n == 1 || count == 0) return;  // the average over one rank is the buffer itself
+  char* base = static_cast<char*>(buf);
+  const Range owned = reduce_scatter(base, count, t);
+  if (op == ReduceOp::average)  // once, by the owner, so every rank copies the same bits
+    kernels_.scale(t, base + owned.offset * dtype_size(t), owned.len, 1.0f / static_cast<float>(n));
+  allgather(base, count, t);
+}
 
 std::unique_ptr<Allreducer> make_ring_allreducer(Communicator& comm, const ReduceKernels& k,
                                                  const CommConfig& cfg, const MemorySpace* scratch) {

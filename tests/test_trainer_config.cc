@@ -120,7 +120,7 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("backend: tpu\n");
   EXPECT_NE(e.find("key 'backend' must be onednn"), std::string::npos) << e;
   e = invalid("comm: {algorithm: tree}\n");
-  EXPECT_NE(e.find("key 'comm.algorithm' must be one of ring, mpi"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'comm.algorithm' must be one of ring, hierarchical, mpi"), std::string::npos) << e;
   EXPECT_NE(e.find("(got tree)"), std::string::npos) << e;
   e = invalid("optimizer: {momentum: 0, nesterov: true}\n");
   EXPECT_NE(e.find("optimizer: sgd: nesterov requires momentum > 0"), std::string::npos) << e;
@@ -218,9 +218,13 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("v.yaml:2: key 'comm.compression' must be none, bf16 or fp16 (got int8)"),
             std::string::npos) << e;
   e = invalid("comm: {algorithm: mpi, compression: fp16}\n");
-  EXPECT_NE(e.find("key 'comm.compression' bf16 and fp16 need comm.algorithm ring, reducer or nccl"),
+  EXPECT_NE(e.find("key 'comm.compression' bf16 and fp16 need comm.algorithm ring, hierarchical, reducer or nccl"),
             std::string::npos) << e;
   EXPECT_EQ(invalid("comm: {algorithm: reducer, compression: fp16}\n"), "");
+  EXPECT_EQ(invalid("comm: {algorithm: hierarchical, ranks_per_node: 4, compression: bf16}\n"), "");
+  EXPECT_EQ(config_parse("comm: {ranks_per_node: 4}\n", "d.yaml").comm.ranks_per_node, 4);
+  e = invalid("comm: {algorithm: hierarchical, ranks_per_node: -2}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'comm.ranks_per_node' must be >= 0"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").comm.compression, "none");
   EXPECT_EQ(config_parse("", "d.yaml", {"comm.compression=bf16"}).comm.compression, "bf16");
   e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });

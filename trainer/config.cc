@@ -86,6 +86,7 @@ void config_fields(C& c, V&& v) {
   v("loss_scale.growth_interval", c.loss_scale.growth_interval);
   v("loss_scale.min", c.loss_scale.min);
   v("comm.algorithm", c.comm.algorithm);
+  v("comm.ranks_per_node", c.comm.ranks_per_node);
   v("comm.bucket_bytes", c.comm.bucket_bytes);
   v("comm.overlap", c.comm.overlap);
   v("comm.segment_bytes", c.comm.segment_bytes);

@@ -128,6 +128,8 @@ void config_validate(const Config& c) {
                    c.backend == "cuda-fp16";
   k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
             "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
+  k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
+            "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
   k.require(c.comm.network_segment_bytes == 0 || c.comm.network_segment_bytes >= 4, "comm.network_segment_bytes",
@@ -148,7 +150,7 @@ void config_validate(const Config& c) {
   k.require(comm::compression_known(c.comm.compression),
             "comm.compression", "must be none, bf16 or fp16", c.comm.compression);
   k.require(c.comm.compression == "none" || c.comm.algorithm != "mpi", "comm.compression",
-            "bf16 and fp16 need comm.algorithm ring, reducer or nccl (MPI_Allreduce has no 16-bit sum)",
+            "bf16 and fp16 need comm.algorithm ring, hierarchical, reducer or nccl (MPI_Allreduce has no 16-bit sum)",
             c.comm.compression);
 
   k.require(c.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0", c.checkpoint.every_steps);

@@ -1,11 +1,13 @@
 // Allreduce under mpirun: every algorithm, counts 0 .. primes .. large, sum and average, tiny
 // segments and a tiny MPI per-call limit (the int-count splitting), spinning and sleeping waits,
-// exact sums, bitwise-identical ranks, bf16, broadcast, the per-call count check, and clear
-// errors for unusable algorithms.
+// exact sums, bitwise-identical ranks, bf16, broadcast, the per-call count check, the hierarchical
+// allreduce over every even grouping of the ranks into nodes, and clear errors for unusable
+// algorithms.
 #include <mpi.h>
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "comm/allreduce.h"
@@ -93,6 +95,63 @@ void check_count_mismatch(MpiTest& t, Communicator& comm) {
   }
 }
 
+// The hierarchical allreduce over every even grouping of the ranks into nodes of k (forced by
+// comm.ranks_per_node; 0: the shared-memory nodes, one here): exact sums, identical ranks, and
+// bitwise the flat ring's result where the grouping makes it the same ring (k = 1: the
+// cross-node ring is the whole ring; k = N: the node's ring is).
+void check_hierarchical(MpiTest& t) {
+  const int n = t.size();
+  for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
+    Communicator comm(MPI_COMM_WORLD, limit);
+    for (int k : std::set<int>{0, 1, 2, 3, 4, n}) {
+      if (k > n || (k > 0 && n % k != 0)) continue;
+      for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
+        CommConfig cfg;
+        cfg.algorithm = "hierarchical";
+        cfg.ranks_per_node = k;
+        cfg.segment_bytes = seg_bytes;
+        cfg.recv_depth = seg_bytes == 64 ? 5 : 2;
+        auto ar = make_allreducer(cfg, comm);
+        const std::string what = str_cat("hierarchical ranks_per_node ", k, " seg ", seg_bytes, " limit ", limit);
+        for (size_t count : test_counts(n)) {
+          if (seg_bytes == 64 && count > 70000) continue;
+          for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
+            check_exact(t, *ar, count, op, str_cat(what, " count ", count, op == ReduceOp::sum ? " sum" : " avg"));
+        }
+        check_identical(t, *ar, 100003, what);
+        check_bf16(t, *ar, 4099, what);
+        if (k != 1 && k != n) continue;
+        CommConfig flat = cfg;
+        flat.algorithm = "ring";
+        auto ring = make_allreducer(flat, comm);
+        std::mt19937 gen(99 + t.rank());
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        std::vector<float> a(30011);
+        for (float& v : a) v = dist(gen);
+        std::vector<float> b = a;
+        ar->allreduce(a, ReduceOp::average);
+        ring->allreduce(b, ReduceOp::average);
+        MPI_EXPECT(t, std::memcmp(a.data(), b.data(), a.size() * 4) == 0, what,
+                   ": not bitwise the flat ring's result");
+      }
+    }
+  }
+  // Groupings that do not divide the ranks are refused on every rank, naming the setting.
+  if (n > 1 && n % 2 == 1) {
+    Communicator comm;
+    CommConfig cfg;
+    cfg.algorithm = "hierarchical";
+    cfg.ranks_per_node = 2;
+    try {
+      make_allreducer(cfg, comm);
+      t.fail("ranks_per_node 2 accepted with an odd number of ranks");
+    } catch (const CommError& e) {
+      MPI_EXPECT(t, std::string(e.what()).find("comm.ranks_per_node 2 does not divide") != std::string::npos,
+                 e.what());
+    }
+  }
+}
+
 void check_bad_algorithms(MpiTest& t, Communicator& comm) {
   for (const char* name : {"nccl", "tree"}) {
     CommConfig cfg;
@@ -136,6 +195,7 @@ int run() {
     }
     check_broadcast(t, comm);
   }
+  check_hierarchical(t);
   Communicator comm;
   check_count_mismatch(t, comm);
   check_bad_algorithms(t, comm);

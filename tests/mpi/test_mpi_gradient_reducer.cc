@@ -42,11 +42,12 @@ void fake_backward(MpiTest& t, GradientReducer& gr, std::vector<float>& g, int s
 void check_fake_backward(MpiTest& t, Communicator& comm) {
   const size_t count = 300007;
   const float inv = 1.0f / static_cast<float>(t.size());
-  for (const std::string algo : {"ring", "reducer", "mpi"}) {
+  for (const std::string algo : {"ring", "hierarchical", "reducer", "mpi"}) {
     for (size_t bucket_bytes : {size_t(4096), size_t(100000), size_t(25) << 20}) {
       for (bool overlap : {true, false}) {
         CommConfig cfg;
         cfg.algorithm = algo;
+        cfg.ranks_per_node = t.size() % 2 == 0 ? 2 : 0;  // nodes of two ranks where they divide
         cfg.bucket_bytes = bucket_bytes;
         cfg.overlap = overlap;
         cfg.idle_sleep_us = overlap ? 0 : 20;  // the sequential waits: sleeping too
@@ -86,11 +87,12 @@ void check_compression(MpiTest& t, Communicator& comm) {
   const int n = t.size();
   const size_t count = 50021;
   const bool pow2 = (n & (n - 1)) == 0;
-  for (const std::string algo : {"ring", "reducer"}) {
+  for (const std::string algo : {"ring", "hierarchical", "reducer"}) {
     for (const std::string comp : {"bf16", "fp16"}) {
       for (bool overlap : {true, false}) {
         CommConfig cfg;
         cfg.algorithm = algo;
+        cfg.ranks_per_node = n % 2 == 0 ? 2 : 0;
         cfg.bucket_bytes = 40000;
         cfg.overlap = overlap;
         cfg.compression = comp;
