@@ -11,4 +11,6 @@ shift
   { echo "cluster agent: no emulated host '$host' (is the cluster up?)" >&2; exit 255; }
 TMPDIR=$(rtc_tmpdir "$host")
 export TMPDIR
-exec ip netns exec "$host" /bin/bash -c "$*"
+# Each host also gets a hostname of its own (a UTS namespace), as separate machines have: Open MPI
+# tells nodes apart, and names its shared-memory segments in /dev/shm, by hostname.
+exec ip netns exec "$host" unshare --uts /bin/bash -c 'hostname "$0" && eval "$1"' "$host" "$*"
