@@ -32,13 +32,13 @@ class Fnv {
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,
   kBucketBytes, kOverlap, kSegmentBytes, kCheckCounts, kMaxElemsPerCall, kStallCheck, kNetworkSegmentBytes,
-  kDevicePath, kCompression, kRanksPerNode, kNumFields
+  kDevicePath, kCompression, kRanksPerNode, kRingOrder, kNumFields
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
     "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
     "segment_bytes", "check_counts", "MPI elements per call", "stall check", "network_segment_bytes",
-    "device_path", "compression", "ranks_per_node"};
+    "device_path", "compression", "ranks_per_node", "ring_order"};
 
 struct Record {
   uint64_t field[kNumFields];
@@ -53,6 +53,7 @@ std::string field_value(const Record& r, int f) {
   if (f == kCompression) return str_cat("'", r.compression, "'");
   if (f == kDType) return dtype_name(static_cast<DType>(r.field[f]));
   if (f == kOverlap || f == kCheckCounts || f == kStallCheck) return r.field[f] ? "true" : "false";
+  if (f == kRingOrder) return r.field[f] ? "rank" : "node";
   if (f == kLayoutHash || f == kStateHash) return str_cat("0x", std::hex, r.field[f]);
   return std::to_string(r.field[f]);
 }
@@ -119,6 +120,7 @@ void comm_check_agreement(Communicator& comm, const ModelFingerprint& model, con
   mine.field[kDevicePath] = path.value();
   mine.field[kCompression] = compression.value();
   mine.field[kRanksPerNode] = static_cast<uint64_t>(cfg.ranks_per_node);
+  mine.field[kRingOrder] = cfg.ring_order == "rank";
   std::strncpy(mine.algorithm, cfg.algorithm.c_str(), sizeof mine.algorithm - 1);
   std::strncpy(mine.device_path, cfg.device_path.c_str(), sizeof mine.device_path - 1);
   std::strncpy(mine.compression, cfg.compression.c_str(), sizeof mine.compression - 1);

@@ -23,6 +23,9 @@ struct CommConfig {
   std::string algorithm = "ring";     // ring | hierarchical | mpi | reducer | nccl (GPU builds only)
   int ranks_per_node = 0;             // hierarchical: what a node is. 0: the ranks that share
                                       // memory (MPI_COMM_TYPE_SHARED); k: ranks k·i .. k·i+k-1
+  std::string ring_order = "node";    // ring: who follows whom. node: the ranks of each node
+                                      // in a row, nodes by their lowest rank (one crossing per
+                                      // node, however MPI placed the ranks); rank: MPI's order
   size_t bucket_bytes = 25u << 20;    // gradient bucket (PyTorch DDP's default 25 MiB)
   bool overlap = true;                // allreduce buckets while backward is still running
   size_t segment_bytes = 512u << 10;  // ring/reducer pipeline segment: receive one, reduce another

@@ -38,9 +38,13 @@ Communicator::Communicator(MPI_Comm comm, size_t max_elems_per_call)
   MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  int node = rank_;
+  MPI_CHECK(MPI_Allreduce(&rank_, &node, 1, MPI_INT, MPI_MIN, local));
   MPI_CHECK(MPI_Comm_free(&local));
-  int leader = local_rank_ == 0;
-  MPI_CHECK(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_));
+  node_of_.resize(static_cast<size_t>(size_));
+  MPI_CHECK(MPI_Allgather(&node, 1, MPI_INT, node_of_.data(), 1, MPI_INT, comm_));
+  nodes_ = 0;
+  for (int r = 0; r < size_; ++r) nodes_ += node_of_[static_cast<size_t>(r)] == r;
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {

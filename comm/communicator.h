@@ -40,6 +40,8 @@ class Communicator {
   int nodes() const { return nodes_; }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // The lowest rank on rank r's node: what names a node (the same on every rank).
+  int node_of(int r) const { return node_of_[static_cast<size_t>(r)]; }
 
   // The ranks of this communicator that pass the same color, ordered by key, as a communicator of
   // their own (MPI_Comm_split; collective). It shares this one's per-call limit and stall watch
@@ -76,6 +78,7 @@ class Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, nodes_ = 1, local_rank_ = 0, local_size_ = 1;
   size_t max_elems_;
+  std::vector<int> node_of_;
   std::vector<MPI_Status> statuses_;  // reused by wait_all
   StallWatch* stall_ = nullptr;
   const Communicator* parent_ = nullptr;  // split from (its stall watch applies here)

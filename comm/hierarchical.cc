@@ -66,10 +66,7 @@ class HierarchicalAllreducer final : public Allreducer {
                                 " does not divide the ", n, " ranks"));
       node = r / cfg.ranks_per_node * cfg.ranks_per_node;
     } else {
-      MPI_Comm shared;
-      MPI_CHECK(MPI_Comm_split_type(comm.mpi(), MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &shared));
-      MPI_CHECK(MPI_Allreduce(&r, &node, 1, MPI_INT, MPI_MIN, shared));
-      MPI_CHECK(MPI_Comm_free(&shared));
+      node = comm.node_of(r);
     }
     local_ = comm.split(node, r);
     std::vector<int> node_of(static_cast<size_t>(n));

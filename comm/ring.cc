@@ -1,4 +1,5 @@
 // The ring allreduce: reduce-scatter then allgather around a ring of MPI point-to-point messages.
+#include <algorithm>
 #include <vector>
 
 #include "comm/ring.h"
@@ -191,12 +192,39 @@ class PipelinedRingAllreducer final : public Allreducer {
 
 }  // namespace
 
+std::vector<int> ring_order(const Communicator& comm, const std::string& order) {
+  std::vector<int> ranks(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) ranks[static_cast<size_t>(r)] = r;
+  if (order == "rank") return ranks;
+  if (order != "node")
+    throw CommError(str_cat("comm: unknown ring_order '", order, "' (node or rank)"));
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](int a, int b) { return comm.node_of(a) < comm.node_of(b); });
+  return ranks;
+}
+
+RingAllreducer::RingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
+                               const MemorySpace* scratch, std::vector<int> order)
+    : Allreducer(comm, k, cfg, scratch) {
+  const int n = comm.size();
+  if (order.empty()) order = ring_order(comm, cfg.ring_order);
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  for (int r : order)
+    if (r < 0 || r >= n || seen[static_cast<size_t>(r)]++)
+      throw CommError("RingAllreducer: the ring order is not a permutation of the ranks");
+  if (order.size() != static_cast<size_t>(n))
+    throw CommError("RingAllreducer: the ring order is not a permutation of the ranks");
+  pos_ = static_cast<int>(std::find(order.begin(), order.end(), comm.rank()) - order.begin());
+  next_ = order[static_cast<size_t>(ring_mod(pos_ + 1, n))];
+  prev_ = order[static_cast<size_t>(ring_mod(pos_ - 1, n))];
+}
+
 Range RingAllreducer::reduce_scatter(char* base, size_t count, DType t) {
-  const int n = comm_.size(), r = comm_.rank();
+  const int n = comm_.size(), r = pos_;
   const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
   if (n == 1 || count == 0) return owned;
   const size_t seg = segment_for(t);
-  const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+  const int next = next_, prev = prev_;
   // Receives are posted before sends so that a neighbour's message finds its receive waiting.
   // The next step may overwrite what this one sent (N = 2: the allgather receives into the chunk
   // sent here), so each step's sends complete before the next.
@@ -211,10 +239,10 @@ Range RingAllreducer::reduce_scatter(char* base, size_t count, DType t) {
 }
 
 void RingAllreducer::allgather(char* base, size_t count, DType t) {
-  const int n = comm_.size(), r = comm_.rank();
+  const int n = comm_.size(), r = pos_;
   if (n == 1 || count == 0) return;
   const size_t seg = segment_for(t);
-  const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+  const int next = next_, prev = prev_;
   // Every step receives a different chunk straight into the buffer, and nothing sent in this
   // phase is overwritten later, so all receives are posted up front (MPI matches them in order)
   // and the sends complete at the end. Step g forwards what step g-1 received.

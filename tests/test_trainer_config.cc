@@ -223,6 +223,9 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(invalid("comm: {algorithm: reducer, compression: fp16}\n"), "");
   EXPECT_EQ(invalid("comm: {algorithm: hierarchical, ranks_per_node: 4, compression: bf16}\n"), "");
   EXPECT_EQ(config_parse("comm: {ranks_per_node: 4}\n", "d.yaml").comm.ranks_per_node, 4);
+  EXPECT_EQ(config_parse("", "d.yaml").comm.ring_order, "node");
+  e = invalid("comm: {ring_order: zigzag}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'comm.ring_order' must be node or rank (got zigzag)"), std::string::npos) << e;
   e = invalid("comm: {algorithm: hierarchical, ranks_per_node: -2}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'comm.ranks_per_node' must be >= 0"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").comm.compression, "none");

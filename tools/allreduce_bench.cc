@@ -9,7 +9,8 @@
 //          [--interleave 1]
 //
 // An algorithm may carry its own segment size, receive depth and waiting policy, "ring@128K^8~20"
-// (segment 128 KiB, recv_depth 8, idle_sleep_us 20), so that variants run side by side;
+// (segment 128 KiB, recv_depth 8, idle_sleep_us 20) or "ring/rank" (comm.ring_order rank: MPI's
+// order around the ring instead of node by node), so that variants run side by side;
 // "openmpi" is MPI_Allreduce out of place, exactly as the peer benchmark calls it. A suffix
 // ":bf16" or ":fp16" times gradient compression as GradientReducer does it: the fp32 buffer
 // converted to the 16-bit type, allreduced as such, converted back (the timing includes both
@@ -241,7 +242,8 @@ int run(int argc, char** argv) {
       cands.push_back(std::move(c));
       continue;
     }
-    // spec: algorithm[@segment][^recv_depth][~idle_sleep_us][:bf16|:fp16], e.g. ring@128K^8~20
+    // spec: algorithm[/ring_order][@segment][^recv_depth][~idle_sleep_us][:bf16|:fp16], e.g.
+    // ring@128K^8~20 or ring/rank
     CommConfig cfg;
     const size_t colon = spec.find(':');
     if (colon != std::string::npos) c.wire = compression_wire_type(spec.substr(colon + 1), DType::f32);
@@ -253,6 +255,10 @@ int run(int argc, char** argv) {
     head = head.substr(0, caret);
     const size_t at = head.find('@');
     cfg.algorithm = head.substr(0, at);
+    if (const size_t slash = cfg.algorithm.find('/'); slash != std::string::npos) {
+      cfg.ring_order = cfg.algorithm.substr(slash + 1);  // ring/rank: MPI's order around the ring
+      cfg.algorithm.resize(slash);
+    }
     cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
     // "@X" and --segment-bytes fix the segment whether or not the ranks span several nodes.
     if (at != std::string::npos || o.segment_set) cfg.network_segment_bytes = cfg.segment_bytes;

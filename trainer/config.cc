@@ -87,6 +87,7 @@ void config_fields(C& c, V&& v) {
   v("loss_scale.min", c.loss_scale.min);
   v("comm.algorithm", c.comm.algorithm);
   v("comm.ranks_per_node", c.comm.ranks_per_node);
+  v("comm.ring_order", c.comm.ring_order);
   v("comm.bucket_bytes", c.comm.bucket_bytes);
   v("comm.overlap", c.comm.overlap);
   v("comm.segment_bytes", c.comm.segment_bytes);

@@ -130,6 +130,8 @@ void config_validate(const Config& c) {
             "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
   k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
             "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
+  k.require(c.comm.ring_order == "node" || c.comm.ring_order == "rank", "comm.ring_order",
+            "must be node or rank", c.comm.ring_order);
   k.require(c.comm.bucket_bytes >= 4, "comm.bucket_bytes", "must be >= 4", c.comm.bucket_bytes);
   k.require(c.comm.segment_bytes >= 4, "comm.segment_bytes", "must be >= 4", c.comm.segment_bytes);
   k.require(c.comm.network_segment_bytes == 0 || c.comm.network_segment_bytes >= 4, "comm.network_segment_bytes",

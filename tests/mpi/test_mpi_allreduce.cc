@@ -1,10 +1,11 @@
 // Allreduce under mpirun: every algorithm, counts 0 .. primes .. large, sum and average, tiny
 // segments and a tiny MPI per-call limit (the int-count splitting), spinning and sleeping waits,
 // exact sums, bitwise-identical ranks, bf16, broadcast, the per-call count check, the hierarchical
-// allreduce over every even grouping of the ranks into nodes, and clear errors for unusable
-// algorithms.
+// allreduce over every even grouping of the ranks into nodes, the ring in other orders than the
+// ranks', and clear errors for unusable algorithms.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <set>
@@ -13,6 +14,7 @@
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
+#include "comm/ring.h"
 #include "tests/mpi/mpi_test_util.h"
 
 namespace rt::comm {
@@ -152,6 +154,56 @@ void check_hierarchical(MpiTest& t) {
   }
 }
 
+// The ring in another order than the ranks' (as ring_order "node" gives with ranks placed
+// round-robin over nodes): reversed and shuffled orders sum exactly, leave the ranks identical,
+// and the reduce-scatter leaves each rank the chunk of its position. On one machine the node
+// order is the ranks' own; a malformed order or name is refused.
+void check_ring_order(MpiTest& t) {
+  const int n = t.size();
+  Communicator comm;
+  MPI_EXPECT(t, ring_order(comm, "node") == ring_order(comm, "rank"), "one node: node order differs");
+  std::vector<int> reversed(static_cast<size_t>(n)), shuffled;
+  for (int p = 0; p < n; ++p) reversed[static_cast<size_t>(p)] = n - 1 - p;
+  shuffled = reversed;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));  // the same on every rank
+  for (const auto& order : {reversed, shuffled}) {
+    CommConfig cfg;
+    cfg.segment_bytes = 4096;
+    RingAllreducer ar(comm, cpu_reduce_kernels(), cfg, nullptr, order);
+    const int pos = static_cast<int>(std::find(order.begin(), order.end(), t.rank()) - order.begin());
+    MPI_EXPECT(t, ar.position() == pos, "ring position ", ar.position(), " not ", pos);
+    const std::string what = str_cat("ring order ", order == reversed ? "reversed" : "shuffled");
+    for (size_t count : test_counts(n))
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
+        check_exact(t, ar, count, op, str_cat(what, " count ", count));
+    check_identical(t, ar, 100003, what);
+    // After the reduce-scatter alone, this rank's chunk is complete: the position's chunk.
+    const size_t count = 1009;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = test::init_value(t.rank(), i);
+    const Range own = ar.reduce_scatter(reinterpret_cast<char*>(buf.data()), count, DType::f32);
+    MPI_EXPECT(t, own == ring_chunk(count, n, ring_owned_chunk(pos, n)), what, ": owned chunk");
+    size_t bad = 0;
+    for (size_t i = own.offset; i < own.offset + own.len; ++i) bad += buf[i] != test::expected_sum(n, i);
+    MPI_EXPECT(t, bad == 0, what, ": reduce-scatter left ", bad, " wrong in the owned chunk");
+  }
+  for (const std::vector<int>& bad : {std::vector<int>(static_cast<size_t>(n), 0), std::vector<int>{n}}) {
+    if (n == 1 && bad.size() == 1 && bad[0] == 0) continue;  // {0} is the one-rank ring itself
+    try {
+      RingAllreducer ar(comm, cpu_reduce_kernels(), CommConfig{}, nullptr, bad);
+      t.fail("a ring order that is not a permutation was accepted");
+    } catch (const CommError& e) {
+      MPI_EXPECT(t, std::string(e.what()).find("not a permutation") != std::string::npos, e.what());
+    }
+  }
+  try {
+    ring_order(comm, "zigzag");
+    t.fail("ring_order zigzag accepted");
+  } catch (const CommError& e) {
+    MPI_EXPECT(t, std::string(e.what()).find("unknown ring_order 'zigzag'") != std::string::npos, e.what());
+  }
+}
+
 void check_bad_algorithms(MpiTest& t, Communicator& comm) {
   for (const char* name : {"nccl", "tree"}) {
     CommConfig cfg;
@@ -196,6 +248,7 @@ int run() {
     check_broadcast(t, comm);
   }
   check_hierarchical(t);
+  check_ring_order(t);
   Communicator comm;
   check_count_mismatch(t, comm);
   check_bad_algorithms(t, comm);
