@@ -407,10 +407,23 @@ def cmd_fit(a):
     return 0
 
 
-def table_compact(rows, link_override=None):
+def link_bound(impl, n, s, link, per_host=1, round_robin=False):
+    """The bandwidth bound of impl with per_host ranks on each of n/per_host hosts (one link
+    each): the hierarchical allreduce's 2(H-1)/H · S/B; a ring in rank order with ranks placed
+    round-robin crosses the network at every hop, per_host streams per link; otherwise (a ring in
+    node order, and the reference for the others) the flat ring's 2(N-1)/N · S/B."""
+    hosts = max(1, n // per_host)
+    if impl.startswith("hierarchical"):
+        return 2 * (hosts - 1) / hosts * s / link
+    if round_robin and impl.startswith("ring/rank"):
+        return per_host * bound(n, s, link)
+    return bound(n, s, link)
+
+
+def table_compact(rows, link_override=None, per_host=1, round_robin=False, versus="ring"):
     """Markdown, one table per (N, measured link): a cell per implementation with time, busbw and
-    % of the ring's bandwidth bound; then the ring's speed-up over the others."""
-    order = ["ring", "reducer", "openmpi", "openmpi-ring"]
+    % of its bandwidth bound (link_bound); then the speed-up of `versus` over the others."""
+    order = ["ring", "ring/rank", "hierarchical", "reducer", "openmpi", "openmpi-ring"]
     groups = {}
     for r in rows:
         link = link_override or r["link"]
@@ -419,11 +432,15 @@ def table_compact(rows, link_override=None):
         at = {(r["impl"], r["bytes"]): r for r in rs}
         impls = [i for i in order if any(k[0] == i for k in at)]
         impls += sorted({k[0] for k in at} - set(impls))
-        ratios = [i for i in ("reducer", "openmpi", "openmpi-ring") if i in impls and "ring" in impls]
+        ratios = [i for i in impls if i != versus and versus in impls]
+        what = ("the ring bound 2(N−1)/N·S/B" if per_host == 1 else
+                f"its bound with {per_host} ranks per host{', placed round-robin' if round_robin else ''}"
+                " (hierarchical 2(H−1)/H·S/B, else 2(N−1)/N·S/B"
+                + (", ×" + str(per_host) + " for ring/rank)" if round_robin else ")"))
         print(f"\n**N = {n}**" + (f", one link {link / 1e6:.1f} MB/s (TCP, measured)" if link else "")
-              + "; cells: time ms · busbw GB/s · % of the ring bound 2(N−1)/N·S/B; "
-              "ring / X: the ring's speed-up over X (X's time ÷ the ring's)\n")
-        print("| size | " + " | ".join(impls) + " | " + " | ".join(f"ring / {i}" for i in ratios) + " |")
+              + f"; cells: time ms · busbw GB/s · % of {what}; "
+              f"{versus} / X: the {versus}'s speed-up over X (X's time ÷ the {versus}'s)\n")
+        print("| size | " + " | ".join(impls) + " | " + " | ".join(f"{versus} / {i}" for i in ratios) + " |")
         print("|---:|" + "---:|" * (len(impls) + len(ratios)))
         for size in sorted({k[1] for k in at}):
             cells = []
@@ -435,13 +452,14 @@ def table_compact(rows, link_override=None):
                 t = r["us"] * 1e-6
                 c = f"{t * 1e3:.1f} · {size / t * 2 * (n - 1) / n / 1e9:.3f}"
                 if link:
-                    c += f" · {bound(n, size, link) / t * 100:.0f}%"
+                    c += f" · {link_bound(i, n, size, link, per_host, round_robin) / t * 100:.0f}%"
                 cells.append(c + ("" if r["check"] == "OK" else " FAIL"))
-            ring = at.get(("ring", size))
+            ring = at.get((versus, size))
             for i in ratios:
                 o = at.get((i, size))
                 cells.append(f"{o['us'] / ring['us']:.2f}×" if o and ring else "–")
-            label = f"{size // MIB} MiB" if size % MIB == 0 else f"{size} B"
+            label = (f"{size // MIB} MiB" if size % MIB == 0 else
+                     f"{size // 1024} KiB" if size % 1024 == 0 else f"{size} B")
             print(f"| {label} | " + " | ".join(cells) + " |")
     return 0
 
@@ -453,7 +471,7 @@ def cmd_table(a):
     min_bytes = parse_bytes(a.min_bytes)
     rows = [r for r in rows if r["bytes"] >= min_bytes and r["np"] > 1]
     if a.compact:
-        return table_compact(rows, a.link_bytes_per_s)
+        return table_compact(rows, a.link_bytes_per_s, a.per_host, a.round_robin, a.versus)
     order = ["ring", "reducer", "openmpi", "openmpi-ring", "mpi"]
     for n in sorted({r["np"] for r in rows}):
         link = a.link_bytes_per_s or links.get(n)
@@ -623,6 +641,9 @@ def main(argv=None):
     t.add_argument("--link-bytes-per-s", type=float, help="default: the LINK lines of the input")
     t.add_argument("--min-bytes", default="1M")
     t.add_argument("--compact", action="store_true", help="one cell per implementation")
+    t.add_argument("--per-host", type=int, default=1, help="--compact: ranks per host (the bounds)")
+    t.add_argument("--round-robin", action="store_true", help="--compact: ranks were placed --map-by node")
+    t.add_argument("--versus", default="ring", help="--compact: whose speed-up over the others (ring)")
     for name in ("predict", "project", "baidu"):
         s = sub.add_parser(name)
         s.add_argument("--params", help="JSON written by fit")

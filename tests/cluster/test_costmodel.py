@@ -228,5 +228,41 @@ class TestDdlProjection(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+
+class TestPerHostTable(unittest.TestCase):
+    """table --compact --per-host: each algorithm against its own link bound."""
+
+    def test_bounds_by_algorithm_and_placement(self):
+        link, s = 100e6, 4 * MIB
+        flat = 2 * 7 / 8 * s / link  # N = 8
+        self.assertAlmostEqual(cm.link_bound("ring", 8, s, link, 2), flat)
+        self.assertAlmostEqual(cm.link_bound("hierarchical", 8, s, link, 2), 2 * 3 / 4 * s / link)  # H = 4
+        self.assertAlmostEqual(cm.link_bound("hierarchical", 8, s, link, 4), 1.0 * s / link)        # H = 2
+        self.assertAlmostEqual(cm.link_bound("ring/rank", 8, s, link, 2), flat)
+        self.assertAlmostEqual(cm.link_bound("ring/rank", 8, s, link, 2, round_robin=True), 2 * flat)
+        self.assertAlmostEqual(cm.link_bound("ring", 8, s, link, 2, round_robin=True), flat)
+
+    def test_table_cells_and_speedups(self):
+        link, s = 100e6, 4 * MIB
+        t_ring, t_hier = 2 * 7 / 8 * s / link, 2 * 1 / 2 * s / link / 0.8  # hier at 80 % of its bound
+        lines = [f"LINK,8,{link:.0f}", result_line("ring", 8, s, t_ring),
+                 result_line("hierarchical", 8, s, t_hier), result_line("openmpi", 8, s, 2 * t_ring)]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.csv")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = cm.main(["table", "--compact", "--per-host", "4", "--versus", "hierarchical", path])
+        self.assertEqual(rc, 0)
+        row = next(l for l in out.getvalue().splitlines() if l.startswith("| 4 MiB"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        self.assertTrue(cells[1].endswith("· 100%"), row)   # ring at its bound
+        self.assertTrue(cells[2].endswith("· 80%"), row)    # hierarchical at 80 % of 1.0 S/B
+        self.assertEqual(cells[4], f"{t_ring / t_hier:.2f}×", row)
+        self.assertEqual(cells[5], f"{2 * t_ring / t_hier:.2f}×", row)
+        self.assertIn("hierarchical / openmpi", out.getvalue())
+
+
 if __name__ == "__main__":
     unittest.main()
