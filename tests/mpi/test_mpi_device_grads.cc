@@ -140,7 +140,7 @@ void check_paths(MpiTest& t) {
   std::vector<Case> cases;
   for (DevicePath p : {DevicePath::staged, DevicePath::direct})
     for (size_t bb : {size_t(4096), size_t(100000), size_t(25) << 20}) cases.push_back({p, "ring", bb});
-  for (const char* algo : {"ring_pipelined", "reducer", "mpi"}) {
+  for (const char* algo : {"ring_pipelined", "hierarchical", "reducer", "mpi"}) {
     cases.push_back({DevicePath::direct, algo, 100000});
     cases.push_back({DevicePath::staged, algo, 100000});
   }
@@ -149,6 +149,7 @@ void check_paths(MpiTest& t) {
   for (DevicePath p : {DevicePath::staged, DevicePath::direct}) {
     cases.push_back({p, "ring", 100000, "bf16"});
     cases.push_back({p, "reducer", 4096, "fp16"});
+    cases.push_back({p, "hierarchical", 100000, "bf16"});
   }
   cases.push_back({DevicePath::staged, "ring", 100000, "bf16", true});
   cases.push_back({DevicePath::staged, "reducer", 4096, "fp16", true});
@@ -156,6 +157,7 @@ void check_paths(MpiTest& t) {
     for (bool overlap : {true, false}) {
       CommConfig cfg;
       cfg.algorithm = c.algo;
+      cfg.ranks_per_node = t.size() % 2 == 0 ? 2 : 0;  // hierarchical: nodes of two where they divide
       cfg.bucket_bytes = c.bucket_bytes;
       cfg.overlap = overlap;
       cfg.idle_sleep_us = overlap ? 0 : 20;

@@ -83,6 +83,28 @@ void check_compressed_gradients(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, log.find("\"comm_wire\":\"bf16\"") != std::string::npos, "metrics: no comm_wire bf16");
 }
 
+// comm.algorithm hierarchical in the trainer: with one rank per node its cross-node ring is the
+// whole ring, and with one node its node's ring is, so both runs end bitwise where the flat
+// ring's does (the trainer, the agreement check and the bucketed reducer all take it).
+void check_hierarchical(MpiTest& t, const std::string& dir) {
+  Config ring = tiny(dir + "/hier-ring");
+  ring.train.steps = 3;
+  Trainer tr(ring);
+  tr.train();
+  const uint64_t want = params_hash(tr);
+  for (int per_node : {1, t.size()}) {
+    Config c = tiny(dir + "/hier-" + std::to_string(per_node));
+    c.train.steps = 3;
+    c.comm.algorithm = "hierarchical";
+    c.comm.ranks_per_node = per_node;
+    Trainer th(c);
+    th.train();
+    MPI_EXPECT(t, test::same_on_all_ranks(params_hash(th)), "hierarchical: parameters differ across ranks");
+    MPI_EXPECT(t, params_hash(th) == want, "hierarchical, ", per_node,
+               " ranks per node: parameters differ from the ring's");
+  }
+}
+
 // train.clip_grad_norm, one step from the same start (momentum and weight decay 0, so the update
 // is lr times the gradient), with static loss scaling and two accumulated passes: a limit above
 // the norm changes nothing, bit for bit (nor does log.grad_norm, which reports the same norm
@@ -796,6 +818,7 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer", [](rt::test::MpiTest& t, const std::string& dir) {
     check_identical_and_divergence(t, dir);
     check_compressed_gradients(t, dir);
+    check_hierarchical(t, dir);
     check_clip_grad_norm(t, dir);
     check_keep_best(t, dir);
     check_target_top1(t, dir);

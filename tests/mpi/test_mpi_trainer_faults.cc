@@ -120,6 +120,17 @@ void failing_ranks() {
                {"warning: stall: rank\\(s\\) 2 of 3 have not reached the gradient allreduce of step 4 after 1\\.",
                 "stall: rank\\(s\\) 2 of 3 have not reached .* stopping the job"},
                "warning after 1 s naming rank 2, stop after 4 s", list(files_in(dir + "/stall/checkpoints")));
+
+  // The same through the hierarchical allreduce: every rank waits inside one of its node's or
+  // the cross-node rings (sub-communicators), and the stall check still names world rank 3.
+  cfg = config("stall-hier");
+  r = run(4, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=3 --set debug.step=4"
+             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4 --set comm.algorithm=hierarchical"
+             " --set comm.ranks_per_node=2");
+  expect_fault("rank 3 of 4 stalls, hierarchical allreduce", r, cfg,
+               {"warning: stall: rank\\(s\\) 3 of 4 have not reached the gradient allreduce of step 4 after 1\\.",
+                "stall: rank\\(s\\) 3 of 4 have not reached .* stopping the job"},
+               "the same, naming world rank 3", list(files_in(dir + "/stall-hier/checkpoints")));
 }
 
 void numerical_faults() {

@@ -1,7 +1,7 @@
 // GradientReducer on gradients in GPU memory under mpirun (all ranks on one GPU), through
 // cuda::make_device_grads on the path named by argv[1] (staged or direct): a backward that
 // reports pieces while the GPU is still busy producing them, buckets of several sizes, overlap
-// on and off, ring and reducer (and NCCL on the direct path, where each rank has a GPU of its
+// on and off, ring, hierarchical and reducer (and NCCL on the direct path, where each rank has a GPU of its
 // own: on the CUDA emulator); the averages must be exact (integer-valued data), all ranks bitwise
 // identical, and no device or pinned memory allocated after set-up. Exit status 77 (with a line starting
 // "SKIP: " on rank 0) when there is no GPU, or for direct when MPI is not CUDA-aware.
@@ -93,6 +93,9 @@ int run(const std::string& path_name) {
   // equal the CPU's bit for bit, tests/gpu/gpu_reduce.cc), the wire buffer allocated at set-up.
   cases.push_back({"ring", 400000, true, "bf16"});
   cases.push_back({"reducer", 65536, false, "fp16"});
+  // Hierarchical, each rank a node of its own (so its rings are the device kernels' too).
+  cases.push_back({"hierarchical", 400000, true});
+  cases.push_back({"hierarchical", 65536, false, "bf16"});
 #ifdef RT_HAVE_NCCL
   // NCCL, direct only (it reduces device memory itself). It needs a GPU per rank, which one GPU
   // cannot give: there its set-up refuses on every rank and these cases say so and are left out;
@@ -108,6 +111,7 @@ int run(const std::string& path_name) {
   for (const Case& c : cases) {
     CommConfig cfg;
     cfg.algorithm = c.algo;
+    cfg.ranks_per_node = 1;  // hierarchical: two one-rank nodes; the shared-memory view would be one
     cfg.bucket_bytes = c.bucket_bytes;
     cfg.overlap = c.overlap;
     cfg.device_path = path_name;
