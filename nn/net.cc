@@ -364,7 +364,7 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
     backend_->accumulate_arena(arena_.grads().data() + added, addend + added, n - added);
     added = n;
   };
-  for (size_t i = nodes_.size(); i-- > 0;) {
+  for (size_t i = nodes_.size(); i-- > backward_from_;) {
     Node<T>& n = *nodes_[i];
     const double t0 = profiling_ ? profile_clock() : 0.0;
     n.backward(*this);
@@ -386,6 +386,21 @@ void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_s
   }
   if (ready_sync_ || !on_ready) backend_->sync();  // the caller may read the gradients next
   if (on_ready) on_ready(arena_.size());
+}
+
+template <class T>
+void Net<T>::set_backward_from(size_t first) {
+  if (first > nodes_.size())
+    throw Error(str_cat("set_backward_from: node ", first, " of ", nodes_.size()));
+  backward_from_ = first;
+}
+
+template <class T>
+size_t Net<T>::first_node_training(const std::function<bool(const ParamInfo&)>& trains) const {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (int p : nodes_[i]->params)
+      if (trains(arena_.info(p))) return i;
+  return nodes_.size();
 }
 
 template <class T>

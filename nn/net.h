@@ -81,6 +81,14 @@ class Net {
   void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0,
                 const T* addend = nullptr);
   void set_ready_sync(bool sync) { ready_sync_ = sync; }
+  // Nodes before `first` run no backward: a frozen stem (fine-tuning), where none of them has a
+  // parameter to train, so no gradient they would compute is used (PyTorch's autograd stops there
+  // the same way). Their parameters' gradients in grads() are left as they are. 0: every node.
+  void set_backward_from(size_t first);
+  size_t backward_from() const { return backward_from_; }
+  // The first node with a parameter that `trains` accepts (num_nodes() if none): the latest
+  // set_backward_from that still computes every such parameter's gradient.
+  size_t first_node_training(const std::function<bool(const ParamInfo&)>& trains) const;
   // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
   // output feeding only a residual add) share memory and are valid only until backward().
   void export_tensor(int id, T* nchw) const;
@@ -159,6 +167,7 @@ class Net {
   double loss_scale_ = 1.0;
   SoftmaxXentOp<T>* loss_op_ = nullptr;  // the loss node's
   bool ready_sync_ = true;  // backend_->sync() before each on_ready report
+  size_t backward_from_ = 0;  // nodes before it skip backward
   bool profiling_ = false;
   std::vector<NodeTime> node_times_;
 

@@ -147,6 +147,51 @@ TEST(Net, AddendIsInEveryRangeBeforeItIsReported) {
   EXPECT_TRUE(std::equal(g.begin(), g.end(), a.grads().begin()));
 }
 
+// A frozen stem: backward starting at the first node that trains gives the trained tensors'
+// gradients bit for bit as a full backward does (on oneDNN, whose kernels would reveal a changed
+// order or a missing contribution), reports the whole buffer ready, and leaves the stem's
+// gradients as they were. first_node_training finds that node; past the end is refused.
+TEST(Net, BackwardFromTheFirstTrainedNodeGivesTheSameGradients) {
+  ResNetConfig c;
+  c.name = "resnet20";
+  c.batch = 4;
+  c.image_size = 16;
+  c.num_classes = 10;
+  c.seed = 3;
+  auto net = build_resnet<float>(c, make_backend<float>("onednn"));
+  auto input = random_vec<float>(net->shape(0).numel(), 4);
+  std::vector<int32_t> labels = {1, 5, 9, 2};
+  auto& a = net->arena();
+  auto stem = [](const ParamInfo& p) {
+    return p.name.rfind("conv1.", 0) == 0 || p.name.rfind("bn1.", 0) == 0 || p.name.rfind("layer1.", 0) == 0;
+  };
+  const size_t first = net->first_node_training([&](const ParamInfo& p) { return !stem(p); });
+  ASSERT_GT(first, 0u);
+  ASSERT_LT(first, net->num_nodes());
+  EXPECT_EQ(net->node(first).name.rfind("layer2.0.", 0), 0u) << net->node(first).name;
+  EXPECT_EQ(net->first_node_training([](const ParamInfo&) { return true; }), 0u);
+  EXPECT_EQ(net->first_node_training([](const ParamInfo&) { return false; }), net->num_nodes());
+
+  net->forward(input.data(), labels.data(), true);
+  net->backward();
+  const std::vector<float> full(a.grads().begin(), a.grads().end());
+  net->set_backward_from(first);
+  EXPECT_EQ(net->backward_from(), first);
+  std::fill(a.grads().begin(), a.grads().end(), 7.0f);
+  net->forward(input.data(), labels.data(), true);
+  size_t last = 0;
+  net->backward([&](size_t ready) { last = ready; });
+  EXPECT_EQ(last, a.size());
+  size_t stem_tensors = 0;
+  for (const ParamInfo& p : a.layout()) {
+    stem_tensors += stem(p);
+    for (size_t i = p.offset; i < p.offset + p.count; ++i)
+      ASSERT_EQ(a.grads()[i], stem(p) ? 7.0f : full[i]) << p.name << " at " << i - p.offset;
+  }
+  EXPECT_EQ(stem_tensors, 21u);  // conv1, bn1 (2), layer1: 3 blocks x (2 convs + 2 BNs x 2)
+  EXPECT_THROW(net->set_backward_from(net->num_nodes() + 1), Error);
+}
+
 TEST(Net, SecondStepReusesBuffersAndRepeatsExactly) {
   auto net = residual_net();
   auto input = random_vec<double>(net->shape(0).numel(), 1);

@@ -47,6 +47,7 @@ double Trainer::clip_gradients(bool& clipped) {
 // runs of the gradient buffer, neighbours merged (the alignment padding between them is zero).
 void Trainer::plan_freeze() {
   const auto& freeze = cfg_.optimizer.sgd.freeze;
+  averaged_elems_ = net_->arena().size();
   if (freeze.empty()) return;
   const auto& layout = net_->arena().layout();
   std::string parts;  // the model's top-level names in forward order (the layout's is backward's)
@@ -62,11 +63,11 @@ void Trainer::plan_freeze() {
                                 cfg_.model.name, " (a tensor's name, or a prefix ending before a '.'; its parts:",
                                 parts.substr(0, parts.size() - 1), ")"));
   }
-  size_t trained = 0;
+  size_t trained = 0, trained_end = 0;
   bool after_frozen = false;
   for (const ParamInfo& p : layout) {  // in offset order
     const bool frozen = sgd_frozen(cfg_.optimizer.sgd, p.name);
-    if (!frozen) trained += p.count;
+    if (!frozen) trained += p.count, trained_end = p.offset + p.count;
     else if (after_frozen) frozen_.back().second = p.offset + p.count;  // the padding between too
     else frozen_.push_back({p.offset, p.offset + p.count});
     after_frozen = frozen;
@@ -74,10 +75,19 @@ void Trainer::plan_freeze() {
   if (trained == 0)
     throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze' freezes every tensor of ", cfg_.model.name,
                               ": nothing left to train"));
+  // A frozen stem (the first layers, whose gradients come last: the arena is in backward order)
+  // needs neither backward nor averaging, as PyTorch's autograd and DDP skip parameters that
+  // require no gradient; their gradients stay zero. Frozen tensors between trained ones still
+  // pass their gradients through and ride in the buckets, zeroed after.
+  net_->set_backward_from(net_->first_node_training(
+      [&](const ParamInfo& p) { return !sgd_frozen(cfg_.optimizer.sgd, p.name); }));
+  averaged_elems_ = trained_end;
+  net_->arena().grads_zero(trained_end, net_->arena().size() - trained_end);
 }
 
 // As PyTorch, where a frozen parameter has no gradient: none counts in the norm or reaches the
-// update. Backward still computes them (the layers before need its input gradients anyway).
+// update. Backward still computes those between trained layers (the layers before need their
+// input gradients); the stem's stay zero.
 void Trainer::zero_frozen_gradients() {
   for (const auto& [begin, end] : frozen_) net_->arena().grads_zero(begin, end - begin);
 }

@@ -105,6 +105,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   plan_freeze();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);
+  comm::ModelFingerprint averaged = fingerprint_;  // what the reducer averages (plan_freeze)
+  averaged.grad_elems = averaged_elems_;
   // The reducer first: its agreement check proves every rank built the same model and settings
   // before the broadcast below relies on equal buffer sizes.
   if (void* stream = net_->backend().stream(); stream && device_grads_factory()) {
@@ -112,14 +114,15 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     // and the reducer fences, then reduces them there (CUDA-aware MPI) or through a host mirror.
     auto hooks = device_grads_factory()(stream, comm::comm_device_path(cfg_.comm));
     reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, std::move(hooks), arena.grads().data(),
-                                                       arena.grads().size(), DType::f32, fingerprint_);
+                                                       averaged_elems_, DType::f32, averaged);
     net_->set_ready_sync(false);
   } else {
     if (!arena.host_accessible())
       throw Error(str_cat("backend ", net_->backend().name(), ": the parameter arena is in ", arena.memory()->name(),
                           ", which the host cannot read, and no device gradient hooks are registered "
                           "(register_device_grads) to reduce the gradients there"));
-    reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm, arena.grads(), fingerprint_);
+    reducer_ = std::make_unique<comm::GradientReducer>(*grad_comm_, cfg_.comm,
+                                                       arena.grads().first(averaged_elems_), averaged);
   }
   ready_ = reducer_->ready_callback();
   if (cfg_.emulate.compute_ms > 0) {
@@ -237,6 +240,11 @@ void Trainer::train() {
   if (reducer_->wire_type() != DType::f32 && world_ > 1)
     log_line(str_cat("gradients averaged as ", dtype_name(reducer_->wire_type()),
                      " (comm.compression): half the bytes on the wire, one rounding per ring hop"));
+  if (net_->backward_from() > 0 || averaged_elems_ < net_->arena().size())
+    log_line(str_cat("optimizer.freeze: backward stops at ", net_->node(net_->backward_from()).name, " (the ",
+                     net_->backward_from(), " of ", net_->num_nodes(), " nodes before it skipped); ",
+                     fixed(double(net_->arena().size() - averaged_elems_) * 4 / (1 << 20), 1),
+                     " MiB of frozen gradients not averaged"));
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));

@@ -123,7 +123,8 @@ class Trainer {
   // `clipped`: whether it was above the limit and the gradients were scaled down to it.
   double clip_gradients(bool& clipped);
   // optimizer.freeze (trainer/gradients.cc): checks its names against the model and finds the
-  // frozen tensors' runs of the gradient buffer (frozen_); zeroes those gradients after the
+  // frozen tensors' runs of the gradient buffer (frozen_), where backward can stop and how much
+  // of the buffer needs averaging (averaged_elems_); zeroes those gradients after the
   // allreduce.
   void plan_freeze();
   void zero_frozen_gradients();
@@ -207,6 +208,7 @@ class Trainer {
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
   std::vector<std::pair<size_t, size_t>> frozen_;  // optimizer.freeze: [begin, end) runs of the arena
+  size_t averaged_elems_ = 0;  // gradients averaged across ranks: the arena less a frozen stem at its end
   // The best validation top-1 (%) of the run so far and its step (0: none yet), kept in the
   // checkpoints (checkpoint.keep_best, train.target_top1); best_due_: this step's evaluation beat
   // it and checkpoint.keep_best makes this step's checkpoint the best; target_due_: it reached

@@ -318,6 +318,31 @@ void check_freeze(MpiTest& t, const std::string& dir) {
              " tensors frozen (19 expected), ", moved, " trained of ", tr.net().arena().layout().size(), ", ", bad,
              " frozen gradients not zero");
   MPI_EXPECT(t, test::same_on_all_ranks(params_hash(tr)), "frozen run: parameters differ across ranks");
+  // bn1 trains, so only conv1 (the first node) skips backward.
+  MPI_EXPECT(t, tr.net().backward_from() == 1, "backward starts at node ", tr.net().backward_from(), ", not 1");
+
+  // A frozen stem: backward stops at layer2's first block and the stem's gradients (the end of the
+  // buffer) are neither computed nor averaged; the trained tensors are still averaged (the ranks'
+  // data differ, so replicas would drift apart otherwise) and the stem stays as it was.
+  Config s = tiny(dir + "/freeze_stem");
+  s.train.steps = 3;
+  s.optimizer.sgd.freeze = {"conv1", "bn1", "layer1"};
+  Trainer ts(s);
+  const std::string from = ts.net().node(ts.net().backward_from()).name;
+  MPI_EXPECT(t, from.rfind("layer2.0.", 0) == 0, "frozen stem: backward starts at ", from);
+  p = ts.net().arena().params();
+  const std::vector<float> stem_start(p.begin(), p.end());
+  ts.train();
+  p = ts.net().arena().params();
+  const auto gs = ts.net().arena().grads();
+  size_t stem_bad = 0;
+  for (const ParamInfo& info : ts.net().arena().layout()) {
+    const bool f = info.name.rfind("conv1.", 0) == 0 || info.name.rfind("bn1.", 0) == 0 ||
+                   info.name.rfind("layer1.", 0) == 0;
+    for (size_t i = info.offset; f && i < info.offset + info.count; ++i) stem_bad += p[i] != stem_start[i] || gs[i] != 0.0f;
+  }
+  MPI_EXPECT(t, stem_bad == 0, "frozen stem: ", stem_bad, " values changed or gradients not zero");
+  MPI_EXPECT(t, test::same_on_all_ranks(params_hash(ts)), "frozen stem: parameters differ across ranks");
   auto refused = [&](std::vector<std::string> freeze) {
     Config b = tiny(dir + "/freeze_bad");
     b.optimizer.sgd.freeze = std::move(freeze);
