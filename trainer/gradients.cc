@@ -63,11 +63,11 @@ void Trainer::plan_freeze() {
                                 cfg_.model.name, " (a tensor's name, or a prefix ending before a '.'; its parts:",
                                 parts.substr(0, parts.size() - 1), ")"));
   }
-  size_t trained = 0, trained_end = 0;
+  size_t trained = 0;
   bool after_frozen = false;
   for (const ParamInfo& p : layout) {  // in offset order
     const bool frozen = sgd_frozen(cfg_.optimizer.sgd, p.name);
-    if (!frozen) trained += p.count, trained_end = p.offset + p.count;
+    if (!frozen) trained += p.count;
     else if (after_frozen) frozen_.back().second = p.offset + p.count;  // the padding between too
     else frozen_.push_back({p.offset, p.offset + p.count});
     after_frozen = frozen;
@@ -81,8 +81,11 @@ void Trainer::plan_freeze() {
   // pass their gradients through and ride in the buckets, zeroed after.
   net_->set_backward_from(net_->first_node_training(
       [&](const ParamInfo& p) { return !sgd_frozen(cfg_.optimizer.sgd, p.name); }));
-  averaged_elems_ = trained_end;
-  net_->arena().grads_zero(trained_end, net_->arena().size() - trained_end);
+  if (after_frozen) {  // the last tensor is frozen: the run it ends is the stem's, padding included
+    frozen_.back().second = net_->arena().size();
+    averaged_elems_ = frozen_.back().first;
+    net_->arena().grads_zero(averaged_elems_, net_->arena().size() - averaged_elems_);
+  }
 }
 
 // As PyTorch, where a frozen parameter has no gradient: none counts in the norm or reaches the
