@@ -21,6 +21,10 @@ namespace rt::comm {
 //          ^                  |         receives from (r-1) mod N
 //          +------- [3] <-----+
 //
+// (r is a rank's position on the ring. Positions follow the nodes, each node's ranks in a row
+// (ring_order in ring.h), so the ring crosses the network once per node wherever MPI placed the
+// ranks; with the usual placement, position and rank coincide.)
+//
 // The buffer (S bytes) is cut into N chunks of S/N bytes (ring_chunk). The algorithm runs in two
 // phases of N-1 steps each (ring_step in ring_schedule.h gives the exact ranges):
 //
