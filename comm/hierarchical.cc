@@ -55,23 +55,17 @@ class HierarchicalAllreducer final : public Allreducer {
   HierarchicalAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
                          const MemorySpace* scratch)
       : Allreducer(comm, k, cfg, scratch) {
-    const int n = comm.size(), r = comm.rank();
-    int node = 0;  // this rank's node, named by its lowest rank
-    if (cfg.ranks_per_node < 0)
-      throw CommError(str_cat("allreduce 'hierarchical': comm.ranks_per_node must be >= 0, got ",
-                              cfg.ranks_per_node));
-    if (cfg.ranks_per_node > 0) {
-      if (n % cfg.ranks_per_node != 0)
-        throw CommError(str_cat("allreduce 'hierarchical': comm.ranks_per_node ", cfg.ranks_per_node,
-                                " does not divide the ", n, " ranks"));
-      node = r / cfg.ranks_per_node * cfg.ranks_per_node;
-    } else {
-      node = comm.node_of(r);
-    }
-    local_ = comm.split(node, r);
+    const int n = comm.size(), r = comm.rank(), per = cfg.ranks_per_node;
+    if (per < 0)
+      throw CommError(str_cat("allreduce 'hierarchical': comm.ranks_per_node must be >= 0, got ", per));
+    if (per > 0 && n % per != 0)
+      throw CommError(str_cat("allreduce 'hierarchical': comm.ranks_per_node ", per,
+                              " does not divide the ", n, " ranks"));
+    // Every rank's node, named by its lowest rank: blocks of k, or the shared-memory nodes.
     std::vector<int> node_of(static_cast<size_t>(n));
-    MPI_CHECK(MPI_Allgather(&node, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm.mpi()));
+    for (int q = 0; q < n; ++q) node_of[static_cast<size_t>(q)] = per > 0 ? q / per * per : comm.node_of(q);
     if (const std::string e = hierarchical_placement_error(node_of); !e.empty()) throw CommError(e);
+    local_ = comm.split(node_of[static_cast<size_t>(r)], r);
     cross_ = comm.split(local_->rank(), r);
     local_ring_ = std::make_unique<RingAllreducer>(*local_, k, cfg, scratch);
     cross_ring_ = std::make_unique<RingAllreducer>(*cross_, k, cfg, scratch);

@@ -97,50 +97,30 @@ void check_count_mismatch(MpiTest& t, Communicator& comm) {
   }
 }
 
-// The hierarchical allreduce over every even grouping of the ranks into nodes of k (forced by
-// comm.ranks_per_node; 0: the shared-memory nodes, one here): exact sums, identical ranks, and
-// bitwise the flat ring's result where the grouping makes it the same ring (k = 1: the
-// cross-node ring is the whole ring; k = N: the node's ring is).
-void check_hierarchical(MpiTest& t) {
+// The hierarchical allreduce with nodes of one rank (its cross-node ring is the whole ring) and
+// with one node (its node's ring is) gives bitwise the flat ring's result; a grouping that does
+// not divide the ranks is refused on every rank, naming the setting.
+void check_hierarchical_is_the_ring(MpiTest& t, Communicator& comm) {
   const int n = t.size();
-  for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
-    Communicator comm(MPI_COMM_WORLD, limit);
-    for (int k : std::set<int>{0, 1, 2, 3, 4, n}) {
-      if (k > n || (k > 0 && n % k != 0)) continue;
-      for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
-        CommConfig cfg;
-        cfg.algorithm = "hierarchical";
-        cfg.ranks_per_node = k;
-        cfg.segment_bytes = seg_bytes;
-        cfg.recv_depth = seg_bytes == 64 ? 5 : 2;
-        auto ar = make_allreducer(cfg, comm);
-        const std::string what = str_cat("hierarchical ranks_per_node ", k, " seg ", seg_bytes, " limit ", limit);
-        for (size_t count : test_counts(n)) {
-          if (seg_bytes == 64 && count > 70000) continue;
-          for (ReduceOp op : {ReduceOp::sum, ReduceOp::average})
-            check_exact(t, *ar, count, op, str_cat(what, " count ", count, op == ReduceOp::sum ? " sum" : " avg"));
-        }
-        check_identical(t, *ar, 100003, what);
-        check_bf16(t, *ar, 4099, what);
-        if (k != 1 && k != n) continue;
-        CommConfig flat = cfg;
-        flat.algorithm = "ring";
-        auto ring = make_allreducer(flat, comm);
-        std::mt19937 gen(99 + t.rank());
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<float> a(30011);
-        for (float& v : a) v = dist(gen);
-        std::vector<float> b = a;
-        ar->allreduce(a, ReduceOp::average);
-        ring->allreduce(b, ReduceOp::average);
-        MPI_EXPECT(t, std::memcmp(a.data(), b.data(), a.size() * 4) == 0, what,
-                   ": not bitwise the flat ring's result");
-      }
-    }
+  for (int k : {1, n}) {
+    CommConfig cfg;
+    cfg.algorithm = "hierarchical";
+    cfg.ranks_per_node = k;
+    cfg.segment_bytes = 4096;
+    CommConfig flat = cfg;
+    flat.algorithm = "ring";
+    auto ar = make_allreducer(cfg, comm), ring = make_allreducer(flat, comm);
+    std::mt19937 gen(99 + t.rank());
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> a(30011);
+    for (float& v : a) v = dist(gen);
+    std::vector<float> b = a;
+    ar->allreduce(a, ReduceOp::average);
+    ring->allreduce(b, ReduceOp::average);
+    MPI_EXPECT(t, std::memcmp(a.data(), b.data(), a.size() * 4) == 0, "hierarchical, ", k,
+               " ranks per node: not bitwise the flat ring's result");
   }
-  // Groupings that do not divide the ranks are refused on every rank, naming the setting.
   if (n > 1 && n % 2 == 1) {
-    Communicator comm;
     CommConfig cfg;
     cfg.algorithm = "hierarchical";
     cfg.ranks_per_node = 2;
@@ -221,13 +201,24 @@ void check_bad_algorithms(MpiTest& t, Communicator& comm) {
 
 int run() {
   MpiTest t;
+  // Every algorithm; the hierarchical one over every even grouping of the ranks into nodes of k
+  // (comm.ranks_per_node; 0: the shared-memory nodes, one here).
+  struct Algo {
+    std::string name;
+    int per_node = 0;
+  };
+  std::vector<Algo> algos = {{"ring"}, {"ring_pipelined"}, {"reducer"}, {"mpi"}};
+  for (int k : std::set<int>{0, 1, 2, 3, 4, t.size()})
+    if (k <= t.size() && (k == 0 || t.size() % k == 0)) algos.push_back({"hierarchical", k});
   // Per-call limit: MPI's int limit, and a tiny one that forces many splits of every transfer.
   for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
     Communicator comm(MPI_COMM_WORLD, limit);
     for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
-      for (const std::string algo : {"ring", "ring_pipelined", "reducer", "mpi"}) {
+      for (const Algo& a : algos) {
+        const std::string algo = a.name == "hierarchical" ? str_cat(a.name, "/", a.per_node) : a.name;
         CommConfig cfg;
-        cfg.algorithm = algo;
+        cfg.algorithm = a.name;
+        cfg.ranks_per_node = a.per_node;
         cfg.segment_bytes = seg_bytes;
         cfg.idle_sleep_us = seg_bytes == 64 ? 10 : 0;  // polling waits that sleep, and MPI_Wait
         cfg.recv_depth = seg_bytes == 64 ? 7 : 2;       // a deep receive pipeline, and double buffering
@@ -247,9 +238,9 @@ int run() {
     }
     check_broadcast(t, comm);
   }
-  check_hierarchical(t);
   check_ring_order(t);
   Communicator comm;
+  check_hierarchical_is_the_ring(t, comm);
   check_count_mismatch(t, comm);
   check_bad_algorithms(t, comm);
   return t.finish("test_mpi_allreduce");
