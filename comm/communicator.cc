@@ -96,11 +96,12 @@ int Communicator::wait_requests(int count, MPI_Request* reqs, MPI_Status* st, in
   if (idle_sleep_us <= 0 && !stall) return MPI_Waitall(count, reqs, st);
   const auto start = std::chrono::steady_clock::now();
   const auto pause = std::chrono::microseconds(idle_sleep_us);
+  const int who = outer_rank(peer);  // the stall watch names ranks of the outermost communicator
   for (;;) {
     int done = 0;
     const int rc = MPI_Testall(count, reqs, &done, st);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (stall) stall->poll(outer_rank(peer));
+    if (stall) stall->poll(who);
     if (idle_sleep_us > 0 && std::chrono::steady_clock::now() - start > pause) std::this_thread::sleep_for(pause);
   }
 }
