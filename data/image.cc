@@ -107,9 +107,9 @@ Box random_erasing_box(int width, int height, Rng& rng) {
   return {};
 }
 
-Box center_crop_box(int width, int height, int size) {
+Box center_crop_box(int width, int height, int size, int resize) {
   // torchvision Resize(r): the short side becomes r, the long one int(r * long / short).
-  const int r = size * 256 / 224;
+  const int r = resize > 0 ? std::max(resize, size) : size * 256 / 224;
   const bool wide = width >= height;
   const int s_short = wide ? height : width, s_long = wide ? width : height;
   const int r_long = static_cast<int>(int64_t{r} * s_long / s_short);

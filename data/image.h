@@ -1,8 +1,8 @@
 // Decode + augment of one encoded image into the batch layouts (OpenCV; a build without it has
 // only the geometry, and decode_augment throws). Training: random resized crop (torchvision's
 // algorithm), horizontal flip, optionally an automatic augmentation policy (data/autoaugment.h)
-// and random erasing; evaluation: resize the short side to size * 256 / 224 and take the centre
-// crop. Large images are decoded at 1/2, 1/4 or 1/8 size
+// and random erasing; evaluation: resize the short side (to size * 256 / 224 unless told) and take
+// the centre crop. Large images are decoded at 1/2, 1/4 or 1/8 size
 // by the JPEG decoder when the region used is still at least `size` after reduction.
 #pragma once
 
@@ -38,9 +38,10 @@ Box random_resized_crop(int width, int height, float min_scale, float max_scale,
 // smaller than the image's; else an empty box (nothing erased). A side may round to 0.
 Box random_erasing_box(int width, int height, Rng& rng);
 
-// The source box whose resize to size x size equals torchvision's Resize(size * 256 / 224)
-// followed by CenterCrop(size), up to rounding to whole source pixels.
-Box center_crop_box(int width, int height, int size);
+// The source box whose resize to size x size equals torchvision's Resize(resize) followed by
+// CenterCrop(size), up to rounding to whole source pixels. resize: the short side's length after
+// the resize, >= size; 0 = size * 256 / 224 (the classic 87.5 % crop).
+Box center_crop_box(int width, int height, int size, int resize = 0);
 
 // Largest of 1, 2, 4, 8 such that the box, reduced by it, still has both sides >= size.
 int reduction_for(const Box& box, int size);
@@ -48,6 +49,7 @@ int reduction_for(const Box& box, int size);
 struct AugmentSpec {
   int size = 224;
   bool train = true;
+  int resize = 0;                // evaluation: center_crop_box's resize (0: size * 256 / 224)
   float min_scale = 0.08f, max_scale = 1.0f;
   bool flip = true;
   AutoAugmentSpec auto_augment;  // training only: after the crop and flip

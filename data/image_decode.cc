@@ -89,7 +89,7 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
   if (jpeg && !jpeg_complete(data, len)) return false;
   // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
   const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
-                             : center_crop_box(w, h, spec.size);
+                             : center_crop_box(w, h, spec.size, spec.resize);
   const bool flip = spec.flip && (rng.next_u64() >> 63);
   PixelDraws draws;
   if (spec.train) {

@@ -44,11 +44,19 @@ void synthetic_image(Rng& rng, int size, const NormTable& t, float* out_f, uint8
   }
 }
 
+// The settings one split's loader works with: evaluation's images have their own side.
+DataConfig split_config(DataConfig c, Split split) {
+  if (split == Split::val) c.image_size = eval_image_size(c);
+  return c;
+}
+
 class PipelineLoader final : public Loader {
  public:
   PipelineLoader(const DataConfig& cfg, Split split, int rank, int world, int batch)
-      : cfg_(cfg), rank_(rank), batch_(batch) {
-    if (cfg.image_size < 1) throw Error(str_cat("data: image_size must be >= 1, got ", cfg.image_size));
+      : cfg_(split_config(cfg, split)), rank_(rank), batch_(batch) {
+    if (cfg_.image_size < 1)
+      throw Error(str_cat("data: ", split == Split::val && cfg.eval_image_size > 0 ? "eval_image_size" : "image_size",
+                          " must be >= 1, got ", cfg_.image_size));
     if (cfg.queue_depth < 1) throw Error(str_cat("data: queue_depth must be >= 1, got ", cfg.queue_depth));
     if (!(cfg.random_erasing >= 0 && cfg.random_erasing <= 1))
       throw Error(str_cat("data: random_erasing must be a probability in [0, 1], got ", cfg.random_erasing));
@@ -71,14 +79,17 @@ class PipelineLoader final : public Loader {
       bad_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(size_));
     }
     const bool train = split == Split::train;
-    spec_ = ShardSpec{size_, world, batch, train, cfg.seed};
+    if (cfg.repeated_augment < 1)
+      throw Error(str_cat("data: repeated_augment must be >= 1 (1: off), got ", cfg.repeated_augment));
+    spec_ = ShardSpec{size_, world, batch, train, cfg.seed, train ? cfg.repeated_augment : 1};
     shard_check(spec_, rank);
     steps_ = data::steps_per_epoch(spec_, rank);
     if (train && steps_ == 0)
       throw Error(str_cat("data: train split has ", size_, " samples, fewer than world * batch = ",
                           int64_t{world} * batch, ": no full batch for any rank"));
-    aug_ = make_augment_spec(cfg.image_size, train, cfg.min_scale, cfg.max_scale, cfg.flip, cfg.mean,
+    aug_ = make_augment_spec(cfg_.image_size, train, cfg.min_scale, cfg.max_scale, cfg.flip, cfg.mean,
                              cfg.std);
+    if (!train) aug_.resize = eval_resize(cfg);
     if (train) aug_.auto_augment = cfg.auto_augment, aug_.random_erasing = cfg.random_erasing;
     threads_ = cfg.threads > 0 ? cfg.threads : available_cores();
     slots_.resize(static_cast<size_t>(cfg.queue_depth));
@@ -227,13 +238,15 @@ class PipelineLoader final : public Loader {
     uint8_t* out_u8 = cfg_.output == Output::u8 ? slot.batch.pixels.data() + pixels * j : nullptr;
     const int64_t k = slot.first + j;
     int64_t index = share_.sample(k);
-    bool ok = produce(index, out_f, out_u8, scratch, bytes);
+    bool ok = produce(index, share_.copy(k), out_f, out_u8, scratch, bytes);
     if (!ok) {
       skipped_.fetch_add(1);
       if (!spec_.train) return false;
       for (int64_t t = 1; t < share_.size() && !ok; ++t) {
-        index = share_.sample((k + t) % share_.size());
-        if (!bad_[static_cast<size_t>(index)].load()) ok = produce(index, out_f, out_u8, scratch, bytes);
+        const int64_t other = (k + t) % share_.size();
+        index = share_.sample(other);
+        if (!bad_[static_cast<size_t>(index)].load())
+          ok = produce(index, share_.copy(other), out_f, out_u8, scratch, bytes);
       }
       if (!ok)
         throw Error(str_cat("data: rank ", rank_, ": no image of its share of epoch ", epoch_,
@@ -251,7 +264,8 @@ class PipelineLoader final : public Loader {
   }
 
   // One sample's pixels; false (after one warning per file) when it cannot be read or decoded.
-  bool produce(int64_t index, float* out_f, uint8_t* out_u8, DecodeScratch& scratch,
+  // copy: which of a repeated sample's copies (repeated augmentation), each augmented its own way.
+  bool produce(int64_t index, int copy, float* out_f, uint8_t* out_u8, DecodeScratch& scratch,
                std::vector<uint8_t>& bytes) {
     if (!ds_) {
       Rng rng(cfg_.seed, epoch_, index, Stream::synthetic_image);
@@ -260,7 +274,7 @@ class PipelineLoader final : public Loader {
     }
     std::atomic<uint8_t>& bad = bad_[static_cast<size_t>(index)];
     if (bad.load()) return false;  // known bad: do not read it again
-    Rng rng(cfg_.seed, epoch_, index, Stream::augment);
+    Rng rng(cfg_.seed, epoch_, index + int64_t{copy} * size_, Stream::augment);
     const char* why = "cannot be read";
     if (ds_->read(index, bytes)) {
       if (decode_augment(bytes.data(), bytes.size(), aug_, rng, scratch, out_f, out_u8)) return true;

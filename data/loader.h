@@ -31,7 +31,12 @@ struct DataConfig {
   bool synthetic = false;       // random tensors, no I/O (benchmarks)
   int64_t synthetic_samples = 1281167;  // per split "epoch" in synthetic mode (ImageNet-1k train size)
   int synthetic_classes = 1000;
-  int image_size = 224;         // output height = width
+  int image_size = 224;         // output height = width (training; evaluation too unless below)
+  int eval_image_size = 0;      // evaluation's side; 0 = image_size (a larger one: FixRes's effect)
+  int eval_resize = 0;          // evaluation: short side resized to this, then the centre crop;
+                                //   0 = eval side * 256 / 224
+  int repeated_augment = 1;     // >1: each epoch draws n / this samples, each this many times
+                                //   (on different ranks, differently augmented): RASampler
   int threads = 0;              // decode threads per rank; 0 = cores available to this rank
   int queue_depth = 4;          // ready batches buffered ahead of the model
   float mean[3] = {0.485f, 0.456f, 0.406f};  // RGB, applied after scaling pixels to [0, 1]
@@ -44,6 +49,12 @@ struct DataConfig {
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
   Output output = Output::f32;  // f32: Batch::images; u8: Batch::pixels (normalize with norm_params)
 };
+
+// The side of the evaluation split's images, and what their short side is resized to first.
+inline int eval_image_size(const DataConfig& c) { return c.eval_image_size > 0 ? c.eval_image_size : c.image_size; }
+inline int eval_resize(const DataConfig& c) {
+  return c.eval_resize > 0 ? c.eval_resize : eval_image_size(c) * 256 / 224;
+}
 
 // The normalization the float output applies and 8-bit pixels still need (mean/std fused).
 inline NormParams norm_params(const DataConfig& cfg) { return rt::norm_params(cfg.mean, cfg.std); }

@@ -13,6 +13,8 @@ void shard_check(const ShardSpec& spec, int rank) {
   if (spec.world < 1 || rank < 0 || rank >= spec.world)
     throw Error(str_cat("data: rank ", rank, " outside world of ", spec.world));
   if (spec.batch < 1) throw Error(str_cat("data: batch size must be >= 1, got ", spec.batch));
+  if (spec.repeats < 1 || (!spec.train && spec.repeats != 1))
+    throw Error(str_cat("data: repeated augmentation of ", spec.repeats, " (>= 1, and 1 for evaluation)"));
   if (spec.n < spec.world)
     throw Error(str_cat("data: ", spec.n, " samples are fewer than the ", spec.world,
                         " ranks: some rank would get no data"));
@@ -51,13 +53,19 @@ void batch_range(const ShardSpec& spec, int rank, int64_t step, int64_t* first, 
   *last = std::min(*first + spec.batch, used);
 }
 
-std::vector<int64_t> batch_indices(const ShardSpec& spec, int rank, int64_t epoch, int64_t step) {
+std::vector<int64_t> batch_indices(const ShardSpec& spec, int rank, int64_t epoch, int64_t step,
+                                   std::vector<int>* copies) {
   const std::vector<int64_t> order = epoch_order(spec.seed, epoch, spec.n, spec.train);
   int64_t first = 0, last = 0;
   batch_range(spec, rank, step, &first, &last);
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(last - first));
-  for (int64_t k = first; k < last; ++k) out.push_back(order[share_position(k, spec.world, rank)]);
+  if (copies) copies->clear();
+  for (int64_t k = first; k < last; ++k) {
+    const int64_t p = share_position(k, spec.world, rank);
+    out.push_back(order[p / spec.repeats]);
+    if (copies) copies->push_back(int(p % spec.repeats));
+  }
   return out;
 }
 

@@ -9,6 +9,11 @@
 // Evaluation: the same interleaving over 0..n-1 in order, but every position is used: the shares
 // cover each sample exactly once, the last batch of a rank may be short and step counts may
 // differ by one between ranks.
+// Repeated augmentation (training, repeats = m > 1; Hoffer et al. 2020, as DeiT's and torchvision's
+// RASampler): position p of the epoch holds permutation entry p / m, so each of the first n / m
+// samples fills m consecutive positions — on m different ranks when m <= N — and is augmented
+// differently in each (its copy number p % m keys the augmentation). Shares, steps and batches
+// are as without it: an epoch takes as many steps, drawing n / m distinct samples.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,7 @@ struct ShardSpec {
   int batch = 1;      // samples per batch per rank
   bool train = true;  // shuffled, tail dropped evenly; false: in order, exactly once
   uint64_t seed = 0;
+  int repeats = 1;    // training: each drawn sample used this many times an epoch (see above)
 };
 
 // Throws rt::Error when n < world (some rank would get nothing), or batch/world/rank are invalid.
@@ -42,8 +48,10 @@ int64_t steps_per_epoch(const ShardSpec& spec, int rank);
 void batch_range(const ShardSpec& spec, int rank, int64_t step, int64_t* first, int64_t* last);
 
 // Global sample indices of batch `step` of epoch `epoch` on `rank` (computes the whole epoch
-// order: for tests and tools; the loader keeps an EpochShare instead).
-std::vector<int64_t> batch_indices(const ShardSpec& spec, int rank, int64_t epoch, int64_t step);
+// order: for tests and tools; the loader keeps an EpochShare instead). copies (optional): each
+// one's copy number (0 without repeated augmentation).
+std::vector<int64_t> batch_indices(const ShardSpec& spec, int rank, int64_t epoch, int64_t step,
+                                   std::vector<int>* copies = nullptr);
 
 // One rank's view of one epoch, with the order computed once.
 class EpochShare {
@@ -52,8 +60,10 @@ class EpochShare {
   EpochShare(const ShardSpec& spec, int rank, int64_t epoch);
   int64_t steps() const { return steps_; }
   int64_t size() const { return size_; }  // share size (substitutes are drawn from all of it)
-  // Global sample index of the k-th share sample (0 <= k < size()).
-  int64_t sample(int64_t k) const { return order_[share_position(k, spec_.world, rank_)]; }
+  // Global sample index of the k-th share sample (0 <= k < size()), and which of its copies this
+  // is (0 <= copy < spec.repeats).
+  int64_t sample(int64_t k) const { return order_[share_position(k, spec_.world, rank_) / spec_.repeats]; }
+  int copy(int64_t k) const { return int(share_position(k, spec_.world, rank_) % spec_.repeats); }
   void batch_range(int64_t step, int64_t* first, int64_t* last) const {
     data::batch_range(spec_, rank_, step, first, last);
   }

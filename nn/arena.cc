@@ -58,6 +58,17 @@ void Arena<T>::finalize() {
 }
 
 template <class T>
+void Arena<T>::copy_from(const Arena& src) {
+  if (!finalized_ || !src.finalized_ || src.size_ != size_ || src.count_ != count_ ||
+      src.state_.size() != state_.size())
+    throw Error("arena: copying " + std::to_string(src.count_) + " parameters and " +
+                std::to_string(src.state_.size()) + " statistics into an arena of " + std::to_string(count_) +
+                " and " + std::to_string(state_.size()) + ": not the same model");
+  params_.copy_from(src.params_, size_);
+  state_.copy_from(src.state_, state_.size());
+}
+
+template <class T>
 void Arena<T>::check_range(size_t n, size_t offset, size_t size) {
   if (offset > size || n > size - offset)
     throw Error("arena: a host copy of elements [" + std::to_string(offset) + ", " +

@@ -113,6 +113,10 @@ class Arena {
   // evaluation): the first size() / state().size() elements of src.
   void params_from(const Buffer<T>& src) { params_.copy_from(src, size_); }
   void state_from(const Buffer<T>& src) { state_.copy_from(src, state_.size()); }
+  // Parameters and BN statistics of another arena of the same layout, in the same kind of memory
+  // (the same model set up for another input size, e.g. for evaluation). src's writes must be
+  // done (its backend synced); the copy is ordered like this arena's own.
+  void copy_from(const Arena& src);
   // Whole buffers as the host sees them (HostView: no copy when host accessible).
   HostView<T> host_params() { return HostView<T>(params_); }
   HostView<T> host_grads() { return HostView<T>(grads_); }

@@ -257,6 +257,12 @@ void Net<T>::finalize() {
 }
 
 template <class T>
+void Net<T>::set_inference_only() {
+  check_building("set_inference_only");
+  inference_only_ = true;
+}
+
+template <class T>
 void Net<T>::plan_activations() {
   const size_t nt = shapes_.size();
   std::vector<char> kept(nt, 0);
@@ -266,10 +272,10 @@ void Net<T>::plan_activations() {
     const Node<T>& n = *nodes_[i];
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int x = n.inputs[k];
-      kept[x] |= int(k) < n.keeps_inputs;
+      kept[x] |= !inference_only_ && int(k) < n.keeps_inputs;
       last_use[x] = int(i);
     }
-    if (n.output >= 0) kept[n.output] |= n.keeps_output;
+    if (n.output >= 0) kept[n.output] |= !inference_only_ && n.keeps_output;
   }
   acts_.clear();
   for (size_t t = 0; t < nt; ++t) acts_.emplace_back(backend_->act_memory());
@@ -355,6 +361,7 @@ void Net<T>::run_forward(const Targets& targets, bool train) {
 
 template <class T>
 void Net<T>::backward(const std::function<void(size_t)>& on_ready, double loss_scale, const T* addend) {
+  if (inference_only_) throw Error("backward() on a network set up for inference only");
   if (!targets_) throw Error("backward() needs a forward() with labels first");
   loss_scale_ = loss_scale;
   std::fill(grad_slot_.begin(), grad_slot_.end(), -1);

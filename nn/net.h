@@ -55,6 +55,9 @@ class Net {
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
   // Marks `logits` as the output and adds the softmax cross-entropy loss.
   void loss(int logits, double label_smoothing);
+  // Before finalize(): the network will only run forward (evaluation), so no activation is kept
+  // for backward and all share memory as they die; backward() throws.
+  void set_inference_only();
   // Lays out the arena and plans memory; no building after this.
   void finalize();
 
@@ -167,6 +170,7 @@ class Net {
   double loss_scale_ = 1.0;
   SoftmaxXentOp<T>* loss_op_ = nullptr;  // the loss node's
   bool ready_sync_ = true;  // backend_->sync() before each on_ready report
+  bool inference_only_ = false;
   size_t backward_from_ = 0;  // nodes before it skip backward
   bool profiling_ = false;
   std::vector<NodeTime> node_times_;

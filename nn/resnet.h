@@ -19,6 +19,7 @@ struct ResNetConfig {
   std::string cifar_shortcut = "A";// CIFAR only: A = zero-padded identity, B = 1x1 projection
   double label_smoothing = 0.0;
   uint64_t seed = 0;               // initialisation seed
+  bool inference_only = false;     // forward only (Net::set_inference_only): evaluation's network
 };
 
 // Throws rt::Error for an unknown name or a bad class count / size / width.

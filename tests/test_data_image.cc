@@ -80,6 +80,21 @@ TEST(data_image, CenterCropBoxIsTheCentre) {
   EXPECT_NEAR(t.w, 100.0 * 32 / 36, 1.0);
 }
 
+// torchvision's Resize(232) + CenterCrop(224) (the FixRes-style evaluation of its newer
+// recipes): the crop is 224 / 232 of the short side, centred.
+TEST(data_image, CenterCropBoxWithAnExplicitResize) {
+  const Box b = center_crop_box(500, 375, 224, 232);
+  EXPECT_NEAR(b.h, 375.0 * 224 / 232, 1.0);
+  EXPECT_NEAR(b.w, 500.0 * 224 / int(232 * 500 / 375), 1.0);
+  EXPECT_NEAR(b.x + b.w / 2.0, 250, 1.0);
+  EXPECT_NEAR(b.y + b.h / 2.0, 187.5, 1.0);
+  const Box classic = center_crop_box(500, 375, 224), zero = center_crop_box(500, 375, 224, 0);
+  EXPECT_TRUE(classic.x == zero.x && classic.y == zero.y && classic.w == zero.w && classic.h == zero.h);
+  const Box whole = center_crop_box(500, 375, 224, 224);  // no margin: the whole short side
+  EXPECT_EQ(whole.h, 375);
+  EXPECT_EQ(whole.y, 0);
+}
+
 TEST(data_image, CropResizeTakesTheBoxAndFlipMirrors) {
   const cv::Mat img = coord_image(200, 150);
   const AugmentSpec spec = raw_spec(20, true);

@@ -165,6 +165,78 @@ TEST_F(data_loader, EvaluationCoversEverySampleOnceAcrossRanks) {
   }
 }
 
+// data.eval_image_size and data.eval_resize shape the evaluation split only: its images are the
+// centre crop of that side from the image resized to that short side, exactly as decoding one
+// file by hand with those settings gives; training keeps data.image_size.
+TEST_F(data_loader, EvaluationHasItsOwnSideAndResize) {
+  DataConfig cfg = folder_config(root(), 2);
+  cfg.eval_image_size = 20;
+  cfg.eval_resize = 30;
+  const auto val = run_epoch(*make_loader(cfg, Split::val, 0, 1, 5), {0, 0});
+  const auto train = run_epoch(*make_loader(cfg, Split::train, 0, 1, 5), {0, 0});
+  ASSERT_FALSE(val.empty());
+  ASSERT_FALSE(train.empty());
+  EXPECT_EQ(train[0].images.size(), size_t(5 * 3 * 16 * 16));
+  const auto ds = open_folder(root().string(), Split::val);
+  AugmentSpec spec = make_augment_spec(20, false, cfg.min_scale, cfg.max_scale, cfg.flip, cfg.mean, cfg.std);
+  spec.resize = 30;
+  AugmentSpec classic = spec;
+  classic.resize = 0;  // 20 * 256 / 224 = 22
+  DecodeScratch scratch;
+  std::vector<uint8_t> bytes;
+  std::vector<float> want(3 * 20 * 20), other(3 * 20 * 20);
+  int differ = 0;
+  for (const Batch& b : val) {
+    ASSERT_EQ(b.images.size(), size_t(b.n) * want.size());
+    for (int j = 0; j < b.n; ++j) {
+      ASSERT_TRUE(ds->read(b.indices[size_t(j)], bytes));
+      Rng rng(1);  // evaluation draws nothing
+      ASSERT_TRUE(decode_augment(bytes.data(), bytes.size(), spec, rng, scratch, want.data(), nullptr));
+      ASSERT_TRUE(decode_augment(bytes.data(), bytes.size(), classic, rng, scratch, other.data(), nullptr));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), b.images.begin() + ptrdiff_t(j * want.size())))
+          << "sample " << b.indices[size_t(j)];
+      differ += want != other;
+    }
+  }
+  EXPECT_GT(differ, 0) << "data.eval_resize changed nothing";
+  // The evaluation side alone: the default resize of that side, as data.image_size of it gives.
+  DataConfig same = folder_config(root(), 2), side = same;
+  same.image_size = 20;
+  side.eval_image_size = 20;
+  expect_same(run_epoch(*make_loader(same, Split::val, 0, 1, 5), {0, 0}),
+              run_epoch(*make_loader(side, Split::val, 0, 1, 5), {0, 0}));
+}
+
+// data.repeated_augment: a step's copies of a sample lie on different ranks, each augmented its
+// own way, with the sample's label; the same batches on any thread count.
+TEST_F(data_loader, RepeatedAugmentationCopiesDifferInTheirCrops) {
+  DataConfig cfg = folder_config(root(), 1);
+  cfg.repeated_augment = 2;
+  auto r0 = make_loader(cfg, Split::train, 0, 2, 4), r1 = make_loader(cfg, Split::train, 1, 2, 4);
+  const auto a = run_epoch(*r0, {1, 0}), b = run_epoch(*r1, {1, 0});
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), size_t(42 / 8));
+  const auto ds = open_folder(root().string(), Split::train);
+  const size_t per = 3 * 16 * 16;
+  for (size_t s = 0; s < a.size(); ++s) {
+    EXPECT_EQ(a[s].indices, b[s].indices) << "step " << s;  // positions 2k, 2k + 1: one sample
+    for (int j = 0; j < a[s].n; ++j) {
+      EXPECT_EQ(a[s].labels[size_t(j)], ds->label(a[s].indices[size_t(j)]));
+      EXPECT_FALSE(std::equal(a[s].images.begin() + ptrdiff_t(j * per), a[s].images.begin() + ptrdiff_t((j + 1) * per),
+                              b[s].images.begin() + ptrdiff_t(j * per)))
+          << "step " << s << " sample " << a[s].indices[size_t(j)] << ": both copies augmented alike";
+    }
+  }
+  DataConfig threads = cfg;
+  threads.threads = 3;
+  expect_same(a, run_epoch(*make_loader(threads, Split::train, 0, 2, 4), {1, 0}));
+  // Off (1): the loader's batches are those of before.
+  DataConfig off = folder_config(root(), 1);
+  off.repeated_augment = 1;
+  expect_same(run_epoch(*make_loader(folder_config(root(), 1), Split::train, 1, 2, 4), {1, 0}),
+              run_epoch(*make_loader(off, Split::train, 1, 2, 4), {1, 0}));
+}
+
 TEST_F(data_loader, EightBitOutputNormalizesToTheFloatsFromFolderListAndShards) {
   TempDir t;
   // A list file naming the folder's images (labels as the folder numbers them).

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <set>
 #include <vector>
 
@@ -119,6 +121,53 @@ TEST(data_sharding, AllRanksShareOnePermutation) {
     const EpochShare share(spec, r, 1);
     for (int64_t k = 0; k < share.size(); ++k) EXPECT_EQ(share.sample(k), order[static_cast<size_t>(k * 3 + r)]);
   }
+}
+
+// Repeated augmentation: each drawn sample m times an epoch, its copies on m different ranks
+// (m <= world) with copy numbers 0..m-1, the first n / m entries of the epoch's permutation drawn
+// in order, and shares, steps and batches as without it.
+TEST(data_sharding, RepeatedAugmentationDrawsEachSampleOnDifferentRanks) {
+  for (int world : {1, 2, 4, 8})
+    for (int reps : {1, 2, 3, 4})
+      for (int64_t n : {64, 100, 257}) {
+        const ShardSpec spec{n, world, 4, true, 5, reps};
+        const ShardSpec plain{n, world, 4, true, 5};
+        const std::vector<int64_t> order = epoch_order(5, 1, n, true);
+        std::map<int64_t, std::vector<std::pair<int, int>>> seen;  // sample -> (rank, copy)
+        int64_t used = 0;
+        for (int r = 0; r < world; ++r) {
+          ASSERT_EQ(steps_per_epoch(spec, r), steps_per_epoch(plain, r));
+          for (int64_t s = 0; s < steps_per_epoch(spec, r); ++s) {
+            std::vector<int> copies;
+            const std::vector<int64_t> ix = batch_indices(spec, r, 1, s, &copies);
+            ASSERT_EQ(ix.size(), 4u);
+            ASSERT_EQ(copies.size(), 4u);
+            for (size_t j = 0; j < ix.size(); ++j) seen[ix[j]].push_back({r, copies[j]});
+            used += int64_t(ix.size());
+          }
+        }
+        const std::string at = "n=" + std::to_string(n) + " world=" + std::to_string(world) + " reps=" +
+                               std::to_string(reps);
+        // The drawn samples are a prefix of the permutation, in blocks of reps positions.
+        const int64_t drawn = (used + reps - 1) / reps;
+        ASSERT_EQ(int64_t(seen.size()), drawn) << at;
+        for (int64_t q = 0; q < drawn; ++q) {
+          const auto& c = seen[order[size_t(q)]];
+          // Positions q*reps .. q*reps+reps-1, all used but perhaps the last block's tail.
+          const int64_t want = std::min<int64_t>(reps, used - q * reps);
+          ASSERT_EQ(int64_t(c.size()), want) << at << " sample " << order[size_t(q)];
+          std::set<int> ranks, copy_ids;
+          for (auto [rank, copy] : c) ranks.insert(rank), copy_ids.insert(copy);
+          EXPECT_EQ(int64_t(copy_ids.size()), want) << at << ": a copy number twice";
+          if (reps <= world) EXPECT_EQ(int64_t(ranks.size()), want) << at << ": copies on one rank";
+        }
+        if (reps == 1)
+          for (int r = 0; r < world; ++r)
+            for (int64_t s = 0; s < steps_per_epoch(spec, r); ++s)
+              ASSERT_EQ(batch_indices(spec, r, 1, s), batch_indices(plain, r, 1, s));
+      }
+  EXPECT_THROW(shard_check({10, 2, 1, true, 0, 0}, 0), Error);
+  EXPECT_THROW(shard_check({10, 2, 1, false, 0, 2}, 0), Error);  // evaluation is never repeated
 }
 
 TEST(data_sharding, StepCountsAndBadSpecs) {

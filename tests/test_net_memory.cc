@@ -136,6 +136,50 @@ TEST(NetMemory, EveryBufferInTheBackendsSpacesSameResults) {
   EXPECT_EQ(s.params.live, 0);
 }
 
+// An evaluation network (forward only): the same logits, bit for bit, as the training network
+// evaluating, from a fraction of the activation memory; weights taken from a network of the
+// same model at another input size; backward refused.
+TEST(NetMemory, InferenceOnlyNetSameLogitsLessMemory) {
+  for (const char* backend : {"reference", "onednn"}) {
+    ResNetConfig c = small_resnet();
+    c.seed = 3;
+    auto train = build_resnet<float>(c, make_backend<float>(backend));
+    c.inference_only = true;
+    c.seed = 4;  // other initial weights, replaced by train's below
+    auto eval = build_resnet<float>(c, make_backend<float>(backend));
+    std::mt19937 g(2);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(size_t(train->shape(0).numel()));
+    for (auto& v : x) v = nd(g);
+    const std::vector<int32_t> labels = {3, 5};
+    train->forward(x.data(), labels.data(), true);  // running statistics move away from the start
+    train->backward();
+    eval->arena().copy_from(train->arena());
+    const int64_t nl = train->shape(train->logits()).numel();
+    std::vector<float> a(static_cast<size_t>(nl)), b(static_cast<size_t>(nl));
+    const double la = train->forward(x.data(), labels.data(), false);
+    train->export_tensor(train->logits(), a.data());
+    const double lb = eval->forward(x.data(), labels.data(), false);
+    eval->export_tensor(eval->logits(), b.data());
+    EXPECT_EQ(la, lb) << backend;
+    EXPECT_EQ(a, b) << backend;
+    EXPECT_LT(eval->activation_bytes() * 3, train->activation_bytes()) << backend;
+    EXPECT_THROW(eval->backward(), Error);
+    // The same model at a larger input takes the weights; another model does not.
+    ResNetConfig big = c;
+    big.image_size = 24;
+    auto larger = build_resnet<float>(big, make_backend<float>(backend));
+    larger->arena().copy_from(train->arena());
+    std::vector<float> wa(train->arena().size()), wb(wa.size());
+    train->arena().params_to_host(wa);
+    larger->arena().params_to_host(wb);
+    EXPECT_EQ(wa, wb);
+    ResNetConfig other = c;
+    other.name = "resnet32";
+    EXPECT_THROW(build_resnet<float>(other, make_backend<float>(backend))->arena().copy_from(train->arena()), Error);
+  }
+}
+
 std::vector<float> host_params(Arena<float>& a) {
   std::vector<float> v(a.size());
   a.params_to_host(v);

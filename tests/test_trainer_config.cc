@@ -145,6 +145,10 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(invalid("train: {ema: 0.9999, ema_warmup: false}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").train.ema, 0.0);
   EXPECT_TRUE(config_parse("", "d.yaml").train.ema_warmup);
+  EXPECT_EQ(config_parse("", "d.yaml").train.ema_every, 1);
+  e = invalid("train: {ema: 0.99, ema_every: 0}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.ema_every' must be >= 1 (got 0)"), std::string::npos) << e;
+  EXPECT_EQ(invalid("train: {ema: 0.99998, ema_every: 32}\n"), "");
   e = invalid("train: {clip_grad_norm: -1}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'train.clip_grad_norm' must be >= 0 (0: off) (got -1)"), std::string::npos) << e;
   EXPECT_NE(invalid("", {"train.clip_grad_norm=.inf"}).find("key 'train.clip_grad_norm' must be >= 0"),
@@ -185,6 +189,18 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
             std::string::npos) << e;
   EXPECT_EQ(invalid_root("data: {random_erasing: 0.1}\n"), "");
   EXPECT_EQ(config_parse("", "d.yaml").data.random_erasing, 0.0f);
+  // Evaluation's own side and resize, and repeated augmentation.
+  EXPECT_EQ(invalid_root("data: {image_size: 176, eval_image_size: 224, eval_resize: 232, repeated_augment: 4}\n"), "");
+  e = invalid_root("data: {image_size: 176, eval_image_size: 224, eval_resize: 200}\n");
+  EXPECT_NE(e.find("r.yaml:2: key 'data.eval_resize' must be at least the evaluation side, 224"), std::string::npos) << e;
+  e = invalid_root("data: {eval_resize: 100}\n");  // the side defaults to image_size, 224
+  EXPECT_NE(e.find("key 'data.eval_resize' must be at least the evaluation side, 224"), std::string::npos) << e;
+  e = invalid("", {"data.eval_image_size=4"});
+  EXPECT_NE(e.find("--set: key 'data.eval_image_size' must be >= 8 (0: data.image_size) (got 4)"), std::string::npos) << e;
+  e = invalid("", {"data.repeated_augment=0"});
+  EXPECT_NE(e.find("--set: key 'data.repeated_augment' must be >= 1 (1: off; e.g. 4) (got 0)"), std::string::npos) << e;
+  EXPECT_EQ(config_parse("", "d.yaml").data.repeated_augment, 1);
+  EXPECT_EQ(config_parse("", "d.yaml").data.eval_image_size, 0);
   e = invalid("checkpoint: {every_minutes: -5}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
   EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");

@@ -33,6 +33,8 @@ void config_fields(C& c, V&& v) {
   v("data.synthetic_samples", c.data.synthetic_samples);
   v("data.synthetic_classes", c.data.synthetic_classes);
   v("data.image_size", c.data.image_size);
+  v("data.eval_image_size", c.data.eval_image_size);
+  v("data.eval_resize", c.data.eval_resize);
   v("data.threads", c.data.threads);
   v("data.queue_depth", c.data.queue_depth);
   v("data.mean", c.data.mean);
@@ -44,6 +46,7 @@ void config_fields(C& c, V&& v) {
   v("data.randaugment_ops", c.data.auto_augment.ops);
   v("data.randaugment_magnitude", c.data.auto_augment.magnitude);
   v("data.random_erasing", c.data.random_erasing);
+  v("data.repeated_augment", c.data.repeated_augment);
   v("data.output", c.data.output);
   v("data.generate.classes", c.generate.classes);
   v("data.generate.train_per_class", c.generate.train_per_class);
@@ -77,6 +80,7 @@ void config_fields(C& c, V&& v) {
   v("train.cutmix", c.train.cutmix);
   v("train.ema", c.train.ema);
   v("train.ema_warmup", c.train.ema_warmup);
+  v("train.ema_every", c.train.ema_every);
   v("train.clip_grad_norm", c.train.clip_grad_norm);
   v("train.target_top1", c.train.target_top1);
   v("loss_scale.mode", c.loss_scale.mode);

@@ -57,6 +57,7 @@ struct TrainConfig {                  // key prefix: train.
   double cutmix = 0.0;                // >0: CutMix, the same; with mixup too, either per batch
   double ema = 0.0;                   // >0: also keep a moving average of the weights, this decay
   bool ema_warmup = true;             // decay min(ema, (1 + n) / (10 + n)) after n updates
+  int64_t ema_every = 1;              // update the average after every this many optimizer steps
   double clip_grad_norm = 0.0;        // >0: the step's gradient, when its L2 norm is above this,
                                       //   scaled to it (torch.nn.utils.clip_grad_norm_); 0 = off
   double target_top1 = 0.0;           // >0: stop once a validation top-1 (%) reaches this (the

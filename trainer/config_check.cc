@@ -63,6 +63,14 @@ void config_validate(const Config& c) {
             "needs its partner (data.train_shards and data.val_shards go together)",
             d.train_shards.empty() ? d.val_shards : d.train_shards);
   k.require(d.image_size >= 8, "data.image_size", "must be >= 8", d.image_size);
+  k.require(d.eval_image_size == 0 || d.eval_image_size >= 8, "data.eval_image_size",
+            "must be >= 8 (0: data.image_size)", d.eval_image_size);
+  k.require(d.eval_resize == 0 || d.eval_resize >= data::eval_image_size(d), "data.eval_resize",
+            str_cat("must be at least the evaluation side, ", data::eval_image_size(d),
+                    " (the centre crop is taken from the resized image; 0: side * 256 / 224)"),
+            d.eval_resize);
+  k.require(d.repeated_augment >= 1, "data.repeated_augment", "must be >= 1 (1: off; e.g. 4)",
+            d.repeated_augment);
   k.require(d.threads >= 0, "data.threads", "must be >= 0", d.threads);
   k.require(d.queue_depth >= 1, "data.queue_depth", "must be >= 1", d.queue_depth);
   k.require(d.synthetic_samples >= 1, "data.synthetic_samples", "must be >= 1", d.synthetic_samples);
@@ -109,6 +117,7 @@ void config_validate(const Config& c) {
             c.train.cutmix);
   k.require(c.train.ema >= 0 && c.train.ema < 1, "train.ema", "must be in [0, 1) (0: off; e.g. 0.9999)",
             c.train.ema);
+  k.require(c.train.ema_every >= 1, "train.ema_every", "must be >= 1", c.train.ema_every);
   k.require(c.train.clip_grad_norm >= 0 && std::isfinite(c.train.clip_grad_norm), "train.clip_grad_norm",
             "must be >= 0 (0: off)", c.train.clip_grad_norm);
   k.require(c.train.target_top1 >= 0 && c.train.target_top1 <= 100, "train.target_top1",

@@ -1,6 +1,6 @@
 // The weights' exponential moving average (train.ema), as NVIDIA's and timm's ResNet recipes keep
-// one: updated after every applied optimizer step, evaluated beside the model, checkpointed and
-// resumed exactly. The average lives in the arena's memory (on the GPU for the CUDA backends) and
+// one: updated after every applied optimizer step (or every train.ema_every-th), evaluated beside
+// the model, checkpointed and resumed exactly. The average lives in the arena's memory (on the GPU for the CUDA backends) and
 // covers the parameters, which every rank holds equal, and this rank's BN statistics, which ranks
 // keep apart while training and average for evaluation and checkpoints, as the model's own.
 #include <algorithm>
@@ -28,9 +28,12 @@ void Trainer::ema_start() {
 }
 
 void Trainer::ema_update() {
-  // The n-th update (n = the optimizer's steps before this one): the same on every rank, and
-  // restored with the optimizer on a resume.
-  const double d = ema_decay(cfg_.train.ema, cfg_.train.ema_warmup, opt_->steps() - 1);
+  // After every ema_every-th optimizer step (torchvision's recipe averages every 32 steps, a
+  // 32nd of the passes over the weights); the n-th update (n = earlier updates) is the same on
+  // every rank and restored with the optimizer's step count on a resume.
+  const int64_t every = cfg_.train.ema_every, steps = opt_->steps();
+  if (steps % every != 0) return;
+  const double d = ema_decay(cfg_.train.ema, cfg_.train.ema_warmup, steps / every - 1);
   const float w = float(1.0 - d);
   auto& arena = net_->arena();
   net_->backend().ema_update(ema_params_.data(), arena.params().data(), arena.size(), w);

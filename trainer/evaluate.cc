@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "comm/mpi_check.h"
+#include "nn/resnet.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -36,15 +37,27 @@ EvalResult Trainer::evaluate() {
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   // Evaluation uses the ranks' average of the BN statistics; each rank's own set is put back
   // afterwards, so that evaluating leaves training as it was (and a resumed run, which evaluates
-  // at other steps, still matches).
+  // at other steps, still matches). An evaluation network of its own gets the weights and the
+  // average instead, and the training network is left alone.
   auto& arena = net_->arena();
+  Net<float>& net = eval_net();
+  const bool separate = &net != net_.get();
   std::vector<float> own;
-  if (world_ > 1 && !arena.state().empty()) arena.state_from_host(averaged_bn_state(own));
+  if (separate) {
+    net_->backend().sync();  // the last update done before its copy on the other network's queue
+    net.arena().copy_from(arena);
+    if (world_ > 1 && !arena.state().empty()) net.arena().state_from_host(averaged_bn_state(own));
+    own.clear();  // nothing to put back
+  } else if (world_ > 1 && !arena.state().empty()) {
+    arena.state_from_host(averaged_bn_state(own));
+  }
+  std::vector<float>& pad_images = separate ? eval_pad_images_ : pad_images_;
+  std::vector<uint8_t>& pad_pixels = separate ? eval_pad_pixels_ : pad_pixels_;
   data::Loader& loader = val_loader();
   loader.start_epoch({0, 0});
   const int batch = int(cfg_.train.batch);
   const int64_t classes = classes_;
-  const size_t per_image = pad_images_.size() / size_t(batch);
+  const size_t per_image = pad_images.size() / size_t(batch);
   int64_t counts[3] = {0, 0, 0};  // samples, top1, top5
   double loss = 0;
   while (loader.next(batch_)) {
@@ -52,23 +65,27 @@ EvalResult Trainer::evaluate() {
     if (n == 0) continue;
     if (n > batch) throw Error(str_cat("data: an evaluation batch of ", n, " images (at most ", batch, ")"));
     const bool u8 = cfg_.data.output == data::Output::u8;
+    if ((u8 ? batch_.pixels.size() : batch_.images.size()) != size_t(n) * per_image)
+      throw Error(str_cat("data: an evaluation batch of ", n, " images holds ",
+                          u8 ? batch_.pixels.size() : batch_.images.size(), u8 ? " pixel bytes" : " floats",
+                          " (expected ", size_t(n) * per_image, ")"));
     const float* x = batch_.images.data();
     const uint8_t* px = batch_.pixels.data();
     const int32_t* y = batch_.labels.data();
     if (n < batch) {
       // The network is set up for a fixed batch: pad with copies of nothing in particular (BN is
       // in inference mode, so padding cannot affect the real samples) and count only n.
-      if (u8) std::memcpy(pad_pixels_.data(), px, size_t(n) * per_image);
-      else std::memcpy(pad_images_.data(), x, size_t(n) * per_image * sizeof(float));
+      if (u8) std::memcpy(pad_pixels.data(), px, size_t(n) * per_image);
+      else std::memcpy(pad_images.data(), x, size_t(n) * per_image * sizeof(float));
       std::copy(y, y + n, pad_labels_.begin());
       std::fill(pad_labels_.begin() + n, pad_labels_.end(), 0);
-      x = pad_images_.data();
-      px = pad_pixels_.data();
+      x = pad_images.data();
+      px = pad_pixels.data();
       y = pad_labels_.data();
     }
-    if (u8) net_->forward_u8(px, norm_, y, false);
-    else net_->forward(x, y, false);
-    net_->export_tensor(net_->logits(), logits_.data());
+    if (u8) net.forward_u8(px, norm_, y, false);
+    else net.forward(x, y, false);
+    net.export_tensor(net.logits(), logits_.data());
     counts[0] += n;
     count_correct(logits_.data(), batch_.labels.data(), n, classes, counts[1], counts[2], loss);
   }
@@ -88,11 +105,36 @@ EvalResult Trainer::evaluate() {
   return r;
 }
 
+Net<float>& Trainer::eval_net() {
+  // Evaluation at another side than training's (data.eval_image_size: FixRes's train-small,
+  // test-large effect) runs the same model set up once more for that input, forward only, with
+  // the weights copied in before each evaluation. Built on first use, kept for the run.
+  const int64_t side = data::eval_image_size(cfg_.data);
+  if (side == cfg_.data.image_size) return *net_;
+  if (!eval_net_) {
+    Config c = cfg_;
+    c.data.image_size = int(side);
+    if (hooks_.make_net) {
+      eval_net_ = hooks_.make_net(c);
+    } else {
+      ResNetConfig r = config_resnet(c);
+      r.inference_only = true;
+      BackendOptions o = cfg_.cuda;
+      o.local_rank = grad_comm_->local_rank();
+      o.local_size = grad_comm_->local_size();
+      eval_net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, o));
+    }
+    eval_pad_images_.resize(size_t(eval_net_->shape(0).numel()));
+    if (cfg_.data.output == data::Output::u8) eval_pad_pixels_.resize(eval_pad_images_.size());
+  }
+  return *eval_net_;
+}
+
 data::Loader& Trainer::val_loader() {
   if (!val_loader_) {
     auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
     val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
-    val_loader_->set_batch_memory(net_->backend().input_memory());
+    val_loader_->set_batch_memory(eval_net().backend().input_memory());
   }
   return *val_loader_;
 }

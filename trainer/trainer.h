@@ -158,6 +158,7 @@ class Trainer {
   void ema_for_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state);
   void ema_from_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state, bool own_state);
   data::Loader& val_loader();
+  Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
   void log_line(const std::string& s) const;
 
   Config cfg_;
@@ -166,6 +167,7 @@ class Trainer {
   std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
   std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
   std::unique_ptr<Net<float>> net_;
+  std::unique_ptr<Net<float>> eval_net_;  // evaluation's, when its side is not training's
   std::unique_ptr<Optimizer<float>> opt_;
   LossScaler scaler_;
   std::unique_ptr<comm::GradientReducer> reducer_;
@@ -200,6 +202,8 @@ class Trainer {
   std::vector<uint8_t> pad_pixels_;  // evaluation's short batches, data.output u8
   NormParams norm_;                  // data.output u8: the normalization the backend applies
   std::vector<int32_t> pad_labels_;
+  std::vector<float> eval_pad_images_;    // the same for eval_net_'s input
+  std::vector<uint8_t> eval_pad_pixels_;
   std::vector<double> losses_;
   std::vector<int64_t> skipped_;
   Buffer<float> ema_params_, ema_state_;  // train.ema, in the arena's memory; empty: none

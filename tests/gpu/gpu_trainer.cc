@@ -245,6 +245,25 @@ double last_metric(const std::string& dir, const std::string& type, const std::s
   return value;
 }
 
+// Evaluation at a side of its own (data.eval_image_size): a second network of the model on the
+// device, set up for that input and forward only, takes the weights and the ranks' averaged
+// statistics from training's; its validation loss must be the CPU's, in fp32 and in bf16.
+TEST(GpuTrainer, EvaluationAtItsOwnSideMatchesCpu) {
+  RT_REQUIRE_GPU();
+  const std::string both = "--set data.eval_image_size=24 --set train.ema=0.5";
+  for (const auto& [backend, tol] : {std::pair<std::string, double>{"cuda", kFp32Tol}, {"cuda-bf16", 5e-2}}) {
+    std::string out_gpu, out_cpu;
+    train(backend, 2, &out_gpu, "", both);
+    train(RT_CPU_BACKEND, 2, &out_cpu, "", both);
+    for (const char* key : {"val_loss", "ema_val_loss"}) {
+      const double g = last_metric(run_dir(backend + "_np2"), "epoch", key);
+      const double c = last_metric(run_dir(std::string(RT_CPU_BACKEND) + "_np2"), "epoch", key);
+      ASSERT_FALSE(std::isnan(c)) << out_cpu;
+      EXPECT_NEAR(g, c, tol * c) << backend << " " << key << "\n" << out_gpu;
+    }
+  }
+}
+
 // Deterministic and exactly resumable on the device: 2 ranks in fp16 with dynamic loss scaling
 // (its scale grows after 3 good steps, so at the stop it is part-way to growing) and
 // cuda.deterministic (deterministic cuDNN algorithms chosen by heuristics, as timing could choose

@@ -522,10 +522,12 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
 // train.ema: the moving average is exactly the fused update of each step's weights (read back
 // from a checkpoint written after every step), this rank's own BN statistics included; the
 // checkpoint holds it; evaluating it leaves the model as it was and scores the averaged weights.
-void check_ema(MpiTest& t, const std::string& dir) {
-  Config c = tiny(dir + "/ema");
+// With train.ema_every = k, only after every k-th step: the n-th such update decays by n.
+void check_ema(MpiTest& t, const std::string& dir, int64_t every = 1) {
+  Config c = tiny(dir + "/ema" + std::to_string(every));
   c.train.steps = 5;
   c.train.ema = 0.9;  // with warm-up: decays 0.1, 0.18, 0.25, ... 0.9
+  c.train.ema_every = every;
   c.checkpoint.every_steps = 1;
   c.checkpoint.keep = 10;
   Trainer tr(c);
@@ -537,10 +539,12 @@ void check_ema(MpiTest& t, const std::string& dir) {
   const size_t ns = s.size();
   for (int64_t step = 1; step <= 5; ++step) {
     const Checkpoint ck = checkpoint_read(checkpoint_path(tr.config().run_dir + "/checkpoints", step));
-    const float w = float(1.0 - ema_decay(0.9, true, step - 1));
+    const float w = float(1.0 - ema_decay(0.9, true, step / every - 1));
     const float* own = t.size() > 1 ? ck.rank_state.data() + size_t(t.rank()) * ns : ck.state.data();
-    for (size_t i = 0; i < p.size(); ++i) p[i] = std::fma(w, ck.params[i] - p[i], p[i]);
-    for (size_t i = 0; i < ns; ++i) s[i] = std::fma(w, own[i] - s[i], s[i]);
+    if (step % every == 0) {
+      for (size_t i = 0; i < p.size(); ++i) p[i] = std::fma(w, ck.params[i] - p[i], p[i]);
+      for (size_t i = 0; i < ns; ++i) s[i] = std::fma(w, own[i] - s[i], s[i]);
+    }
     if (step < 5) continue;
     MPI_EXPECT(t, ck.ema.size() == p.size() + ns && std::equal(p.begin(), p.end(), ck.ema.begin()),
                "the checkpoint's moving average is not the weights' (", ck.ema.size(), " values)");
@@ -559,6 +563,7 @@ void check_ema(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, std::equal(before.begin(), before.end(), arena.params().begin()) && tr.evaluate().loss == model.loss,
              "evaluating the average changed the model");
   // The same figures from a run of the averaged weights themselves (another run's arena).
+  if (every > 1) return;
   Trainer other(tiny(dir + "/ema_other"));
   auto& oa = other.net().arena();
   std::copy(ep.begin(), ep.end(), oa.params().begin());
@@ -737,6 +742,44 @@ void check_eval_counts(MpiTest& t, const std::string& dir) {
              "N ranks: ", all.top1, "/", all.top5, " correct, 1 rank: ", one.top1, "/", one.top5);
 }
 
+// data.eval_image_size: evaluation at another side than training's scores exactly what a run set
+// up at that side scores with the same weights and statistics, not the training side's figure,
+// and leaves training's network as it was.
+void check_eval_size(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/eval_size");
+  a.train.steps = 3;
+  a.data.eval_image_size = 12;
+  a.data.synthetic_samples = 37;  // short last evaluation batches
+  Trainer ta(a);
+  ta.train();
+  auto& arena = ta.net().arena();
+  const std::vector<float> p(arena.params().begin(), arena.params().end());
+  const std::vector<float> s(arena.state().begin(), arena.state().end());
+  const EvalResult ra = ta.evaluate();
+  MPI_EXPECT(t, std::equal(p.begin(), p.end(), arena.params().begin()) &&
+                    std::equal(s.begin(), s.end(), arena.state().begin()),
+             "evaluating at another side changed the training network");
+  MPI_EXPECT(t, ta.evaluate().loss == ra.loss, "a second evaluation at side 12 scores differently");
+  auto same_weights = [&](Config c) {
+    Trainer tb(c);
+    std::copy(p.begin(), p.end(), tb.net().arena().params().begin());
+    std::copy(s.begin(), s.end(), tb.net().arena().state().begin());
+    return tb.evaluate();
+  };
+  Config b = tiny(dir + "/eval_size_b");
+  b.data.image_size = 12;
+  b.data.synthetic_samples = 37;
+  const EvalResult rb = same_weights(b);
+  MPI_EXPECT(t, ra.samples == 37 && rb.samples == 37 && ra.loss == rb.loss && ra.top1 == rb.top1 && ra.top5 == rb.top5,
+             "side 12 from a side-8 run: loss ", ra.loss, " top-1 ", ra.top1, "; a side-12 run: loss ", rb.loss,
+             " top-1 ", rb.top1);
+  Config c = a;
+  c.run_dir = dir + "/eval_size_c";
+  c.data.eval_image_size = 0;
+  const EvalResult rc = same_weights(c);
+  MPI_EXPECT(t, rc.loss != ra.loss, "side 8 and side 12 score the same loss ", ra.loss);
+}
+
 // The loader's 8-bit pixels normalized by the backend (data.output u8) against its float output:
 // bitwise the same losses, parameters and evaluation (37 samples: short evaluation batches).
 void check_u8_input(MpiTest& t, const std::string& dir) {
@@ -856,6 +899,8 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true, 2, 0.4, 0.9);  // mixup's and CutMix's draws made again, the average kept
     check_exact_resume(t, dir, true, 1, 0, 0, true);  // RandAugment's and random erasing's draws made again
     check_ema(t, dir);
+    check_ema(t, dir, 2);
+    check_eval_size(t, dir);
     check_mixup(t, dir);
     check_elastic_resume(t, dir);
     check_weights(t, dir);
