@@ -95,9 +95,10 @@ Registry& registry() {
 
 template <class T>
 std::unique_ptr<Optimizer<T>> Backend<T>::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {
+  auto host = make_host_optimizer<T>(std::move(layout), cfg);
   if (const MemorySpace* m = param_memory(); m && !m->host_accessible())
-    return std::make_unique<StagedSgd<T>>(std::move(layout), cfg, *m);
-  return std::make_unique<Sgd<T>>(std::move(layout), cfg);
+    return std::make_unique<StagedOptimizer<T>>(std::move(host), *m);
+  return host;
 }
 
 template <class T>

@@ -293,8 +293,9 @@ class Backend {
   // synchronously (the host's clock is the truth there).
   virtual void mark_compute(int which) {}
   virtual double compute_seconds() const { return -1; }
-  // The optimizer for an arena in param_memory(). Default: Sgd<T> on the host (StagedSgd<T>
-  // through host copies when the host may not dereference param_memory()).
+  // The optimizer cfg.kind names for an arena in param_memory(). Default: make_host_optimizer's
+  // (Sgd<T> or Adam<T>) on the host, StagedOptimizer<T> around it (host copies) when the host may
+  // not dereference param_memory().
   virtual std::unique_ptr<Optimizer<T>> make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg);
   // The training loop's pass over the averaged gradients in param_memory(): v[i] *= s (skipped
   // when s is 1), then, when count, the number of inf and NaN values among the results (a device

@@ -3,16 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "nn/error.h"
 
 namespace rt {
 
 namespace {
-
-// Elements per work item. Fixed (not derived from the thread count) so that the order in which
-// norm partial sums are combined, and therefore every result, is the same for any thread count.
-constexpr size_t kChunk = 4096;
 
 // The elementwise update on one chunk; First and Nesterov are template parameters so the inner
 // loop has no branches and vectorises.
@@ -46,6 +43,15 @@ void check_non_negative(const char* field, double v) {
 
 }  // namespace
 
+const char* optimizer_kind_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adamw: return "adamw";
+    case OptimizerKind::lamb: return "lamb";
+  }
+  return "?";
+}
+
 void sgd_validate(const SgdConfig& cfg) {
   check_non_negative("momentum", cfg.momentum);
   check_non_negative("weight_decay", cfg.weight_decay);
@@ -54,6 +60,42 @@ void sgd_validate(const SgdConfig& cfg) {
   // As in PyTorch: with μ = 0 the Nesterov form silently degenerates to plain SGD.
   if (cfg.nesterov && cfg.momentum == 0)
     throw Error("sgd: nesterov requires momentum > 0");
+  if (cfg.kind == OptimizerKind::sgd) return;
+  const char* name = optimizer_kind_name(cfg.kind);
+  for (auto [field, v] : {std::pair<const char*, double>{"beta1", cfg.beta1}, {"beta2", cfg.beta2}})
+    if (!(v >= 0 && v < 1)) throw Error(str_cat(name, ": ", field, " must be in [0, 1), got ", v));
+  if (!(cfg.eps > 0) || !std::isfinite(cfg.eps)) throw Error(str_cat(name, ": eps must be finite and > 0, got ", cfg.eps));
+  if (cfg.lars) throw Error(str_cat(name, ": lars is SGD's layer-wise scaling (LAMB is Adam's)"));
+  if (cfg.nesterov) throw Error(str_cat(name, ": nesterov is SGD's"));
+}
+
+std::vector<OptimizerChunk> optimizer_chunks(const std::vector<ParamInfo>& layout, const SgdConfig& cfg,
+                                             const char* who) {
+  std::vector<OptimizerChunk> chunks;
+  size_t end = 0;
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const ParamInfo& p = layout[t];
+    if (p.offset < end)
+      throw Error(str_cat(who, ": parameter ", p.name, " at offset ", p.offset, " overlaps the previous one (ends at ",
+                          end, "); the layout must be sorted by offset"));
+    end = p.offset + p.count;
+    if (sgd_frozen(cfg, p.name)) continue;  // no chunk: never read or written
+    for (size_t b = p.offset; b < end; b += kOptimizerChunk)
+      chunks.push_back({t, b, std::min(b + kOptimizerChunk, end)});
+  }
+  return chunks;
+}
+
+size_t optimizer_buffer_elems(const std::vector<ParamInfo>& layout, size_t elem_bytes) {
+  size_t end = 0;
+  for (const ParamInfo& p : layout) end = std::max(end, p.offset + p.count);
+  // Same size as the arena's buffers: each tensor's storage is rounded up to a cache line.
+  const size_t align = std::max<size_t>(1, 64 / elem_bytes);
+  return (end + align - 1) / align * align;
+}
+
+double optimizer_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
+  return param_is_bn_or_bias(p.kind) && !cfg.decay_bn_and_bias ? 0.0 : cfg.weight_decay;
 }
 
 bool freeze_entry_matches(const std::string& entry, const std::string& name) {
@@ -80,24 +122,14 @@ template <class T>
 Sgd<T>::Sgd(std::vector<ParamInfo> layout, SgdConfig cfg)
     : layout_(std::move(layout)), cfg_(cfg) {
   sgd_validate(cfg_);
-  size_t end = 0;
-  for (size_t t = 0; t < layout_.size(); ++t) {
-    const ParamInfo& p = layout_[t];
-    if (p.offset < end)
-      throw Error(str_cat("sgd: parameter ", p.name, " at offset ", p.offset,
-                          " overlaps the previous one (ends at ", end,
-                          "); the layout must be sorted by offset"));
-    end = p.offset + p.count;
-    const bool bn_or_bias = param_is_bn_or_bias(p.kind);
-    decay_.push_back(bn_or_bias && !cfg_.decay_bn_and_bias ? T(0) : T(cfg_.weight_decay));
-    lars_.push_back(cfg_.lars && !(bn_or_bias && cfg_.lars_exclude_bn_and_bias));
-    if (sgd_frozen(cfg_, p.name)) continue;  // no chunk: never read or written
-    for (size_t b = p.offset; b < end; b += kChunk)
-      chunks_.push_back({t, b, std::min(b + kChunk, end)});
+  if (cfg_.kind != OptimizerKind::sgd)
+    throw Error(str_cat("sgd: configured as ", optimizer_kind_name(cfg_.kind), " (make_host_optimizer picks)"));
+  chunks_ = optimizer_chunks(layout_, cfg_, "sgd");
+  for (const ParamInfo& p : layout_) {
+    decay_.push_back(T(optimizer_weight_decay(p, cfg_)));
+    lars_.push_back(cfg_.lars && !(param_is_bn_or_bias(p.kind) && cfg_.lars_exclude_bn_and_bias));
   }
-  // Same size as the arena's buffers: each tensor's storage is rounded up to a cache line.
-  constexpr size_t align = std::max<size_t>(1, 64 / sizeof(T));
-  momentum_.resize((end + align - 1) / align * align);
+  momentum_.resize(optimizer_buffer_elems(layout_, sizeof(T)));
   trust_.assign(layout_.size(), 1.0);
   if (cfg_.lars) partial_.assign(2 * chunks_.size(), 0.0);
 }
@@ -107,7 +139,7 @@ void Sgd<T>::compute_trust_ratios(const T* params, const T* grads) {
   const int64_t nchunks = int64_t(chunks_.size());
 #pragma omp parallel for schedule(static) if (nchunks > 1)
   for (int64_t c = 0; c < nchunks; ++c) {
-    const Chunk& ch = chunks_[c];
+    const OptimizerChunk& ch = chunks_[c];
     if (!lars_[ch.tensor]) continue;
     lars_chunk_squares(params + ch.begin, grads + ch.begin, ch.end - ch.begin, &partial_[2 * c],
                        &partial_[2 * c + 1]);
@@ -142,7 +174,7 @@ void Sgd<T>::step(T* params, const T* grads, double lr) {
   // Waking the thread pool costs more than a single chunk's update.
 #pragma omp parallel for schedule(static) if (nchunks > 1)
   for (int64_t c = 0; c < nchunks; ++c) {
-    const Chunk& ch = chunks_[c];
+    const OptimizerChunk& ch = chunks_[c];
     sgd_update<T>(first, nesterov, params + ch.begin, grads + ch.begin, buf + ch.begin,
                   ch.end - ch.begin, decay_[ch.tensor], T(trust_[ch.tensor]), mu, tlr);
   }
@@ -160,21 +192,21 @@ void Sgd<T>::restore(std::span<const T> momentum, int64_t steps) {
 }
 
 template <class T>
-StagedSgd<T>::StagedSgd(std::vector<ParamInfo> layout, SgdConfig cfg, const MemorySpace& space)
-    : sgd_(std::move(layout), cfg), space_(space), params_(sgd_.size()), grads_(sgd_.size()) {}
+StagedOptimizer<T>::StagedOptimizer(std::unique_ptr<Optimizer<T>> host, const MemorySpace& space)
+    : opt_(std::move(host)), space_(space), params_(opt_->size()), grads_(opt_->size()) {}
 
 template <class T>
-void StagedSgd<T>::step(T* params, const T* grads, double lr) {
+void StagedOptimizer<T>::step(T* params, const T* grads, double lr) {
   const size_t bytes = params_.size() * sizeof(T);
   space_.to_host(params_.data(), params, bytes);
   space_.to_host(grads_.data(), grads, bytes);
-  sgd_.step(params_.data(), grads_.data(), lr);
+  opt_->step(params_.data(), grads_.data(), lr);
   space_.from_host(params, params_.data(), bytes);
 }
 
 template class Sgd<float>;
 template class Sgd<double>;
-template class StagedSgd<float>;
-template class StagedSgd<double>;
+template class StagedOptimizer<float>;
+template class StagedOptimizer<double>;
 
 }  // namespace rt

@@ -1,19 +1,28 @@
-// SGD with momentum, Nesterov, weight decay and LARS, applied in one pass over the flat arena.
+// SGD with momentum, Nesterov, weight decay and LARS, applied in one pass over the flat arena;
+// the optimizer interface and the settings AdamW and LAMB (nn/adam.h) share with it.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "nn/arena.h"
+#include "nn/error.h"
 #include "nn/tensor.h"
 
 namespace rt {
 
+// Which update: SGD (with momentum, Nesterov, LARS) here; AdamW and LAMB in nn/adam.h.
+enum class OptimizerKind : uint8_t { sgd, adamw, lamb };
+const char* optimizer_kind_name(OptimizerKind k);
+
+// The optimizer's settings (the name predates AdamW and LAMB: all three read them).
 struct SgdConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
   double momentum = 0.9;                 // μ; 0 turns the update into plain SGD
   bool nesterov = false;                 // Nesterov momentum in PyTorch's form; needs μ > 0
   double weight_decay = 1e-4;            // L2 coefficient wd, added to the gradient as wd·p
@@ -24,6 +33,10 @@ struct SgdConfig {
   bool lars_exclude_bn_and_bias = true;  // BN γ/β and biases use the plain global lr
   std::vector<std::string> freeze;       // names (or prefixes at a '.': "layer1" is every
                                          //   layer1.* tensor) of tensors left as they are
+  double beta1 = 0.9, beta2 = 0.999;     // AdamW, LAMB: the moments' decay rates
+  double eps = 1e-8;                     // AdamW, LAMB: added to the second moment's root
+                                         // (LAMB's trust ratio skips BN and bias as LARS's does,
+                                         //  lars_exclude_bn_and_bias)
 };
 
 // Whether one freeze entry names the tensor `name`: equal to it, or it followed by '.'.
@@ -33,8 +46,23 @@ bool freeze_entry_matches(const std::string& entry, const std::string& name);
 bool sgd_frozen(const SgdConfig& cfg, const std::string& name);
 
 // Throws rt::Error naming the field when a value is out of range (negative coefficients,
-// Nesterov without momentum).
+// Nesterov without momentum, betas outside [0, 1), LARS with AdamW or LAMB).
 void sgd_validate(const SgdConfig& cfg);
+
+// The flat arena cut into the optimizers' units of work: pieces of at most kOptimizerChunk
+// elements of one tensor, in layout order, frozen tensors left out. Fixed-size (not derived from
+// the thread count), so norms summed per chunk and combined in order are the same for any number
+// of threads. Throws rt::Error (naming `who`) for a layout that is not sorted and disjoint.
+constexpr size_t kOptimizerChunk = 4096;
+struct OptimizerChunk {
+  size_t tensor, begin, end;
+};
+std::vector<OptimizerChunk> optimizer_chunks(const std::vector<ParamInfo>& layout, const SgdConfig& cfg,
+                                             const char* who);
+// Elements of an optimizer buffer laid out like the arena (each tensor rounded up to 64 bytes).
+size_t optimizer_buffer_elems(const std::vector<ParamInfo>& layout, size_t elem_bytes);
+// A tensor's weight decay: 0 for BN and bias when decay_bn_and_bias is false.
+double optimizer_weight_decay(const ParamInfo& p, const SgdConfig& cfg);
 
 // An optimizer over the flat parameter and gradient buffers, on the memory its backend keeps them
 // in (Backend::make_sgd): the host here, the device for the CUDA backend.
@@ -54,6 +82,12 @@ class Optimizer {
   // negative step count.
   virtual void restore(std::span<const T> momentum, int64_t steps) = 0;
   virtual size_t size() const = 0;  // elements of the momentum buffer (= the arena's buffers)
+  // AdamW's and LAMB's second moment, laid out like the parameters (momentum() is their first);
+  // empty for SGD. Read and restored as momentum() is.
+  virtual std::span<const T> second_moment() const { return {}; }
+  virtual void restore_second_moment(std::span<const T> v) {
+    if (!v.empty()) throw Error("optimizer: restoring a second moment into an optimizer without one (sgd)");
+  }
 };
 
 // Σv[k][i]² over i < n for each of K arrays, in double, in a GPU warp's order: 32 interleaved
@@ -124,10 +158,6 @@ class Sgd final : public Optimizer<T> {
   size_t size() const override { return momentum_.size(); }
 
  private:
-  // A contiguous piece of one tensor: the unit of parallel work and of norm accumulation.
-  struct Chunk {
-    size_t tensor, begin, end;
-  };
   void compute_trust_ratios(const T* params, const T* grads);
 
   std::vector<ParamInfo> layout_;
@@ -136,35 +166,41 @@ class Sgd final : public Optimizer<T> {
   std::vector<T> decay_;         // per tensor: wd, or 0 when excluded from decay
   std::vector<char> lars_;       // per tensor: whether LARS scales it
   std::vector<double> trust_;    // per tensor: s of the last step
-  std::vector<Chunk> chunks_;
+  std::vector<OptimizerChunk> chunks_;
   std::vector<double> partial_;  // per chunk: Σp², Σgrad² (LARS only)
   int64_t steps_ = 0;
 };
 
-// Sgd<T> over buffers the host may not dereference (in `space`): each step copies parameters and
-// gradients out, updates the copies on the host and copies the parameters back. Two full copies
-// per step: Backend::make_sgd's default for a backend whose arena the host cannot read and that
-// brings no optimizer of its own (the CUDA backends do, LARS included).
+// A host optimizer over buffers the host may not dereference (in `space`): each step copies
+// parameters and gradients out, updates the copies on the host and copies the parameters back.
+// Two full copies per step: Backend::make_sgd's default for a backend whose arena the host cannot
+// read and that brings no optimizer of its own (the CUDA backends do).
 template <class T>
-class StagedSgd final : public Optimizer<T> {
+class StagedOptimizer final : public Optimizer<T> {
  public:
   // space must outlive the optimizer.
-  StagedSgd(std::vector<ParamInfo> layout, SgdConfig cfg, const MemorySpace& space);
+  StagedOptimizer(std::unique_ptr<Optimizer<T>> host, const MemorySpace& space);
   void step(T* params, const T* grads, double lr) override;
-  std::span<const T> momentum() const override { return sgd_.momentum(); }
-  int64_t steps() const override { return sgd_.steps(); }
-  void restore(std::span<const T> momentum, int64_t steps) override { sgd_.restore(momentum, steps); }
-  size_t size() const override { return sgd_.size(); }
+  std::span<const T> momentum() const override { return opt_->momentum(); }
+  int64_t steps() const override { return opt_->steps(); }
+  void restore(std::span<const T> momentum, int64_t steps) override { opt_->restore(momentum, steps); }
+  size_t size() const override { return opt_->size(); }
+  std::span<const T> second_moment() const override { return opt_->second_moment(); }
+  void restore_second_moment(std::span<const T> v) override { opt_->restore_second_moment(v); }
 
  private:
-  Sgd<T> sgd_;
+  std::unique_ptr<Optimizer<T>> opt_;
   const MemorySpace& space_;
   std::vector<T> params_, grads_;  // host copies, allocated once
 };
 
+// The host optimizer cfg.kind names: Sgd<T>, or Adam<T> (nn/adam.h).
+template <class T>
+std::unique_ptr<Optimizer<T>> make_host_optimizer(std::vector<ParamInfo> layout, const SgdConfig& cfg);
+
 extern template class Sgd<float>;
 extern template class Sgd<double>;
-extern template class StagedSgd<float>;
-extern template class StagedSgd<double>;
+extern template class StagedOptimizer<float>;
+extern template class StagedOptimizer<double>;
 
 }  // namespace rt

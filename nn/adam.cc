@@ -1,0 +1,160 @@
+// AdamW and LAMB over the flat parameter buffer, chunked for OpenMP (see adam.h for the math).
+#include "nn/adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "nn/error.h"
+
+namespace rt {
+
+namespace {
+
+// The per-step scalars, each computed in double and rounded once.
+template <class T>
+struct Scalars {
+  T w1, b2, w2, bc1, bc2_root, eps, lr, step_size;
+  Scalars(const SgdConfig& c, int64_t t, double lr_) {
+    const double bc1_d = 1.0 - std::pow(c.beta1, double(t)), bc2_d = 1.0 - std::pow(c.beta2, double(t));
+    w1 = T(1.0 - c.beta1);
+    b2 = T(c.beta2);
+    w2 = T(1.0 - c.beta2);
+    bc1 = T(bc1_d);
+    bc2_root = T(std::sqrt(bc2_d));
+    eps = T(c.eps);
+    lr = T(lr_);
+    step_size = T(lr_ / bc1_d);
+  }
+};
+
+// m and v moved to g (in place); returns √v / √(1 − β2^t) + eps.
+template <class T>
+inline T moments(T g, T& m, T& v, const Scalars<T>& s) {
+  m = m + s.w1 * (g - m);
+  v = s.b2 * v + s.w2 * (g * g);
+  return std::sqrt(v) / s.bc2_root + s.eps;
+}
+
+template <class T>
+void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, const Scalars<T>& s) {
+  for (size_t i = 0; i < n; ++i) {
+    const T q = p[i] * decay;
+    T mi = m[i], vi = v[i];
+    const T den = moments(g[i], mi, vi, s);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = q - s.step_size * (mi / den);
+  }
+}
+
+// LAMB's update direction from the moments already moved.
+template <class T>
+inline T lamb_direction(T p, T m, T v, T wd, const Scalars<T>& s) {
+  return (m / s.bc1) / (std::sqrt(v) / s.bc2_root + s.eps) + wd * p;
+}
+
+}  // namespace
+
+template <class T>
+Adam<T>::Adam(std::vector<ParamInfo> layout, SgdConfig cfg) : layout_(std::move(layout)), cfg_(cfg) {
+  sgd_validate(cfg_);
+  const char* name = optimizer_kind_name(cfg_.kind);
+  if (cfg_.kind == OptimizerKind::sgd) throw Error("adam: configured as sgd (make_host_optimizer picks)");
+  chunks_ = optimizer_chunks(layout_, cfg_, name);
+  for (const ParamInfo& p : layout_) {
+    decay_.push_back(T(optimizer_weight_decay(p, cfg_)));
+    adapt_.push_back(cfg_.kind == OptimizerKind::lamb &&
+                     !(param_is_bn_or_bias(p.kind) && cfg_.lars_exclude_bn_and_bias));
+  }
+  const size_t n = optimizer_buffer_elems(layout_, sizeof(T));
+  m_.resize(n);
+  v_.resize(n);
+  trust_.assign(layout_.size(), 1.0);
+  if (cfg_.kind == OptimizerKind::lamb) partial_.assign(2 * chunks_.size(), 0.0);
+}
+
+template <class T>
+void Adam<T>::step(T* params, const T* grads, double lr) {
+  if (!(lr >= 0) || !std::isfinite(lr))
+    throw Error(str_cat(optimizer_kind_name(cfg_.kind), ": learning rate must be finite and >= 0, got ", lr));
+  const Scalars<T> s(cfg_, steps_ + 1, lr);
+  T* m = m_.data();
+  T* v = v_.data();
+  const int64_t nchunks = int64_t(chunks_.size());
+  if (cfg_.kind == OptimizerKind::adamw) {
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const OptimizerChunk& ch = chunks_[size_t(c)];
+      const T decay = T(1.0 - lr * double(decay_[ch.tensor]));
+      adamw_chunk(params + ch.begin, grads + ch.begin, m + ch.begin, v + ch.begin, ch.end - ch.begin, decay, s);
+    }
+    ++steps_;
+    return;
+  }
+  // LAMB, pass 1: the moments, and per chunk Σp² and Σu² (u into a chunk-sized scratch, so that
+  // the sums take the order lars_chunk_squares gives LARS's).
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const OptimizerChunk& ch = chunks_[size_t(c)];
+    const size_t n = ch.end - ch.begin;
+    T u[kOptimizerChunk];
+    const T wd = decay_[ch.tensor];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t k = ch.begin + i;
+      moments(grads[k], m[k], v[k], s);
+      u[i] = lamb_direction(params[k], m[k], v[k], wd, s);
+    }
+    lars_chunk_squares(params + ch.begin, u, n, &partial_[2 * size_t(c)], &partial_[2 * size_t(c) + 1]);
+  }
+  size_t c = 0;
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    double w2 = 0, u2 = 0;
+    for (; c < chunks_.size() && chunks_[c].tensor == t; ++c) {
+      w2 += partial_[2 * c];
+      u2 += partial_[2 * c + 1];
+    }
+    const double wn = std::sqrt(w2), un = std::sqrt(u2);
+    trust_[t] = adapt_[t] && wn > 0 && un > 0 ? wn / un : 1.0;
+  }
+  // Pass 2: the same direction from the moved moments, scaled.
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+  for (int64_t k = 0; k < nchunks; ++k) {
+    const OptimizerChunk& ch = chunks_[size_t(k)];
+    const T wd = decay_[ch.tensor], ratio = T(trust_[ch.tensor]);
+    for (size_t i = ch.begin; i < ch.end; ++i)
+      params[i] = params[i] - s.lr * (ratio * lamb_direction(params[i], m[i], v[i], wd, s));
+  }
+  ++steps_;
+}
+
+template <class T>
+void Adam<T>::restore(std::span<const T> momentum, int64_t steps) {
+  const char* name = optimizer_kind_name(cfg_.kind);
+  if (momentum.size() != m_.size())
+    throw Error(str_cat(name, ": restoring a first moment of ", momentum.size(), " elements into an optimizer of ",
+                        m_.size()));
+  if (steps < 0) throw Error(str_cat(name, ": restoring a negative step count ", steps));
+  std::copy(momentum.begin(), momentum.end(), m_.data());
+  steps_ = steps;
+}
+
+template <class T>
+void Adam<T>::restore_second_moment(std::span<const T> v) {
+  if (v.size() != v_.size())
+    throw Error(str_cat(optimizer_kind_name(cfg_.kind), ": restoring a second moment of ", v.size(),
+                        " elements into an optimizer of ", v_.size()));
+  std::copy(v.begin(), v.end(), v_.data());
+}
+
+template <class T>
+std::unique_ptr<Optimizer<T>> make_host_optimizer(std::vector<ParamInfo> layout, const SgdConfig& cfg) {
+  if (cfg.kind == OptimizerKind::sgd) return std::make_unique<Sgd<T>>(std::move(layout), cfg);
+  return std::make_unique<Adam<T>>(std::move(layout), cfg);
+}
+
+template class Adam<float>;
+template class Adam<double>;
+template std::unique_ptr<Optimizer<float>> make_host_optimizer<float>(std::vector<ParamInfo>, const SgdConfig&);
+template std::unique_ptr<Optimizer<double>> make_host_optimizer<double>(std::vector<ParamInfo>, const SgdConfig&);
+
+}  // namespace rt

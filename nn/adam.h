@@ -1,0 +1,56 @@
+// AdamW and LAMB over the flat parameter arena, on the host: the element arithmetic the device
+// optimizer (cuda/sgd.cu) repeats operation for operation.
+//
+// AdamW (Loshchilov & Hutter 2019), torch.optim.AdamW's update, at step t with wd the tensor's
+// weight decay (0 for BN and bias unless decay_bn_and_bias):
+//   p  = p · (1 − lr·wd)
+//   m  = m + (1 − β1)·(g − m)              v = β2·v + (1 − β2)·g²
+//   p  = p − lr / (1 − β1^t) · m / (√v / √(1 − β2^t) + eps)
+// LAMB (You et al. 2020, as timm's Lamb without its built-in clipping: train.clip_grad_norm
+// does that), the same moments, then per tensor
+//   u  = (m / (1 − β1^t)) / (√v / √(1 − β2^t) + eps) + wd·p
+//   s  = ‖p‖ / ‖u‖   (1 where a norm is 0, or for BN and bias under lars_exclude_bn_and_bias)
+//   p  = p − lr · (s · u)
+// Norms are summed in double per chunk in a GPU warp's order and combined in layout order, so
+// results are the same for any thread count, and the device's. Scalars (1 − lr·wd, lr / (1 −
+// β1^t), √(1 − β2^t)) are computed in double and rounded once to T.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "nn/optimizer.h"
+
+namespace rt {
+
+template <class T>
+class Adam final : public Optimizer<T> {
+ public:
+  // cfg.kind adamw or lamb; the moments are allocated here, zeroed, sized like the arena's
+  // buffers. Throws rt::Error for a bad layout or config.
+  Adam(std::vector<ParamInfo> layout, SgdConfig cfg);
+  void step(T* params, const T* grads, double lr) override;
+  std::span<const T> momentum() const override { return {m_.data(), m_.size()}; }
+  std::span<const T> second_moment() const override { return {v_.data(), v_.size()}; }
+  int64_t steps() const override { return steps_; }
+  void restore(std::span<const T> momentum, int64_t steps) override;
+  void restore_second_moment(std::span<const T> v) override;
+  size_t size() const override { return m_.size(); }
+  // LAMB's trust ratio s of each tensor (layout order) in the last step; 1 elsewhere.
+  std::span<const double> trust_ratios() const { return {trust_.data(), trust_.size()}; }
+
+ private:
+  std::vector<ParamInfo> layout_;
+  SgdConfig cfg_;
+  Buffer<T> m_, v_;
+  std::vector<T> decay_;        // per tensor: wd, or 0 when excluded from decay
+  std::vector<char> adapt_;     // per tensor: LAMB scales it by its trust ratio
+  std::vector<double> trust_;
+  std::vector<OptimizerChunk> chunks_;
+  std::vector<double> partial_;  // LAMB: per chunk Σp², Σu²
+  int64_t steps_ = 0;
+};
+
+extern template class Adam<float>;
+extern template class Adam<double>;
+
+}  // namespace rt
