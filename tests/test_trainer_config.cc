@@ -146,6 +146,15 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(config_parse("", "d.yaml").train.ema, 0.0);
   EXPECT_TRUE(config_parse("", "d.yaml").train.ema_warmup);
   EXPECT_EQ(config_parse("", "d.yaml").train.ema_every, 1);
+  // AdamW and LAMB.
+  EXPECT_EQ(invalid("optimizer: {kind: lamb, lr: 0.005, beta1: 0.9, beta2: 0.999, eps: 1.0e-6, weight_decay: 0.02}\n"), "");
+  e = invalid("optimizer: {kind: adam}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'optimizer.kind': 'adam' is not sgd, adamw or lamb"), std::string::npos) << e;
+  e = invalid("optimizer:\n  kind: adamw\n  beta2: 1\n");
+  EXPECT_NE(e.find("v.yaml:3: optimizer: adamw: beta2 must be in [0, 1), got 1"), std::string::npos) << e;
+  e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
+  EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
+  EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
   e = invalid("train: {ema: 0.99, ema_every: 0}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'train.ema_every' must be >= 1 (got 0)"), std::string::npos) << e;
   EXPECT_EQ(invalid("train: {ema: 0.99998, ema_every: 32}\n"), "");

@@ -151,7 +151,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state,
                       std::span<const CheckpointTensor> layout, std::span<const float> ema,
-                      std::span<const float> ema_rank_state) {
+                      std::span<const float> ema_rank_state, std::span<const float> moment2) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -170,6 +170,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     w.section("params", params.data(), params.size_bytes());
     w.section("state", state.data(), state.size_bytes());
     if (!momentum.empty()) w.section("momentum", momentum.data(), momentum.size_bytes());
+    if (!moment2.empty()) w.section("moment2", moment2.data(), moment2.size_bytes());
     if (!rank_state.empty()) w.section("bn_ranks", rank_state.data(), rank_state.size_bytes());
     if (!ema.empty()) w.section("ema", ema.data(), ema.size_bytes());
     if (!ema_rank_state.empty()) w.section("ema_bnr", ema_rank_state.data(), ema_rank_state.size_bytes());
@@ -263,6 +264,8 @@ Checkpoint checkpoint_read(const std::string& path) {
     } else if (t == "momentum") {
       floats(ck.momentum);
       seen_mom = true;
+    } else if (t == "moment2") {
+      floats(ck.moment2);
     } else if (t == "bn_ranks") {
       floats(ck.rank_state);
     } else if (t == "ema") {
@@ -280,6 +283,7 @@ Checkpoint checkpoint_read(const std::string& path) {
   // Without momentum it is a weights file (tools/torch_weights.py import): started from, never resumed.
   ck.weights_only = !seen_mom;
   if (ck.params.size() != ck.meta.model.grad_elems || (seen_mom && ck.momentum.size() != ck.params.size()) ||
+      (!ck.moment2.empty() && (!seen_mom || ck.moment2.size() != ck.params.size())) ||
       ck.state.size() != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
   // Each rank's own statistics: one set per rank that wrote the file.

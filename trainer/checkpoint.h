@@ -24,7 +24,9 @@
 //   "config"    the run's resolved configuration as YAML text (config_to_yaml)
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
-//   "momentum"  the optimizer's momentum buffer, f32, laid out like "params"
+//   "momentum"  the optimizer's momentum buffer, f32, laid out like "params" (AdamW's and LAMB's
+//               first moment)
+//   "moment2"   optional (optimizer.kind adamw, lamb): their second moment, laid out the same
 //   "bn_ranks"  optional (runs of 2 or more ranks): each rank's own BN running statistics, f32,
 //               world x state_elems values, rank 0's first. Ranks keep their own statistics while
 //               training (each normalises its own batches); a resume on the same ranks continues
@@ -93,6 +95,7 @@ struct Checkpoint {
   CheckpointMeta meta;
   std::string config_yaml;
   std::vector<float> params, state, momentum;
+  std::vector<float> moment2;           // "moment2", or empty
   std::vector<float> rank_state;        // "bn_ranks", or empty
   std::vector<float> ema;               // "ema" (params then state), or empty
   std::vector<float> ema_rank_state;    // "ema_bnr", or empty
@@ -133,7 +136,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state = {},
                       std::span<const CheckpointTensor> layout = {}, std::span<const float> ema = {},
-                      std::span<const float> ema_rank_state = {});
+                      std::span<const float> ema_rank_state = {}, std::span<const float> moment2 = {});
 
 // Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
 // naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).

@@ -53,6 +53,7 @@ void config_fields(C& c, V&& v) {
   v("data.generate.val_per_class", c.generate.val_per_class);
   v("data.generate.size", c.generate.size);
   v("data.generate.seed", c.generate.seed);
+  v("optimizer.kind", c.optimizer.sgd.kind);
   v("optimizer.lr", c.optimizer.lr);
   v("optimizer.momentum", c.optimizer.sgd.momentum);
   v("optimizer.nesterov", c.optimizer.sgd.nesterov);
@@ -63,6 +64,9 @@ void config_fields(C& c, V&& v) {
   v("optimizer.lars_eps", c.optimizer.sgd.lars_eps);
   v("optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars_exclude_bn_and_bias);
   v("optimizer.freeze", c.optimizer.sgd.freeze);
+  v("optimizer.beta1", c.optimizer.sgd.beta1);
+  v("optimizer.beta2", c.optimizer.sgd.beta2);
+  v("optimizer.eps", c.optimizer.sgd.eps);
   v("schedule.kind", c.schedule.kind);
   v("schedule.warmup_epochs", c.schedule.warmup_epochs);
   v("schedule.warmup_start_factor", c.schedule.warmup_start_factor);
@@ -216,6 +220,15 @@ void read_value(const YAML::Node& n, data::AutoAugment& f, const std::string& at
     throw ConfigError(str_cat(at, ": key '", k, "': ", e.what()));
   }
 }
+void read_value(const YAML::Node& n, OptimizerKind& f, const std::string& at, const std::string& k) {
+  const std::string s = scalar_as<std::string>(n, at, k, "sgd, adamw or lamb");
+  for (OptimizerKind o : {OptimizerKind::sgd, OptimizerKind::adamw, OptimizerKind::lamb})
+    if (s == optimizer_kind_name(o)) {
+      f = o;
+      return;
+    }
+  throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not sgd, adamw or lamb"));
+}
 void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, const std::string& k) {
   std::string s = scalar_as<std::string>(n, at, k, "a schedule kind");
   try {
@@ -248,6 +261,7 @@ YAML::Node to_node(uint64_t f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
+YAML::Node to_node(OptimizerKind f) { return YAML::Node(optimizer_kind_name(f)); }
 YAML::Node to_node(data::AutoAugment f) { return YAML::Node(data::auto_augment_name(f)); }
 YAML::Node to_node(data::Output f) { return YAML::Node(f == data::Output::u8 ? "u8" : "float"); }
 template <class V>

@@ -24,6 +24,7 @@ struct LoadedMeta {
   int64_t own_ema = 0;    // 1: ... with each rank's own statistics' average
   double best_top1 = 0;   // the run's best validation top-1 so far and its step
   int64_t best_step = 0;
+  int64_t moment2 = 0;    // 1: the file holds AdamW's or LAMB's second moment, taken up
 };
 
 }  // namespace
@@ -64,7 +65,7 @@ void Trainer::save_checkpoint() {
     HostView<float> params = arena.host_params();
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
-                       checkpoint_layout(arena), ema, ema_rank_state);
+                       checkpoint_layout(arena), ema, ema_rank_state, opt_->second_moment());
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -93,7 +94,8 @@ void Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
-  std::vector<float> momentum(opt_->size()), rank_state, ema, ema_rank_state;
+  std::vector<float> momentum(opt_->size()), rank_state, ema, ema_rank_state, moment2;
+  const bool wants_moment2 = !opt_->second_moment().empty();
   if (rank_ == 0) {
     Checkpoint ck = checkpoint_read(path);
     if (ck.weights_only)
@@ -126,9 +128,20 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
                          shape(m.world, m.batch, m.accumulate),
                          ": the same samples per step; every rank starts from the ranks' average BN statistics"));
     }
+    // The optimizer's state is of its kind: Adam's two moments are no SGD momentum, nor the reverse.
+    if (for_training && wants_moment2 != !ck.moment2.empty())
+      throw CheckpointError(str_cat(
+          path, ": written by a run whose optimizer ", ck.moment2.empty() ? "kept no" : "kept a",
+          " second moment (", ck.moment2.empty() ? "sgd" : "adamw or lamb", "); this run's optimizer.kind is ",
+          optimizer_kind_name(cfg_.optimizer.sgd.kind), " (resume with the optimizer it was written with, "
+          "or start a new run from its weights: --weights)"));
     arena.params_from_host(ck.params);
     arena.state_from_host(ck.state);
     momentum = std::move(ck.momentum);
+    if (wants_moment2 && !ck.moment2.empty()) {
+      lm.moment2 = 1;
+      moment2 = std::move(ck.moment2);
+    }
     lm.step = m.step;
     lm.optimizer_steps = m.optimizer_steps;
     lm.loss_scale = m.loss_scale;
@@ -166,6 +179,11 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   else if (has_ema() && for_training) ema_start();
   else ema_stop();  // --eval of a file without one: the model's figures alone
   opt_->restore(momentum, lm.optimizer_steps);
+  if (lm.moment2) {
+    moment2.resize(opt_->size());
+    ctl_comm_->broadcast(moment2.data(), moment2.size(), DType::f32, 0);
+    opt_->restore_second_moment(moment2);
+  }
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
   if (for_training) {  // a resumed run goes on beating the record it had, not its own first figure
     best_top1_ = lm.best_top1;

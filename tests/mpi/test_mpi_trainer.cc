@@ -26,6 +26,7 @@
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
+#include "tests/error_of.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
 #include "trainer/checkpoint.h"
@@ -457,10 +458,17 @@ void use_augmented_images(Config& c, const std::string& root, int rank) {
 // resumed with --resume auto.
 // mix: train.mixup and train.cutmix both (each batch draws one of them).
 // images: decoded and augmented images (use_augmented_images), whose draws must be made again too.
+// kind: AdamW and LAMB keep a second moment, which the checkpoint carries too (and a run of
+// another optimizer.kind refuses to resume from it).
 void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
-                        double ema = 0, bool images = false) {
-  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images);
+                        double ema = 0, bool images = false, OptimizerKind kind = OptimizerKind::sgd) {
+  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images, "_", int(kind));
+  auto optimizer = [&](Config& c) {
+    c.optimizer.sgd.kind = kind;
+    if (kind != OptimizerKind::sgd) c.optimizer.lr = 0.256;  // base lr 0.004 at 4 images a step
+  };
   Config a = tiny(dir + "/straight" + tag);
+  optimizer(a);
   a.train.accumulate = passes;
   a.train.mixup = a.train.cutmix = mix;
   a.train.ema = ema;
@@ -469,6 +477,7 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
   Config b = tiny(dir + "/resumed" + tag);
+  optimizer(b);
   b.train.accumulate = passes;
   b.train.mixup = b.train.cutmix = mix;
   b.train.ema = ema;
@@ -479,6 +488,17 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
     tb.train();
   }
   b.train.steps = 0;
+  if (kind != OptimizerKind::sgd && t.rank() == 0) {
+    // The file's optimizer state is Adam's: plain SGD refuses it. One rank alone (the error is
+    // rank 0's, before any collective), at the same global batch.
+    Config other = b;
+    other.optimizer.sgd.kind = OptimizerKind::sgd;
+    other.optimizer.lr = 6.4;
+    other.train.batch *= t.size();
+    const std::string e = rt_test::error_of([&] { Trainer(other, MPI_COMM_SELF).resume("auto"); });
+    MPI_EXPECT(t, e.find("kept a second moment (adamw or lamb); this run's optimizer.kind is sgd") != std::string::npos,
+               "resuming an Adam checkpoint with SGD: '", e, "'");
+  }
   Trainer tb(b);
   const std::string loaded = tb.resume("auto");
   MPI_EXPECT(t, tb.step() == stop, "resumed at step ", tb.step(), " from '", loaded, "'");
@@ -488,6 +508,10 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
              "resume after step ", stop, " is not bitwise exact");
   auto ma = ta.optimizer().momentum(), mb = tb.optimizer().momentum();
   MPI_EXPECT(t, std::memcmp(ma.data(), mb.data(), ma.size_bytes()) == 0, "momentum differs after resume");
+  auto va = ta.optimizer().second_moment(), vb = tb.optimizer().second_moment();
+  MPI_EXPECT(t, va.size() == vb.size() && (kind == OptimizerKind::sgd) == va.empty() &&
+                    std::memcmp(va.data(), vb.data(), va.size_bytes()) == 0,
+             "second moment differs after resume (", va.size(), " and ", vb.size(), " values)");
   // Each rank's own BN statistics too, though the resumed run checkpointed (and so averaged them
   // over the ranks for the file) at a step where the straight run did not.
   auto sa = ta.net().arena().state(), sb = tb.net().arena().state();
@@ -898,6 +922,8 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true, 2);
     check_exact_resume(t, dir, true, 2, 0.4, 0.9);  // mixup's and CutMix's draws made again, the average kept
     check_exact_resume(t, dir, true, 1, 0, 0, true);  // RandAugment's and random erasing's draws made again
+    check_exact_resume(t, dir, true, 1, 0, 0, false, rt::OptimizerKind::adamw);
+    check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::lamb);
     check_ema(t, dir);
     check_ema(t, dir, 2);
     check_eval_size(t, dir);
