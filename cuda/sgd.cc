@@ -5,6 +5,7 @@
 
 #include "cuda/check.h"
 #include "cuda/sgd_plan.h"
+#include "nn/adam.h"
 
 namespace rt::cuda {
 
@@ -16,6 +17,10 @@ DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_
   segments_.upload(segs.data(), segs.size() * sizeof(SgdSegment));
   momentum_ = DeviceBuffer(size_ * sizeof(float));
   momentum_.zero();
+  if (has_second_moment()) {
+    second_ = DeviceBuffer(size_ * sizeof(float));
+    second_.zero();
+  }
   const std::vector<LarsTensor> lars = lars_tensors(layout, cfg_);
   if (!lars.empty()) {
     num_lars_ = uint32_t(lars.size());
@@ -48,6 +53,14 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   a.segment_scale = segment_scale_.as<float>();
   a.lars_trust = cfg_.lars_trust;
   a.lars_eps = cfg_.lars_eps;
+  if (has_second_moment()) {
+    const AdamScalars<float> s(cfg_, steps_ + 1, lr);
+    a.adam = cfg_.kind == OptimizerKind::adamw ? 1 : 2;
+    a.second = second_.as<float>();
+    a.lr_d = lr;
+    a.w1 = s.w1, a.b2 = s.b2, a.w2 = s.w2, a.bc1 = s.bc1, a.bc2_root = s.bc2_root, a.eps = s.eps;
+    a.step_size = s.step_size;
+  }
   sgd_step_launch(a, stream);
   ++steps_;
 }
@@ -59,6 +72,17 @@ void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
   if (steps < 0) throw Error(str_cat("cuda sgd: restoring a negative step count ", steps));
   momentum_.upload(host_momentum, n * sizeof(float));
   steps_ = steps;
+}
+
+void DeviceSgd::restore_second_moment(const float* host, size_t n) {
+  if (!has_second_moment()) {
+    if (n == 0) return;
+    throw Error("cuda sgd: restoring a second moment into an optimizer without one (sgd)");
+  }
+  if (n != size_)
+    throw Error(str_cat("cuda ", optimizer_kind_name(cfg_.kind), ": restoring a second moment of ", n,
+                        " elements into an optimizer of ", size_));
+  second_.upload(host, n * sizeof(float));
 }
 
 std::vector<double> DeviceSgd::lars_segment_sums() const {
@@ -80,6 +104,24 @@ std::span<const float> DeviceSgdOptimizer::momentum() const {
 void DeviceSgdOptimizer::restore(std::span<const float> momentum, int64_t steps) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // no queued step may run over the restored state
   sgd_.restore(momentum.data(), momentum.size(), steps);
+}
+
+}  // namespace rt::cuda
+
+namespace rt::cuda {
+
+std::span<const float> DeviceSgdOptimizer::second_moment() const {
+  if (!sgd_.has_second_moment()) return {};
+  host_second_.resize(sgd_.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(host_second_.data(), const_cast<DeviceSgd&>(sgd_).second_moment(),
+                        host_second_.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return {host_second_.data(), host_second_.size()};
+}
+
+void DeviceSgdOptimizer::restore_second_moment(std::span<const float> v) {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  sgd_.restore_second_moment(v.data(), v.size());
 }
 
 }  // namespace rt::cuda

@@ -1,5 +1,5 @@
 // The fused SGD update: one block per segment, one pass over params, grads and momentum; with
-// LARS, two small passes before it for the trust ratios.
+// LARS, two small passes before it for the trust ratios. AdamW in one pass too; LAMB in three.
 #include "cuda/check.h"
 #include "cuda/launch.h"
 #include "cuda/sgd_kernel.h"
@@ -84,9 +84,123 @@ void launch(const SgdStepArgs& a, uint64_t first, uint32_t n, cudaStream_t strea
   else launch<First, Nesterov, false>(a, first, n, stream);
 }
 
+// Adam's moments moved to g (in place); returns √v / √(1 − β2^t) + eps. adam.cc's moments().
+__device__ inline float adam_moments(float g, float& m, float& v, const SgdStepArgs& a) {
+  m = __fadd_rn(m, __fmul_rn(a.w1, __fsub_rn(g, m)));
+  v = __fadd_rn(__fmul_rn(a.b2, v), __fmul_rn(a.w2, __fmul_rn(g, g)));
+  return __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_root), a.eps);
+}
+
+// LAMB's direction from moved moments: adam.cc's lamb_direction().
+__device__ inline float lamb_direction(float p, float m, float den, float wd, const SgdStepArgs& a) {
+  return __fadd_rn(__fdiv_rn(__fdiv_rn(m, a.bc1), den), __fmul_rn(wd, p));
+}
+
+// AdamW: one block per segment, one pass (adam.cc's adamw_chunk).
+__global__ void adamw_kernel(SgdStepArgs a) {
+  const SgdSegment s = a.segments[blockIdx.x];
+  const float decay = float(lars_add(1.0, -lars_mul(a.lr_d, double(s.weight_decay))));
+  for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
+    const uint64_t i = s.begin + k;
+    const float q = __fmul_rn(a.params[i], decay);
+    float m = a.momentum[i], v = a.second[i];
+    const float den = adam_moments(a.grads[i], m, v, a);
+    a.momentum[i] = m;
+    a.second[i] = v;
+    a.params[i] = __fsub_rn(q, __fmul_rn(a.step_size, __fdiv_rn(m, den)));
+  }
+}
+
+// LAMB, first pass: a warp per segment moves every element's moments (each element is one lane's)
+// and sums Σp² and Σu² in the order of lars_sums_kernel (adam.cc: lars_chunk_squares over p, u).
+__global__ void lamb_sums_kernel(SgdStepArgs a) {
+  const uint64_t j = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLarsLanes;
+  const uint32_t lane = threadIdx.x % kLarsLanes;
+  if (j >= a.num_segments) return;
+  const SgdSegment s = a.segments[j];
+  double w = 0, u2 = 0;
+  for (uint32_t k = lane; k < s.count; k += kLarsLanes) {
+    const uint64_t i = s.begin + k;
+    float m = a.momentum[i], v = a.second[i];
+    const float den = adam_moments(a.grads[i], m, v, a);
+    a.momentum[i] = m;
+    a.second[i] = v;
+    const float p = a.params[i], u = lamb_direction(p, m, den, s.weight_decay, a);
+    w = lars_add(w, lars_mul(double(p), double(p)));
+    u2 = lars_add(u2, lars_mul(double(u), double(u)));
+  }
+  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2) {
+    w = lars_add(w, __shfl_xor_sync(0xffffffffu, w, off));
+    u2 = lars_add(u2, __shfl_xor_sync(0xffffffffu, u2, off));
+  }
+  if (lane == 0) {
+    a.lars_sums[2 * j] = w;
+    a.lars_sums[2 * j + 1] = u2;
+  }
+}
+
+// LAMB, second pass: a thread per scaled tensor, its ratio ‖p‖ / ‖u‖ (1 where a norm is 0).
+__global__ void lamb_scale_kernel(const LarsTensor* __restrict__ t, uint32_t n, const double* __restrict__ sums,
+                                  float* __restrict__ scale) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const LarsTensor x = t[i];
+  double w2 = 0, u2 = 0;
+  for (uint32_t j = x.first_segment; j < x.first_segment + x.num_segments; ++j) {
+    w2 = lars_add(w2, sums[2 * j]);
+    u2 = lars_add(u2, sums[2 * j + 1]);
+  }
+  const double wn = __dsqrt_rn(w2), un = __dsqrt_rn(u2);
+  const float s = wn > 0 && un > 0 ? float(__ddiv_rn(wn, un)) : 1.0f;
+  for (uint32_t j = x.first_segment; j < x.first_segment + x.num_segments; ++j) scale[j] = s;
+}
+
+// LAMB, the update: the direction again from the moved moments, scaled by the segment's ratio.
+__global__ void lamb_apply_kernel(SgdStepArgs a) {
+  const SgdSegment s = a.segments[blockIdx.x];
+  const float ratio = a.segment_scale[blockIdx.x];
+  for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
+    const uint64_t i = s.begin + k;
+    const float v = a.second[i], p = a.params[i];
+    const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_root), a.eps);
+    a.params[i] = __fsub_rn(p, __fmul_rn(a.lr, __fmul_rn(ratio, lamb_direction(p, a.momentum[i], den, s.weight_decay, a))));
+  }
+}
+
+void adam_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
+  constexpr uint64_t kMaxGrid = (uint64_t{1} << 31) - 1;
+  if (a.adam == 2) {
+    constexpr uint64_t kPerBlock = kThreads / kLarsLanes;
+    const uint64_t blocks = (a.num_segments + kPerBlock - 1) / kPerBlock;
+    if (blocks > 0) {
+      lamb_sums_kernel<<<uint32_t(blocks), kThreads, 0, stream>>>(a);
+      CUDA_CHECK_LAUNCH();
+    }
+    if (a.num_lars > 0) {
+      lamb_scale_kernel<<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(a.lars, a.num_lars,
+                                                                                           a.lars_sums, a.segment_scale);
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  // Block b of a launch reads segment b: each piece of the grid gets its segments' slice.
+  for (uint64_t first = 0; first < a.num_segments; first += kMaxGrid) {
+    const uint32_t n = uint32_t(a.num_segments - first < kMaxGrid ? a.num_segments - first : kMaxGrid);
+    SgdStepArgs piece = a;
+    piece.segments = a.segments + first;
+    if (a.segment_scale) piece.segment_scale = a.segment_scale + first;
+    if (a.adam == 2) lamb_apply_kernel<<<n, kThreads, 0, stream>>>(piece);
+    else adamw_kernel<<<n, kThreads, 0, stream>>>(piece);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
 }  // namespace
 
 void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
+  if (a.adam != 0) {
+    adam_step_launch(a, stream);
+    return;
+  }
   // gridDim.x allows 2^31 - 1 blocks; launch in pieces beyond that (2^43 elements: never, but
   // cheap to be right).
   constexpr uint64_t kMaxGrid = (uint64_t{1} << 31) - 1;

@@ -1,5 +1,6 @@
 // SGD with momentum, Nesterov, masked weight decay and LARS on the device: Sgd<float>'s semantics
-// and rounding (nn/optimizer.h) in one fused kernel over the flat arena (LARS adds two small ones).
+// and rounding (nn/optimizer.h) in one fused kernel over the flat arena (LARS adds two small ones);
+// AdamW and LAMB as Adam<float> (nn/adam.h) computes them, by optimizer.kind.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,12 +24,16 @@ class DeviceSgd {
   // asynchronous on stream. lr finite and >= 0 (throws rt::Error otherwise).
   void step(float* params, const float* grads, double lr, cudaStream_t stream);
 
-  // Momentum buffer on the device, laid out like the parameters (elements: size()).
+  // Momentum buffer on the device, laid out like the parameters (elements: size()); Adam's first
+  // moment; its second (nullptr for SGD).
   float* momentum() { return momentum_.as<float>(); }
+  float* second_moment() { return second_.as<float>(); }
+  bool has_second_moment() const { return cfg_.kind != OptimizerKind::sgd; }
   size_t size() const { return size_; }
   int64_t steps() const { return steps_; }
   // Restores state saved from the CPU optimizer or a checkpoint (host data, size() elements).
   void restore(const float* host_momentum, size_t n, int64_t steps);
+  void restore_second_moment(const float* host, size_t n);
   // Σp² and Σgrad² of every segment (sgd_segments' order, two each) as the last LARS step
   // summed them; empty without LARS. Waits for the device. For tests.
   std::vector<double> lars_segment_sums() const;
@@ -37,7 +42,7 @@ class DeviceSgd {
   SgdConfig cfg_;
   size_t size_ = 0;
   uint64_t num_segments_ = 0;
-  DeviceBuffer segments_, momentum_;
+  DeviceBuffer segments_, momentum_, second_;
   uint32_t num_lars_ = 0;
   DeviceBuffer lars_, lars_sums_, segment_scale_;
   int64_t steps_ = 0;
@@ -56,11 +61,13 @@ class DeviceSgdOptimizer final : public Optimizer<float> {
   int64_t steps() const override { return sgd_.steps(); }
   void restore(std::span<const float> momentum, int64_t steps) override;
   size_t size() const override { return sgd_.size(); }
+  std::span<const float> second_moment() const override;
+  void restore_second_moment(std::span<const float> v) override;
 
  private:
   DeviceSgd sgd_;
   cudaStream_t stream_;
-  mutable std::vector<float> host_;  // momentum() copies
+  mutable std::vector<float> host_, host_second_;  // momentum() and second_moment() copies
 };
 
 }  // namespace rt::cuda

@@ -1,4 +1,5 @@
-// The fused SGD step over the flat parameter arena on the device (C++17-clean: nvcc includes it).
+// The fused optimizer step (SGD, AdamW, LAMB) over the flat parameter arena on the device
+// (C++17-clean: nvcc includes it).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,10 +26,18 @@ struct SgdStepArgs {
   double* lars_sums = nullptr;       // 2 per segment
   float* segment_scale = nullptr;    // 1 per segment
   double lars_trust = 0, lars_eps = 0;
+  // AdamW (adam 1) and LAMB (adam 2), nn/adam.h's update: `momentum` is the first moment,
+  // `second` the second; LAMB's trust ratios go through lars, lars_sums and segment_scale as
+  // LARS's do. The scalars are AdamScalars<float>'s; lr_d is lr unrounded (AdamW's 1 − lr·wd).
+  uint8_t adam = 0;
+  float* second = nullptr;
+  double lr_d = 0;
+  float w1 = 0, b2 = 0, w2 = 0, bc1 = 0, bc2_root = 0, eps = 0, step_size = 0;
 };
 
-// One update, asynchronously on stream; see Sgd<T> in nn/optimizer.h for the arithmetic. With
-// LARS, two small kernels first compute the trust ratios (cuda/lars.h).
+// One update, asynchronously on stream; see Sgd<T> in nn/optimizer.h and Adam<T> in nn/adam.h
+// for the arithmetic. With LARS, two small kernels first compute the trust ratios (cuda/lars.h);
+// LAMB runs three: moments and norms, ratios, the update.
 void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream);
 
 }  // namespace rt::cuda

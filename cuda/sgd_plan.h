@@ -15,7 +15,7 @@ namespace rt::cuda {
 // A tensor's weight decay as Sgd<float> applies it: 0 for BN and bias when decay_bn_and_bias is
 // false.
 inline float sgd_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
-  return param_is_bn_or_bias(p.kind) && !cfg.decay_bn_and_bias ? 0.0f : float(cfg.weight_decay);
+  return float(optimizer_weight_decay(p, cfg));
 }
 
 // Segments of at most max_elems elements covering exactly [offset, offset + count) of every
@@ -43,13 +43,13 @@ inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout
   return segs;
 }
 
-// The tensors LARS scales (none without cfg.lars; BN and bias only when not excluded), each with
-// its run of sgd_segments(layout, cfg, max_elems).
+// The tensors LARS (or LAMB) scales by a trust ratio (none for plain SGD and AdamW; BN and bias
+// only when not excluded), each with its run of sgd_segments(layout, cfg, max_elems).
 inline std::vector<LarsTensor> lars_tensors(const std::vector<ParamInfo>& layout,
                                             const SgdConfig& cfg,
                                             uint32_t max_elems = kSgdSegmentElems) {
   std::vector<LarsTensor> out;
-  if (!cfg.lars || max_elems == 0) return out;
+  if (!(cfg.lars || cfg.kind == OptimizerKind::lamb) || max_elems == 0) return out;
   uint32_t seg = 0;
   for (const ParamInfo& p : layout) {
     if (sgd_frozen(cfg, p.name)) continue;  // as sgd_segments: no segments of its own

@@ -10,33 +10,16 @@ namespace rt {
 
 namespace {
 
-// The per-step scalars, each computed in double and rounded once.
-template <class T>
-struct Scalars {
-  T w1, b2, w2, bc1, bc2_root, eps, lr, step_size;
-  Scalars(const SgdConfig& c, int64_t t, double lr_) {
-    const double bc1_d = 1.0 - std::pow(c.beta1, double(t)), bc2_d = 1.0 - std::pow(c.beta2, double(t));
-    w1 = T(1.0 - c.beta1);
-    b2 = T(c.beta2);
-    w2 = T(1.0 - c.beta2);
-    bc1 = T(bc1_d);
-    bc2_root = T(std::sqrt(bc2_d));
-    eps = T(c.eps);
-    lr = T(lr_);
-    step_size = T(lr_ / bc1_d);
-  }
-};
-
 // m and v moved to g (in place); returns √v / √(1 − β2^t) + eps.
 template <class T>
-inline T moments(T g, T& m, T& v, const Scalars<T>& s) {
+inline T moments(T g, T& m, T& v, const AdamScalars<T>& s) {
   m = m + s.w1 * (g - m);
   v = s.b2 * v + s.w2 * (g * g);
   return std::sqrt(v) / s.bc2_root + s.eps;
 }
 
 template <class T>
-void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, const Scalars<T>& s) {
+void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, const AdamScalars<T>& s) {
   for (size_t i = 0; i < n; ++i) {
     const T q = p[i] * decay;
     T mi = m[i], vi = v[i];
@@ -49,7 +32,7 @@ void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, const Scalars<
 
 // LAMB's update direction from the moments already moved.
 template <class T>
-inline T lamb_direction(T p, T m, T v, T wd, const Scalars<T>& s) {
+inline T lamb_direction(T p, T m, T v, T wd, const AdamScalars<T>& s) {
   return (m / s.bc1) / (std::sqrt(v) / s.bc2_root + s.eps) + wd * p;
 }
 
@@ -77,7 +60,7 @@ template <class T>
 void Adam<T>::step(T* params, const T* grads, double lr) {
   if (!(lr >= 0) || !std::isfinite(lr))
     throw Error(str_cat(optimizer_kind_name(cfg_.kind), ": learning rate must be finite and >= 0, got ", lr));
-  const Scalars<T> s(cfg_, steps_ + 1, lr);
+  const AdamScalars<T> s(cfg_, steps_ + 1, lr);
   T* m = m_.data();
   T* v = v_.data();
   const int64_t nchunks = int64_t(chunks_.size());
@@ -85,7 +68,7 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; ++c) {
       const OptimizerChunk& ch = chunks_[size_t(c)];
-      const T decay = T(1.0 - lr * double(decay_[ch.tensor]));
+      const T decay = adamw_decay(lr, decay_[ch.tensor]);
       adamw_chunk(params + ch.begin, grads + ch.begin, m + ch.begin, v + ch.begin, ch.end - ch.begin, decay, s);
     }
     ++steps_;

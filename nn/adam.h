@@ -15,12 +15,40 @@
 // results are the same for any thread count, and the device's. Scalars (1 − lr·wd, lr / (1 −
 // β1^t), √(1 − β2^t)) are computed in double and rounded once to T.
 #pragma once
+#include <cmath>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "nn/optimizer.h"
 
 namespace rt {
+
+// The per-step scalars of step t (1-based), each computed in double and rounded once to T; the
+// device optimizer takes the same ones.
+template <class T>
+struct AdamScalars {
+  T w1, b2, w2;       // 1 − β1, β2, 1 − β2
+  T bc1, bc2_root;    // 1 − β1^t, √(1 − β2^t)
+  T eps, lr;
+  T step_size;        // lr / (1 − β1^t)
+  AdamScalars(const SgdConfig& c, int64_t t, double lr_in) {
+    const double bc1_d = 1.0 - std::pow(c.beta1, double(t)), bc2_d = 1.0 - std::pow(c.beta2, double(t));
+    w1 = T(1.0 - c.beta1);
+    b2 = T(c.beta2);
+    w2 = T(1.0 - c.beta2);
+    bc1 = T(bc1_d);
+    bc2_root = T(std::sqrt(bc2_d));
+    eps = T(c.eps);
+    lr = T(lr_in);
+    step_size = T(lr_in / bc1_d);
+  }
+};
+// AdamW's per-tensor factor 1 − lr·wd, in double, rounded once.
+template <class T>
+T adamw_decay(double lr, T weight_decay) {
+  return T(1.0 - lr * double(weight_decay));
+}
 
 template <class T>
 class Adam final : public Optimizer<T> {

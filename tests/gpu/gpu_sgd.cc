@@ -1,12 +1,13 @@
-// The device SGD step against Sgd<float> over several steps: equal bit for bit (both sides round
-// every operation separately), padding untouched, no allocation per step; LARS's sums in a warp's
-// order.
+// The device SGD step against Sgd<float> (AdamW and LAMB against Adam<float>) over several steps:
+// equal bit for bit (both sides round every operation separately), padding untouched, no
+// allocation per step; LARS's sums in a warp's order.
 #include <cstring>
 #include <random>
 
 #include "cuda/check.h"
 #include "cuda/sgd.h"
 #include "cuda/sgd_plan.h"
+#include "nn/adam.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace rt::cuda {
@@ -46,7 +47,8 @@ void expect_same_bits(const std::vector<float>& got, const Buffer<float>& want, 
 
 void run_against_cpu(SgdConfig cfg) {
   const auto layout = mixed_layout();
-  Sgd<float> cpu(layout, cfg);
+  auto cpu_opt = make_host_optimizer<float>(layout, cfg);
+  Optimizer<float>& cpu = *cpu_opt;
   const size_t n = cpu.size();
   Buffer<float> params(n), grads(n);
   std::mt19937 g(11);
@@ -74,6 +76,12 @@ void run_against_cpu(SgdConfig cfg) {
     Buffer<float> cpu_mom(n);
     std::memcpy(cpu_mom.data(), cpu.momentum().data(), n * 4);
     expect_same_bits(mom, cpu_mom, "momentum", step);
+    ASSERT_EQ(dev.has_second_moment(), !cpu.second_moment().empty());
+    if (dev.has_second_moment()) {
+      CUDA_CHECK(cudaMemcpy(mom.data(), dev.second_moment(), n * 4, cudaMemcpyDeviceToHost));
+      std::memcpy(cpu_mom.data(), cpu.second_moment().data(), n * 4);
+      expect_same_bits(mom, cpu_mom, "second moment", step);
+    }
   }
   const AllocStats after = alloc_stats();
   EXPECT_EQ(after.device_allocs, before.device_allocs) << "a step allocated device memory";
@@ -99,6 +107,32 @@ TEST(GpuSgd, PlainSgdMatchesCpu) {
   SgdConfig cfg;
   cfg.momentum = 0;
   cfg.weight_decay = 0;
+  run_against_cpu(cfg);
+}
+
+// AdamW and LAMB (nn/adam.h) as the host computes them, bit for bit: BN and bias without decay
+// (and, for LAMB, without a trust ratio), one tensor frozen, a tensor over several segments.
+TEST(GpuSgd, AdamWMatchesCpu) {
+  RT_REQUIRE_GPU();
+  SgdConfig cfg;
+  cfg.kind = OptimizerKind::adamw;
+  cfg.weight_decay = 0.05;
+  cfg.decay_bn_and_bias = false;
+  cfg.freeze = {"p3"};
+  run_against_cpu(cfg);
+}
+
+TEST(GpuSgd, LambMatchesCpu) {
+  RT_REQUIRE_GPU();
+  SgdConfig cfg;
+  cfg.kind = OptimizerKind::lamb;
+  cfg.weight_decay = 0.02;
+  cfg.decay_bn_and_bias = false;
+  cfg.beta2 = 0.98;
+  cfg.eps = 1e-6;
+  cfg.freeze = {"p3"};
+  run_against_cpu(cfg);
+  cfg.lars_exclude_bn_and_bias = false;  // every tensor scaled
   run_against_cpu(cfg);
 }
 
@@ -138,6 +172,12 @@ TEST(GpuSgd, RestoreAndBadLearningRate) {
   EXPECT_EQ(dev.steps(), 3);
   EXPECT_THROW(dev.restore(mom.data(), mom.size() - 1, 3), Error);
   EXPECT_THROW(dev.step(nullptr, nullptr, -1.0, nullptr), Error);
+  EXPECT_THROW(dev.restore_second_moment(mom.data(), mom.size()), Error);  // SGD has none
+  SgdConfig adamw;
+  adamw.kind = OptimizerKind::adamw;
+  DeviceSgd adam(mixed_layout(), adamw);
+  EXPECT_NO_THROW(adam.restore_second_moment(mom.data(), mom.size()));
+  EXPECT_THROW(adam.restore_second_moment(mom.data(), mom.size() - 1), Error);
 }
 
 }  // namespace

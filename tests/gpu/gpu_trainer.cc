@@ -149,6 +149,12 @@ TEST(GpuTrainer, MixupMatchesCpu) {
   expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set train.mixup=0.4 --set train.cutmix=1 --set data.output=u8");
 }
 
+// LAMB (and so AdamW's moments) through the trainer: the device optimizer's second moment, its
+// trust ratios and the staged gradients give the CPU run's losses.
+TEST(GpuTrainer, LambMatchesCpu) {
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set optimizer.kind=lamb --set optimizer.lr=0.16");
+}
+
 // The direct path end to end (MPI reads the device buffers, our kernels reduce them there). It
 // needs an MPI that takes device pointers, declared with RINGTRAIN_MPI_CUDA_AWARE=1 where the
 // library cannot say so itself; on the emulator, whose device memory is host memory, any MPI does.
