@@ -270,12 +270,12 @@ TEST(GpuTrainer, EvaluationAtItsOwnSideMatchesCpu) {
   }
 }
 
-// Deterministic and exactly resumable on the device: 2 ranks in fp16 with dynamic loss scaling
-// (its scale grows after 3 good steps, so at the stop it is part-way to growing) and
+// Deterministic and exactly resumable on the device: 2 ranks of AdamW in fp16 with dynamic loss
+// scaling (its scale grows after 3 good steps, so at the stop it is part-way to growing) and
 // cuda.deterministic (deterministic cuDNN algorithms chosen by heuristics, as timing could choose
 // others next run; our kernels and the ring reduce in a fixed order). A run of 4 steps, and the
 // same job stopped after step 2 and continued by --resume auto in a new process, must end in the
-// same state bit for bit: in the final checkpoints, parameters, momentum, the ranks' own BN
+// same state bit for bit: in the final checkpoints, parameters, both moments, the ranks' own BN
 // statistics and their average, the weights' moving average (train.ema, kept on the device),
 // step, data position, loss scale and its good-step count. Only the resumed run evaluates at its
 // end (the model, then its average), which must then have left the state alone. Its checkpoint,
@@ -283,7 +283,8 @@ TEST(GpuTrainer, EvaluationAtItsOwnSideMatchesCpu) {
 // losses within fp16's tolerance.
 TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   RT_REQUIRE_GPU();
-  const std::string job = "cuda: {deterministic: true}\nloss_scale: {mode: dynamic, init: 1024, growth_interval: 3}\n";
+  const std::string job = "cuda: {deterministic: true}\nloss_scale: {mode: dynamic, init: 1024, growth_interval: 3}\n"
+                          "optimizer: {kind: adamw, lr: 0.32}\n";
   const std::string ema = " --set train.ema=0.9";
   const std::string no_eval = ema + " --set eval.every_epochs=0 --set eval.at_end=false";
   const std::string dir = run_dir("cuda-fp16_np2");
@@ -307,7 +308,9 @@ TEST(GpuTrainer, DeterministicRunsEndInTheSameStateWhenResumed) {
   EXPECT_EQ(got.rank_state.size(), 2 * got.state.size()) << "each rank's own BN statistics";
   const std::string differs = " differ from the uninterrupted run's, in " + resumed;
   EXPECT_TRUE(same_bits(got.params, want.params)) << "parameters" << differs;
-  EXPECT_TRUE(same_bits(got.momentum, want.momentum)) << "momenta" << differs;
+  EXPECT_TRUE(same_bits(got.momentum, want.momentum)) << "first moments" << differs;
+  EXPECT_EQ(got.moment2.size(), got.params.size()) << "AdamW's second moment in " << resumed;
+  EXPECT_TRUE(same_bits(got.moment2, want.moment2)) << "second moments" << differs;
   EXPECT_TRUE(same_bits(got.state, want.state)) << "averaged BN statistics" << differs;
   EXPECT_TRUE(same_bits(got.rank_state, want.rank_state)) << "the ranks' own BN statistics" << differs;
   EXPECT_FALSE(got.ema.empty()) << "no moving average in " << resumed;
