@@ -44,6 +44,7 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   a.segments = segments_.as<SgdSegment>();
   a.num_segments = num_segments_;
   a.lr = float(lr);
+  a.lr_d = lr;
   a.momentum_coef = float(cfg_.momentum);
   a.first = steps_ == 0;
   a.nesterov = cfg_.nesterov;
@@ -54,12 +55,11 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   a.lars_trust = cfg_.lars_trust;
   a.lars_eps = cfg_.lars_eps;
   if (has_second_moment()) {
-    const AdamScalars<float> s(cfg_, steps_ + 1, lr);
+    const AdamScalars<float> s(cfg_, steps_ + 1);
     a.adam = cfg_.kind == OptimizerKind::adamw ? 1 : 2;
     a.second = second_.as<float>();
-    a.lr_d = lr;
     a.w1 = s.w1, a.b2 = s.b2, a.w2 = s.w2, a.bc1 = s.bc1, a.bc2_root = s.bc2_root, a.eps = s.eps;
-    a.step_size = s.step_size;
+    a.bc1_d = s.bc1_d;
   }
   sgd_step_launch(a, stream);
   ++steps_;

@@ -55,9 +55,10 @@ __global__ void lars_scale_kernel(const LarsTensor* __restrict__ lars, uint32_t 
 template <bool First, bool Nesterov, bool Lars>
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ grad,
                            float* __restrict__ buf, const SgdSegment* __restrict__ segs,
-                           const float* __restrict__ segment_scale, float mu, float lr) {
+                           const float* __restrict__ segment_scale, float mu, double lr_d) {
   const SgdSegment s = segs[blockIdx.x];
   const float wd = s.weight_decay;
+  const float lr = float(lars_mul(lr_d, s.lr_mult));
   const float scale = Lars ? segment_scale[blockIdx.x] : 1.0f;
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
@@ -74,7 +75,7 @@ template <bool First, bool Nesterov, bool Lars>
 void launch(const SgdStepArgs& a, uint64_t first, uint32_t n, cudaStream_t stream) {
   sgd_kernel<First, Nesterov, Lars><<<n, kThreads, 0, stream>>>(
       a.params, a.grads, a.momentum, a.segments + first, Lars ? a.segment_scale + first : nullptr,
-      a.momentum_coef, a.lr);
+      a.momentum_coef, a.lr_d);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -99,7 +100,9 @@ __device__ inline float lamb_direction(float p, float m, float den, float wd, co
 // AdamW: one block per segment, one pass (adam.cc's adamw_chunk).
 __global__ void adamw_kernel(SgdStepArgs a) {
   const SgdSegment s = a.segments[blockIdx.x];
-  const float decay = float(lars_add(1.0, -lars_mul(a.lr_d, double(s.weight_decay))));
+  const double lr_t = lars_mul(a.lr_d, s.lr_mult);
+  const float decay = float(lars_add(1.0, -lars_mul(lr_t, double(s.weight_decay))));
+  const float step_size = float(__ddiv_rn(lr_t, a.bc1_d));
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
     const float q = __fmul_rn(a.params[i], decay);
@@ -107,7 +110,7 @@ __global__ void adamw_kernel(SgdStepArgs a) {
     const float den = adam_moments(a.grads[i], m, v, a);
     a.momentum[i] = m;
     a.second[i] = v;
-    a.params[i] = __fsub_rn(q, __fmul_rn(a.step_size, __fdiv_rn(m, den)));
+    a.params[i] = __fsub_rn(q, __fmul_rn(step_size, __fdiv_rn(m, den)));
   }
 }
 
@@ -159,11 +162,12 @@ __global__ void lamb_scale_kernel(const LarsTensor* __restrict__ t, uint32_t n, 
 __global__ void lamb_apply_kernel(SgdStepArgs a) {
   const SgdSegment s = a.segments[blockIdx.x];
   const float ratio = a.segment_scale[blockIdx.x];
+  const float lr = float(lars_mul(a.lr_d, s.lr_mult));
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
     const float v = a.second[i], p = a.params[i];
     const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_root), a.eps);
-    a.params[i] = __fsub_rn(p, __fmul_rn(a.lr, __fmul_rn(ratio, lamb_direction(p, a.momentum[i], den, s.weight_decay, a))));
+    a.params[i] = __fsub_rn(p, __fmul_rn(lr, __fmul_rn(ratio, lamb_direction(p, a.momentum[i], den, s.weight_decay, a))));
   }
 }
 

@@ -28,11 +28,13 @@ struct SgdStepArgs {
   double lars_trust = 0, lars_eps = 0;
   // AdamW (adam 1) and LAMB (adam 2), nn/adam.h's update: `momentum` is the first moment,
   // `second` the second; LAMB's trust ratios go through lars, lars_sums and segment_scale as
-  // LARS's do. The scalars are AdamScalars<float>'s; lr_d is lr unrounded (AdamW's 1 − lr·wd).
+  // LARS's do. The scalars are AdamScalars<float>'s.
   uint8_t adam = 0;
   float* second = nullptr;
+  float w1 = 0, b2 = 0, w2 = 0, bc1 = 0, bc2_root = 0, eps = 0;
+  double bc1_d = 0;  // 1 − β1^t unrounded (AdamW's step size lr_t / bc1_d)
+  // lr unrounded: each segment's rate is lr_d · its lr_mult, rounded once (lr is the plain one).
   double lr_d = 0;
-  float w1 = 0, b2 = 0, w2 = 0, bc1 = 0, bc2_root = 0, eps = 0, step_size = 0;
 };
 
 // One update, asynchronously on stream; see Sgd<T> in nn/optimizer.h and Adam<T> in nn/adam.h

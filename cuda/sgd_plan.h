@@ -37,8 +37,9 @@ inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout
     end = p.offset + p.count;
     if (sgd_frozen(cfg, p.name)) continue;  // no segment: never read or written
     const float wd = sgd_weight_decay(p, cfg);
+    const double mult = optimizer_lr_mult(cfg, p.name);
     for (size_t b = p.offset; b < end; b += max_elems)
-      segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd});
+      segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd, mult});
   }
   return segs;
 }

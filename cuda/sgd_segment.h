@@ -4,12 +4,14 @@
 
 namespace rt::cuda {
 
-// A contiguous piece of one parameter tensor with that tensor's weight decay: one thread block's
+// A contiguous piece of one parameter tensor with that tensor's weight decay and learning-rate
+// factor: one thread block's
 // work. Padding between tensors belongs to no segment and is never touched.
 struct SgdSegment {
   uint64_t begin = 0;  // element offset into params / grads / momentum
   uint32_t count = 0;  // elements (1 .. kSgdSegmentElems)
   float weight_decay = 0;
+  double lr_mult = 1;  // the tensor's learning-rate factor (optimizer.lr_mult)
 };
 // Elements per segment: a few per thread of a 256-thread block, so blocks are cheap to schedule
 // and a parameter tensor of any size becomes whole blocks.

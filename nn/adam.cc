@@ -19,14 +19,14 @@ inline T moments(T g, T& m, T& v, const AdamScalars<T>& s) {
 }
 
 template <class T>
-void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, const AdamScalars<T>& s) {
+void adamw_chunk(T* p, const T* g, T* m, T* v, size_t n, T decay, T step_size, const AdamScalars<T>& s) {
   for (size_t i = 0; i < n; ++i) {
     const T q = p[i] * decay;
     T mi = m[i], vi = v[i];
     const T den = moments(g[i], mi, vi, s);
     m[i] = mi;
     v[i] = vi;
-    p[i] = q - s.step_size * (mi / den);
+    p[i] = q - step_size * (mi / den);
   }
 }
 
@@ -46,6 +46,7 @@ Adam<T>::Adam(std::vector<ParamInfo> layout, SgdConfig cfg) : layout_(std::move(
   chunks_ = optimizer_chunks(layout_, cfg_, name);
   for (const ParamInfo& p : layout_) {
     decay_.push_back(T(optimizer_weight_decay(p, cfg_)));
+    lr_mult_.push_back(optimizer_lr_mult(cfg_, p.name));
     adapt_.push_back(cfg_.kind == OptimizerKind::lamb &&
                      !(param_is_bn_or_bias(p.kind) && cfg_.lars_exclude_bn_and_bias));
   }
@@ -60,7 +61,7 @@ template <class T>
 void Adam<T>::step(T* params, const T* grads, double lr) {
   if (!(lr >= 0) || !std::isfinite(lr))
     throw Error(str_cat(optimizer_kind_name(cfg_.kind), ": learning rate must be finite and >= 0, got ", lr));
-  const AdamScalars<T> s(cfg_, steps_ + 1, lr);
+  const AdamScalars<T> s(cfg_, steps_ + 1);
   T* m = m_.data();
   T* v = v_.data();
   const int64_t nchunks = int64_t(chunks_.size());
@@ -68,8 +69,9 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; ++c) {
       const OptimizerChunk& ch = chunks_[size_t(c)];
-      const T decay = adamw_decay(lr, decay_[ch.tensor]);
-      adamw_chunk(params + ch.begin, grads + ch.begin, m + ch.begin, v + ch.begin, ch.end - ch.begin, decay, s);
+      const double lr_t = lr * lr_mult_[ch.tensor];
+      adamw_chunk(params + ch.begin, grads + ch.begin, m + ch.begin, v + ch.begin, ch.end - ch.begin,
+                  adamw_decay(lr_t, decay_[ch.tensor]), adamw_step_size(lr_t, s), s);
     }
     ++steps_;
     return;
@@ -103,9 +105,9 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
 #pragma omp parallel for schedule(static) if (nchunks > 1)
   for (int64_t k = 0; k < nchunks; ++k) {
     const OptimizerChunk& ch = chunks_[size_t(k)];
-    const T wd = decay_[ch.tensor], ratio = T(trust_[ch.tensor]);
+    const T wd = decay_[ch.tensor], ratio = T(trust_[ch.tensor]), lr_t = T(lr * lr_mult_[ch.tensor]);
     for (size_t i = ch.begin; i < ch.end; ++i)
-      params[i] = params[i] - s.lr * (ratio * lamb_direction(params[i], m[i], v[i], wd, s));
+      params[i] = params[i] - lr_t * (ratio * lamb_direction(params[i], m[i], v[i], wd, s));
   }
   ++steps_;
 }

@@ -30,24 +30,28 @@ template <class T>
 struct AdamScalars {
   T w1, b2, w2;       // 1 − β1, β2, 1 − β2
   T bc1, bc2_root;    // 1 − β1^t, √(1 − β2^t)
-  T eps, lr;
-  T step_size;        // lr / (1 − β1^t)
-  AdamScalars(const SgdConfig& c, int64_t t, double lr_in) {
-    const double bc1_d = 1.0 - std::pow(c.beta1, double(t)), bc2_d = 1.0 - std::pow(c.beta2, double(t));
+  T eps;
+  double bc1_d;       // 1 − β1^t unrounded
+  AdamScalars(const SgdConfig& c, int64_t t) {
+    bc1_d = 1.0 - std::pow(c.beta1, double(t));
+    const double bc2_d = 1.0 - std::pow(c.beta2, double(t));
     w1 = T(1.0 - c.beta1);
     b2 = T(c.beta2);
     w2 = T(1.0 - c.beta2);
     bc1 = T(bc1_d);
     bc2_root = T(std::sqrt(bc2_d));
     eps = T(c.eps);
-    lr = T(lr_in);
-    step_size = T(lr_in / bc1_d);
   }
 };
-// AdamW's per-tensor factor 1 − lr·wd, in double, rounded once.
+// Per tensor, from its rate lr_t (the step's lr times its lr_mult, in double): AdamW's factor
+// 1 − lr_t·wd and step size lr_t / (1 − β1^t), each rounded once.
 template <class T>
-T adamw_decay(double lr, T weight_decay) {
-  return T(1.0 - lr * double(weight_decay));
+T adamw_decay(double lr_t, T weight_decay) {
+  return T(1.0 - lr_t * double(weight_decay));
+}
+template <class T>
+T adamw_step_size(double lr_t, const AdamScalars<T>& s) {
+  return T(lr_t / s.bc1_d);
 }
 
 template <class T>
@@ -71,6 +75,7 @@ class Adam final : public Optimizer<T> {
   SgdConfig cfg_;
   Buffer<T> m_, v_;
   std::vector<T> decay_;        // per tensor: wd, or 0 when excluded from decay
+  std::vector<double> lr_mult_; // per tensor: its learning-rate factor
   std::vector<char> adapt_;     // per tensor: LAMB scales it by its trust ratio
   std::vector<double> trust_;
   std::vector<OptimizerChunk> chunks_;

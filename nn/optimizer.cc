@@ -60,6 +60,9 @@ void sgd_validate(const SgdConfig& cfg) {
   // As in PyTorch: with μ = 0 the Nesterov form silently degenerates to plain SGD.
   if (cfg.nesterov && cfg.momentum == 0)
     throw Error("sgd: nesterov requires momentum > 0");
+  for (const auto& [entry, factor] : cfg.lr_mult)
+    if (!(factor >= 0) || !std::isfinite(factor) || entry.empty())
+      throw Error(str_cat("lr_mult: '", entry, "' must name tensors and have a finite factor >= 0, got ", factor));
   if (cfg.kind == OptimizerKind::sgd) return;
   const char* name = optimizer_kind_name(cfg.kind);
   for (auto [field, v] : {std::pair<const char*, double>{"beta1", cfg.beta1}, {"beta2", cfg.beta2}})
@@ -92,6 +95,19 @@ size_t optimizer_buffer_elems(const std::vector<ParamInfo>& layout, size_t elem_
   // Same size as the arena's buffers: each tensor's storage is rounded up to a cache line.
   const size_t align = std::max<size_t>(1, 64 / elem_bytes);
   return (end + align - 1) / align * align;
+}
+
+double optimizer_lr_mult(const SgdConfig& cfg, const std::string& name) {
+  double mult = 1;
+  size_t best = 0;
+  bool found = false;
+  for (const auto& [entry, factor] : cfg.lr_mult)
+    if (freeze_entry_matches(entry, name) && (!found || entry.size() > best)) {
+      mult = factor;
+      best = entry.size();
+      found = true;
+    }
+  return mult;
 }
 
 double optimizer_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
@@ -127,6 +143,7 @@ Sgd<T>::Sgd(std::vector<ParamInfo> layout, SgdConfig cfg)
   chunks_ = optimizer_chunks(layout_, cfg_, "sgd");
   for (const ParamInfo& p : layout_) {
     decay_.push_back(T(optimizer_weight_decay(p, cfg_)));
+    lr_mult_.push_back(optimizer_lr_mult(cfg_, p.name));
     lars_.push_back(cfg_.lars && !(param_is_bn_or_bias(p.kind) && cfg_.lars_exclude_bn_and_bias));
   }
   momentum_.resize(optimizer_buffer_elems(layout_, sizeof(T)));
@@ -168,7 +185,7 @@ void Sgd<T>::step(T* params, const T* grads, double lr) {
     throw Error(str_cat("sgd: learning rate must be finite and >= 0, got ", lr));
   if (cfg_.lars) compute_trust_ratios(params, grads);
   const bool first = steps_ == 0, nesterov = cfg_.nesterov;
-  const T mu = T(cfg_.momentum), tlr = T(lr);
+  const T mu = T(cfg_.momentum);
   T* buf = momentum_.data();
   const int64_t nchunks = int64_t(chunks_.size());
   // Waking the thread pool costs more than a single chunk's update.
@@ -176,7 +193,7 @@ void Sgd<T>::step(T* params, const T* grads, double lr) {
   for (int64_t c = 0; c < nchunks; ++c) {
     const OptimizerChunk& ch = chunks_[c];
     sgd_update<T>(first, nesterov, params + ch.begin, grads + ch.begin, buf + ch.begin,
-                  ch.end - ch.begin, decay_[ch.tensor], T(trust_[ch.tensor]), mu, tlr);
+                  ch.end - ch.begin, decay_[ch.tensor], T(trust_[ch.tensor]), mu, T(lr * lr_mult_[ch.tensor]));
   }
   ++steps_;
 }

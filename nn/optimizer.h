@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/arena.h"
@@ -33,6 +34,9 @@ struct SgdConfig {
   bool lars_exclude_bn_and_bias = true;  // BN γ/β and biases use the plain global lr
   std::vector<std::string> freeze;       // names (or prefixes at a '.': "layer1" is every
                                          //   layer1.* tensor) of tensors left as they are
+  // Per-tensor learning-rate factors (fine-tuning's new head at 10x, say): a name or prefix at
+  // a '.', as freeze, and its factor (>= 0); the longest matching entry wins, 1 where none does.
+  std::vector<std::pair<std::string, double>> lr_mult;
   double beta1 = 0.9, beta2 = 0.999;     // AdamW, LAMB: the moments' decay rates
   double eps = 1e-8;                     // AdamW, LAMB: added to the second moment's root
                                          // (LAMB's trust ratio skips BN and bias as LARS's does,
@@ -63,6 +67,9 @@ std::vector<OptimizerChunk> optimizer_chunks(const std::vector<ParamInfo>& layou
 size_t optimizer_buffer_elems(const std::vector<ParamInfo>& layout, size_t elem_bytes);
 // A tensor's weight decay: 0 for BN and bias when decay_bn_and_bias is false.
 double optimizer_weight_decay(const ParamInfo& p, const SgdConfig& cfg);
+// A tensor's learning-rate factor (cfg.lr_mult; 1 where no entry names it). The step's rate for
+// it is rounded once from lr · factor in double, on the host and the device alike.
+double optimizer_lr_mult(const SgdConfig& cfg, const std::string& name);
 
 // An optimizer over the flat parameter and gradient buffers, on the memory its backend keeps them
 // in (Backend::make_sgd): the host here, the device for the CUDA backend.
@@ -164,6 +171,7 @@ class Sgd final : public Optimizer<T> {
   SgdConfig cfg_;
   Buffer<T> momentum_;
   std::vector<T> decay_;         // per tensor: wd, or 0 when excluded from decay
+  std::vector<double> lr_mult_;  // per tensor: its learning-rate factor
   std::vector<char> lars_;       // per tensor: whether LARS scales it
   std::vector<double> trust_;    // per tensor: s of the last step
   std::vector<OptimizerChunk> chunks_;

@@ -166,6 +166,40 @@ TEST(Adam, BitwiseIdenticalForAnyThreadCountAndRestoredExactly) {
   omp_set_num_threads(saved);
 }
 
+// optimizer.lr_mult: a tensor's factor acts as its own learning rate (the longest matching name
+// wins), for SGD, AdamW and LAMB: the tensors step exactly as under an optimizer at lr · factor.
+TEST(Adam, LearningRateFactorsActAsTheTensorsOwnRate) {
+  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adamw, OptimizerKind::lamb}) {
+    SgdConfig c = adam_config(kind);
+    if (kind == OptimizerKind::sgd) c = SgdConfig{};
+    c.lr_mult = {{"conv2", 4}, {"conv2.weight", 0.5}, {"fc", 2}};
+    EXPECT_EQ(optimizer_lr_mult(c, "conv2.weight"), 0.5);
+    EXPECT_EQ(optimizer_lr_mult(c, "fc.bias"), 2);
+    EXPECT_EQ(optimizer_lr_mult(c, "conv1.weight"), 1);
+    EXPECT_EQ(optimizer_lr_mult(c, "fcx.weight"), 1);  // not at a '.'
+    auto a = make_arena<float>(3);
+    auto opt = make_host_optimizer<float>(a.layout(), c);
+    SgdConfig plain = c;
+    plain.lr_mult.clear();
+    for (double f : {1.0, 0.5, 2.0}) {
+      auto b = make_arena<float>(3);
+      auto ref = make_host_optimizer<float>(b.layout(), plain);
+      for (int s = 0; s < 3; ++s) ref->step(b.params().data(), b.grads().data(), 0.04 * f);
+      if (f == 1.0)
+        for (int s = 0; s < 3; ++s) opt->step(a.params().data(), a.grads().data(), 0.04);
+      for (const ParamInfo& p : a.layout()) {
+        if (optimizer_lr_mult(c, p.name) != f) continue;
+        // LAMB's ratios are per tensor, AdamW's and SGD's per element: each tensor alone agrees.
+        EXPECT_EQ(std::memcmp(a.params().data() + p.offset, b.params().data() + p.offset, p.count * sizeof(float)), 0)
+            << optimizer_kind_name(kind) << " " << p.name << " at factor " << f;
+      }
+    }
+  }
+  SgdConfig bad;
+  bad.lr_mult = {{"fc", -1}};
+  EXPECT_THROW(sgd_validate(bad), Error);
+}
+
 TEST(Adam, BadSettingsAndStateAreRefused) {
   auto a = make_arena<float>(1);
   auto err = [&](SgdConfig c) {

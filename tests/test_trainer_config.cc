@@ -155,6 +155,18 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
   EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
+  // Per-tensor learning-rate factors: a mapping, printed back as one.
+  const Config lm = config_parse("optimizer:\n  lr_mult: {fc: 10, layer4.2: 0.5}\n", "m.yaml");
+  ASSERT_EQ(lm.optimizer.sgd.lr_mult.size(), 2u);
+  EXPECT_EQ(lm.optimizer.sgd.lr_mult[0], (std::pair<std::string, double>{"fc", 10}));
+  EXPECT_EQ(lm.optimizer.sgd.lr_mult[1], (std::pair<std::string, double>{"layer4.2", 0.5}));
+  EXPECT_EQ(config_parse(config_to_yaml(lm), "back.yaml").optimizer.sgd.lr_mult, lm.optimizer.sgd.lr_mult);
+  EXPECT_EQ(config_parse("", "d.yaml", {"optimizer.lr_mult={fc: 3}"}).optimizer.sgd.lr_mult.at(0).second, 3);
+  e = invalid("optimizer: {lr_mult: [fc]}\n");
+  EXPECT_NE(e.find("key 'optimizer.lr_mult' expects a mapping of tensor names to factors"), std::string::npos) << e;
+  e = invalid("optimizer: {lr_mult: {fc: -2}}\n");
+  EXPECT_NE(e.find("optimizer: lr_mult: 'fc' must name tensors and have a finite factor >= 0, got -2"),
+            std::string::npos) << e;
   e = invalid("train: {ema: 0.99, ema_every: 0}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'train.ema_every' must be >= 1 (got 0)"), std::string::npos) << e;
   EXPECT_EQ(invalid("train: {ema: 0.99998, ema_every: 32}\n"), "");

@@ -64,6 +64,7 @@ void config_fields(C& c, V&& v) {
   v("optimizer.lars_eps", c.optimizer.sgd.lars_eps);
   v("optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars_exclude_bn_and_bias);
   v("optimizer.freeze", c.optimizer.sgd.freeze);
+  v("optimizer.lr_mult", c.optimizer.sgd.lr_mult);
   v("optimizer.beta1", c.optimizer.sgd.beta1);
   v("optimizer.beta2", c.optimizer.sgd.beta2);
   v("optimizer.eps", c.optimizer.sgd.eps);
@@ -206,6 +207,18 @@ void read_value(const YAML::Node& n, float (&f)[3], const std::string& at, const
   if (!n.IsSequence() || n.size() != 3) bad_type(at, k, "a list of 3 numbers", n);
   for (size_t i = 0; i < 3; ++i) f[i] = scalar_as<float>(n[i], at, k, "a list of 3 numbers");
 }
+void read_value(const YAML::Node& n, std::vector<std::pair<std::string, double>>& f, const std::string& at,
+                const std::string& k) {
+  const char* want = "a mapping of tensor names to factors ({fc: 10})";
+  if (n.IsNull()) {
+    f.clear();
+    return;
+  }
+  if (!n.IsMap()) bad_type(at, k, want, n);
+  f.clear();
+  for (auto it = n.begin(); it != n.end(); ++it)
+    f.emplace_back(scalar_as<std::string>(it->first, at, k, want), scalar_as<double>(it->second, at, k, want));
+}
 void read_value(const YAML::Node& n, data::Output& f, const std::string& at, const std::string& k) {
   const std::string s = scalar_as<std::string>(n, at, k, "float or u8");
   if (s == "float") f = data::Output::f32;
@@ -279,6 +292,12 @@ YAML::Node to_node(const std::vector<std::string>& f) {
   return s;
 }
 YAML::Node to_node(const float (&f)[3]) { return seq_node(f, 3); }
+YAML::Node to_node(const std::vector<std::pair<std::string, double>>& f) {
+  YAML::Node m(YAML::NodeType::Map);
+  for (const auto& [name, factor] : f) m[name] = number_text(factor);
+  m.SetStyle(YAML::EmitterStyle::Flow);
+  return m;
+}
 
 // --- the tree walk -----------------------------------------------------------------------------
 

@@ -42,27 +42,30 @@ double Trainer::clip_gradients(bool& clipped) {
   return norm;
 }
 
-// optimizer.freeze against the model: every entry must name a tensor (a misspelt name would
-// otherwise freeze nothing, silently), and something must be left to train. The frozen tensors'
-// runs of the gradient buffer, neighbours merged (the alignment padding between them is zero).
+// optimizer.freeze and optimizer.lr_mult against the model: every entry must name a tensor (a
+// misspelt name would otherwise freeze or scale nothing, silently), and something must be left
+// to train. The frozen tensors' runs of the gradient buffer, neighbours merged (the alignment
+// padding between them is zero).
 void Trainer::plan_freeze() {
   const auto& freeze = cfg_.optimizer.sgd.freeze;
   averaged_elems_ = net_->arena().size();
-  if (freeze.empty()) return;
   const auto& layout = net_->arena().layout();
   std::string parts;  // the model's top-level names in forward order (the layout's is backward's)
   for (auto p = layout.rbegin(); p != layout.rend(); ++p) {
     const std::string top = p->name.substr(0, p->name.find('.'));
     if (parts.find(" " + top + ",") == std::string::npos) parts += " " + top + ",";
   }
-  for (const std::string& f : freeze) {
+  auto check_named = [&](const char* key, const std::string& f) {
     const bool named =
         std::any_of(layout.begin(), layout.end(), [&](const ParamInfo& p) { return freeze_entry_matches(f, p.name); });
     if (!named)
-      throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze': '", f, "' names no tensor of ",
-                                cfg_.model.name, " (a tensor's name, or a prefix ending before a '.'; its parts:",
+      throw ConfigError(str_cat(cfg_.source, ": key '", key, "': '", f, "' names no tensor of ", cfg_.model.name,
+                                " (a tensor's name, or a prefix ending before a '.'; its parts:",
                                 parts.substr(0, parts.size() - 1), ")"));
-  }
+  };
+  for (const auto& entry : cfg_.optimizer.sgd.lr_mult) check_named("optimizer.lr_mult", entry.first);
+  if (freeze.empty()) return;
+  for (const std::string& f : freeze) check_named("optimizer.freeze", f);
   size_t trained = 0;
   bool after_frozen = false;
   for (const ParamInfo& p : layout) {  // in offset order

@@ -96,6 +96,7 @@ TEST(GpuSgd, MomentumWithDecayMatchesCpu) {
 TEST(GpuSgd, NesterovWithoutBnAndBiasDecayMatchesCpu) {
   RT_REQUIRE_GPU();
   SgdConfig cfg;
+  cfg.lr_mult = {{"p0", 10}, {"p1", 0.7}};  // optimizer.lr_mult: per-segment rates
   cfg.nesterov = true;
   cfg.weight_decay = 5e-4;
   cfg.decay_bn_and_bias = false;
@@ -119,6 +120,7 @@ TEST(GpuSgd, AdamWMatchesCpu) {
   cfg.weight_decay = 0.05;
   cfg.decay_bn_and_bias = false;
   cfg.freeze = {"p3"};
+  cfg.lr_mult = {{"p0", 10}, {"p5", 0.3}};  // optimizer.lr_mult: per-segment rates
   run_against_cpu(cfg);
 }
 
@@ -131,6 +133,7 @@ TEST(GpuSgd, LambMatchesCpu) {
   cfg.beta2 = 0.98;
   cfg.eps = 1e-6;
   cfg.freeze = {"p3"};
+  cfg.lr_mult = {{"p4", 0.1}};
   run_against_cpu(cfg);
   cfg.lars_exclude_bn_and_bias = false;  // every tensor scaled
   run_against_cpu(cfg);

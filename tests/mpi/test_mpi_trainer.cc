@@ -361,6 +361,16 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   e = refused({"conv1", "bn1", "layer1", "layer2", "layer3", "fc"});
   MPI_EXPECT(t, e.find("freezes every tensor of resnet20: nothing left to train") != std::string::npos,
              "everything frozen: '", e, "'");
+  Config m = tiny(dir + "/lr_mult_bad");  // optimizer.lr_mult's names are checked the same way
+  m.optimizer.sgd.lr_mult = {{"fc", 10}, {"fc.weights", 2}};
+  e.clear();
+  try {
+    Trainer mt(m);
+  } catch (const ConfigError& x) {
+    e = x.what();
+  }
+  MPI_EXPECT(t, e.find("test: key 'optimizer.lr_mult': 'fc.weights' names no tensor of resnet20") != std::string::npos,
+             "an unknown lr_mult name: '", e, "'");
 }
 
 // log.timeline: every rank's file holds the window's steps (skip 1, then 3), each with its
