@@ -32,8 +32,10 @@ __global__ void lars_sums_kernel(const float* __restrict__ p, const float* __res
   }
 }
 
-// LARS, second pass: one thread per tensor adds its segments' sums in order and writes its
-// factor to each of its segments.
+// LARS's (and LAMB's) second pass: one thread per tensor adds its segments' sums in order and
+// writes its factor to each of its segments: LARS's η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or LAMB's
+// ‖p‖ / ‖u‖ (1 where a norm is 0, as Adam<float> has it).
+template <bool Lamb>
 __global__ void lars_scale_kernel(const LarsTensor* __restrict__ lars, uint32_t n,
                                   const double* __restrict__ sums, float* __restrict__ scale,
                                   double trust, double eps) {
@@ -45,7 +47,13 @@ __global__ void lars_scale_kernel(const LarsTensor* __restrict__ lars, uint32_t 
     w2 = lars_add(w2, sums[2 * j]);
     g2 = lars_add(g2, sums[2 * j + 1]);
   }
-  const float s = lars_scale(w2, g2, t.weight_decay, trust, eps);
+  float s;
+  if (Lamb) {
+    const double wn = __dsqrt_rn(w2), un = __dsqrt_rn(g2);
+    s = wn > 0 && un > 0 ? float(__ddiv_rn(wn, un)) : 1.0f;
+  } else {
+    s = lars_scale(w2, g2, t.weight_decay, trust, eps);
+  }
   for (uint32_t j = t.first_segment; j < t.first_segment + t.num_segments; ++j) scale[j] = s;
 }
 
@@ -142,22 +150,6 @@ __global__ void lamb_sums_kernel(SgdStepArgs a) {
   }
 }
 
-// LAMB, second pass: a thread per scaled tensor, its ratio ‖p‖ / ‖u‖ (1 where a norm is 0).
-__global__ void lamb_scale_kernel(const LarsTensor* __restrict__ t, uint32_t n, const double* __restrict__ sums,
-                                  float* __restrict__ scale) {
-  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const LarsTensor x = t[i];
-  double w2 = 0, u2 = 0;
-  for (uint32_t j = x.first_segment; j < x.first_segment + x.num_segments; ++j) {
-    w2 = lars_add(w2, sums[2 * j]);
-    u2 = lars_add(u2, sums[2 * j + 1]);
-  }
-  const double wn = __dsqrt_rn(w2), un = __dsqrt_rn(u2);
-  const float s = wn > 0 && un > 0 ? float(__ddiv_rn(wn, un)) : 1.0f;
-  for (uint32_t j = x.first_segment; j < x.first_segment + x.num_segments; ++j) scale[j] = s;
-}
-
 // LAMB, the update: the direction again from the moved moments, scaled by the segment's ratio.
 __global__ void lamb_apply_kernel(SgdStepArgs a) {
   const SgdSegment s = a.segments[blockIdx.x];
@@ -181,8 +173,8 @@ void adam_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
       CUDA_CHECK_LAUNCH();
     }
     if (a.num_lars > 0) {
-      lamb_scale_kernel<<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(a.lars, a.num_lars,
-                                                                                           a.lars_sums, a.segment_scale);
+      lars_scale_kernel<true><<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+          a.lars, a.num_lars, a.lars_sums, a.segment_scale, 0, 0);
       CUDA_CHECK_LAUNCH();
     }
   }
@@ -217,7 +209,7 @@ void sgd_step_launch(const SgdStepArgs& a, cudaStream_t stream) {
     lars_sums_kernel<<<uint32_t(blocks), kThreads, 0, stream>>>(a.params, a.grads, a.segments,
                                                                 a.num_segments, a.lars_sums);
     CUDA_CHECK_LAUNCH();
-    lars_scale_kernel<<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+    lars_scale_kernel<false><<<(a.num_lars + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
         a.lars, a.num_lars, a.lars_sums, a.segment_scale, a.lars_trust, a.lars_eps);
     CUDA_CHECK_LAUNCH();
   }
