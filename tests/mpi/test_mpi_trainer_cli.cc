@@ -76,8 +76,10 @@ void check_run_eval_resume() {
   expect(metrics.find("\"type\":\"step\"") != std::string::npos &&
              metrics.find("\"exposed_comm_s\"") != std::string::npos &&
              metrics.find("\"val_top5\"") != std::string::npos && metrics.find("\"ema_val_top1\"") != std::string::npos &&
-             metrics.find("\"clipped\":1") != std::string::npos && metrics.find("\"clipped_steps\":") != std::string::npos,
-         "metrics.jsonl has step and epoch records", {0, metrics});
+             metrics.find("\"clipped\":1") != std::string::npos && metrics.find("\"clipped_steps\":") != std::string::npos &&
+             metrics.find("\"optimizer\":\"sgd\"") != std::string::npos,
+         "metrics.jsonl has start, step and epoch records", {0, metrics});
+  expect(r.out.find(" steps to go, sgd base lr ") != std::string::npos, "the start line names the optimizer", r);
 
   // Evaluation on 3 ranks with the configuration saved in the checkpoint: all 40 images once, the
   // figures printed even with the progress display off.
