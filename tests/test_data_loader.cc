@@ -208,7 +208,7 @@ TEST_F(data_loader, EvaluationHasItsOwnSideAndResize) {
 }
 
 // data.repeated_augment: a step's copies of a sample lie on different ranks, each augmented its
-// own way, with the sample's label; the same batches on any thread count.
+// own way, with the sample's label; the same batches on any thread count and after a resume.
 TEST_F(data_loader, RepeatedAugmentationCopiesDifferInTheirCrops) {
   DataConfig cfg = folder_config(root(), 1);
   cfg.repeated_augment = 2;
@@ -230,6 +230,7 @@ TEST_F(data_loader, RepeatedAugmentationCopiesDifferInTheirCrops) {
   DataConfig threads = cfg;
   threads.threads = 3;
   expect_same(a, run_epoch(*make_loader(threads, Split::train, 0, 2, 4), {1, 0}));
+  expect_same(a, run_epoch(*make_loader(threads, Split::train, 0, 2, 4), {1, 2}), 2);  // a resume
   // Off (1): the loader's batches are those of before.
   DataConfig off = folder_config(root(), 1);
   off.repeated_augment = 1;
