@@ -42,15 +42,13 @@ EvalResult Trainer::evaluate() {
   auto& arena = net_->arena();
   Net<float>& net = eval_net();
   const bool separate = &net != net_.get();
-  std::vector<float> own;
   if (separate) {
     net_->backend().sync();  // the last update done before its copy on the other network's queue
     net.arena().copy_from(arena);
-    if (world_ > 1 && !arena.state().empty()) net.arena().state_from_host(averaged_bn_state(own));
-    own.clear();  // nothing to put back
-  } else if (world_ > 1 && !arena.state().empty()) {
-    arena.state_from_host(averaged_bn_state(own));
   }
+  std::vector<float> own;  // this rank's statistics, put back into training's network afterwards
+  if (world_ > 1 && !arena.state().empty()) net.arena().state_from_host(averaged_bn_state(own));
+  if (separate) own.clear();  // training's network was not touched
   std::vector<float>& pad_images = separate ? eval_pad_images_ : pad_images_;
   std::vector<uint8_t>& pad_pixels = separate ? eval_pad_pixels_ : pad_pixels_;
   data::Loader& loader = val_loader();

@@ -95,7 +95,8 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
   std::vector<float> momentum(opt_->size()), rank_state, ema, ema_rank_state, moment2;
-  const bool wants_moment2 = !opt_->second_moment().empty();
+  // From the settings, not second_moment(), which a device optimizer copies out whole.
+  const bool wants_moment2 = cfg_.optimizer.sgd.kind != OptimizerKind::sgd;
   if (rank_ == 0) {
     Checkpoint ck = checkpoint_read(path);
     if (ck.weights_only)
