@@ -106,9 +106,6 @@ void DeviceSgdOptimizer::restore(std::span<const float> momentum, int64_t steps)
   sgd_.restore(momentum.data(), momentum.size(), steps);
 }
 
-}  // namespace rt::cuda
-
-namespace rt::cuda {
 
 std::span<const float> DeviceSgdOptimizer::second_moment() const {
   if (!sgd_.has_second_moment()) return {};

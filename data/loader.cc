@@ -79,8 +79,6 @@ class PipelineLoader final : public Loader {
       bad_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(size_));
     }
     const bool train = split == Split::train;
-    if (cfg.repeated_augment < 1)
-      throw Error(str_cat("data: repeated_augment must be >= 1 (1: off), got ", cfg.repeated_augment));
     spec_ = ShardSpec{size_, world, batch, train, cfg.seed, train ? cfg.repeated_augment : 1};
     shard_check(spec_, rank);
     steps_ = data::steps_per_epoch(spec_, rank);

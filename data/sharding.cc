@@ -14,7 +14,7 @@ void shard_check(const ShardSpec& spec, int rank) {
     throw Error(str_cat("data: rank ", rank, " outside world of ", spec.world));
   if (spec.batch < 1) throw Error(str_cat("data: batch size must be >= 1, got ", spec.batch));
   if (spec.repeats < 1 || (!spec.train && spec.repeats != 1))
-    throw Error(str_cat("data: repeated augmentation of ", spec.repeats, " (>= 1, and 1 for evaluation)"));
+    throw Error(str_cat("data: repeated_augment must be >= 1 (1: off) and 1 for evaluation, got ", spec.repeats));
   if (spec.n < spec.world)
     throw Error(str_cat("data: ", spec.n, " samples are fewer than the ", spec.world,
                         " ranks: some rank would get no data"));

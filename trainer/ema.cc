@@ -1,8 +1,9 @@
 // The weights' exponential moving average (train.ema), as NVIDIA's and timm's ResNet recipes keep
 // one: updated after every applied optimizer step (or every train.ema_every-th), evaluated beside
-// the model, checkpointed and resumed exactly. The average lives in the arena's memory (on the GPU for the CUDA backends) and
-// covers the parameters, which every rank holds equal, and this rank's BN statistics, which ranks
-// keep apart while training and average for evaluation and checkpoints, as the model's own.
+// the model, checkpointed and resumed exactly. The average lives in the arena's memory (on the
+// GPU for the CUDA backends) and covers the parameters, which every rank holds equal, and this
+// rank's BN statistics, which ranks keep apart while training and average for evaluation and
+// checkpoints, as the model's own.
 #include <algorithm>
 
 #include "trainer/trainer.h"

@@ -117,10 +117,7 @@ Net<float>& Trainer::eval_net() {
     } else {
       ResNetConfig r = config_resnet(c);
       r.inference_only = true;
-      BackendOptions o = cfg_.cuda;
-      o.local_rank = grad_comm_->local_rank();
-      o.local_size = grad_comm_->local_size();
-      eval_net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, o));
+      eval_net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
     }
     eval_pad_images_.resize(size_t(eval_net_->shape(0).numel()));
     if (cfg_.data.output == data::Output::u8) eval_pad_pixels_.resize(eval_pad_images_.size());

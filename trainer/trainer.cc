@@ -95,12 +95,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = config_schedule(cfg_, world_);
 
-  // The node-local rank from MPI itself picks the GPU, whatever the launcher.
-  BackendOptions backend_opts = cfg_.cuda;
-  backend_opts.local_rank = grad_comm_->local_rank();
-  backend_opts.local_size = grad_comm_->local_size();
   net_ = hooks_.make_net ? hooks_.make_net(cfg_)
-                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, backend_opts));
+                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, backend_options()));
   auto& arena = net_->arena();
   plan_freeze();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
@@ -322,6 +318,14 @@ int Trainer::agreed_stop_signal(bool& save_due) {
   if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
   save_due = flags[1] != 0;
   return flags[0];
+}
+
+BackendOptions Trainer::backend_options() const {
+  // The node-local rank from MPI itself picks the GPU, whatever the launcher.
+  BackendOptions o = cfg_.cuda;
+  o.local_rank = grad_comm_->local_rank();
+  o.local_size = grad_comm_->local_size();
+  return o;
 }
 
 void Trainer::take_batch(data::Batch& b, int64_t step, int64_t pass) {

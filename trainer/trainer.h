@@ -158,6 +158,7 @@ class Trainer {
   void ema_for_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state);
   void ema_from_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state, bool own_state);
   data::Loader& val_loader();
+  BackendOptions backend_options() const;  // cuda.* and this rank's place on its node
   Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
   void log_line(const std::string& s) const;
 
