@@ -1,4 +1,4 @@
-// Softmax cross-entropy with label smoothing: one block per row forward, element-wise backward.
+// Softmax cross-entropy or BCE with label smoothing: one block per row forward, element-wise backward.
 #include <cfloat>
 
 #include "cuda/check.h"
@@ -35,11 +35,48 @@ struct Sum {
   template <class T> __device__ T operator()(T a, T b) const { return a + b; }
 };
 
+__device__ bool bad_labels(const XentArgs& a, int32_t label, int32_t mixed) {
+  return label < 0 || label >= a.k || mixed < 0 || mixed >= a.k;
+}
+
+// The row's first bad row flag; unsigned, so that the memset's -1 is the largest value and the
+// lowest bad row wins whichever block gets here first: the same sample named every run.
+__device__ void flag_bad_row(const XentArgs& a, int64_t row) {
+  atomicMin(reinterpret_cast<unsigned*>(a.bad_row), unsigned(row));
+  a.row_loss[row] = 0;
+}
+
+// Column col's target (nn/ops.h SoftmaxXentDesc::target); not blended: mixed = label, mix = 1.
+__device__ float target_of(const XentArgs& a, int64_t col, int32_t label, int32_t mixed) {
+  const float hot = (col == label ? a.mix : 0.0f) + (col == mixed ? 1 - a.mix : 0.0f);
+  const float t = (1 - a.label_smoothing) * hot + a.label_smoothing / float(a.k);
+  return a.bce && a.bce_threshold >= 0 ? (t > a.bce_threshold ? 1.0f : 0.0f) : t;
+}
+
+// Per element softplus(z) - z t with softplus(z) = max(z, 0) + log1p(exp(-|z|)) (no overflow);
+// the row's mean over its k classes.
+__device__ void bce_row(const XentArgs& a, int64_t row, float* scratch) {
+  const float* z = a.logits + row * a.k;
+  const int32_t label = a.labels[row], mixed = a.mixed[row];
+  const bool bad = bad_labels(a, label, mixed);
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < a.k; j += blockDim.x) {
+    const float e = expf(-fabsf(z[j]));
+    a.prob[row * a.k + j] = (z[j] >= 0 ? 1.0f : e) / (1.0f + e);
+    s += fmaxf(z[j], 0.0f) + log1pf(e) - z[j] * (bad ? 0.0f : target_of(a, j, label, mixed));
+  }
+  s = block_reduce(s, Sum{}, 0.0f, scratch);
+  if (threadIdx.x != 0) return;
+  if (bad) flag_bad_row(a, row);
+  else a.row_loss[row] = s / float(a.k);
+}
+
 // loss = -(1 - eps) log p[label] - eps / k * sum_j log p[j], with log p = z - lse and
 // lse = m + log sum exp(z - m) (m the row max, so exp never overflows).
 __global__ void xent_forward_kernel(XentArgs a) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
+  if (a.bce) return bce_row(a, row, scratch);
   const float* z = a.logits + row * a.k;
   float m = -FLT_MAX;
   for (int64_t j = threadIdx.x; j < a.k; j += blockDim.x) m = fmaxf(m, z[j]);
@@ -56,13 +93,7 @@ __global__ void xent_forward_kernel(XentArgs a) {
     a.prob[row * a.k + j] = expf(z[j] - lse);
   if (threadIdx.x == 0) {
     const int32_t label = a.labels[row], mixed = a.mixed[row];
-    if (label < 0 || label >= a.k || mixed < 0 || mixed >= a.k) {
-      // The lowest bad row, whichever block gets here first: the same sample named every run.
-      // Unsigned, so that the memset's -1 is the largest value.
-      atomicMin(reinterpret_cast<unsigned*>(a.bad_row), unsigned(row));
-      a.row_loss[row] = 0;
-      return;
-    }
+    if (bad_labels(a, label, mixed)) return flag_bad_row(a, row);
     const float eps = a.label_smoothing;
     const float sum_logp = sz - float(a.k) * lse;
     const float logp_label = a.mix * (z[label] - lse) + (1 - a.mix) * (z[mixed] - lse);
@@ -81,13 +112,10 @@ __global__ void mean_kernel(const float* v, int64_t n, double* out) {
 
 __global__ void xent_backward_kernel(XentArgs a, float* dlogits, float f) {
   const int64_t total = a.n * a.k;
-  const float eps = a.label_smoothing, uniform = eps / float(a.k);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t row = i / a.k, col = i - row * a.k;
-    const float hot = (col == a.labels[row] ? a.mix : 0.0f) + (col == a.mixed[row] ? 1 - a.mix : 0.0f);
-    const float target = (1 - eps) * hot + uniform;
-    dlogits[i] = (a.prob[i] - target) * f;
+    dlogits[i] = (a.prob[i] - target_of(a, col, a.labels[row], a.mixed[row])) * f;
   }
 }
 
@@ -103,7 +131,7 @@ void xent_forward_launch(const XentArgs& a, cudaStream_t stream) {
 }
 
 void xent_backward_launch(const XentArgs& a, float* dlogits, float scale, cudaStream_t stream) {
-  const float f = float(double(scale) / double(a.n));
+  const float f = float(double(scale) / double(a.bce ? a.n * a.k : a.n));
   xent_backward_kernel<<<grid_for(size_t(a.n * a.k)), kThreads, 0, stream>>>(a, dlogits, f);
   CUDA_CHECK_LAUNCH();
 }

@@ -1,4 +1,4 @@
-// Softmax cross-entropy with label smoothing on the device, as an rt::SoftmaxXentOp<float>:
+// The loss (softmax cross-entropy or BCE, label smoothing) on the device, as an rt::SoftmaxXentOp<float>:
 // logits and dlogits are device pointers, labels host memory (the Net's); nothing in forward
 // waits for the device, and the loss comes back when loss() asks for it.
 #pragma once

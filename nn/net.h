@@ -53,8 +53,8 @@ class Net {
   int linear(int x, const std::string& name, int64_t out_features, bool bias = true);
   int add(int a, int b, const std::string& name, bool relu);
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
-  // Marks `logits` as the output and adds the softmax cross-entropy loss.
-  void loss(int logits, double label_smoothing);
+  // Marks `logits` as the output and adds the loss (softmax cross-entropy or BCE; nn/ops.h).
+  void loss(int logits, const LossSpec& spec);
   // Before finalize(): the network will only run forward (evaluation), so no activation is kept
   // for backward and all share memory as they die; backward() throws.
   void set_inference_only();

@@ -63,7 +63,11 @@ void SoftmaxXentDesc::validate() const {
                  in.str());
   RT_SHAPE_CHECK(label_smoothing >= 0 && label_smoothing < 1, "layer ", name,
                  ": label smoothing must be in [0, 1), got ", label_smoothing);
+  RT_SHAPE_CHECK(kind == LossKind::softmax || kind == LossKind::bce, "layer ", name, ": unknown loss kind ", int(kind));
+  RT_SHAPE_CHECK(bce_threshold < 1, "layer ", name, ": a BCE target threshold must be below 1, got ", bce_threshold);
 }
+
+const char* loss_kind_name(LossKind k) { return k == LossKind::bce ? "bce" : "cross_entropy"; }
 
 void SoftmaxXentDesc::check_mix(const Targets& t) const {
   if (!t.labels) throw Error(str_cat("layer ", name, ": the loss needs labels"));

@@ -118,14 +118,43 @@ struct Targets {
   double mix = 1.0;                // in [0, 1]
 };
 
-// Softmax cross-entropy with label smoothing eps, mean over the batch:
-// loss_n = -(1 - eps) log p[n][label_n] - eps / K * sum_k log p[n][k].
-// With blended targets the first term is -(1 - eps) (mix log p[n][label_n] + (1 - mix) log p[n][mixed_n]).
+// The classifier's loss. Both kinds compare the logits with one target per class,
+//   t[n][k] = (1 - eps) (mix [k == label_n] + (1 - mix) [k == mixed_n]) + eps / K
+// (label smoothing eps; not blended: mix = 1), a distribution over the K classes.
+//   softmax: softmax cross-entropy, mean over the batch: loss_n = -sum_k t[n][k] log p[n][k]
+//            with p the row's softmax.
+//   bce:     each class a yes/no question of its own (ResNet strikes back's loss, timm's
+//            BinaryCrossEntropy): binary cross-entropy of sigmoid(z[n][k]) against t[n][k], mean
+//            over batch and classes; with bce_threshold >= 0 each target is first made 1 when above
+//            it and 0 otherwise (so both images of a blend count as present).
+enum class LossKind : uint8_t { softmax, bce };
+const char* loss_kind_name(LossKind k);  // "cross_entropy", "bce"
+
+struct LossSpec {
+  LossKind kind = LossKind::softmax;
+  double label_smoothing = 0.0;
+  double bce_threshold = -1;  // bce only; < 0: soft targets
+};
+
+// The loss layer (named for its first kind; `kind` chooses).
 struct SoftmaxXentDesc {
   std::string name;
   Shape in;  // (n, classes, 1, 1)
   double label_smoothing = 0.0;
+  LossKind kind = LossKind::softmax;
+  double bce_threshold = -1;
   void validate() const;
+  // t[n][k] above, thresholded for bce: one element, for backends that build targets as they go.
+  double target(const Targets& t, int64_t n, int64_t k) const {
+    double hot = k == t.labels[n] ? 1.0 : 0.0;
+    if (t.mixed) hot = t.mix * hot + (1 - t.mix) * (k == t.mixed[n] ? 1.0 : 0.0);
+    return target_of(hot);
+  }
+  // The same from the blended one-hot part alone (0 for a class neither label names).
+  double target_of(double hot) const {
+    const double v = (1 - label_smoothing) * hot + label_smoothing / double(in.c);
+    return kind == LossKind::bce && bce_threshold >= 0 ? (v > bce_threshold ? 1.0 : 0.0) : v;
+  }
   // Throws rt::Error naming the layer for targets without labels, a mix outside [0, 1], or
   // (check_targets) a label outside [0, classes).
   void check_mix(const Targets& t) const;

@@ -109,7 +109,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
   }
   x = net->global_avgpool(x, "avgpool");
   x = net->linear(x, "fc", cfg.num_classes, true);
-  net->loss(x, cfg.label_smoothing);
+  net->loss(x, cfg.loss);
   if (cfg.inference_only) net->set_inference_only();
   net->finalize();
   init_resnet(*net, cfg.seed, cfg.zero_init_residual);

@@ -17,7 +17,7 @@ struct ResNetConfig {
   double width = 1.0;              // multiplies every channel count (64.. or 16..)
   bool zero_init_residual = false; // gamma = 0 on the last BN of each residual branch
   std::string cifar_shortcut = "A";// CIFAR only: A = zero-padded identity, B = 1x1 projection
-  double label_smoothing = 0.0;
+  LossSpec loss;                   // softmax cross-entropy or BCE, label smoothing
   uint64_t seed = 0;               // initialisation seed
   bool inference_only = false;     // forward only (Net::set_inference_only): evaluation's network
 };

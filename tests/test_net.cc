@@ -46,7 +46,7 @@ std::unique_ptr<Net<double>> residual_net() {
   x = net->maxpool(x, "pool", 2, 1, 0);
   x = net->global_avgpool(x, "gap");
   x = net->linear(x, "fc", 3);
-  net->loss(x, 0.1);
+  net->loss(x, {.label_smoothing = 0.1});
   net->finalize();
   init_resnet(*net, 7, false);
   // Non-trivial BN affine parameters so that their gradients are exercised.
@@ -218,7 +218,7 @@ void expect_backends_agree(const std::string& model, int64_t batch, int64_t size
   c.batch = batch;
   c.image_size = size;
   c.num_classes = classes;
-  c.label_smoothing = 0.1;
+  c.loss.label_smoothing = 0.1;
   c.seed = 5;
   auto ref = build_resnet<float>(c, make_backend<float>("reference"));
   auto dnn = build_resnet<float>(c, make_backend<float>("onednn"));

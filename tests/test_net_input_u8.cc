@@ -22,7 +22,7 @@ std::unique_ptr<Net<T>> small_net(const std::string& backend, const Shape& in) {
   x = net->relu(x, "relu2");
   x = net->global_avgpool(x, "pool");
   x = net->linear(x, "fc", 5);
-  net->loss(x, 0.0);
+  net->loss(x, {});
   net->finalize();
   init_resnet(*net, 3, false);
   return net;

@@ -428,11 +428,18 @@ TEST_F(OnednnVsRef, SoftmaxXent) {
     Shape in;
     double eps;
     double mix = -1;  // >= 0: mixup targets of this weight
+    LossKind kind = LossKind::softmax;
+    double threshold = -1;
   };
+  const LossKind bce = LossKind::bce;
   for (const Case& p : {Case{{8, 10, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1}, Case{{3, 1000, 1, 1}, 0.1},
-                        Case{{1, 1, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1, 0.3}, Case{{7, 5, 1, 1}, 0.0, 0.9}}) {
-    SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps) + " mix " + std::to_string(p.mix));
-    SoftmaxXentDesc d{.name = "xent", .in = p.in, .label_smoothing = p.eps};
+                        Case{{1, 1, 1, 1}, 0.0}, Case{{8, 10, 1, 1}, 0.1, 0.3}, Case{{7, 5, 1, 1}, 0.0, 0.9},
+                        Case{{8, 10, 1, 1}, 0.0, -1, bce}, Case{{3, 1000, 1, 1}, 0.1, -1, bce},
+                        Case{{8, 10, 1, 1}, 0.1, 0.3, bce}, Case{{8, 10, 1, 1}, 0.1, 0.3, bce, 0.2},
+                        Case{{7, 5, 1, 1}, 0.0, 0.9, bce, 0.05}, Case{{1, 1, 1, 1}, 0.0, -1, bce}}) {
+    SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps) + " mix " + std::to_string(p.mix) + " " +
+                 loss_kind_name(p.kind) + " threshold " + std::to_string(p.threshold));
+    SoftmaxXentDesc d{.name = "xent", .in = p.in, .label_smoothing = p.eps, .kind = p.kind, .bce_threshold = p.threshold};
     auto fast = fast_->make_softmax_xent(d);
     auto ref = ref_->make_softmax_xent(d);
     Vec z = rand(size_t(p.in.numel()), -4.f, 4.f);
@@ -492,7 +499,7 @@ TEST_F(OnednnVsRef, WholeResNets) {
                         Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"}}) {
     SCOPED_TRACE(c.name + " on " + c.backend);
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
-                     .label_smoothing = 0.1, .seed = 5};
+                     .loss = {.label_smoothing = 0.1}, .seed = 5};
     auto fast = build_resnet<float>(cfg, make_backend<float>(c.backend));
     auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
     ASSERT_EQ(fast->arena().params().size(), ref->arena().params().size());

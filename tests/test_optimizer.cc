@@ -232,10 +232,15 @@ TEST(Sgd, PaddingStaysZero) {
 // values and a zero momentum through LARS, decay and Nesterov steps; every other tensor moves
 // exactly as without the freeze (LARS's ratios are per tensor).
 TEST(Sgd, FrozenTensorsAreLeftAlone) {
-  EXPECT_TRUE(sgd_frozen(SgdConfig{.freeze = {"bn1"}}, "bn1.bias"));
-  EXPECT_TRUE(sgd_frozen(SgdConfig{.freeze = {"fc.bias"}}, "fc.bias"));
-  EXPECT_FALSE(sgd_frozen(SgdConfig{.freeze = {"bn"}}, "bn1.bias"));  // not at a '.'
-  EXPECT_FALSE(sgd_frozen(SgdConfig{.freeze = {"fc.bias.x"}}, "fc.bias"));
+  auto freezing = [](std::string name) {
+    SgdConfig c;
+    c.freeze = {std::move(name)};
+    return c;
+  };
+  EXPECT_TRUE(sgd_frozen(freezing("bn1"), "bn1.bias"));
+  EXPECT_TRUE(sgd_frozen(freezing("fc.bias"), "fc.bias"));
+  EXPECT_FALSE(sgd_frozen(freezing("bn"), "bn1.bias"));  // not at a '.'
+  EXPECT_FALSE(sgd_frozen(freezing("fc.bias.x"), "fc.bias"));
   auto plain = make_arena<float>(6), frozen = make_arena<float>(6);
   SgdConfig cfg = busy_config();
   Sgd<float> a(plain.layout(), cfg);

@@ -343,6 +343,26 @@ TEST_F(RefGradcheck, SoftmaxXentMixup) {
   EXPECT_NEAR(forward_loss(*op, z.data(), t), 0.3 * la + 0.7 * lb, 1e-14);
 }
 
+// BCE: finite differences with soft, blended and thresholded targets (the threshold makes the
+// targets constants of the labels, so the gradient is still sigmoid - target).
+TEST_F(RefGradcheck, Bce) {
+  auto be = make_reference_backend<double>();
+  std::mt19937_64 rng(44);
+  const std::vector<int32_t> labels = {3, 0, 4, 3}, mixed = {1, 0, 2, 3};
+  for (const double threshold : {-1.0, 0.0, 0.2})
+    for (const bool blend : {false, true}) {
+      SCOPED_TRACE(str_cat("threshold ", threshold, " blend ", blend));
+      SoftmaxXentDesc d{.name = "bce", .in = {4, 5, 1, 1}, .label_smoothing = 0.1, .kind = LossKind::bce,
+                        .bce_threshold = threshold};
+      auto op = be->make_softmax_xent(d);
+      Vec z = random_vec(20, rng, -3, 3), dz(20);
+      const Targets t = blend ? Targets(labels.data(), mixed.data(), 0.3) : Targets(labels.data());
+      op->forward(z.data(), t);
+      op->backward(t, dz.data(), 0.75);
+      expect_gradient("dlogits", z, dz, [&] { return Probe{0.75 * forward_loss(*op, z.data(), t), {}}; });
+    }
+}
+
 // ---------------------------------------------------------------- the checker itself
 
 // The check must be able to fail: a gradient off by 1e-4 in one element is reported.

@@ -319,6 +319,47 @@ TEST_F(RefLayers, SoftmaxXentIsStableForHugeLogits) {
   EXPECT_NEAR(forward_loss(*opf, zf.data(), &wrong), 2000.0, 1e-3);
 }
 
+// ---------------------------------------------------------------- binary cross-entropy
+
+// torch.nn.functional.binary_cross_entropy_with_logits (float64, mean reduction) on targets built
+// as timm builds them: (1 - eps) (mix onehot(a) + (1 - mix) onehot(b)) + eps / K, then (timm's
+// target_threshold) > 0.2. Logits include 30 and -40, where a naive log(1 + exp(z)) loses it.
+TEST_F(RefLayers, BceMatchesTorch) {
+  const Vec z = {2.0, -1.0, 0.5, 30.0, -40.0, 0.0, 1.5, -0.25, 0.75, -2.0, 3.0, 1.0};
+  const std::vector<int32_t> labels = {3, 0, 2}, mixed = {1, 0, 3};
+  struct Case {
+    const char* what;
+    Targets t;
+    double threshold, loss;
+    Vec grad;
+  };
+  const Targets blend(labels.data(), mixed.data(), 0.7);
+  const Case cases[] = {
+      {"smoothed", Targets(labels.data()), -1, 4.035242884784398,
+       {0.07131642316482352, 0.020328451780832927, 0.04978827760015455, 0.006249999999992206,
+        -0.07708333333333334, 0.03958333333333333, 0.06604787301613697, 0.03440195825951683,
+        0.054514891597949415, 0.00785024350184313, 0.002297843901869443, 0.05883821488583374}},
+      {"blended", blend, -1, 4.777742884784399,
+       {0.07131642316482352, -0.0021715482191670826, 0.04978827760015455, 0.02874999999999221,
+        -0.07708333333333334, 0.03958333333333333, 0.06604787301613697, 0.03440195825951683,
+        0.054514891597949415, 0.00785024350184313, 0.024797843901869444, 0.03633821488583373}},
+      {"thresholded", blend, 0.2, 4.084201218117731,
+       {0.07339975649815686, -0.06092154821916707, 0.05187161093348788, -7.790064889453182e-15,
+        -0.08333333333333333, 0.041666666666666664, 0.0681312063494703, 0.03648529159285016,
+        0.05659822493128275, 0.009933576835176462, -0.003952156098130553, -0.02241178511416626}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto op = be_->make_softmax_xent(
+        {.name = "loss", .in = {3, 4, 1, 1}, .label_smoothing = 0.1, .kind = LossKind::bce, .bce_threshold = c.threshold});
+    EXPECT_NEAR(forward_loss(*op, z.data(), c.t), c.loss, 1e-14);
+    Vec dz(z.size());
+    op->backward(c.t, dz.data(), 2.0);
+    for (double& g : dz) g /= 2.0;  // the loss scale divides out
+    expect_near_all(dz, c.grad, 1e-15);
+  }
+}
+
 // ---------------------------------------------------------------- float against double
 
 // Runs one op in float and double on the same data and compares; the float build is what the

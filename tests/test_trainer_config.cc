@@ -155,6 +155,22 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
   EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
+  // The loss: its kind by name, the BCE target threshold only for BCE and below 1.
+  const Config bce = config_parse("train: {loss: bce, bce_threshold: 0.2}\n", "b.yaml");
+  EXPECT_EQ(bce.train.loss, LossKind::bce);
+  EXPECT_EQ(bce.train.bce_threshold, 0.2);
+  EXPECT_EQ(config_resnet(bce).loss.kind, LossKind::bce);
+  EXPECT_EQ(config_resnet(bce).loss.bce_threshold, 0.2);
+  EXPECT_EQ(config_parse(config_to_yaml(bce), "back.yaml").train.loss, LossKind::bce);
+  EXPECT_EQ(config_parse("", "d.yaml").train.loss, LossKind::softmax);
+  EXPECT_LT(config_parse("", "d.yaml").train.bce_threshold, 0);  // soft targets
+  EXPECT_EQ(invalid("train: {loss: cross_entropy}\n"), "");
+  e = invalid("train: {loss: focal}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.loss': 'focal' is not cross_entropy or bce"), std::string::npos) << e;
+  e = invalid("train: {loss: bce, bce_threshold: 1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'train.bce_threshold' must be below 1"), std::string::npos) << e;
+  e = invalid("", {"train.bce_threshold=0.2"});
+  EXPECT_NE(e.find("--set: key 'train.bce_threshold' applies only to train.loss: bce (got 0.2)"), std::string::npos) << e;
   // Per-tensor learning-rate factors: a mapping, printed back as one.
   const Config lm = config_parse("optimizer:\n  lr_mult: {fc: 10, layer4.2: 0.5}\n", "m.yaml");
   ASSERT_EQ(lm.optimizer.sgd.lr_mult.size(), 2u);

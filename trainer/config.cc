@@ -80,7 +80,9 @@ void config_fields(C& c, V&& v) {
   v("train.steps", c.train.steps);
   v("train.batch", c.train.batch);
   v("train.accumulate", c.train.accumulate);
+  v("train.loss", c.train.loss);
   v("train.label_smoothing", c.train.label_smoothing);
+  v("train.bce_threshold", c.train.bce_threshold);
   v("train.mixup", c.train.mixup);
   v("train.cutmix", c.train.cutmix);
   v("train.ema", c.train.ema);
@@ -242,6 +244,15 @@ void read_value(const YAML::Node& n, OptimizerKind& f, const std::string& at, co
     }
   throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not sgd, adamw or lamb"));
 }
+void read_value(const YAML::Node& n, LossKind& f, const std::string& at, const std::string& k) {
+  const std::string s = scalar_as<std::string>(n, at, k, "cross_entropy or bce");
+  for (LossKind o : {LossKind::softmax, LossKind::bce})
+    if (s == loss_kind_name(o)) {
+      f = o;
+      return;
+    }
+  throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not cross_entropy or bce"));
+}
 void read_value(const YAML::Node& n, ScheduleKind& f, const std::string& at, const std::string& k) {
   std::string s = scalar_as<std::string>(n, at, k, "a schedule kind");
   try {
@@ -275,6 +286,7 @@ YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
 YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
 YAML::Node to_node(OptimizerKind f) { return YAML::Node(optimizer_kind_name(f)); }
+YAML::Node to_node(LossKind f) { return YAML::Node(loss_kind_name(f)); }
 YAML::Node to_node(data::AutoAugment f) { return YAML::Node(data::auto_augment_name(f)); }
 YAML::Node to_node(data::Output f) { return YAML::Node(f == data::Output::u8 ? "u8" : "float"); }
 template <class V>

@@ -52,7 +52,10 @@ struct TrainConfig {                  // key prefix: train.
   int64_t steps = 0;                  // >0: stop after this many optimizer steps in total
   int64_t batch = 32;                 // images per rank per forward/backward pass
   int64_t accumulate = 1;             // passes per optimizer step (global batch = ranks * batch * this)
-  double label_smoothing = 0.0;       // softmax cross-entropy smoothing eps
+  LossKind loss = LossKind::softmax;  // cross_entropy (softmax) or bce (a sigmoid per class; nn/ops.h)
+  double label_smoothing = 0.0;       // the targets' smoothing eps
+  double bce_threshold = -1;          // bce: targets above this become 1, the rest 0 (timm's
+                                      //   target_threshold, 0.2 in ResNet strikes back); < 0: soft
   double mixup = 0.0;                 // >0: mixup, weights ~ Beta(this, this) (data/mixup.h); 0 = off
   double cutmix = 0.0;                // >0: CutMix, the same; with mixup too, either per batch
   double ema = 0.0;                   // >0: also keep a moving average of the weights, this decay

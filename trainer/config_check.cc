@@ -112,6 +112,10 @@ void config_validate(const Config& c) {
   k.require(c.train.accumulate >= 1, "train.accumulate", "must be >= 1", c.train.accumulate);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
+  k.require(c.train.bce_threshold < 1 && !std::isnan(c.train.bce_threshold), "train.bce_threshold",
+            "must be below 1 (e.g. 0.2; negative: soft targets)", c.train.bce_threshold);
+  k.require(c.train.bce_threshold < 0 || c.train.loss == LossKind::bce, "train.bce_threshold",
+            "applies only to train.loss: bce", c.train.bce_threshold);
   k.require(c.train.mixup >= 0 && std::isfinite(c.train.mixup), "train.mixup", "must be >= 0 (0: off)",
             c.train.mixup);
   k.require(c.train.cutmix >= 0 && std::isfinite(c.train.cutmix), "train.cutmix", "must be >= 0 (0: off)",
@@ -234,7 +238,7 @@ ResNetConfig config_resnet(const Config& c) {
   r.width = c.model.width;
   r.zero_init_residual = c.model.zero_init_residual;
   r.cifar_shortcut = c.model.cifar_shortcut;
-  r.label_smoothing = c.train.label_smoothing;
+  r.loss = {c.train.loss, c.train.label_smoothing, c.train.bce_threshold};
   r.seed = c.seed;
   return r;
 }

@@ -166,6 +166,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("total_steps", total_steps_)
                       .add("base_lr", schedule_.base_lr)
                       .add("optimizer", std::string(optimizer_kind_name(cfg_.optimizer.sgd.kind)))
+                      .add("loss", std::string(loss_kind_name(cfg_.train.loss)))
                       .add("eval_image_size", int64_t(data::eval_image_size(cfg_.data)))
                       .add("comm", std::string(reducer_->algorithm()))
                       .add("comm_wire", std::string(dtype_name(reducer_->wire_type())))
@@ -228,7 +229,7 @@ void Trainer::train() {
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
                    steps_per_epoch_, " steps/epoch, ",
                    total_steps_ - step_, " steps to go, ", optimizer_kind_name(cfg_.optimizer.sgd.kind), " base lr ",
-                   schedule_.base_lr, ", ",
+                   schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
   if (timeline_ && timeline_first_ < 0) {

@@ -236,6 +236,7 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
 
   void forward(const float* logits, const Targets& t) override {
     d_.check_targets(t);
+    if (d_.kind == LossKind::bce) return forward_bce(logits, t);
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
       const float* z = logits + n * k_;
@@ -262,6 +263,7 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
 
   void backward(const Targets& t, float* dlogits, double scale) override {
     d_.check_targets(t);
+    if (d_.kind == LossKind::bce) return backward_bce(t, dlogits, scale);
     const float g = float(scale / double(n_));
     const float off = float(eps_ / double(k_));
     // Blended targets split the one-hot part between the two labels (the same label twice: all of it).
@@ -277,6 +279,51 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
   }
 
  private:
+  // Every class but the labelled ones has the same target, `off`: the loop applies it to all and
+  // corrects the (at most two) labelled classes after.
+  struct RowTargets {
+    int32_t a, b;     // b = -1: one labelled class
+    double ta, tb;
+  };
+  RowTargets row_targets(const Targets& t, int64_t n) const {
+    const int32_t a = t.labels[n], b = t.mixed && t.mixed[n] != a ? t.mixed[n] : -1;
+    return {a, b, d_.target(t, n, a), b >= 0 ? d_.target(t, n, b) : 0.0};
+  }
+
+  // Per element softplus(z) - z t, softplus as max(z, 0) + log1p(exp(-|z|)): no overflow.
+  void forward_bce(const float* logits, const Targets& t) {
+    const double off = d_.target_of(0.0);
+    double total = 0;
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* z = logits + n * k_;
+      float* p = prob_.data() + n * k_;
+      double row = 0;
+      for (int64_t k = 0; k < k_; ++k) {
+        const float e = std::exp(-std::fabs(z[k]));
+        p[k] = (z[k] >= 0 ? 1.0f : e) / (1.0f + e);
+        row += double(std::max(z[k], 0.0f) + std::log1p(e)) - double(z[k]) * off;
+      }
+      const RowTargets r = row_targets(t, n);
+      row -= double(z[r.a]) * (r.ta - off);
+      if (r.b >= 0) row -= double(z[r.b]) * (r.tb - off);
+      total += row;
+    }
+    loss_ = total / double(n_ * k_);
+  }
+
+  void backward_bce(const Targets& t, float* dlogits, double scale) {
+    const double g = scale / double(n_ * k_), off = d_.target_of(0.0);
+    const float gf = float(g), offf = float(off);
+    for (int64_t n = 0; n < n_; ++n) {
+      const float* p = prob_.data() + n * k_;
+      float* d = dlogits + n * k_;
+      for (int64_t k = 0; k < k_; ++k) d[k] = gf * (p[k] - offf);
+      const RowTargets r = row_targets(t, n);
+      d[r.a] = float(g * (double(p[r.a]) - r.ta));
+      if (r.b >= 0) d[r.b] = float(g * (double(p[r.b]) - r.tb));
+    }
+  }
+
   SoftmaxXentDesc d_;
   int64_t n_, k_;
   double eps_, loss_ = 0;

@@ -92,6 +92,7 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
 
   void forward(const T* logits, const Targets& t) override {
     d_.check_targets(t);
+    if (d_.kind == LossKind::bce) return forward_bce(logits, t);
     const double eps = d_.label_smoothing;
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
@@ -118,19 +119,30 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
 
   // d(mean loss)/dz = (p - target) / N with target = (1 - eps) onehot + eps / K (with blended
   // targets the one-hot part is mix onehot(label) + (1 - mix) onehot(mixed)).
+  // With bce, p is each class's sigmoid and the mean runs over N K elements: (p - target) / (N K).
   void backward(const Targets& t, T* dlogits, double scale) override {
     d_.check_targets(t);
-    const double eps = d_.label_smoothing, f = scale / double(n_);
+    const double f = scale / double(d_.kind == LossKind::bce ? n_ * k_ : n_);
     for (int64_t n = 0; n < n_; ++n)
-      for (int64_t k = 0; k < k_; ++k) {
-        double hot = k == t.labels[n] ? 1.0 : 0.0;
-        if (t.mixed) hot = t.mix * hot + (1 - t.mix) * (k == t.mixed[n] ? 1.0 : 0.0);
-        const double target = (1 - eps) * hot + eps / double(k_);
-        dlogits[n * k_ + k] = T((prob_[size_t(n * k_ + k)] - target) * f);
-      }
+      for (int64_t k = 0; k < k_; ++k)
+        dlogits[n * k_ + k] = T((prob_[size_t(n * k_ + k)] - d_.target(t, n, k)) * f);
   }
 
  private:
+  // Per element softplus(z) - z t (= -t log s(z) - (1 - t) log(1 - s(z))), softplus(z) written
+  // max(z, 0) + log1p(exp(-|z|)) so that no exp overflows.
+  void forward_bce(const T* logits, const Targets& t) {
+    double total = 0;
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t k = 0; k < k_; ++k) {
+        const double z = double(logits[n * k_ + k]);
+        const double e = std::exp(-std::fabs(z));  // in (0, 1]
+        prob_[size_t(n * k_ + k)] = z >= 0 ? 1 / (1 + e) : e / (1 + e);
+        total += std::max(z, 0.0) + std::log1p(e) - z * d_.target(t, n, k);
+      }
+    loss_ = total / double(n_ * k_);
+  }
+
   SoftmaxXentDesc d_;
   int64_t n_, k_;
   std::vector<double> prob_;  // softmax of the last forward, for backward

@@ -12,14 +12,17 @@ namespace {
 using test::to_device;
 using test::to_host;
 
-// mix >= 0: mixup targets (the labels reversed as the partners) of that weight.
-void compare(int64_t n, int64_t k, double eps, double scale, double mix = -1) {
-  SoftmaxXentDesc d{"loss", Shape{n, k, 1, 1}, eps};
+// mix >= 0: mixup targets (the labels reversed as the partners) of that weight. threshold < -1:
+// softmax cross-entropy, else BCE with that target threshold.
+void compare(int64_t n, int64_t k, double eps, double scale, double mix = -1, double threshold = -2) {
+  const LossKind kind = threshold < -1 ? LossKind::softmax : LossKind::bce;
+  SoftmaxXentDesc d{"loss", Shape{n, k, 1, 1}, eps, kind, threshold < -1 ? -1 : threshold};
   std::mt19937 g(uint32_t(n * 131 + k));
   std::normal_distribution<float> z(0, 4);
   std::vector<float> logits(size_t(n * k));
   for (float& x : logits) x = z(g);
-  logits[0] = 80;  // a large logit: the max subtraction keeps exp finite
+  logits[0] = 80;  // large logits: the max subtraction (softmax) and the softplus's form (BCE)
+  logits[1] = -80; //   keep exp finite
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int32_t& l : labels) l = int32_t(g() % uint32_t(k));
   std::vector<int32_t> mixed(labels.rbegin(), labels.rend());
@@ -38,7 +41,7 @@ void compare(int64_t n, int64_t k, double eps, double scale, double mix = -1) {
   op.backward(t, dgrad.as<float>(), scale);
   const double got = op.loss();
   CUDA_CHECK(cudaDeviceSynchronize());
-  const std::string at = str_cat(n, "x", k, " eps ", eps, " mix ", mix);
+  const std::string at = str_cat(n, "x", k, " eps ", eps, " mix ", mix, " ", loss_kind_name(kind), " ", threshold);
   EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, std::abs(want))) << at;
   const auto grad = to_host<float>(dgrad, logits.size());
   for (size_t i = 0; i < grad.size(); ++i)
@@ -55,6 +58,19 @@ TEST(GpuSoftmaxXent, MatchesReference) {
     compare(33, 1000, eps, 1.0, 0.3);  // mixup (the middle row mixed with itself)
     compare(8, 10, eps, 4.0, 1.0);
   }
+}
+
+// BCE: soft, blended and thresholded targets; logits to +-80 (no overflow in the softplus).
+TEST(GpuSoftmaxXent, BceMatchesReference) {
+  RT_REQUIRE_GPU();
+  for (double eps : {0.0, 0.1})
+    for (double threshold : {-1.0, 0.2}) {
+      compare(5, 10, eps, 1.0, -1, threshold);
+      compare(32, 1000, eps, 1.0, -1, threshold);
+      compare(3, 1, eps, 1.0, -1, threshold);
+      compare(256, 100, eps, 1024, -1, threshold);
+      compare(33, 1000, eps, 1.0, 0.3, threshold);
+    }
 }
 
 // A bad mixed-in label is named as such; the first label's are checked too.

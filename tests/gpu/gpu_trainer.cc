@@ -149,6 +149,13 @@ TEST(GpuTrainer, MixupMatchesCpu) {
   expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set train.mixup=0.4 --set train.cutmix=1 --set data.output=u8");
 }
 
+// BCE (ResNet strikes back's loss) on blended targets made 0 or 1 by a threshold: the device's
+// sigmoid loss and its gradient, mean over batch and classes, give the CPU run's losses.
+TEST(GpuTrainer, BceMatchesCpu) {
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval,
+                     "--set train.loss=bce --set train.bce_threshold=0.2 --set train.mixup=0.4 --set data.output=u8");
+}
+
 // LAMB (and so AdamW's moments) through the trainer: the device optimizer's second moment, its
 // trust ratios and the staged gradients give the CPU run's losses.
 TEST(GpuTrainer, LambMatchesCpu) {

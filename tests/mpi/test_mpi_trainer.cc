@@ -730,10 +730,14 @@ void check_weights(MpiTest& t, const std::string& dir) {
 }
 
 // N ranks x batch 4 against rank 0 alone with batch 4N, on a model without batch norm; and N
-// ranks x batch 2 x 2 accumulated passes against the same.
-void check_data_parallel_equivalence(MpiTest& t, const std::string& dir) {
+// ranks x batch 2 x 2 accumulated passes against the same. With BCE (a mean over batch and
+// classes) as with softmax cross-entropy (a mean over the batch).
+void check_data_parallel_equivalence(MpiTest& t, const std::string& dir, LossKind loss = LossKind::softmax) {
+  const std::string tag = loss == LossKind::bce ? "_bce" : "";
   auto run = [&](MPI_Comm comm, int64_t batch, const std::string& sub, int64_t passes = 1) {
-    Config c = tiny(dir + sub);
+    Config c = tiny(dir + sub + tag);
+    c.train.loss = loss;
+    c.train.label_smoothing = loss == LossKind::bce ? 0.1 : 0.0;
     c.train.batch = batch;
     c.train.accumulate = passes;
     c.train.steps = 4;
@@ -941,6 +945,7 @@ int main(int argc, char** argv) {
     check_elastic_resume(t, dir);
     check_weights(t, dir);
     check_data_parallel_equivalence(t, dir);
+    check_data_parallel_equivalence(t, dir, rt::LossKind::bce);
     check_eval_counts(t, dir);
     check_u8_input(t, dir);
     check_golden_losses(t, dir);

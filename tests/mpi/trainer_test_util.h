@@ -110,7 +110,7 @@ inline std::unique_ptr<Net<float>> plain_net(const Config& c) {
   x = net->relu(x, "relu2");
   x = net->global_avgpool(x, "pool");
   x = net->linear(x, "fc", c.model.classes);
-  net->loss(x, c.train.label_smoothing);
+  net->loss(x, {c.train.loss, c.train.label_smoothing, c.train.bce_threshold});
   net->finalize();
   init_resnet(*net, c.seed, false);
   return net;

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     c.name = argv[1];
     c.num_classes = std::stoll(argv[2]);
     c.image_size = std::stoll(argv[3]);
-    if (train) c.label_smoothing = std::stod(argv[9]);
+    if (train) c.loss.label_smoothing = std::stod(argv[9]);
     const std::string backend = argv[4];
     if (backend == "reference-double") return run<double>(c, "reference", argv, train);
     return run<float>(c, backend, argv, train);
