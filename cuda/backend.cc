@@ -22,6 +22,7 @@
 #include "cuda/cudnn_conv.h"
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
+#include "cuda/drop_path.h"
 #include "cuda/kernels.h"
 #include "cuda/layer_ops.h"
 #include "cuda/sgd.h"
@@ -89,6 +90,9 @@ class CudaBackend final : public DeviceBackend {
   }
   std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
     return std::make_unique<DeviceSoftmaxXent>(d, ctx_.stream());
+  }
+  std::unique_ptr<DropPathOp<float>> make_drop_path(const DropPathDesc& d) override {
+    return make_device_drop_path<float>(d, d.in.chw(), ctx_);
   }
 };
 

@@ -6,6 +6,7 @@
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
+#include "cuda/drop_path.h"
 #include "cuda/kernels.h"
 #include "cuda/lowp_conv.h"
 #include "cuda/lowp_kernels.h"
@@ -92,6 +93,9 @@ class LowpBackend final : public DeviceBackend {
   }
   std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent(const SoftmaxXentDesc& d) override {
     return make_lowp_softmax_xent<T>(d, ctx_);
+  }
+  std::unique_ptr<DropPathOp<float>> make_drop_path(const DropPathDesc& d) override {
+    return make_device_drop_path<T>(d, d.in.chw(), ctx_);
   }
 
  private:

@@ -6,23 +6,18 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nn/hash.h"
+
 namespace rt::data {
 
-// splitmix64's finalizer: a bijective 64-bit mix with full avalanche.
-inline uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using rt::hash_key;
+using rt::mix64;
 
-// Hashes a tuple of words into one key; chaining mix64 keeps (a, b) and (b, a) apart.
-inline uint64_t hash_key(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
-  return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
-}
-
-// What a draw is for: separate streams so e.g. adding a flip never changes the crop.
-enum class Stream : uint64_t { permutation = 1, augment = 2, synthetic_image = 3, synthetic_label = 4, mixup = 5 };
+// What a draw is for: separate streams so e.g. adding a flip never changes the crop. drop_path:
+// the network's own draws in training (stochastic depth's masks; Net::set_noise_key).
+enum class Stream : uint64_t {
+  permutation = 1, augment = 2, synthetic_image = 3, synthetic_label = 4, mixup = 5, drop_path = 6
+};
 
 // A small sequential generator (splitmix64) seeded from a key; cheap to create per sample.
 class Rng {

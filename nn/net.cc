@@ -159,6 +159,21 @@ int Net<T>::add(int a, int b, const std::string& name, bool relu) {
 }
 
 template <class T>
+int Net<T>::drop_path(int x, const std::string& name, double rate) {
+  check_building(name);
+  RT_SHAPE_CHECK(rate >= 0 && rate < 1, "layer ", name, ": drop path rate must be in [0, 1), got ", rate);
+  DropPathDesc d{name, shapes_.at(x)};
+  auto n = std::make_unique<DropPathNode<T>>();
+  n->op = backend_->make_drop_path(d);
+  n->rate = rate;
+  n->salt = uint64_t(nodes_.size());
+  n->scales.assign(size_t(d.in.n), 1.0f);
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), d.in);
+}
+
+template <class T>
 int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride) {
   check_building(name);
   PadShortcutDesc d{name, shapes_.at(x), out_c, stride};

@@ -53,6 +53,9 @@ class Net {
   int linear(int x, const std::string& name, int64_t out_features, bool bias = true);
   int add(int a, int b, const std::string& name, bool relu);
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
+  // Stochastic depth on a residual branch x: in training each sample's x is dropped with
+  // probability rate, else scaled by 1 / (1 - rate); evaluation passes x as it is.
+  int drop_path(int x, const std::string& name, double rate);
   // Marks `logits` as the output and adds the loss (softmax cross-entropy or BCE; nn/ops.h).
   void loss(int logits, const LossSpec& spec);
   // Before finalize(): the network will only run forward (evaluation), so no activation is kept
@@ -84,6 +87,10 @@ class Net {
   void backward(const std::function<void(size_t)>& on_ready = {}, double loss_scale = 1.0,
                 const T* addend = nullptr);
   void set_ready_sync(bool sync) { ready_sync_ = sync; }
+  // What the random draws of training forwards (drop_path's masks) are a function of, with the
+  // node and sample: the trainer sets it per pass from the seed, step, pass and rank.
+  void set_noise_key(uint64_t key) { noise_key_ = key; }
+  uint64_t noise_key() const { return noise_key_; }
   // Nodes before `first` run no backward: a frozen stem (fine-tuning), where none of them has a
   // parameter to train, so no gradient they would compute is used (PyTorch's autograd stops there
   // the same way). Their parameters' gradients in grads() are left as they are. 0: every node.
@@ -170,6 +177,7 @@ class Net {
   double loss_scale_ = 1.0;
   SoftmaxXentOp<T>* loss_op_ = nullptr;  // the loss node's
   bool ready_sync_ = true;  // backend_->sync() before each on_ready report
+  uint64_t noise_key_ = 0;
   bool inference_only_ = false;
   size_t backward_from_ = 0;  // nodes before it skip backward
   bool profiling_ = false;

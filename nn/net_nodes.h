@@ -1,8 +1,11 @@
 // The node types of nn/net.cc: each wraps a backend op and knows which tensors, parameters and
 // gradients it reads and writes. Internal to net.cc (one translation unit).
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "nn/hash.h"
 #include "nn/net.h"
 
 namespace rt::detail {
@@ -144,6 +147,30 @@ class BnAddNode : public Node<T> {
                  a.grad(this->params[0]), a.grad(this->params[1]));
     net.grad_done(x);
     net.grad_alias(this->inputs[1], this->output);
+  }
+};
+
+// Stochastic depth: in a training forward each sample keeps the branch with probability 1 - rate
+// (scaled by 1 / (1 - rate)) or drops it, by a draw that is a function of the net's noise key,
+// this node and the sample alone: the same key, the same masks (a resumed run draws them again).
+template <class T>
+class DropPathNode : public Node<T> {
+ public:
+  std::unique_ptr<DropPathOp<T>> op;
+  double rate = 0;
+  uint64_t salt = 0;            // this node's, from its position in the network
+  std::vector<float> scales;    // the last training forward's
+  void forward(Net<T>& net, bool train) override {
+    if (!train) return op->forward(net.act(this->inputs[0]), nullptr, net.act(this->output));
+    const double keep = 1.0 - rate;
+    for (size_t i = 0; i < scales.size(); ++i)
+      scales[i] = unit_double(hash_key(net.noise_key(), salt, i)) < keep ? float(1.0 / keep) : 0.0f;
+    op->forward(net.act(this->inputs[0]), scales.data(), net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    const int x = this->inputs[0];
+    op->backward(net.grad_of(this->output), net.grad_target(x));
+    net.grad_done(x);
   }
 };
 

@@ -67,6 +67,10 @@ void SoftmaxXentDesc::validate() const {
   RT_SHAPE_CHECK(bce_threshold < 1, "layer ", name, ": a BCE target threshold must be below 1, got ", bce_threshold);
 }
 
+void DropPathDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0, "layer ", name, ": drop path needs a non-empty input, got ", in.str());
+}
+
 const char* loss_kind_name(LossKind k) { return k == LossKind::bce ? "bce" : "cross_entropy"; }
 
 void SoftmaxXentDesc::check_mix(const Targets& t) const {
@@ -96,6 +100,38 @@ Registry& registry() {
 }
 
 }  // namespace
+
+// The default DropPathOp: host loops over each sample's share of the backend's layout.
+template <class T>
+class HostDropPath final : public DropPathOp<T> {
+ public:
+  HostDropPath(const DropPathDesc& d, size_t per_sample)
+      : per_sample_(per_sample), scales_(size_t(d.in.n), 1.0f) {}
+  void forward(const T* x, const float* scales, T* y) override {
+    if (scales) std::copy(scales, scales + scales_.size(), scales_.begin());
+    else std::fill(scales_.begin(), scales_.end(), 1.0f);
+    apply(x, y);
+  }
+  void backward(const T* dy, T* dx) override { apply(dy, dx); }
+
+ private:
+  void apply(const T* x, T* y) const {
+    for (size_t n = 0; n < scales_.size(); ++n) {
+      const T s = T(scales_[n]);
+      for (size_t i = n * per_sample_, e = i + per_sample_; i < e; ++i) y[i] = x[i] * s;
+    }
+  }
+  size_t per_sample_;
+  std::vector<float> scales_;  // the last forward's
+};
+
+template <class T>
+std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d) {
+  d.validate();
+  if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
+    throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no drop path (stochastic depth)"));
+  return std::make_unique<HostDropPath<T>>(d, act_size(d.in) / size_t(d.in.n));
+}
 
 template <class T>
 std::unique_ptr<Optimizer<T>> Backend<T>::make_sgd(std::vector<ParamInfo> layout, SgdConfig cfg) {

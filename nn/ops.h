@@ -106,6 +106,14 @@ struct PadShortcutDesc {
   void validate() const;
 };
 
+// Stochastic depth (Huang et al. 2016) on a residual branch: y = s_n x for each sample n, s_n = 0
+// (the branch dropped for that sample) or 1 / keep (kept, scaled so that its expectation is x).
+struct DropPathDesc {
+  std::string name;
+  Shape in;
+  void validate() const;
+};
+
 // What the loss compares the logits with: a class per sample (host memory, in.n of them), or
 // (mixup, CutMix) a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
 // pointer converts to one; null is no targets (inference).
@@ -246,6 +254,16 @@ class PadShortcutOp {
 };
 
 template <class T>
+class DropPathOp {
+ public:
+  virtual ~DropPathOp() = default;
+  // scales: in.n factors in host memory, read before this returns; nullptr: all 1 (evaluation).
+  virtual void forward(const T* x, const float* scales, T* y) = 0;
+  // dx = s_n dy with the last forward's factors; dx may be dy.
+  virtual void backward(const T* dy, T* dx) = 0;
+};
+
+template <class T>
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
@@ -366,6 +384,10 @@ class Backend {
   virtual std::unique_ptr<AddOp<T>> make_add(const AddDesc&) = 0;
   virtual std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc&) = 0;
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
+  // Default: a loop over each sample's act_size(in) / in.n elements (every layout here keeps a
+  // sample's values together), for backends whose activations the host may dereference; others
+  // must override it (this one refuses them).
+  virtual std::unique_ptr<DropPathOp<T>> make_drop_path(const DropPathDesc&);
 
  private:
   mutable std::vector<T> u8_scratch_;  // act_import_u8's host NCHW floats, reused

@@ -37,8 +37,15 @@ int shortcut_projection(Net<T>& net, int x, const std::string& p, int64_t out_c,
   return net.batchnorm(s, p + ".downsample.1", false);
 }
 
+// The residual branch y, with stochastic depth at `drop` (none at 0), added to the shortcut.
 template <class T>
-int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a) {
+int residual(Net<T>& net, int y, int sc, const std::string& p, double drop) {
+  if (drop > 0) y = net.drop_path(y, p + ".drop_path", drop);
+  return net.add(y, sc, p + ".add", true);
+}
+
+template <class T>
+int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a, double drop) {
   int64_t in_c = net.shape(x).c;
   int y = net.conv(x, p + ".conv1", planes, 3, stride, 1);
   y = net.batchnorm(y, p + ".bn1", true);
@@ -48,11 +55,11 @@ int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_
   if (stride != 1 || in_c != planes)
     sc = pad_a ? net.pad_shortcut(x, p + ".shortcut", planes, stride)
                : shortcut_projection(net, x, p, planes, stride);
-  return net.add(y, sc, p + ".add", true);
+  return residual(net, y, sc, p, drop);
 }
 
 template <class T>
-int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride) {
+int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, double drop) {
   int64_t in_c = net.shape(x).c, out_c = planes * 4;
   int y = net.conv(x, p + ".conv1", planes, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn1", true);
@@ -61,7 +68,7 @@ int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, i
   y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn3", false);
   int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride) : x;
-  return net.add(y, sc, p + ".add", true);
+  return residual(net, y, sc, p, drop);
 }
 
 }  // namespace
@@ -83,7 +90,18 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
                              ") and width (", cfg.width, ") must be positive"));
   if (cfg.cifar_shortcut != "A" && cfg.cifar_shortcut != "B")
     throw Error("model " + cfg.name + ": cifar_shortcut must be A or B, got '" + cfg.cifar_shortcut + "'");
+  if (!(cfg.drop_path >= 0 && cfg.drop_path < 1))
+    throw Error(str_cat("model ", cfg.name, ": drop path rate must be in [0, 1), got ", cfg.drop_path));
   const Arch& a = it->second;
+  // timm's schedule: block k of K drops at rate * k / (K - 1), none in the first block; a
+  // forward-only network has none at all.
+  int total = 0, block = 0;
+  for (int b : a.blocks) total += b;
+  auto drop = [&] {
+    const double r = cfg.inference_only || total < 2 ? 0.0 : cfg.drop_path * double(block) / double(total - 1);
+    ++block;
+    return r;
+  };
   auto net = std::make_unique<Net<T>>(std::move(backend), Shape{cfg.batch, 3, cfg.image_size, cfg.image_size});
   int x = net->input();
   if (a.cifar) {
@@ -93,7 +111,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
     for (int s = 0; s < 3; ++s)
       for (int b = 0; b < a.blocks[s]; ++b)
         x = basic_block(*net, x, "layer" + std::to_string(s + 1) + "." + std::to_string(b),
-                        scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A");
+                        scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A", drop());
   } else {
     x = net->conv(x, "conv1", scaled(64, cfg.width), 7, 2, 3);
     x = net->batchnorm(x, "bn1", true);
@@ -103,8 +121,9 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
       for (int b = 0; b < a.blocks[s]; ++b) {
         std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
         int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride)
-                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false);
+        const double d = drop();
+        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, d)
+                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d);
       }
   }
   x = net->global_avgpool(x, "avgpool");

@@ -22,8 +22,10 @@ std::vector<T> random_vec(size_t n, uint64_t seed, double scale = 1.0) {
 }
 
 // Two residual blocks (projection shortcut, then identity), a zero-padded shortcut, pooling,
-// classifier and a label-smoothed loss: every node type and both gradient-sharing paths.
-std::unique_ptr<Net<double>> residual_net() {
+// classifier and a label-smoothed loss: every node type and both gradient-sharing paths. With
+// drop > 0 both blocks' branches go through stochastic depth at that rate; their outputs' ids are
+// written to drops.
+std::unique_ptr<Net<double>> residual_net(double drop = 0, std::vector<int>* drops = nullptr) {
   auto net = std::make_unique<Net<double>>(make_backend<double>("reference"), Shape{2, 3, 6, 6});
   int x = net->input();
   int y = net->conv(x, "b1.conv1", 4, 3, 1, 1);
@@ -32,12 +34,18 @@ std::unique_ptr<Net<double>> residual_net() {
   y = net->batchnorm(y, "b1.bn2", false);
   int s = net->conv(x, "b1.downsample.0", 4, 1, 1, 0);
   s = net->batchnorm(s, "b1.downsample.1", false);
-  x = net->add(y, s, "b1.add", true);
+  auto branch = [&](int b, const std::string& name) {
+    if (drop == 0) return b;
+    const int id = net->drop_path(b, name, drop);
+    if (drops) drops->push_back(id);
+    return id;
+  };
+  x = net->add(branch(y, "b1.drop_path"), s, "b1.add", true);
   y = net->conv(x, "b2.conv1", 4, 3, 1, 1);
   y = net->batchnorm(y, "b2.bn1", true);
   y = net->conv(y, "b2.conv2", 4, 3, 1, 1);
   y = net->batchnorm(y, "b2.bn2", false);
-  x = net->add(y, x, "b2.add", true);
+  x = net->add(branch(y, "b2.drop_path"), x, "b2.add", true);
   y = net->conv(x, "b3.conv1", 6, 3, 2, 1);
   y = net->batchnorm(y, "b3.bn1", true);
   s = net->pad_shortcut(x, "b3.shortcut", 6, 2);
@@ -60,10 +68,34 @@ std::unique_ptr<Net<double>> residual_net() {
   return net;
 }
 
-TEST(Net, ResidualBlocksMatchFiniteDifferencesInDouble) {
-  auto net = residual_net();
+// Which samples of tensor `id` (after a forward) are all zero.
+std::vector<bool> zero_samples(const Net<double>& net, int id) {
+  const Shape s = net.shape(id);
+  std::vector<double> v(size_t(s.numel()));
+  net.export_tensor(id, v.data());
+  std::vector<bool> zero(size_t(s.n), true);
+  for (size_t i = 0; i < v.size(); ++i) zero[i / size_t(s.chw())] = zero[i / size_t(s.chw())] && v[i] == 0;
+  return zero;
+}
+
+void check_finite_differences(double drop) {
+  std::vector<int> drops;
+  auto net = residual_net(drop, &drops);
   auto input = random_vec<double>(net->shape(0).numel(), 1);
   std::vector<int32_t> labels = {2, 0};
+  if (drop > 0) {
+    // A key under which each block keeps one sample's branch and drops the other's: the check
+    // then covers the kept branch's gradient (scaled by 1 / keep) and the dropped one's (zero).
+    bool mixed = false;
+    for (uint64_t key = 1; key < 1000 && !mixed; ++key) {
+      net->set_noise_key(key);
+      net->forward(input.data(), labels.data(), true);
+      mixed = true;
+      for (int id : drops) mixed = mixed && zero_samples(*net, id) != std::vector<bool>{false, false} &&
+                                   zero_samples(*net, id) != std::vector<bool>{true, true};
+    }
+    ASSERT_TRUE(mixed) << "no key keeps one sample and drops the other in both blocks";
+  }
   net->forward(input.data(), labels.data(), true);
   net->backward();
   auto& a = net->arena();
@@ -89,6 +121,72 @@ TEST(Net, ResidualBlocksMatchFiniteDifferencesInDouble) {
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+TEST(Net, ResidualBlocksMatchFiniteDifferencesInDouble) { check_finite_differences(0); }
+TEST(Net, StochasticDepthMatchesFiniteDifferencesInDouble) { check_finite_differences(0.5); }
+
+// Stochastic depth's forward: a training sample's branch is all zero or exactly the branch times
+// 1 / keep; the same key draws the same masks, another key others, about `rate` of the samples
+// dropped; evaluation passes the branch as it is.
+TEST(Net, StochasticDepthDropsWholeSamples) {
+  const double rate = 0.25;
+  Net<double> net(make_backend<double>("reference"), Shape{64, 2, 3, 3});
+  const int c = net.conv(net.input(), "conv", 3, 3, 1, 1);
+  const int d = net.drop_path(c, "drop_path", rate);
+  net.loss(net.linear(net.global_avgpool(d, "gap"), "fc", 2), {});
+  net.finalize();
+  init_resnet(net, 3, false);
+  const auto input = random_vec<double>(net.shape(0).numel(), 2);
+  const std::vector<int32_t> labels(64, 1);
+  const size_t n = size_t(net.shape(c).numel()), per = size_t(net.shape(c).chw());
+  std::vector<double> branch(n), out(n), first(n);
+  const double scale = double(float(1 / (1 - rate)));  // the factors are floats for every backend
+  int dropped = 0;
+  for (uint64_t key = 0; key < 8; ++key) {
+    net.set_noise_key(key);
+    net.forward(input.data(), labels.data(), true);
+    net.export_tensor(c, branch.data());
+    net.export_tensor(d, out.data());
+    for (size_t s = 0; s < 64; ++s) {
+      const bool drop = out[s * per] == 0;
+      dropped += drop;
+      for (size_t i = s * per; i < (s + 1) * per; ++i)
+        ASSERT_EQ(out[i], drop ? 0.0 : branch[i] * scale) << "key " << key << " sample " << s;
+    }
+    if (key == 0) first = out;
+    if (key == 1) EXPECT_NE(out, first) << "keys 0 and 1 draw the same masks";
+  }
+  EXPECT_GT(dropped, 64 * 8 * rate * 0.6);  // 128 expected of 512; 77 to 179 is far beyond 4 sigma
+  EXPECT_LT(dropped, 64 * 8 * rate * 1.4);
+  net.set_noise_key(0);
+  net.forward(input.data(), labels.data(), true);
+  net.export_tensor(d, out.data());
+  EXPECT_EQ(out, first) << "the same key must draw the same masks";
+  net.forward(input.data(), labels.data(), false);
+  net.export_tensor(c, branch.data());
+  net.export_tensor(d, out.data());
+  EXPECT_EQ(out, branch) << "evaluation scales nothing";
+}
+
+// ResNet's schedule (timm's): none in the first block, the given rate in the last, linear between;
+// a forward-only network has none.
+TEST(Net, ResNetDropPathRatesGrowWithDepth) {
+  ResNetConfig c{.name = "resnet20", .num_classes = 4, .image_size = 8, .batch = 2, .width = 0.25};
+  c.drop_path = 0.2;
+  auto net = build_resnet<double>(c, make_backend<double>("reference"));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < net->num_nodes(); ++i)
+    if (net->node(i).name.find("drop_path") != std::string::npos) names.push_back(net->node(i).name);
+  ASSERT_EQ(names.size(), 8u);  // 9 blocks, the first without
+  EXPECT_EQ(names.front(), "layer1.1.drop_path");
+  EXPECT_EQ(names.back(), "layer3.2.drop_path");
+  c.inference_only = true;
+  auto eval = build_resnet<double>(c, make_backend<double>("reference"));
+  for (size_t i = 0; i < eval->num_nodes(); ++i) EXPECT_EQ(eval->node(i).name.find("drop_path"), std::string::npos);
+  c.inference_only = false;
+  c.drop_path = 1.0;
+  EXPECT_THROW(build_resnet<double>(c, make_backend<double>("reference")), Error);
 }
 
 TEST(Net, GradientsBecomeReadyAsAGrowingPrefix) {

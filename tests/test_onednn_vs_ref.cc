@@ -488,6 +488,7 @@ TEST_F(OnednnVsRef, WholeResNets) {
     int64_t size;
     double median_nmse, max_nmse;
     std::string backend = "onednn";
+    double drop_path = 0;  // stochastic depth (the same masks on both: the same key)
   };
   // The bottleneck net has enough ReLUs that a flip somewhere near the top is likely, and it
   // disturbs everything below it, so it only gets a coarse bound (layout or plumbing errors give
@@ -496,10 +497,11 @@ TEST_F(OnednnVsRef, WholeResNets) {
   for (const Case& c : {Case{"resnet20", 0.5, 12, 1e-6, 1e-3}, Case{"resnet18", 0.125, 32, 1e-6, 1e-3},
                         Case{"resnet50", 0.125, 64, 5e-2, 5e-2},
                         Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn-winograd"},
-                        Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"}}) {
-    SCOPED_TRACE(c.name + " on " + c.backend);
+                        Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"},
+                        Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn", 0.5}}) {  // blocked layouts
+    SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
-                     .loss = {.label_smoothing = 0.1}, .seed = 5};
+                     .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};
     auto fast = build_resnet<float>(cfg, make_backend<float>(c.backend));
     auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
     ASSERT_EQ(fast->arena().params().size(), ref->arena().params().size());
@@ -507,6 +509,8 @@ TEST_F(OnednnVsRef, WholeResNets) {
     std::vector<int32_t> labels = {1, 7, 3};
     for (int step = 0; step < 2; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
+      fast->set_noise_key(uint64_t(step));
+      ref->set_noise_key(uint64_t(step));
       const double lf = fast->forward(x.data(), labels.data(), true);
       const double lr = ref->forward(x.data(), labels.data(), true);
       EXPECT_NEAR(lf, lr, 1e-4 * std::max(1.0, std::fabs(lr)));

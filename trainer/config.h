@@ -31,6 +31,8 @@ struct ModelConfig {                  // key prefix: model.
   double width = 1.0;                 // multiplies every channel count
   bool zero_init_residual = true;     // gamma = 0 on each branch's last BN (Goyal et al. 2017)
   std::string cifar_shortcut = "A";   // CIFAR models: A = zero-padded identity, B = projection
+  double drop_path = 0.0;             // stochastic depth: the last residual block's drop rate,
+                                      //   linear from 0 in the first (timm's drop_path_rate); 0 = off
 };
 
 // A small ImageNet-like folder dataset made at start when data.root does not exist yet.

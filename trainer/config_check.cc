@@ -46,6 +46,8 @@ void config_validate(const Config& c) {
   k.require(finite_pos(c.model.width), "model.width", "must be > 0", c.model.width);
   k.require(c.model.cifar_shortcut == "A" || c.model.cifar_shortcut == "B", "model.cifar_shortcut",
             "must be A or B", c.model.cifar_shortcut);
+  k.require(c.model.drop_path >= 0 && c.model.drop_path < 1, "model.drop_path", "must be in [0, 1) (0: off; e.g. 0.05)",
+            c.model.drop_path);
 
   // Exactly one data source.
   const auto& d = c.data;
@@ -238,6 +240,7 @@ ResNetConfig config_resnet(const Config& c) {
   r.width = c.model.width;
   r.zero_init_residual = c.model.zero_init_residual;
   r.cifar_shortcut = c.model.cifar_shortcut;
+  r.drop_path = c.model.drop_path;
   r.loss = {c.train.loss, c.train.label_smoothing, c.train.bce_threshold};
   r.seed = c.seed;
   return r;

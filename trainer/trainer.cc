@@ -396,6 +396,9 @@ void Trainer::train_step() {
         take_batch(batch_, step_, pass);
         pass_wait += now_s() - t;
       }
+      // Stochastic depth's masks: this rank's, this step's and pass's, drawn again on a resume.
+      net_->set_noise_key(data::hash_key(cfg_.seed, uint64_t(step_), (uint64_t(pass) << 32) | uint64_t(rank_),
+                                         uint64_t(data::Stream::drop_path)));
       if (cfg_.data.output == data::Output::u8)
         net_->queue_forward_u8(batch_.pixels.data(), norm_, data::targets(batch_), true);
       else
