@@ -115,11 +115,15 @@ class HostDropPath final : public DropPathOp<T> {
   void backward(const T* dy, T* dx) override { apply(dy, dx); }
 
  private:
+  // Each element alone: the same bits for any thread count.
   void apply(const T* x, T* y) const {
-    for (size_t n = 0; n < scales_.size(); ++n) {
-      const T s = T(scales_[n]);
-      for (size_t i = n * per_sample_, e = i + per_sample_; i < e; ++i) y[i] = x[i] * s;
-    }
+    const int64_t samples = int64_t(scales_.size()), per = int64_t(per_sample_);
+#pragma omp parallel for collapse(2) schedule(static) if (samples * per > (1 << 15))
+    for (int64_t n = 0; n < samples; ++n)
+      for (int64_t c = 0; c < per; c += 4096) {
+        const T s = T(scales_[size_t(n)]);
+        for (int64_t i = n * per + c, e = n * per + std::min(per, c + 4096); i < e; ++i) y[i] = x[i] * s;
+      }
   }
   size_t per_sample_;
   std::vector<float> scales_;  // the last forward's

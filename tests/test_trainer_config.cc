@@ -155,6 +155,12 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
   EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
+  // Stochastic depth.
+  EXPECT_EQ(config_resnet(config_parse("model: {drop_path: 0.05}\n", "s.yaml")).drop_path, 0.05);
+  EXPECT_EQ(config_parse("", "d.yaml").model.drop_path, 0.0);
+  e = invalid("model: {drop_path: 1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'model.drop_path' must be in [0, 1) (0: off; e.g. 0.05) (got 1)"), std::string::npos)
+      << e;
   // The loss: its kind by name, the BCE target threshold only for BCE and below 1.
   const Config bce = config_parse("train: {loss: bce, bce_threshold: 0.2}\n", "b.yaml");
   EXPECT_EQ(bce.train.loss, LossKind::bce);

@@ -50,6 +50,7 @@ struct Args {
   int64_t batch = 32, size = 224, classes = 0;
   int threads = 0, warmup = 2, iters = 6;
   double time_cap = 150;
+  double drop_path = 0;  // stochastic depth's rate in the last block (model.drop_path)
   bool peak = false, profile = false;
 };
 
@@ -57,11 +58,12 @@ struct Args {
   std::printf(
       "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
       "                        [--threads N] [--backend onednn|onednn-direct|reference|cuda] [--warmup 2] [--iters 6]\n"
-      "                        [--time-cap 150] [--peak] [--profile]\n"
+      "                        [--time-cap 150] [--drop-path R] [--peak] [--profile]\n"
       "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
       "during which other processes used the CPU is reported with '*' and left out when at least\n"
       "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm;\n"
-      "--profile prints each layer's forward and backward time per step, summed by layer kind.\n");
+      "--profile prints each layer's forward and backward time per step, summed by layer kind;\n"
+      "--drop-path adds stochastic depth at that rate (model.drop_path).\n");
   std::exit(rc);
 }
 
@@ -85,6 +87,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--time-cap") a.time_cap = std::stod(val());
+    else if (k == "--drop-path") a.drop_path = std::stod(val());
     else if (k == "--peak") a.peak = true;
     else if (k == "--profile") a.profile = true;
     else if (k == "--help" || k == "-h") usage(0);
@@ -120,6 +123,7 @@ int main(int argc, char** argv) try {
   cfg.name = a.model;
   cfg.batch = a.batch;
   cfg.image_size = a.size;
+  cfg.drop_path = a.drop_path;
   // CIFAR models default to 10 classes, ImageNet ones to 1000 (as the PyTorch peer script).
   bool cifar = a.model == "resnet20" || a.model == "resnet32" || a.model == "resnet44" ||
                a.model == "resnet56" || a.model == "resnet110";

@@ -191,6 +191,38 @@ TEST(GpuBackendOps, MaxPoolTiesAndGeometries) {
     }
 }
 
+// Stochastic depth: each sample scaled by its factor (0, 1 / keep, or 1 without factors), forward
+// and backward, bit for bit the host's product; the device keeps the factors for backward, so the
+// host's array may change after forward. Eval (no factors) after training ones restores 1.
+TEST(GpuBackendOps, DropPath) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{3, 5, 7, 9}, Shape{4, 16, 9, 11}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    auto x = random_vec(n, 10), dy = random_vec(n, 11);
+    std::vector<float> scales(size_t(s.n));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = i % 2 ? 0.0f : 1.0f / 0.7f;
+    std::vector<float> y(n), dx(n), y_eval(n);
+    auto rd = b.ref->make_drop_path({"drop", s});
+    rd->forward(x.data(), scales.data(), y.data());
+    rd->backward(dy.data(), dx.data());
+    rd->forward(x.data(), nullptr, y_eval.data());
+    auto gx = to_device(x), gdy = to_device(dy);
+    DeviceBuffer gy(n * 4), gdx(n * 4), gy_eval(n * 4);
+    auto gd = b.gpu->make_drop_path({"drop", s});
+    gd->forward(gx.as<float>(), scales.data(), gy.as<float>());
+    std::fill(scales.begin(), scales.end(), 5.0f);  // forward read them already
+    gd->backward(gdy.as<float>(), gdx.as<float>());
+    gd->forward(gx.as<float>(), nullptr, gy_eval.as<float>());
+    b.gpu->sync();
+    expect_equal(to_host<float>(gy, n), y, "y");
+    expect_equal(to_host<float>(gdx, n), dx, "dx");
+    expect_equal(to_host<float>(gy_eval, n), x, "evaluation's y");
+    EXPECT_EQ(y_eval, x);
+  }
+}
+
 TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
   RT_REQUIRE_GPU();
   Backends b;

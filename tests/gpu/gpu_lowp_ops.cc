@@ -585,6 +585,31 @@ TEST_P(GpuLowpOps, LinearForwardBackward) {
   }
 }
 
+// Stochastic depth on 16-bit NHWC activations: a sample's values stay together in NHWC too, and
+// a product rounded once is the reference's rounded product (factors 0, 2 and 1 / 0.7).
+TEST_P(GpuLowpOps, DropPath) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  for (Shape s : {Shape{3, 5, 7, 9}, Shape{4, 16, 9, 11}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel());
+    std::vector<float> x = lowp_vec(k, n, 21), dy = lowp_vec(k, n, 22), y(n), dx(n);
+    std::vector<float> scales(size_t(s.n));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = i % 3 == 0 ? 0.0f : i % 3 == 1 ? 2.0f : 1.0f / 0.7f;
+    auto ref = b.ref->make_drop_path({"drop", s});
+    ref->forward(x.data(), scales.data(), y.data());
+    ref->backward(dy.data(), dx.data());
+    auto gx = b.import(x, s), gdy = b.import(dy, s);
+    DeviceBuffer gy = b.act(s), gdx = b.act(s);
+    auto op = b.gpu->make_drop_path({"drop", s});
+    op->forward(gx.as<float>(), scales.data(), gy.as<float>());
+    op->backward(gdy.as<float>(), gdx.as<float>());
+    expect_equal(b.export_act(gy, s), rounded(k, y), "y");
+    expect_equal(b.export_act(gdx, s), rounded(k, dx), "dx");
+  }
+}
+
 TEST_P(GpuLowpOps, SoftmaxXent) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();

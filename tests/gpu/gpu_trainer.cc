@@ -156,6 +156,12 @@ TEST(GpuTrainer, BceMatchesCpu) {
                      "--set train.loss=bce --set train.bce_threshold=0.2 --set train.mixup=0.4 --set data.output=u8");
 }
 
+// Stochastic depth: the device draws no masks of its own; the host's (a function of seed, step,
+// pass and rank) scale the same samples' branches, so the losses are the CPU run's.
+TEST(GpuTrainer, DropPathMatchesCpu) {
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set model.drop_path=0.5");
+}
+
 // LAMB (and so AdamW's moments) through the trainer: the device optimizer's second moment, its
 // trust ratios and the staged gradients give the CPU run's losses.
 TEST(GpuTrainer, LambMatchesCpu) {

@@ -470,12 +470,16 @@ void use_augmented_images(Config& c, const std::string& root, int rank) {
 // images: decoded and augmented images (use_augmented_images), whose draws must be made again too.
 // kind: AdamW and LAMB keep a second moment, which the checkpoint carries too (and a run of
 // another optimizer.kind refuses to resume from it).
+// drop_path: stochastic depth's masks, drawn again from the step, pass and rank.
 void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
-                        double ema = 0, bool images = false, OptimizerKind kind = OptimizerKind::sgd) {
-  const std::string tag = str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images, "_", int(kind));
+                        double ema = 0, bool images = false, OptimizerKind kind = OptimizerKind::sgd,
+                        double drop_path = 0) {
+  const std::string tag =
+      str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images, "_", int(kind), "_", drop_path);
   auto optimizer = [&](Config& c) {
     c.optimizer.sgd.kind = kind;
     if (kind != OptimizerKind::sgd) c.optimizer.lr = 0.256;  // base lr 0.004 at 4 images a step
+    c.model.drop_path = drop_path;
   };
   Config a = tiny(dir + "/straight" + tag);
   optimizer(a);
@@ -630,6 +634,21 @@ void check_mixup(MpiTest& t, const std::string& dir) {
     MPI_EXPECT(t, (cutmix == off) == (i == 0 && empty_box), "step ", i + 1, " loss ", off, " plain, ", cutmix,
                " with CutMix", empty_box ? " (an empty first box)" : "");
   }
+}
+
+// model.drop_path: every step's loss differs from the run without (the masks reach training).
+void check_drop_path(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/no_drop"), b = tiny(dir + "/drop");
+  a.train.steps = b.train.steps = 4;
+  b.model.drop_path = 0.5;
+  TrainerHooks h = fixed_data();
+  Trainer ta(a, MPI_COMM_WORLD, h), tb(b, MPI_COMM_WORLD, h);
+  ta.train();
+  tb.train();
+  MPI_EXPECT(t, ta.losses().size() == 4 && tb.losses().size() == 4, "steps run");
+  for (size_t i = 0; i < 4 && i < ta.losses().size() && i < tb.losses().size(); ++i)
+    MPI_EXPECT(t, std::isfinite(tb.losses()[i]) && tb.losses()[i] != ta.losses()[i], "step ", i + 1, " loss ",
+               tb.losses()[i], " with drop path, ", ta.losses()[i], " without");
 }
 
 // Resuming on another rank count at the same global batch. With one sample per rank and pass,
@@ -938,6 +957,8 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true, 1, 0, 0, true);  // RandAugment's and random erasing's draws made again
     check_exact_resume(t, dir, true, 1, 0, 0, false, rt::OptimizerKind::adamw);
     check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::lamb);
+    check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::sgd, 0.3);
+    check_drop_path(t, dir);
     check_ema(t, dir);
     check_ema(t, dir, 2);
     check_eval_size(t, dir);
