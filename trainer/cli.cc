@@ -16,6 +16,7 @@
 
 #include "comm/mpi_check.h"
 #include "trainer/config.h"
+#include "trainer/predict.h"
 #include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
@@ -93,6 +94,7 @@ void generate_dataset_if_missing(const Config& cfg, int rank) {
 const char* cli_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto] [--weights PATH]\n"
          "       trainer --eval --checkpoint PATH|--weights PATH [--config FILE] [--set key=value ...]\n"
+         "       trainer --predict --checkpoint PATH|--weights PATH [--config FILE] [--set ...] IMAGE...\n"
          "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
          "\n"
          "  --config FILE        YAML configuration (see configs/*.yaml and docs/trainer.md)\n"
@@ -108,7 +110,11 @@ const char* cli_usage() {
          "  --eval               evaluate only: top-1/top-5 of --checkpoint (or of --weights, which\n"
          "                       must hold every tensor) over the validation split (without --config,\n"
          "                       the configuration saved in the file)\n"
-         "  --checkpoint PATH    the checkpoint --eval evaluates\n"
+         "  --predict IMAGE...   the 5 best classes of each image file by --checkpoint's model (or\n"
+         "                       --weights', which must hold every tensor), the image prepared as the\n"
+         "                       validation split's; class names from data.root's folders where\n"
+         "                       there are any; one process classifies them all\n"
+         "  --checkpoint PATH    the checkpoint --eval evaluates or --predict classifies with\n"
          "  --help, -h           this text\n"
          "\n"
          "Rank 0 prints the resolved configuration, progress, epoch summaries; metrics go to\n"
@@ -131,26 +137,50 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     else if (a == "--weights") o.weights = value();
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--eval") o.eval = true;
+    else if (a == "--predict") o.predict = true;
     else if (a == "--help" || a == "-h") o.help = true;
     else if (a.rfind("--set=", 0) == 0) o.sets.push_back(a.substr(6));
+    else if (a.rfind("-", 0) != 0) o.files.push_back(a);
     else throw ConfigError(str_cat("command line: unknown argument '", a, "' (see --help)"));
   }
   if (o.help) return o;
-  if (o.eval && o.checkpoint.empty() == o.weights.empty())
-    throw ConfigError("command line: --eval needs --checkpoint PATH or --weights PATH (one of them)");
-  if (!o.eval && !o.checkpoint.empty())
-    throw ConfigError("command line: --checkpoint goes with --eval (to continue training use --resume PATH)");
-  if (o.eval && !o.resume.empty()) throw ConfigError("command line: --eval and --resume exclude each other");
+  if (o.eval && o.predict) throw ConfigError("command line: --eval and --predict exclude each other");
+  if (!o.predict && !o.files.empty())
+    throw ConfigError(str_cat("command line: unknown argument '", o.files.front(),
+                              "' (image files go with --predict; see --help)"));
+  if (o.predict && o.files.empty()) throw ConfigError("command line: --predict needs image files to classify");
+  const char* mode = o.eval ? "--eval" : "--predict";
+  if (o.uses_model_file() && o.checkpoint.empty() == o.weights.empty())
+    throw ConfigError(str_cat("command line: ", mode, " needs --checkpoint PATH or --weights PATH (one of them)"));
+  if (!o.uses_model_file() && !o.checkpoint.empty())
+    throw ConfigError(
+        "command line: --checkpoint goes with --eval or --predict (to continue training use --resume PATH)");
+  if (o.uses_model_file() && !o.resume.empty())
+    throw ConfigError(str_cat("command line: ", mode, " and --resume exclude each other"));
   if (!o.weights.empty() && !o.resume.empty() && o.resume != "auto")
     throw ConfigError("command line: --weights goes with --resume auto only (which continues the run if it has "
                       "checkpoints), not with --resume PATH");
-  if (!o.eval && o.config.empty()) throw ConfigError("command line: --config FILE is required (see --help)");
+  if (!o.uses_model_file() && o.config.empty())
+    throw ConfigError("command line: --config FILE is required (see --help)");
   return o;
 }
 
 namespace {
 // The job itself, once the configuration is known: evaluation of a checkpoint, or training.
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
+  if (o.predict) {
+    if (rank != 0) return 0;  // one process classifies them all
+    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5);
+    const std::vector<std::string> names = predict_class_names(cfg);
+    size_t failed = 0;
+    for (const Prediction& p : ps) {
+      std::printf("%s\n", prediction_line(p, names).c_str());
+      failed += !p.error.empty();
+    }
+    std::fflush(stdout);
+    if (failed) std::fprintf(stderr, "ringtrain: --predict: %zu of %zu files not classified\n", failed, ps.size());
+    return failed ? 1 : 0;
+  }
   // The new run's --resume auto would take up the source run's checkpoints as its own.
   if (!o.weights.empty() && !o.eval) {
     std::error_code ec;
@@ -206,16 +236,16 @@ int cli_main(int argc, const char* const* argv) {
     if (rank == 0) std::fputs(cli_usage(), stdout);
     return 0;
   }
-  Config cfg = o.config.empty() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
+  Config cfg = o.config.empty() && o.uses_model_file() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
                                                o.eval_file() + " (saved configuration)", o.sets)
                                 : config_load(o.config, o.sets);
   config_validate(cfg);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
-  if (rank == 0 && cfg.log.print_config) {
+  if (rank == 0 && cfg.log.print_config && !o.predict) {  // --predict prints its answers alone
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
     std::fflush(stdout);
   }
-  if (cfg.generate.classes > 0) generate_dataset_if_missing(cfg, rank);
+  if (cfg.generate.classes > 0 && !o.predict) generate_dataset_if_missing(cfg, rank);
 
   // Memory is what a job most often runs out of: say which key to lower.
   auto hint = [&](const char* what) {

@@ -9,12 +9,16 @@ struct CliOptions {
   std::string config;              // --config FILE
   std::vector<std::string> sets;   // --set key=value, in order
   bool eval = false;               // --eval: evaluate --checkpoint only
-  std::string checkpoint;          // --checkpoint PATH (with --eval)
+  bool predict = false;            // --predict FILE...: classify image files with --checkpoint
+  std::vector<std::string> files;  // --predict's images
+  std::string checkpoint;          // --checkpoint PATH (with --eval or --predict)
   std::string resume;              // --resume PATH|auto
   std::string weights;             // --weights PATH: start from a checkpoint's weights
   bool help = false;               // --help / -h
-  // The file --eval evaluates (and, without --config, takes the configuration of).
+  // The file --eval evaluates or --predict classifies with (and, without --config, takes the
+  // configuration of).
   const std::string& eval_file() const { return weights.empty() ? checkpoint : weights; }
+  bool uses_model_file() const { return eval || predict; }
 };
 
 // Throws ConfigError naming the bad argument (unknown option, missing value, --eval without

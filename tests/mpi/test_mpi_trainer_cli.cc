@@ -3,9 +3,12 @@
 // checkpoints and logs, evaluation of a checkpoint on another rank count, resume, and damaged or
 // foreign checkpoints. (Stopping a running job: test_mpi_trainer_stop.)
 // Usage: test_mpi_trainer_cli MPIEXEC TRAINER   (not itself under mpirun)
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -183,6 +186,67 @@ void check_keep_best() {
                "key 'checkpoint.keep_best' needs evaluations to choose by", "keep_best without evaluations");
 }
 
+// --predict on a folder dataset's validation images: each image is prepared and scored as --eval
+// scores it, so the files whose best class is their own folder number exactly --eval's top-1 of
+// the same checkpoint; on 2 ranks each file is answered once; unreadable and undecodable files
+// are named and the exit status is 1; and the command line's rules.
+void check_predict() {
+  const std::string root = dir + "/predict-data";
+  const std::string cfg = write("predict.yaml",
+                                "model: {name: resnet20, classes: 3, width: 0.25}\n"
+                                "data: {root: " + root + ", image_size: 8, threads: 1,\n"
+                                "       generate: {classes: 3, train_per_class: 8, val_per_class: 5, size: 16}}\n"
+                                "train: {epochs: 2, batch: 4}\n"
+                                "optimizer: {lr: 3.2}\n"
+                                "log: {print_config: false}\n"
+                                "threads: 1\n"
+                                "run_dir: " + dir + "/predict\n");
+  Result r = run(1, "--config " + cfg);
+  const auto ck = checkpoints("predict");
+  expect(r.rc == 0 && !ck.empty(), "a short run on generated images", r);
+  if (ck.empty()) return;
+  r = run(1, "--eval --checkpoint " + ck.back() + " --set log.progress=false");
+  std::smatch m;
+  const bool evaluated = r.rc == 0 && std::regex_search(r.out, m, std::regex("top1 ([0-9.]+)% top5 .* over 15 images"));
+  expect(evaluated, "--eval over the 15 validation images", r);
+  if (!evaluated) return;
+  const long eval_right = std::lround(std::stod(m[1].str()) * 15 / 100);
+  std::vector<std::string> images;
+  for (const auto& e : fs::recursive_directory_iterator(root + "/val"))
+    if (e.is_regular_file()) images.push_back(e.path().string());
+  std::sort(images.begin(), images.end());
+  std::string args;
+  for (const std::string& f : images) args += " " + f;
+  r = run(1, "--predict --checkpoint " + ck.back() + args);
+  long right = 0, answered = 0;
+  for (const std::string& f : images) {
+    const size_t at = r.out.find(f + ": ");
+    if (at == std::string::npos) continue;
+    ++answered;
+    const size_t from = at + f.size() + 2, to = r.out.find(" (", from);
+    right += r.out.substr(from, to - from) == fs::path(f).parent_path().filename().string();
+  }
+  expect(r.rc == 0 && images.size() == 15 && answered == 15 && right == eval_right,
+         "--predict: " + std::to_string(right) + " of " + std::to_string(answered) + " files best scored as their "
+         "own class, --eval counted " + std::to_string(eval_right) + " of 15", r);
+  r = run(2, "--predict --checkpoint " + ck.back() + " " + images.front());
+  expect(r.rc == 0 && r.out.find(images.front() + ": ") == r.out.rfind(images.front() + ": ") &&
+             r.out.find(images.front() + ": ") != std::string::npos,
+         "--predict on 2 ranks answers once", r);
+  const std::string text = write("not-an-image.jpg", "hello");
+  r = run(1, "--predict --checkpoint " + ck.back() + " " + images.front() + " " + text + " " + dir + "/absent.png");
+  expect(r.rc == 1 && r.out.find(text + ": not a JPEG or PNG image") != std::string::npos &&
+             r.out.find(dir + "/absent.png: cannot open the file") != std::string::npos &&
+             r.out.find("--predict: 2 of 3 files not classified") != std::string::npos &&
+             r.out.find(images.front() + ": ") != std::string::npos,
+         "--predict names the files it cannot classify", r);
+  expect_error(run(1, "--predict --checkpoint " + ck.back()), "--predict needs image files", "--predict without files");
+  expect_error(run(1, "--config " + cfg + " " + images.front()), "image files go with --predict",
+               "an image file without --predict");
+  expect_error(run(1, "--predict --eval --checkpoint " + ck.back() + " " + images.front()),
+               "--eval and --predict exclude each other", "--predict with --eval");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,5 +254,6 @@ int main(int argc, char** argv) {
   check_errors();
   check_run_eval_resume();
   check_keep_best();
+  check_predict();
   return finish("test_mpi_trainer_cli");
 }

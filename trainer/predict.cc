@@ -1,0 +1,150 @@
+// --predict: weights into a forward-only network at the evaluation side, images decoded as the
+// validation loader decodes them, softmax and top-k on the host.
+#include "trainer/predict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+
+#include "data/dataset.h"
+#include "data/image.h"
+#include "data/rng.h"
+#include "nn/resnet.h"
+#include "trainer/checkpoint.h"
+
+namespace rt::trainer {
+namespace {
+
+// Every tensor of the network from the file: by name and shape where the file lists them, else
+// (an older file of this very model) the flat buffers as they are.
+void load_every_tensor(const std::string& path, Net<float>& net, const std::string& model) {
+  const Checkpoint ck = checkpoint_read(path);
+  Arena<float>& arena = net.arena();
+  const size_t total = arena.layout().size() + arena.state_layout().size();
+  if (ck.layout.empty()) {
+    if (ck.params.size() != arena.params().size() || ck.state.size() != arena.state().size())
+      throw CheckpointError(str_cat(path, ": its ", ck.params.size(), " parameter values are not ", model, "'s ",
+                                    arena.params().size(), " (and the file lists no tensors to match by name)"));
+    arena.params_from_host(ck.params);
+    arena.state_from_host(ck.state);
+    return;
+  }
+  HostView<float> params = arena.host_params(), state = arena.host_state();
+  const std::vector<std::string> missing = checkpoint_copy_matching(ck, arena, params.span(), state.span());
+  if (!missing.empty())
+    throw CheckpointError(str_cat(path, ": --predict needs every tensor of ", model, "; ", missing.size(), " of ",
+                                  total, " are not in it under the same name and shape (first: ", missing.front(),
+                                  ")"));
+  params.commit();
+  state.commit();
+}
+
+std::string read_file(const std::string& path, std::string& error) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    error = "cannot open the file";
+    return {};
+  }
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) error = "cannot read the file";
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
+                                      const std::vector<std::string>& files, int top_k) {
+  std::vector<Prediction> out(files.size());
+  for (size_t i = 0; i < files.size(); ++i) out[i].file = files[i];
+  if (files.empty()) return out;
+  if (!data::have_image_decoder())
+    throw Error("--predict: this build has no image decoder (OpenCV was not found when it was built)");
+  const int side = data::eval_image_size(cfg.data);
+  ResNetConfig r = config_resnet(cfg);
+  r.image_size = side;
+  r.batch = std::clamp<int64_t>(int64_t(files.size()), 1, cfg.train.batch);
+  r.inference_only = true;
+  auto net = build_resnet<float>(r, make_backend<float>(cfg.backend, cfg.cuda));
+  load_every_tensor(path, *net, cfg.model.name);
+
+  data::AugmentSpec spec =
+      data::make_augment_spec(side, /*train=*/false, cfg.data.min_scale, cfg.data.max_scale, false, cfg.data.mean,
+                              cfg.data.std);
+  spec.resize = data::eval_resize(cfg.data);
+  data::DecodeScratch scratch;
+  data::Rng rng(0);  // evaluation's centre crop draws nothing
+  const size_t per_image = size_t(3) * size_t(side) * size_t(side);
+  const int64_t classes = cfg.model.classes;
+  const bool bce = cfg.train.loss == LossKind::bce;
+  const int k = int(std::min<int64_t>(top_k, classes));
+  std::vector<float> images(size_t(r.batch) * per_image), logits(size_t(r.batch * classes));
+  std::vector<size_t> slot_of;  // the files in the batch being filled
+  auto run_batch = [&] {
+    net->forward(images.data(), Targets(), false);
+    net->export_tensor(net->logits(), logits.data());
+    for (size_t s = 0; s < slot_of.size(); ++s) {
+      const float* z = logits.data() + s * size_t(classes);
+      const double zmax = *std::max_element(z, z + classes);
+      double sum = 0;
+      for (int64_t c = 0; c < classes; ++c) sum += std::exp(double(z[c]) - zmax);
+      // A model trained with BCE answers each class on its own: its sigmoid, not the softmax.
+      auto prob = [&](int32_t c) {
+        return bce ? 1 / (1 + std::exp(-double(z[c]))) : std::exp(double(z[c]) - zmax) / sum;
+      };
+      std::vector<int32_t> order(static_cast<size_t>(classes));
+      std::iota(order.begin(), order.end(), 0);
+      // Ties to the lower class, as evaluation's top-k counts them.
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      Prediction& p = out[slot_of[s]];
+      for (int j = 0; j < k; ++j) {
+        p.classes.push_back(order[size_t(j)]);
+        p.probs.push_back(prob(order[size_t(j)]));
+      }
+    }
+    slot_of.clear();
+  };
+  for (size_t i = 0; i < files.size(); ++i) {
+    Prediction& p = out[i];
+    const std::string bytes = read_file(files[i], p.error);
+    if (!p.error.empty()) continue;
+    float* slot = images.data() + slot_of.size() * per_image;
+    if (!data::decode_augment(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), spec, rng, scratch, slot,
+                              nullptr)) {
+      p.error = "not a JPEG or PNG image this build can decode";
+      continue;
+    }
+    slot_of.push_back(i);
+    if (int64_t(slot_of.size()) == r.batch) run_batch();
+  }
+  if (!slot_of.empty()) run_batch();  // the rest of the batch holds earlier images: not read back
+  return out;
+}
+
+std::vector<std::string> predict_class_names(const Config& cfg) {
+  if (cfg.data.synthetic || cfg.data.root.empty() || !cfg.data.train_list.empty() || !cfg.data.train_shards.empty())
+    return {};
+  try {
+    return data::folder_classes(cfg.data.root);
+  } catch (const Error&) {  // no dataset here: the classes go by number
+    return {};
+  }
+}
+
+std::string prediction_line(const Prediction& p, const std::vector<std::string>& names) {
+  if (!p.error.empty()) return str_cat(p.file, ": ", p.error);
+  std::string line = p.file + ":";
+  for (size_t j = 0; j < p.classes.size(); ++j) {
+    const int32_t c = p.classes[j];
+    const std::string name = size_t(c) < names.size() ? names[size_t(c)] : std::to_string(c);
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.2f", 100 * p.probs[j]);
+    line += str_cat(j ? ", " : " ", name, " (", pct, " %)");
+  }
+  return line;
+}
+
+}  // namespace rt::trainer

@@ -1,0 +1,33 @@
+// --predict: a trained model's best classes for image files, each prepared as the validation
+// split's images are (data.eval_image_size, data.eval_resize, data.mean/std), on one process.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/config.h"
+
+namespace rt::trainer {
+
+struct Prediction {
+  std::string file;
+  std::string error;              // why the file was not classified; "" when it was
+  std::vector<int32_t> classes;   // best first
+  std::vector<double> probs;      // each one's probability: the softmax's (train.loss bce: the sigmoid's)
+};
+
+// The top_k classes (fewer where the model has fewer) of each file by the weights in `path`, a
+// checkpoint or weights file that must hold every tensor of cfg's model. A file that cannot be
+// read or decoded gets its error and no classes; a bad weights file throws CheckpointError
+// naming it.
+std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
+                                      const std::vector<std::string>& files, int top_k);
+
+// The names of cfg's classes where they can be listed without reading images (a folder
+// dataset's train/ subfolders, in label order), else empty.
+std::vector<std::string> predict_class_names(const Config& cfg);
+
+// "file: name (p %), name (p %), ..." or "file: error"; names[i] for class i where known, else i.
+std::string prediction_line(const Prediction& p, const std::vector<std::string>& names);
+
+}  // namespace rt::trainer
