@@ -39,8 +39,8 @@ __device__ bool bad_labels(const XentArgs& a, int32_t label, int32_t mixed) {
   return label < 0 || label >= a.k || mixed < 0 || mixed >= a.k;
 }
 
-// The row's first bad row flag; unsigned, so that the memset's -1 is the largest value and the
-// lowest bad row wins whichever block gets here first: the same sample named every run.
+// Marks a row with a label outside [0, k): the lowest such row wins whichever block gets here
+// first (unsigned, so that the memset's -1 is the largest value), the same sample named every run.
 __device__ void flag_bad_row(const XentArgs& a, int64_t row) {
   atomicMin(reinterpret_cast<unsigned*>(a.bad_row), unsigned(row));
   a.row_loss[row] = 0;
