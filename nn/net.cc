@@ -414,7 +414,23 @@ template <class T>
 void Net<T>::set_backward_from(size_t first) {
   if (first > nodes_.size())
     throw Error(str_cat("set_backward_from: node ", first, " of ", nodes_.size()));
+  if (first < frozen_stats_end_)
+    throw Error(str_cat("set_backward_from: node ", first, " would run the backward of ",
+                        nodes_[frozen_stats_end_ - 1]->name, ", whose statistics are frozen"));
   backward_from_ = first;
+}
+
+template <class T>
+void Net<T>::freeze_statistics(size_t node) {
+  if (node >= nodes_.size()) throw Error(str_cat("freeze_statistics: node ", node, " of ", nodes_.size()));
+  Node<T>* n = nodes_[node].get();
+  if (node >= backward_from_)
+    throw Error(str_cat("layer ", n->name, ": its batch statistics can be frozen only where backward does not run "
+                        "(before node ", backward_from_, ", ", nodes_[backward_from_]->name, ")"));
+  if (auto* bn = dynamic_cast<BatchNormNode<T>*>(n)) bn->frozen_stats = true;
+  else if (auto* f = dynamic_cast<BnAddNode<T>*>(n)) f->frozen_stats = true;
+  else throw Error(str_cat("layer ", n->name, ": not a batch norm, no statistics to freeze"));
+  frozen_stats_end_ = std::max(frozen_stats_end_, node + 1);
 }
 
 template <class T>

@@ -96,6 +96,11 @@ class Net {
   // the same way). Their parameters' gradients in grads() are left as they are. 0: every node.
   void set_backward_from(size_t first);
   size_t backward_from() const { return backward_from_; }
+  // Batch norm node `node` (one before backward_from(): its backward, which would need the
+  // batch's statistics, never runs) normalizes with its running statistics in training too and
+  // leaves them as they are: PyTorch's .eval() on a frozen module. Throws rt::Error naming the
+  // layer otherwise.
+  void freeze_statistics(size_t node);
   // The first node with a parameter that `trains` accepts (num_nodes() if none): the latest
   // set_backward_from that still computes every such parameter's gradient.
   size_t first_node_training(const std::function<bool(const ParamInfo&)>& trains) const;
@@ -180,6 +185,7 @@ class Net {
   uint64_t noise_key_ = 0;
   bool inference_only_ = false;
   size_t backward_from_ = 0;  // nodes before it skip backward
+  size_t frozen_stats_end_ = 0;  // after the last node with frozen statistics
   bool profiling_ = false;
   std::vector<NodeTime> node_times_;
 

@@ -38,11 +38,12 @@ class BatchNormNode : public Node<T> {
   std::unique_ptr<BatchNormOp<T>> op;
   BatchNormDesc desc;  // what op was made from
   int running_mean = -1, running_var = -1;
+  bool frozen_stats = false;  // Net::freeze_statistics: inference mode in training too
   void forward(Net<T>& net, bool train) override {
     auto& a = net.arena();
     const T* x = net.act(this->inputs[0]);
     T* y = net.act(this->output);
-    if (train) {
+    if (train && !frozen_stats) {
       op->forward_train(x, a.param(this->params[0]), a.param(this->params[1]), y,
                         a.state_ptr(running_mean), a.state_ptr(running_var));
     } else {
@@ -126,12 +127,13 @@ class BnAddNode : public Node<T> {
   std::unique_ptr<BatchNormOp<T>> bn;
   std::unique_ptr<AddOp<T>> add;
   int running_mean = -1, running_var = -1;
+  bool frozen_stats = false;
   void forward(Net<T>& net, bool train) override {
     auto& a = net.arena();
     const T* x = net.act(this->inputs[0]);
     const T* r = net.act(this->inputs[1]);
     T* y = net.act(this->output);
-    if (train)
+    if (train && !frozen_stats)
       bn->forward_train_add(x, r, a.param(this->params[0]), a.param(this->params[1]), y,
                             a.state_ptr(running_mean), a.state_ptr(running_var));
     else

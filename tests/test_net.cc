@@ -169,6 +169,45 @@ TEST(Net, StochasticDepthDropsWholeSamples) {
   EXPECT_EQ(out, branch) << "evaluation scales nothing";
 }
 
+// Frozen statistics: a batch norm before backward_from normalizes with its running statistics in
+// training (its output is the evaluation's) and keeps them; elsewhere, or on another layer, refused.
+TEST(Net, FrozenStatisticsKeepRunningValues) {
+  auto net = residual_net();
+  auto index = [&](const std::string& name) {
+    for (size_t i = 0; i < net->num_nodes(); ++i)
+      if (net->node(i).name == name) return i;
+    ADD_FAILURE() << "no node " << name;
+    return size_t(0);
+  };
+  const size_t bn = index("b1.bn1"), later = index("b2.bn1");
+  net->set_backward_from(index("b2.conv1"));
+  EXPECT_THROW(net->freeze_statistics(index("b1.conv1")), Error);  // not a batch norm
+  EXPECT_THROW(net->freeze_statistics(later), Error);              // its backward runs
+  net->freeze_statistics(bn);
+  EXPECT_THROW(net->set_backward_from(0), Error);  // would run the frozen layer's backward
+  auto state = net->arena().state();
+  const std::vector<double> before(state.begin(), state.end());
+  const auto input = random_vec<double>(net->shape(0).numel(), 4);
+  const std::vector<int32_t> labels = {1, 2};
+  const int out = net->node(bn).output;
+  std::vector<double> eval(size_t(net->shape(out).numel())), train(eval.size());
+  net->forward(input.data(), labels.data(), false);
+  net->export_tensor(out, eval.data());
+  net->forward(input.data(), labels.data(), true);
+  net->export_tensor(out, train.data());
+  EXPECT_EQ(train, eval) << "a frozen batch norm normalizes with its running statistics in training";
+  state = net->arena().state();
+  size_t kept = 0, moved = 0;
+  for (const StateInfo& s : net->arena().state_layout()) {
+    const bool same = std::equal(state.begin() + long(s.offset), state.begin() + long(s.offset + s.count),
+                                 before.begin() + long(s.offset));
+    if (s.name.rfind("b1.bn1.", 0) == 0) kept += same;
+    else moved += !same;
+  }
+  EXPECT_EQ(kept, 2u);  // its running mean and variance
+  EXPECT_EQ(moved, net->arena().state_layout().size() - 2);
+}
+
 // ResNet's schedule (timm's): none in the first block, the given rate in the last, linear between;
 // a forward-only network has none.
 TEST(Net, ResNetDropPathRatesGrowWithDepth) {

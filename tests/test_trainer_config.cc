@@ -155,6 +155,11 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
   EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
+  // Frozen statistics need frozen layers.
+  e = invalid("optimizer: {freeze_bn_stats: true}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'optimizer.freeze_bn_stats' needs frozen layers (optimizer.freeze)"), std::string::npos)
+      << e;
+  EXPECT_EQ(invalid("optimizer: {freeze: [conv1, bn1], freeze_bn_stats: true}\n"), "");
   // Stochastic depth.
   EXPECT_EQ(config_resnet(config_parse("model: {drop_path: 0.05}\n", "s.yaml")).drop_path, 0.05);
   EXPECT_EQ(config_parse("", "d.yaml").model.drop_path, 0.0);

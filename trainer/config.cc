@@ -65,6 +65,7 @@ void config_fields(C& c, V&& v) {
   v("optimizer.lars_eps", c.optimizer.sgd.lars_eps);
   v("optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars_exclude_bn_and_bias);
   v("optimizer.freeze", c.optimizer.sgd.freeze);
+  v("optimizer.freeze_bn_stats", c.optimizer.freeze_bn_stats);
   v("optimizer.lr_mult", c.optimizer.sgd.lr_mult);
   v("optimizer.beta1", c.optimizer.sgd.beta1);
   v("optimizer.beta2", c.optimizer.sgd.beta2);

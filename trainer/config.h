@@ -47,6 +47,9 @@ struct GenerateConfig {               // key prefix: data.generate.
 struct OptimConfig {                  // key prefix: optimizer.
   double lr = 0.1;                    // peak lr per 256 images: base_lr = lr * global batch / 256
   SgdConfig sgd;                      // momentum, nesterov, weight_decay, decay_bn_and_bias, lars...
+  bool freeze_bn_stats = false;       // frozen BN layers (optimizer.freeze, a leading run of the
+                                      //   network) normalize with their running statistics in
+                                      //   training too and keep them: PyTorch's .eval() on them
 };
 
 struct TrainConfig {                  // key prefix: train.

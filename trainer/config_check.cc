@@ -108,6 +108,8 @@ void config_validate(const Config& c) {
   k.require(finite_pos(c.optimizer.lr), "optimizer.lr", "must be > 0", c.optimizer.lr);
   k.library("optimizer", c.optimizer.sgd.kind == OptimizerKind::sgd ? "optimizer.momentum" : "optimizer.kind",
             [&] { sgd_validate(c.optimizer.sgd); });
+  k.require(!c.optimizer.freeze_bn_stats || !c.optimizer.sgd.freeze.empty(), "optimizer.freeze_bn_stats",
+            "needs frozen layers (optimizer.freeze)", c.optimizer.freeze_bn_stats);
   k.require(c.train.epochs >= 1, "train.epochs", "must be >= 1", c.train.epochs);
   k.require(c.train.steps >= 0, "train.steps", "must be >= 0", c.train.steps);
   k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);

@@ -84,10 +84,34 @@ void Trainer::plan_freeze() {
   // pass their gradients through and ride in the buckets, zeroed after.
   net_->set_backward_from(net_->first_node_training(
       [&](const ParamInfo& p) { return !sgd_frozen(cfg_.optimizer.sgd, p.name); }));
+  if (cfg_.optimizer.freeze_bn_stats) freeze_bn_statistics();
   if (after_frozen) {  // the last tensor is frozen: the run it ends is the stem's, padding included
     frozen_.back().second = net_->arena().size();
     averaged_elems_ = frozen_.back().first;
     net_->arena().grads_zero(averaged_elems_, net_->arena().size() - averaged_elems_);
+  }
+}
+
+// optimizer.freeze_bn_stats: every batch norm whose γ and β are frozen runs in inference mode
+// (PyTorch's .eval() on it). Only in the frozen stem, whose backward never runs: a frozen batch
+// norm between trained layers would need a backward through fixed statistics, which the backends
+// do not have.
+void Trainer::freeze_bn_statistics() {
+  const auto& arena = net_->arena();
+  for (size_t i = 0; i < net_->num_nodes(); ++i) {
+    const auto& node = net_->node(i);
+    const bool bn = !node.params.empty() && arena.info(node.params[0]).kind == ParamKind::bn_gamma;
+    const bool all_frozen = std::all_of(node.params.begin(), node.params.end(), [&](int p) {
+      return sgd_frozen(cfg_.optimizer.sgd, arena.info(p).name);
+    });
+    if (!bn || !all_frozen) continue;
+    if (i >= net_->backward_from())
+      throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze_bn_stats': the frozen batch norm ", node.name,
+                                " comes after the trained ", net_->node(net_->backward_from()).name,
+                                "; fixed statistics are kept only in a frozen stem (freeze a leading run of "
+                                "layers, or leave this key false)"));
+    net_->freeze_statistics(i);
+    ++bn_frozen_;
   }
 }
 

@@ -245,6 +245,9 @@ void Trainer::train() {
                      net_->backward_from(), " of ", net_->num_nodes(), " nodes before it skipped); ",
                      fixed(double(net_->arena().size() - averaged_elems_) * 4 / (1 << 20), 1),
                      " MiB of frozen gradients not averaged"));
+  if (bn_frozen_ > 0)
+    log_line(str_cat("optimizer.freeze_bn_stats: ", bn_frozen_,
+                     " frozen batch norm layers normalize with their running statistics and keep them"));
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));

@@ -128,6 +128,7 @@ class Trainer {
   // allreduce.
   void plan_freeze();
   void zero_frozen_gradients();
+  void freeze_bn_statistics();  // optimizer.freeze_bn_stats (gradients.cc): counts bn_frozen_
   // The training loader's next batch, that of `step`, into b; throws rt::Error when the epoch
   // ends early or the batch has the wrong size or kind.
   void take_batch(data::Batch& b, int64_t step, int64_t pass = 0);  // pass: of an accumulated step
@@ -214,6 +215,7 @@ class Trainer {
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
   std::vector<std::pair<size_t, size_t>> frozen_;  // optimizer.freeze: [begin, end) runs of the arena
   size_t averaged_elems_ = 0;  // gradients averaged across ranks: the arena less a frozen stem at its end
+  size_t bn_frozen_ = 0;       // batch norm layers with frozen statistics (optimizer.freeze_bn_stats)
   // The best validation top-1 (%) of the run so far and its step (0: none yet), kept in the
   // checkpoints (checkpoint.keep_best, train.target_top1); best_due_: this step's evaluation beat
   // it and checkpoint.keep_best makes this step's checkpoint the best; target_due_: it reached

@@ -162,6 +162,16 @@ TEST(GpuTrainer, DropPathMatchesCpu) {
   expect_matches_cpu("cuda", kFp32Tol, kNoEval, "--set model.drop_path=0.5");
 }
 
+// A frozen stem whose batch norms keep their statistics (optimizer.freeze_bn_stats): the device's
+// inference-mode batch norms in training; in bf16 also those fused with their residual add (whose
+// gamma would be 0 with zero_init_residual, and the statistics then not matter).
+TEST(GpuTrainer, FrozenStatisticsMatchCpu) {
+  const char* flags = "--set 'optimizer.freeze=[conv1, bn1, layer1]' --set optimizer.freeze_bn_stats=true "
+                      "--set model.zero_init_residual=false";
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, flags);
+  expect_matches_cpu("cuda-bf16", 5e-2, kNoEval, flags);
+}
+
 // LAMB (and so AdamW's moments) through the trainer: the device optimizer's second moment, its
 // trust ratios and the staged gradients give the CPU run's losses.
 TEST(GpuTrainer, LambMatchesCpu) {

@@ -290,6 +290,25 @@ void check_timed_checkpoints(MpiTest& t, const std::string& dir) {
   }
 }
 
+// After a run with frozen conv1, bn1 and layer1: the running statistics of bn1 and layer1's
+// batch norms are where they started exactly when `kept` (optimizer.freeze_bn_stats), and moved
+// otherwise; the later layers' always moved.
+void check_frozen_statistics(MpiTest& t, Trainer& tr, const std::vector<float>& start, bool kept) {
+  const auto st = tr.net().arena().state();
+  size_t stem = 0, stem_kept = 0, later = 0, later_moved = 0;
+  for (const StateInfo& s : tr.net().arena().state_layout()) {
+    const bool in_stem = s.name.rfind("bn1.", 0) == 0 || s.name.rfind("layer1.", 0) == 0;
+    const bool same = std::equal(st.begin() + long(s.offset), st.begin() + long(s.offset + s.count),
+                                 start.begin() + long(s.offset));
+    (in_stem ? stem : later) += 1;
+    stem_kept += in_stem && same;
+    later_moved += !in_stem && !same;
+  }
+  MPI_EXPECT(t, stem > 0 && later > 0 && stem_kept == (kept ? stem : 0) && later_moved == later, kept ? "with" : "without",
+             " optimizer.freeze_bn_stats: ", stem_kept, " of the stem's ", stem, " statistics kept, ", later_moved,
+             " of the other ", later, " moved");
+}
+
 // optimizer.freeze: the named tensors end the run as they began, bit for bit on every rank, their
 // gradients zeroed after the allreduce (so no norm counts them); every other tensor trains. A name
 // that matches no tensor, and a freeze of everything, are refused by every rank, naming the key.
@@ -333,7 +352,10 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, from.rfind("layer2.0.", 0) == 0, "frozen stem: backward starts at ", from);
   p = ts.net().arena().params();
   const std::vector<float> stem_start(p.begin(), p.end());
+  auto st = ts.net().arena().state();
+  const std::vector<float> stats_start(st.begin(), st.end());
   ts.train();
+  check_frozen_statistics(t, ts, stats_start, false);
   p = ts.net().arena().params();
   const auto gs = ts.net().arena().grads();
   size_t stem_bad = 0;
@@ -344,6 +366,15 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   }
   MPI_EXPECT(t, stem_bad == 0, "frozen stem: ", stem_bad, " values changed or gradients not zero");
   MPI_EXPECT(t, test::same_on_all_ranks(params_hash(ts)), "frozen stem: parameters differ across ranks");
+  // optimizer.freeze_bn_stats: the same stem's batch norms keep their running statistics, bit for
+  // bit, while layer2's and layer3's move as before; only a frozen stem may keep them.
+  s.run_dir = dir + "/freeze_stats";
+  s.optimizer.freeze_bn_stats = true;
+  Trainer tf(s);
+  st = tf.net().arena().state();
+  const std::vector<float> kept_start(st.begin(), st.end());
+  tf.train();
+  check_frozen_statistics(t, tf, kept_start, true);
   auto refused = [&](std::vector<std::string> freeze) {
     Config b = tiny(dir + "/freeze_bad");
     b.optimizer.sgd.freeze = std::move(freeze);
@@ -355,6 +386,13 @@ void check_freeze(MpiTest& t, const std::string& dir) {
     return std::string();
   };
   std::string e = refused({"layer1", "layer9"});
+  Config bs = tiny(dir + "/freeze_stats_bad");
+  bs.optimizer.sgd.freeze = {"layer1"};
+  bs.optimizer.freeze_bn_stats = true;
+  const std::string stats_error = rt_test::error_of([&] { Trainer bt(bs); });
+  MPI_EXPECT(t, stats_error.find("key 'optimizer.freeze_bn_stats': the frozen batch norm layer1.0.bn1 comes after "
+                                 "the trained conv1") != std::string::npos,
+             "frozen statistics after a trained layer: '", stats_error, "'");
   MPI_EXPECT(t, e.find("test: key 'optimizer.freeze': 'layer9' names no tensor of resnet20") != std::string::npos &&
                     e.find("its parts: conv1, bn1, layer1, layer2, layer3, fc)") != std::string::npos,
              "an unknown name: '", e, "'");
