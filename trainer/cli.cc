@@ -94,7 +94,7 @@ void generate_dataset_if_missing(const Config& cfg, int rank) {
 const char* cli_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto] [--weights PATH]\n"
          "       trainer --eval --checkpoint PATH|--weights PATH [--config FILE] [--set key=value ...]\n"
-         "       trainer --predict --checkpoint PATH|--weights PATH [--config FILE] [--set ...] IMAGE...\n"
+         "       trainer --predict --checkpoint PATH|--weights PATH [--ema] [--config FILE] [--set ...] IMAGE...\n"
          "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
          "\n"
          "  --config FILE        YAML configuration (see configs/*.yaml and docs/trainer.md)\n"
@@ -114,6 +114,8 @@ const char* cli_usage() {
          "                       --weights', which must hold every tensor), the image prepared as the\n"
          "                       validation split's; class names from data.root's folders where\n"
          "                       there are any; one process classifies them all\n"
+         "  --ema                --predict with the checkpoint's moving average of the weights\n"
+         "                       (a run with train.ema)\n"
          "  --checkpoint PATH    the checkpoint --eval evaluates or --predict classifies with\n"
          "  --help, -h           this text\n"
          "\n"
@@ -138,6 +140,7 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--eval") o.eval = true;
     else if (a == "--predict") o.predict = true;
+    else if (a == "--ema") o.ema = true;
     else if (a == "--help" || a == "-h") o.help = true;
     else if (a.rfind("--set=", 0) == 0) o.sets.push_back(a.substr(6));
     else if (a.rfind("-", 0) != 0) o.files.push_back(a);
@@ -149,6 +152,8 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     throw ConfigError(str_cat("command line: unknown argument '", o.files.front(),
                               "' (image files go with --predict; see --help)"));
   if (o.predict && o.files.empty()) throw ConfigError("command line: --predict needs image files to classify");
+  if (o.ema && !o.predict)
+    throw ConfigError("command line: --ema goes with --predict (--eval reports the moving average by itself)");
   const char* mode = o.eval ? "--eval" : "--predict";
   if (o.uses_model_file() && o.checkpoint.empty() == o.weights.empty())
     throw ConfigError(str_cat("command line: ", mode, " needs --checkpoint PATH or --weights PATH (one of them)"));
@@ -170,7 +175,7 @@ namespace {
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
   if (o.predict) {
     if (rank != 0) return 0;  // one process classifies them all
-    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5);
+    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5, o.ema);
     const std::vector<std::string> names = predict_class_names(cfg);
     size_t failed = 0;
     for (const Prediction& p : ps) {

@@ -11,6 +11,7 @@ struct CliOptions {
   bool eval = false;               // --eval: evaluate --checkpoint only
   bool predict = false;            // --predict FILE...: classify image files with --checkpoint
   std::vector<std::string> files;  // --predict's images
+  bool ema = false;                // --ema: --predict with the checkpoint's moving average
   std::string checkpoint;          // --checkpoint PATH (with --eval or --predict)
   std::string resume;              // --resume PATH|auto
   std::string weights;             // --weights PATH: start from a checkpoint's weights

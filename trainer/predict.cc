@@ -18,10 +18,18 @@
 namespace rt::trainer {
 namespace {
 
-// Every tensor of the network from the file: by name and shape where the file lists them, else
-// (an older file of this very model) the flat buffers as they are.
-void load_every_tensor(const std::string& path, Net<float>& net, const std::string& model) {
-  const Checkpoint ck = checkpoint_read(path);
+// Every tensor of the network from the file (ema: from its moving average of the weights): by
+// name and shape where the file lists them, else (an older file of this very model) the flat
+// buffers as they are.
+void load_every_tensor(const std::string& path, Net<float>& net, const std::string& model, bool ema) {
+  Checkpoint ck = checkpoint_read(path);
+  if (ema) {  // "ema" holds the parameters laid out like "params", then the statistics
+    if (ck.ema.size() != ck.params.size() + ck.state.size())
+      throw CheckpointError(str_cat(path, ": --ema: the file holds no moving average of the weights (a run with "
+                                    "train.ema writes one)"));
+    ck.params.assign(ck.ema.begin(), ck.ema.begin() + long(ck.params.size()));
+    ck.state.assign(ck.ema.begin() + long(ck.params.size()), ck.ema.end());
+  }
   Arena<float>& arena = net.arena();
   const size_t total = arena.layout().size() + arena.state_layout().size();
   if (ck.layout.empty()) {
@@ -56,7 +64,7 @@ std::string read_file(const std::string& path, std::string& error) {
 }  // namespace
 
 std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
-                                      const std::vector<std::string>& files, int top_k) {
+                                      const std::vector<std::string>& files, int top_k, bool ema) {
   std::vector<Prediction> out(files.size());
   for (size_t i = 0; i < files.size(); ++i) out[i].file = files[i];
   if (files.empty()) return out;
@@ -68,7 +76,7 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
   r.batch = std::clamp<int64_t>(int64_t(files.size()), 1, cfg.train.batch);
   r.inference_only = true;
   auto net = build_resnet<float>(r, make_backend<float>(cfg.backend, cfg.cuda));
-  load_every_tensor(path, *net, cfg.model.name);
+  load_every_tensor(path, *net, cfg.model.name, ema);
 
   data::AugmentSpec spec =
       data::make_augment_spec(side, /*train=*/false, cfg.data.min_scale, cfg.data.max_scale, false, cfg.data.mean,

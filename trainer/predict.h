@@ -17,11 +17,11 @@ struct Prediction {
 };
 
 // The top_k classes (fewer where the model has fewer) of each file by the weights in `path`, a
-// checkpoint or weights file that must hold every tensor of cfg's model. A file that cannot be
-// read or decoded gets its error and no classes; a bad weights file throws CheckpointError
-// naming it.
+// checkpoint or weights file that must hold every tensor of cfg's model (ema: its moving average
+// of the weights, train.ema's, instead). A file that cannot be read or decoded gets its error and
+// no classes; a bad weights file throws CheckpointError naming it.
 std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
-                                      const std::vector<std::string>& files, int top_k);
+                                      const std::vector<std::string>& files, int top_k, bool ema = false);
 
 // The names of cfg's classes where they can be listed without reading images (a folder
 // dataset's train/ subfolders, in label order), else empty.

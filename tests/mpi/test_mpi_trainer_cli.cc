@@ -188,15 +188,16 @@ void check_keep_best() {
 
 // --predict on a folder dataset's validation images: each image is prepared and scored as --eval
 // scores it, so the files whose best class is their own folder number exactly --eval's top-1 of
-// the same checkpoint; on 2 ranks each file is answered once; unreadable and undecodable files
-// are named and the exit status is 1; and the command line's rules.
+// the same checkpoint, and with --ema its moving average's top-1; on 2 ranks each file is
+// answered once; unreadable and undecodable files are named and the exit status is 1; and the
+// command line's rules.
 void check_predict() {
   const std::string root = dir + "/predict-data";
   const std::string cfg = write("predict.yaml",
                                 "model: {name: resnet20, classes: 3, width: 0.25}\n"
                                 "data: {root: " + root + ", image_size: 8, threads: 1,\n"
                                 "       generate: {classes: 3, train_per_class: 8, val_per_class: 5, size: 16}}\n"
-                                "train: {epochs: 2, batch: 4}\n"
+                                "train: {epochs: 2, batch: 4, ema: 0.7}\n"
                                 "optimizer: {lr: 3.2}\n"
                                 "log: {print_config: false}\n"
                                 "threads: 1\n"
@@ -207,28 +208,40 @@ void check_predict() {
   if (ck.empty()) return;
   r = run(1, "--eval --checkpoint " + ck.back() + " --set log.progress=false");
   std::smatch m;
-  const bool evaluated = r.rc == 0 && std::regex_search(r.out, m, std::regex("top1 ([0-9.]+)% top5 .* over 15 images"));
-  expect(evaluated, "--eval over the 15 validation images", r);
+  const bool evaluated =
+      r.rc == 0 && std::regex_search(r.out, m,
+                                     std::regex("top1 ([0-9.]+)% top5 .* over 15 images.*moving average of the "
+                                                "weights: top1 ([0-9.]+)%"));
+  expect(evaluated, "--eval over the 15 validation images, the moving average too", r);
   if (!evaluated) return;
   const long eval_right = std::lround(std::stod(m[1].str()) * 15 / 100);
+  const long ema_right = std::lround(std::stod(m[2].str()) * 15 / 100);
   std::vector<std::string> images;
   for (const auto& e : fs::recursive_directory_iterator(root + "/val"))
     if (e.is_regular_file()) images.push_back(e.path().string());
   std::sort(images.begin(), images.end());
   std::string args;
   for (const std::string& f : images) args += " " + f;
-  r = run(1, "--predict --checkpoint " + ck.back() + args);
-  long right = 0, answered = 0;
-  for (const std::string& f : images) {
-    const size_t at = r.out.find(f + ": ");
-    if (at == std::string::npos) continue;
-    ++answered;
-    const size_t from = at + f.size() + 2, to = r.out.find(" (", from);
-    right += r.out.substr(from, to - from) == fs::path(f).parent_path().filename().string();
+  std::string model_lines;
+  for (const bool ema : {false, true}) {
+    r = run(1, "--predict --checkpoint " + ck.back() + (ema ? " --ema" : "") + args);
+    long right = 0, answered = 0;
+    for (const std::string& f : images) {
+      const size_t at = r.out.find(f + ": ");
+      if (at == std::string::npos) continue;
+      ++answered;
+      const size_t from = at + f.size() + 2, to = r.out.find(" (", from);
+      right += r.out.substr(from, to - from) == fs::path(f).parent_path().filename().string();
+    }
+    const long want = ema ? ema_right : eval_right;
+    expect(r.rc == 0 && images.size() == 15 && answered == 15 && right == want,
+           std::string("--predict") + (ema ? " --ema" : "") + ": " + std::to_string(right) + " of " +
+               std::to_string(answered) + " files best scored as their own class, --eval counted " +
+               std::to_string(want) + " of 15",
+           r);
+    if (!ema) model_lines = r.out;
+    else expect(r.out != model_lines, "--ema: the moving average's answers differ from the model's", r);
   }
-  expect(r.rc == 0 && images.size() == 15 && answered == 15 && right == eval_right,
-         "--predict: " + std::to_string(right) + " of " + std::to_string(answered) + " files best scored as their "
-         "own class, --eval counted " + std::to_string(eval_right) + " of 15", r);
   r = run(2, "--predict --checkpoint " + ck.back() + " " + images.front());
   expect(r.rc == 0 && r.out.find(images.front() + ": ") == r.out.rfind(images.front() + ": ") &&
              r.out.find(images.front() + ": ") != std::string::npos,
@@ -245,6 +258,11 @@ void check_predict() {
                "an image file without --predict");
   expect_error(run(1, "--predict --eval --checkpoint " + ck.back() + " " + images.front()),
                "--eval and --predict exclude each other", "--predict with --eval");
+  expect_error(run(1, "--eval --ema --checkpoint " + ck.back()), "--ema goes with --predict", "--ema with --eval");
+  const auto plain = checkpoints("best");  // check_keep_best's run keeps no moving average
+  if (!plain.empty())
+    expect_error(run(1, "--predict --ema --checkpoint " + plain.front() + " " + images.front()),
+                 "--ema: the file holds no moving average of the weights", "--ema without a moving average");
 }
 
 }  // namespace
