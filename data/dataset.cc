@@ -17,9 +17,7 @@
 namespace fs = std::filesystem;
 
 namespace rt::data {
-namespace {
 
-// Reads a whole file into buf with one open and (usually) one read; false on any failure.
 bool read_file(const std::string& path, std::vector<uint8_t>& buf) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -38,6 +36,8 @@ bool read_file(const std::string& path, std::vector<uint8_t>& buf) {
   ::close(fd);
   return ok;
 }
+
+namespace {
 
 // Samples as paths and labels (folder and list datasets).
 class PathDataset final : public Dataset {

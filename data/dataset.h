@@ -30,6 +30,9 @@ class Dataset {
 // True for .jpg, .jpeg, .png in any letter case.
 bool is_image_file(const std::string& path);
 
+// Reads a whole regular file into buf with one open and (usually) one read; false on any failure.
+bool read_file(const std::string& path, std::vector<uint8_t>& buf);
+
 // root/<split>/<class>/**/*.{jpg,jpeg,png}: classes are the sorted folder names of root/train
 // (also for val, as torchvision's ImageFolder would see them); files sorted by path within a
 // class. Errors name the path: missing folder, empty class folder, no images, a val class that

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <numeric>
 
 #include "data/dataset.h"
@@ -48,17 +46,6 @@ void load_every_tensor(const std::string& path, Net<float>& net, const std::stri
                                   ")"));
   params.commit();
   state.commit();
-}
-
-std::string read_file(const std::string& path, std::string& error) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    error = "cannot open the file";
-    return {};
-  }
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) error = "cannot read the file";
-  return bytes;
 }
 
 }  // namespace
@@ -115,13 +102,15 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
     }
     slot_of.clear();
   };
+  std::vector<uint8_t> bytes;
   for (size_t i = 0; i < files.size(); ++i) {
     Prediction& p = out[i];
-    const std::string bytes = read_file(files[i], p.error);
-    if (!p.error.empty()) continue;
+    if (!data::read_file(files[i], bytes)) {
+      p.error = "cannot read the file";
+      continue;
+    }
     float* slot = images.data() + slot_of.size() * per_image;
-    if (!data::decode_augment(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), spec, rng, scratch, slot,
-                              nullptr)) {
+    if (!data::decode_augment(bytes.data(), bytes.size(), spec, rng, scratch, slot, nullptr)) {
       p.error = "not a JPEG or PNG image this build can decode";
       continue;
     }

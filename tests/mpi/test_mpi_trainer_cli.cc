@@ -249,7 +249,7 @@ void check_predict() {
   const std::string text = write("not-an-image.jpg", "hello");
   r = run(1, "--predict --checkpoint " + ck.back() + " " + images.front() + " " + text + " " + dir + "/absent.png");
   expect(r.rc == 1 && r.out.find(text + ": not a JPEG or PNG image") != std::string::npos &&
-             r.out.find(dir + "/absent.png: cannot open the file") != std::string::npos &&
+             r.out.find(dir + "/absent.png: cannot read the file") != std::string::npos &&
              r.out.find("--predict: 2 of 3 files not classified") != std::string::npos &&
              r.out.find(images.front() + ": ") != std::string::npos,
          "--predict names the files it cannot classify", r);
