@@ -39,9 +39,9 @@ XentArgs DeviceSoftmaxXent::args() const {
   XentArgs a;
   a.n = d_.in.n;
   a.k = d_.in.c;
-  a.label_smoothing = float(d_.label_smoothing);
-  a.bce = d_.kind == LossKind::bce;
-  a.bce_threshold = float(d_.bce_threshold);
+  a.label_smoothing = float(d_.loss.label_smoothing);
+  a.bce = d_.loss.kind == LossKind::bce;
+  a.bce_threshold = float(d_.loss.bce_threshold);
   a.labels = labels_.as<int32_t>();
   a.mixed = mixed_ ? a.labels + d_.in.n : a.labels;  // not blended: the labels with themselves
   a.mix = mixed_ ? mix_ : 1.0f;

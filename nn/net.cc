@@ -187,7 +187,7 @@ int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t 
 template <class T>
 void Net<T>::loss(int logits, const LossSpec& spec) {
   check_building("loss");
-  SoftmaxXentDesc d{"loss", shapes_.at(logits), spec.label_smoothing, spec.kind, spec.bce_threshold};
+  SoftmaxXentDesc d{"loss", shapes_.at(logits), spec};
   auto n = std::make_unique<LossNode<T>>();
   n->op = backend_->make_softmax_xent(d);
   n->name = "loss";

@@ -61,10 +61,12 @@ void SoftmaxXentDesc::validate() const {
   RT_SHAPE_CHECK(in.n > 0 && in.c > 0 && in.h == 1 && in.w == 1, "layer ", name,
                  ": softmax cross-entropy needs logits (n, classes, 1, 1) with classes > 0, got ",
                  in.str());
-  RT_SHAPE_CHECK(label_smoothing >= 0 && label_smoothing < 1, "layer ", name,
-                 ": label smoothing must be in [0, 1), got ", label_smoothing);
-  RT_SHAPE_CHECK(kind == LossKind::softmax || kind == LossKind::bce, "layer ", name, ": unknown loss kind ", int(kind));
-  RT_SHAPE_CHECK(bce_threshold < 1, "layer ", name, ": a BCE target threshold must be below 1, got ", bce_threshold);
+  RT_SHAPE_CHECK(loss.label_smoothing >= 0 && loss.label_smoothing < 1, "layer ", name,
+                 ": label smoothing must be in [0, 1), got ", loss.label_smoothing);
+  RT_SHAPE_CHECK(loss.kind == LossKind::softmax || loss.kind == LossKind::bce, "layer ", name,
+                 ": unknown loss kind ", int(loss.kind));
+  RT_SHAPE_CHECK(loss.bce_threshold < 1, "layer ", name, ": a BCE target threshold must be below 1, got ",
+                 loss.bce_threshold);
 }
 
 void DropPathDesc::validate() const {

@@ -144,13 +144,11 @@ struct LossSpec {
   double bce_threshold = -1;  // bce only; < 0: soft targets
 };
 
-// The loss layer (named for its first kind; `kind` chooses).
+// The loss layer (named for its first kind; loss.kind chooses).
 struct SoftmaxXentDesc {
   std::string name;
   Shape in;  // (n, classes, 1, 1)
-  double label_smoothing = 0.0;
-  LossKind kind = LossKind::softmax;
-  double bce_threshold = -1;
+  LossSpec loss = {};
   void validate() const;
   // t[n][k] above, thresholded for bce: one element, for backends that build targets as they go.
   double target(const Targets& t, int64_t n, int64_t k) const {
@@ -160,8 +158,8 @@ struct SoftmaxXentDesc {
   }
   // The same from the blended one-hot part alone (0 for a class neither label names).
   double target_of(double hot) const {
-    const double v = (1 - label_smoothing) * hot + label_smoothing / double(in.c);
-    return kind == LossKind::bce && bce_threshold >= 0 ? (v > bce_threshold ? 1.0 : 0.0) : v;
+    const double eps = loss.label_smoothing, v = (1 - eps) * hot + eps / double(in.c);
+    return loss.kind == LossKind::bce && loss.bce_threshold >= 0 ? (v > loss.bce_threshold ? 1.0 : 0.0) : v;
   }
   // Throws rt::Error naming the layer for targets without labels, a mix outside [0, 1], or
   // (check_targets) a label outside [0, classes).

@@ -17,7 +17,7 @@ struct ResNetConfig {
   double width = 1.0;              // multiplies every channel count (64.. or 16..)
   bool zero_init_residual = false; // gamma = 0 on the last BN of each residual branch
   std::string cifar_shortcut = "A";// CIFAR only: A = zero-padded identity, B = 1x1 projection
-  LossSpec loss;                   // softmax cross-entropy or BCE, label smoothing
+  LossSpec loss = {};              // softmax cross-entropy or BCE, label smoothing
   double drop_path = 0.0;          // stochastic depth: the last block's rate, 0 in the first,
                                    //   linear between (timm's drop_path_rate); 0 = none
   uint64_t seed = 0;               // initialisation seed

@@ -155,7 +155,9 @@ TEST(Net, StochasticDepthDropsWholeSamples) {
         ASSERT_EQ(out[i], drop ? 0.0 : branch[i] * scale) << "key " << key << " sample " << s;
     }
     if (key == 0) first = out;
-    if (key == 1) EXPECT_NE(out, first) << "keys 0 and 1 draw the same masks";
+    if (key == 1) {
+      EXPECT_NE(out, first) << "keys 0 and 1 draw the same masks";
+    }
   }
   EXPECT_GT(dropped, 64 * 8 * rate * 0.6);  // 128 expected of 512; 77 to 179 is far beyond 4 sigma
   EXPECT_LT(dropped, 64 * 8 * rate * 1.4);

@@ -439,7 +439,7 @@ TEST_F(OnednnVsRef, SoftmaxXent) {
                         Case{{7, 5, 1, 1}, 0.0, 0.9, bce, 0.05}, Case{{1, 1, 1, 1}, 0.0, -1, bce}}) {
     SCOPED_TRACE(p.in.str() + " eps " + std::to_string(p.eps) + " mix " + std::to_string(p.mix) + " " +
                  loss_kind_name(p.kind) + " threshold " + std::to_string(p.threshold));
-    SoftmaxXentDesc d{.name = "xent", .in = p.in, .label_smoothing = p.eps, .kind = p.kind, .bce_threshold = p.threshold};
+    SoftmaxXentDesc d{.name = "xent", .in = p.in, .loss = {p.kind, p.eps, p.threshold}};
     auto fast = fast_->make_softmax_xent(d);
     auto ref = ref_->make_softmax_xent(d);
     Vec z = rand(size_t(p.in.numel()), -4.f, 4.f);

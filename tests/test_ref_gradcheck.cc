@@ -312,7 +312,7 @@ TEST_F(RefGradcheck, PadShortcut) {
 void check_xent(double smoothing) {
   auto be = make_reference_backend<double>();
   std::mt19937_64 rng(smoothing > 0 ? 41 : 42);
-  SoftmaxXentDesc d{.name = "xent", .in = {4, 5, 1, 1}, .label_smoothing = smoothing};
+  SoftmaxXentDesc d{.name = "xent", .in = {4, 5, 1, 1}, .loss = {.label_smoothing = smoothing}};
   auto op = be->make_softmax_xent(d);
   Vec z = random_vec(20, rng, -3, 3), dz(20);
   const std::vector<int32_t> labels = {3, 0, 4, 3};
@@ -330,7 +330,7 @@ TEST_F(RefGradcheck, SoftmaxXentLabelSmoothing) { check_xent(0.1); }
 TEST_F(RefGradcheck, SoftmaxXentMixup) {
   auto be = make_reference_backend<double>();
   std::mt19937_64 rng(43);
-  SoftmaxXentDesc d{.name = "xent", .in = {4, 5, 1, 1}, .label_smoothing = 0.1};
+  SoftmaxXentDesc d{.name = "xent", .in = {4, 5, 1, 1}, .loss = {.label_smoothing = 0.1}};
   auto op = be->make_softmax_xent(d);
   Vec z = random_vec(20, rng, -3, 3), dz(20);
   const std::vector<int32_t> labels = {3, 0, 4, 3}, mixed = {1, 0, 2, 3};
@@ -352,8 +352,7 @@ TEST_F(RefGradcheck, Bce) {
   for (const double threshold : {-1.0, 0.0, 0.2})
     for (const bool blend : {false, true}) {
       SCOPED_TRACE(str_cat("threshold ", threshold, " blend ", blend));
-      SoftmaxXentDesc d{.name = "bce", .in = {4, 5, 1, 1}, .label_smoothing = 0.1, .kind = LossKind::bce,
-                        .bce_threshold = threshold};
+      SoftmaxXentDesc d{.name = "bce", .in = {4, 5, 1, 1}, .loss = {LossKind::bce, 0.1, threshold}};
       auto op = be->make_softmax_xent(d);
       Vec z = random_vec(20, rng, -3, 3), dz(20);
       const Targets t = blend ? Targets(labels.data(), mixed.data(), 0.3) : Targets(labels.data());

@@ -292,7 +292,7 @@ TEST_F(RefLayers, SoftmaxXentWithSmoothingMatchesClosedForm) {
   const double eps = 0.1;
   Vec z = {0, std::log(2.0), std::log(3.0), 0.7, 0.7, 0.7}, dz(6);
   const std::vector<int32_t> labels = {1, 0};
-  auto op = be_->make_softmax_xent({.name = "loss", .in = {2, 3, 1, 1}, .label_smoothing = eps});
+  auto op = be_->make_softmax_xent({.name = "loss", .in = {2, 3, 1, 1}, .loss = {.label_smoothing = eps}});
   const double row0 = -(1 - eps) * std::log(2.0 / 6) -
                       eps / 3 * (std::log(1.0 / 6) + std::log(2.0 / 6) + std::log(3.0 / 6));
   EXPECT_NEAR(forward_loss(*op, z.data(), labels.data()), (row0 + std::log(3.0)) / 2, 1e-14);
@@ -351,7 +351,7 @@ TEST_F(RefLayers, BceMatchesTorch) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     auto op = be_->make_softmax_xent(
-        {.name = "loss", .in = {3, 4, 1, 1}, .label_smoothing = 0.1, .kind = LossKind::bce, .bce_threshold = c.threshold});
+        {.name = "loss", .in = {3, 4, 1, 1}, .loss = {LossKind::bce, 0.1, c.threshold}});
     EXPECT_NEAR(forward_loss(*op, z.data(), c.t), c.loss, 1e-14);
     Vec dz(z.size());
     op->backward(c.t, dz.data(), 2.0);
@@ -477,7 +477,7 @@ TEST_F(RefLayers, BadLabelNamesLayerLabelAndIndex) {
 // Mixup's targets: a bad partner label or weight is named, and the weights 1 and 0 are each label
 // alone, bit for bit.
 TEST_F(RefLayers, MixupTargets) {
-  auto op = be_->make_softmax_xent({.name = "fc_loss", .in = {3, 5, 1, 1}, .label_smoothing = 0.1});
+  auto op = be_->make_softmax_xent({.name = "fc_loss", .in = {3, 5, 1, 1}, .loss = {.label_smoothing = 0.1}});
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-2, 2);
   Vec z(15);

@@ -232,11 +232,11 @@ class LoopPadShortcut final : public PadShortcutOp<float> {
 class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
  public:
   explicit LoopSoftmaxXent(const SoftmaxXentDesc& d)
-      : d_(d), n_(d.in.n), k_(d.in.c), eps_(d.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
+      : d_(d), n_(d.in.n), k_(d.in.c), eps_(d.loss.label_smoothing), prob_(size_t(d.in.n * d.in.c)) {}
 
   void forward(const float* logits, const Targets& t) override {
     d_.check_targets(t);
-    if (d_.kind == LossKind::bce) return forward_bce(logits, t);
+    if (d_.loss.kind == LossKind::bce) return forward_bce(logits, t);
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
       const float* z = logits + n * k_;
@@ -263,7 +263,7 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
 
   void backward(const Targets& t, float* dlogits, double scale) override {
     d_.check_targets(t);
-    if (d_.kind == LossKind::bce) return backward_bce(t, dlogits, scale);
+    if (d_.loss.kind == LossKind::bce) return backward_bce(t, dlogits, scale);
     const float g = float(scale / double(n_));
     const float off = float(eps_ / double(k_));
     // Blended targets split the one-hot part between the two labels (the same label twice: all of it).

@@ -92,8 +92,8 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
 
   void forward(const T* logits, const Targets& t) override {
     d_.check_targets(t);
-    if (d_.kind == LossKind::bce) return forward_bce(logits, t);
-    const double eps = d_.label_smoothing;
+    if (d_.loss.kind == LossKind::bce) return forward_bce(logits, t);
+    const double eps = d_.loss.label_smoothing;
     double total = 0;
     for (int64_t n = 0; n < n_; ++n) {
       const T* z = logits + n * k_;
@@ -122,7 +122,7 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   // With bce, p is each class's sigmoid and the mean runs over N K elements: (p - target) / (N K).
   void backward(const Targets& t, T* dlogits, double scale) override {
     d_.check_targets(t);
-    const double f = scale / double(d_.kind == LossKind::bce ? n_ * k_ : n_);
+    const double f = scale / double(d_.loss.kind == LossKind::bce ? n_ * k_ : n_);
     for (int64_t n = 0; n < n_; ++n)
       for (int64_t k = 0; k < k_; ++k)
         dlogits[n * k_ + k] = T((prob_[size_t(n * k_ + k)] - d_.target(t, n, k)) * f);

@@ -617,7 +617,7 @@ TEST_P(GpuLowpOps, SoftmaxXent) {
   for (double eps : {0.0, 0.1})
     for (Shape s : {Shape{4, 10, 1, 1}, Shape{3, 1000, 1, 1}}) {
       SCOPED_TRACE(s.str() + " eps " + std::to_string(eps));
-      SoftmaxXentDesc d{"loss", s, eps};
+      SoftmaxXentDesc d{"loss", s, {.label_smoothing = eps}};
       const size_t n = size_t(s.numel());
       std::vector<float> z = lowp_vec(k, n, 20, -4, 4);
       std::vector<int32_t> labels(size_t(s.n));

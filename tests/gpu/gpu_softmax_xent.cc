@@ -16,7 +16,7 @@ using test::to_host;
 // softmax cross-entropy, else BCE with that target threshold.
 void compare(int64_t n, int64_t k, double eps, double scale, double mix = -1, double threshold = -2) {
   const LossKind kind = threshold < -1 ? LossKind::softmax : LossKind::bce;
-  SoftmaxXentDesc d{"loss", Shape{n, k, 1, 1}, eps, kind, threshold < -1 ? -1 : threshold};
+  SoftmaxXentDesc d{"loss", Shape{n, k, 1, 1}, {kind, eps, threshold < -1 ? -1 : threshold}};
   std::mt19937 g(uint32_t(n * 131 + k));
   std::normal_distribution<float> z(0, 4);
   std::vector<float> logits(size_t(n * k));
@@ -76,7 +76,7 @@ TEST(GpuSoftmaxXent, BceMatchesReference) {
 // A bad mixed-in label is named as such; the first label's are checked too.
 TEST(GpuSoftmaxXent, BadMixedInLabelIsNamed) {
   RT_REQUIRE_GPU();
-  SoftmaxXentDesc d{"loss", Shape{4, 10, 1, 1}, 0.0};
+  SoftmaxXentDesc d{"loss", Shape{4, 10, 1, 1}};
   std::vector<float> logits(4 * 10, 0.0f);
   const std::vector<int32_t> labels = {1, 2, 3, 4}, mixed = {4, 12, 2, 1};
   DeviceBuffer dl = to_device(logits);
@@ -94,7 +94,7 @@ TEST(GpuSoftmaxXent, BadMixedInLabelIsNamed) {
 // in any order there; the emulator runs them in order, so only a GPU can catch a race here).
 TEST(GpuSoftmaxXent, BadLabelNamesTheSample) {
   RT_REQUIRE_GPU();
-  SoftmaxXentDesc d{"loss", Shape{1024, 10, 1, 1}, 0.0};
+  SoftmaxXentDesc d{"loss", Shape{1024, 10, 1, 1}};
   std::vector<float> logits(1024 * 10, 0.0f);
   std::vector<int32_t> labels(1024, 3);
   labels[2] = 10;
