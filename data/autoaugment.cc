@@ -1,5 +1,6 @@
 // The policies: which ops with which magnitudes, drawn as torchvision's AutoAugment (ImageNet
 // policy), RandAugment and TrivialAugmentWide draw them. The pixel ops are in autoaugment_ops.cc.
+#include <algorithm>
 #include <cmath>
 
 #include "data/autoaugment.h"
@@ -138,6 +139,8 @@ void auto_augment_validate(const AutoAugmentSpec& s) {
   if (s.magnitude < 0 || s.magnitude >= kAugBins)
     throw Error(str_cat("RandAugment's magnitude must be a bin in [0, ", kAugBins - 1, "], not ",
                         s.magnitude));
+  if (!(s.magnitude_std >= 0 && s.magnitude_std <= kAugBins))
+    throw Error(str_cat("RandAugment's magnitude_std must be in [0, ", kAugBins, "] bins, not ", s.magnitude_std));
 }
 
 const char* aug_op_name(AugOp op) { return kOpNames[static_cast<int>(op)]; }
@@ -165,6 +168,14 @@ double aug_magnitude(AutoAugment policy, AugOp op, int bin, int bins, int width,
     case AugOp::solarize: return static_cast<double>(linspace_f32(255.0f, 0.0f, bins, bin));
     default: return 0;
   }
+}
+
+int randaugment_bin(const AutoAugmentSpec& s, Rng& rng) {
+  if (s.magnitude_std <= 0) return s.magnitude;  // draws nothing: torchvision's stream unchanged
+  const double u1 = rng.uniform(), u2 = rng.uniform();
+  const double z = std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * M_PI * u2);
+  const long bin = std::lround(double(s.magnitude) + s.magnitude_std * z);
+  return static_cast<int>(std::clamp<long>(bin, 0, kAugBins - 1));
 }
 
 int draw_aug_steps(const AutoAugmentSpec& s, int width, int height, Rng& rng, AugStep* out) {
@@ -196,7 +207,7 @@ int draw_aug_steps(const AutoAugmentSpec& s, int width, int height, Rng& rng, Au
         const auto op = static_cast<AugOp>(rng.below(kRandOps));
         double m = 0;
         if (has_magnitude(op)) {
-          const int bin = rand ? s.magnitude : static_cast<int>(rng.below(kAugBins));
+          const int bin = rand ? randaugment_bin(s, rng) : static_cast<int>(rng.below(kAugBins));
           m = aug_magnitude(s.policy, op, bin, kAugBins, width, height);
         }
         if (is_signed(op) && (rng.next_u64() >> 63)) m = -m;

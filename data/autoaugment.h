@@ -32,6 +32,10 @@ struct AutoAugmentSpec {
   AutoAugment policy = AutoAugment::none;
   int ops = 2;        // RandAugment: ops applied to each image, in [1, kMaxAugSteps]
   int magnitude = 9;  // RandAugment: every op's magnitude bin, in [0, kAugBins)
+  // RandAugment: > 0 draws each op's bin around `magnitude` with this standard deviation (in
+  // bins), rounded and clamped to [0, kAugBins) (timm's magnitude_std: its mstd0.5 over 10 levels
+  // is 1.5 of these 30 steps); 0: every op at `magnitude`, as torchvision.
+  double magnitude_std = 0;
 };
 
 // Throws rt::Error naming the field that is out of range.
@@ -55,6 +59,10 @@ struct AugStep {
 // The magnitude of bin `bin` of `bins` for op under a policy's table (torchvision's float32
 // linspace and rounding), unsigned; 0 for ops without one.
 double aug_magnitude(AutoAugment policy, AugOp op, int bin, int bins, int width, int height);
+
+// RandAugment's bin for one op: s.magnitude, or with s.magnitude_std > 0 a normal draw around it
+// (two uniforms of rng, Box-Muller), rounded and clamped to [0, kAugBins).
+int randaugment_bin(const AutoAugmentSpec& s, Rng& rng);
 
 // Draws the steps for one width x height image into out[0..n), returns n (<= kMaxAugSteps).
 int draw_aug_steps(const AutoAugmentSpec& s, int width, int height, Rng& rng, AugStep* out);

@@ -199,6 +199,53 @@ TEST(AutoAugmentPolicy, Draws) {
   EXPECT_LT(applied_steps, 1500);
 }
 
+// RandAugment's magnitude noise (timm's magnitude_std): none draws nothing from the stream (so
+// torchvision's draws are untouched); otherwise the bins scatter around the magnitude with the
+// given spread, whole, within [0, 30], piling up at an edge; and they reach the ops.
+TEST(AutoAugmentPolicy, MagnitudeNoise) {
+  AutoAugmentSpec s;
+  s.policy = AutoAugment::randaugment;
+  s.magnitude = 12;
+  Rng a(3), b(3);
+  EXPECT_EQ(randaugment_bin(s, a), 12);
+  EXPECT_EQ(a.next_u64(), b.next_u64()) << "magnitude_std 0 must draw nothing";
+  s.magnitude_std = 1.5;
+  const int n = 20000;
+  double sum = 0, sq = 0;
+  int off = 0;
+  for (int i = 0; i < n; ++i) {
+    const int bin = randaugment_bin(s, a);
+    sum += bin;
+    sq += double(bin - 12) * (bin - 12);
+    off += bin != 12;
+  }
+  EXPECT_NEAR(sum / n, 12.0, 0.05);
+  // Rounding adds 1/12 of a bin's variance: sqrt(1.5^2 + 1/12) = 1.528.
+  EXPECT_NEAR(std::sqrt(sq / n), 1.528, 0.03);
+  EXPECT_GT(off, n / 2);
+  s.magnitude = 30;
+  int top = 0;
+  for (int i = 0; i < n; ++i) {
+    const int bin = randaugment_bin(s, a);
+    ASSERT_GE(bin, 0);
+    ASSERT_LE(bin, 30);
+    top += bin == 30;
+  }
+  EXPECT_NEAR(double(top) / n, 0.63, 0.02);  // P(z > -0.5 / 1.5) = 0.6306: the upper side clamped
+  // Through the policy: rotations of 30 x bin / 30 degrees for several bins around 30.
+  AugStep steps[kMaxAugSteps];
+  int seen[31] = {};
+  for (int i = 0; i < 3000; ++i) {
+    Rng r(9, 0, i, Stream::augment);
+    const int k = draw_aug_steps(s, 224, 224, r, steps);
+    for (int j = 0; j < k; ++j)
+      if (steps[j].op == AugOp::rotate) ++seen[std::lround(std::abs(steps[j].magnitude))];
+  }
+  EXPECT_GT(seen[30], 0);
+  EXPECT_GT(seen[29], 0);
+  EXPECT_GT(seen[28], 0);
+}
+
 TEST(AutoAugmentPolicy, NamesAndChecks) {
   for (auto a : {AutoAugment::none, AutoAugment::autoaugment, AutoAugment::randaugment,
                  AutoAugment::trivialaugment, AutoAugment::autoaugment_cifar10, AutoAugment::autoaugment_svhn})
@@ -212,6 +259,10 @@ TEST(AutoAugmentPolicy, NamesAndChecks) {
   s.ops = 2;
   s.magnitude = 31;
   EXPECT_NE(error_of([&] { auto_augment_validate(s); }).find("magnitude must be a bin in [0, 30], not 31"),
+            std::string::npos);
+  s.magnitude = 9;
+  s.magnitude_std = -1;
+  EXPECT_NE(error_of([&] { auto_augment_validate(s); }).find("magnitude_std must be in [0, 31] bins, not -1"),
             std::string::npos);
 }
 

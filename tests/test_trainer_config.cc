@@ -155,6 +155,10 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("", {"optimizer.kind=lamb", "optimizer.lars=true"});
   EXPECT_NE(e.find("optimizer: lamb: lars is SGD's layer-wise scaling"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").optimizer.sgd.kind, OptimizerKind::sgd);
+  // RandAugment's magnitude noise.
+  EXPECT_EQ(config_parse("data: {randaugment_magnitude_std: 1.5}\n", "r.yaml").data.auto_augment.magnitude_std, 1.5);
+  e = invalid("data: {randaugment_magnitude_std: -1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'data.randaugment_magnitude_std' must be in [0, 31] bins"), std::string::npos) << e;
   // Frozen statistics need frozen layers.
   e = invalid("optimizer: {freeze_bn_stats: true}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'optimizer.freeze_bn_stats' needs frozen layers (optimizer.freeze)"), std::string::npos)

@@ -46,6 +46,7 @@ void config_fields(C& c, V&& v) {
   v("data.auto_augment", c.data.auto_augment.policy);
   v("data.randaugment_ops", c.data.auto_augment.ops);
   v("data.randaugment_magnitude", c.data.auto_augment.magnitude);
+  v("data.randaugment_magnitude_std", c.data.auto_augment.magnitude_std);
   v("data.random_erasing", c.data.random_erasing);
   v("data.repeated_augment", c.data.repeated_augment);
   v("data.output", c.data.output);

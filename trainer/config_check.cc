@@ -84,6 +84,8 @@ void config_validate(const Config& c) {
             str_cat("must be in [1, ", data::kMaxAugSteps, "]"), aa.ops);
   k.require(aa.magnitude >= 0 && aa.magnitude < data::kAugBins, "data.randaugment_magnitude",
             str_cat("must be a bin in [0, ", data::kAugBins - 1, "]"), aa.magnitude);
+  k.require(aa.magnitude_std >= 0 && aa.magnitude_std <= data::kAugBins, "data.randaugment_magnitude_std",
+            str_cat("must be in [0, ", data::kAugBins, "] bins (0: every op at the magnitude)"), aa.magnitude_std);
   k.require(aa.policy == data::AutoAugment::none || !d.synthetic, "data.auto_augment",
             "works on decoded images; data.synthetic has none", data::auto_augment_name(aa.policy));
   k.require(d.random_erasing >= 0 && d.random_erasing <= 1, "data.random_erasing",
