@@ -128,7 +128,9 @@ void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& 
 std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind) {
   return str_cat(kind, tensor_ops ? "tensor-op " : "fma ", d.in.str(), " out_c ", d.out_c,
                  " kernel ", d.kernel_h, "x", d.kernel_w, " stride ", d.stride_h, "x", d.stride_w,
-                 " pad ", d.pad_h, "x", d.pad_w, d.input_grad ? "" : " no-dx");
+                 " pad ", d.pad_h, "x", d.pad_w,
+                 d.groups > 1 ? str_cat(" groups ", d.groups) : std::string(),
+                 d.input_grad ? "" : " no-dx");
 }
 
 namespace {

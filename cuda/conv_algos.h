@@ -22,7 +22,8 @@ void conv_set_tensor(cudnnTensorDescriptor_t t, const Shape& s, const ConvDesc& 
                      cudnnTensorFormat_t format, cudnnDataType_t type);
 
 // The cache key of a convolution: its kind ("", "bf16 NHWC ", ...), the math it may use and its
-// geometry (input shape, output channels, kernel, stride, padding; not its name or bias).
+// geometry (input shape, output channels, kernel, stride, padding, groups; not its name or
+// bias).
 std::string conv_algo_key(const ConvDesc& d, bool tensor_ops, const char* kind);
 
 // For descriptors already set (x, w, y; one convolution descriptor per direction): chooses each

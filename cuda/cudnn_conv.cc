@@ -19,7 +19,7 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     conv_set_tensor(y_, out, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
     conv_set_tensor(bias_, Shape{1, d_.out_c, 1, 1}, d_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT);
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                           lib_int(d_.out_c, d_), lib_int(d_.in.c, d_),
+                                           lib_int(d_.out_c, d_), lib_int(d_.in_per_group(), d_),
                                            lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
     for (cudnnConvolutionDescriptor_t* c : {&fwd_, &bwd_data_, &bwd_filter_}) {
       CUDNN_CHECK(cudnnCreateConvolutionDescriptor(c));
@@ -27,6 +27,7 @@ CudnnConv::CudnnConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
           *c, lib_int(d_.pad_h, d_), lib_int(d_.pad_w, d_), lib_int(d_.stride_h, d_),
           lib_int(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      CUDNN_CHECK(cudnnSetConvolutionGroupCount(*c, lib_int(d_.groups, d_)));
       CUDNN_CHECK(cudnnSetConvolutionMathType(*c, cfg.allow_tf32 ? CUDNN_DEFAULT_MATH
                                                                  : CUDNN_FMA_MATH));
     }

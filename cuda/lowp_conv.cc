@@ -23,7 +23,7 @@ template <class T>
 LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
   d_.validate();
   const Shape out = d_.out();
-  wg_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w};
+  wg_ = {d_.out_c, d_.in_per_group(), d_.kernel_h, d_.kernel_w};
   out_rows_ = out.n * out.h * out.w;
   try {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&x_));
@@ -36,6 +36,7 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
       CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
           *c, lib_int(d_.pad_h, d_), lib_int(d_.pad_w, d_), lib_int(d_.stride_h, d_),
           lib_int(d_.stride_w, d_), 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      CUDNN_CHECK(cudnnSetConvolutionGroupCount(*c, lib_int(d_.groups, d_)));
       CUDNN_CHECK(cudnnSetConvolutionMathType(*c, CUDNN_TENSOR_OP_MATH));
     }
     int n = 0, c = 0, oh = 0, ow = 0;
@@ -47,7 +48,7 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
     if (const std::string why = choose_algos(d_, kind); !why.empty()) {
-      if (d_.input_grad || d_.in.c % 8 == 0) throw Error(why);
+      if (d_.input_grad || d_.in.c % 8 == 0 || d_.groups > 1) throw Error(why);
       pad_input_channels(why, kind);
     }
     ctx_.reserve_workspace(run_->workspace());
@@ -69,9 +70,9 @@ void LowpConv<T>::set_input_channels(int64_t c) {
   Shape in = d_.in;
   in.c = c;
   conv_set_tensor(x_, in, d_, CUDNN_TENSOR_NHWC, kCudnnType<T>);
-  // NHWC filters are KRSC: [out][kh][kw][in], our OHWI copy.
+  // NHWC filters are KRSC: [out][kh][kw][in / groups], our OHWI copy.
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_, kCudnnType<T>, CUDNN_TENSOR_NHWC,
-                                         lib_int(d_.out_c, d_), lib_int(c, d_),
+                                         lib_int(d_.out_c, d_), lib_int(c / d_.groups, d_),
                                          lib_int(d_.kernel_h, d_), lib_int(d_.kernel_w, d_)));
 }
 

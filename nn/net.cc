@@ -45,7 +45,7 @@ int Net<T>::push(std::unique_ptr<Node<T>> node, const Shape& out) {
 
 template <class T>
 int Net<T>::conv(int x, const std::string& name, int64_t out_c, int64_t kernel, int64_t stride,
-                 int64_t pad, bool bias) {
+                 int64_t pad, bool bias, int64_t groups) {
   ConvDesc d;
   d.name = name;
   d.out_c = out_c;
@@ -53,6 +53,7 @@ int Net<T>::conv(int x, const std::string& name, int64_t out_c, int64_t kernel, 
   d.stride_h = d.stride_w = stride;
   d.pad_h = d.pad_w = pad;
   d.bias = bias;
+  d.groups = groups;
   return conv(x, d);
 }
 
@@ -67,11 +68,11 @@ int Net<T>::conv(int x, ConvDesc d) {
   n->keeps_inputs = 1;
   n->name = d.name;
   n->inputs = {x};
-  n->params.push_back(add_param_(d.name + ".weight", {d.out_c, d.in.c, d.kernel_h, d.kernel_w},
+  n->params.push_back(add_param_(d.name + ".weight", {d.out_c, d.in_per_group(), d.kernel_h, d.kernel_w},
                                  ParamKind::conv_weight));
   if (d.bias) n->params.push_back(add_param_(d.name + ".bias", {d.out_c}, ParamKind::bias));
   Shape o = d.out();
-  n->flops = 2.0 * double(o.numel()) * double(d.in.c * d.kernel_h * d.kernel_w);
+  n->flops = 2.0 * double(o.numel()) * double(d.in_per_group() * d.kernel_h * d.kernel_w);
   return push(std::move(n), o);
 }
 

@@ -44,7 +44,7 @@ class Net {
   // --- building (returns the output tensor id) ---
   int input() const { return 0; }
   int conv(int x, const std::string& name, int64_t out_c, int64_t kernel, int64_t stride,
-           int64_t pad, bool bias = false);
+           int64_t pad, bool bias = false, int64_t groups = 1);
   int conv(int x, ConvDesc desc);  // any geometry; desc.in is filled from x
   int batchnorm(int x, const std::string& name, bool relu, double momentum = 0.1, double eps = 1e-5);
   int relu(int x, const std::string& name);

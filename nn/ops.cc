@@ -27,6 +27,9 @@ void ConvDesc::validate() const {
                  ": kernel ", kernel_h, "x", kernel_w, " is larger than the padded input ",
                  in.h + 2 * pad_h, "x", in.w + 2 * pad_w, " (input ", in.str(), ", pad ", pad_h, "x",
                  pad_w, ")");
+  RT_SHAPE_CHECK(groups > 0 && in.c % groups == 0 && out_c % groups == 0, "layer ", name,
+                 ": ", groups, " groups must divide the input's ", in.c, " and the output's ", out_c,
+                 " channels");
 }
 
 void BatchNormDesc::validate() const {

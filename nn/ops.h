@@ -30,6 +30,9 @@ struct ConvDesc {
   int64_t stride_h = 1, stride_w = 1;
   int64_t pad_h = 0, pad_w = 0;
   bool bias = false;
+  // Grouped convolution (ResNeXt): input and output channels in `groups` equal slices, output
+  // slice g computed from input slice g only. Weights [out_c, in.c / groups, kh, kw].
+  int64_t groups = 1;
   // False when backward is never asked for dx (Net sets it for a layer reading the network's
   // input): a backend need not prepare for it (the CUDA backends choose no backward-data
   // algorithm, and refuse a dx then).
@@ -38,7 +41,8 @@ struct ConvDesc {
     return {in.n, out_c, (in.h + 2 * pad_h - kernel_h) / stride_h + 1,
             (in.w + 2 * pad_w - kernel_w) / stride_w + 1};
   }
-  int64_t weight_count() const { return out_c * in.c * kernel_h * kernel_w; }
+  int64_t in_per_group() const { return in.c / groups; }
+  int64_t weight_count() const { return out_c * in_per_group() * kernel_h * kernel_w; }
   void validate() const;  // throws ShapeError naming the layer and shapes
 };
 

@@ -13,6 +13,9 @@ struct Arch {
   bool cifar;
   bool bottleneck;
   std::vector<int> blocks;
+  // Bottlenecks' 3x3 convolution: `groups` groups of width_per_group channels per 64 planes
+  // (torchvision's groups and width_per_group: ResNeXt, wide ResNets); 1 and 64 for ResNet.
+  int64_t groups = 1, width_per_group = 64;
 };
 
 const std::map<std::string, Arch>& archs() {
@@ -22,6 +25,11 @@ const std::map<std::string, Arch>& archs() {
       {"resnet152", {false, true, {3, 8, 36, 3}}},  {"resnet20", {true, false, {3, 3, 3}}},
       {"resnet32", {true, false, {5, 5, 5}}},       {"resnet44", {true, false, {7, 7, 7}}},
       {"resnet56", {true, false, {9, 9, 9}}},       {"resnet110", {true, false, {18, 18, 18}}},
+      {"resnext50_32x4d", {false, true, {3, 4, 6, 3}, 32, 4}},
+      {"resnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8}},
+      {"resnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4}},
+      {"wide_resnet50_2", {false, true, {3, 4, 6, 3}, 1, 128}},
+      {"wide_resnet101_2", {false, true, {3, 4, 23, 3}, 1, 128}},
   };
   return m;
 }
@@ -59,11 +67,16 @@ int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_
 }
 
 template <class T>
-int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, double drop) {
+int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride,
+                     const Arch& a, double drop) {
   int64_t in_c = net.shape(x).c, out_c = planes * 4;
-  int y = net.conv(x, p + ".conv1", planes, 1, 1, 0);
+  // torchvision's int(planes * (base_width / 64.0)) * groups; at least one channel a group
+  // where a small model.width would leave none.
+  const int64_t width =
+      std::max<int64_t>(1, int64_t(double(planes) * double(a.width_per_group) / 64.0)) * a.groups;
+  int y = net.conv(x, p + ".conv1", width, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn1", true);
-  y = net.conv(y, p + ".conv2", planes, 3, stride, 1);  // v1.5: stride on the 3x3
+  y = net.conv(y, p + ".conv2", width, 3, stride, 1, false, a.groups);  // v1.5: stride on the 3x3
   y = net.batchnorm(y, p + ".bn2", true);
   y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn3", false);
@@ -122,7 +135,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
         std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
         int64_t stride = (s > 0 && b == 0) ? 2 : 1;
         const double d = drop();
-        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, d)
+        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d)
                          : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d);
       }
   }

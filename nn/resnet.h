@@ -1,5 +1,5 @@
-// ResNet builders: torchvision's ImageNet ResNets (v1.5: stride on the 3x3) and He et al.'s CIFAR
-// ResNets, with torchvision's parameter names and initialisation.
+// ResNet builders: torchvision's ImageNet ResNets (v1.5: stride on the 3x3), ResNeXts and wide
+// ResNets, and He et al.'s CIFAR ResNets, with torchvision's parameter names and initialisation.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,9 @@
 namespace rt {
 
 struct ResNetConfig {
-  std::string name = "resnet50";   // resnet18/34/50/101/152, resnet20/32/44/56/110 (CIFAR)
+  std::string name = "resnet50";   // resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x8d,
+                                   //   resnext101_64x4d, wide_resnet50_2, wide_resnet101_2,
+                                   //   resnet20/32/44/56/110 (CIFAR)
   int64_t num_classes = 1000;
   int64_t image_size = 224;        // square input side
   int64_t batch = 32;              // per-rank batch the network is set up for

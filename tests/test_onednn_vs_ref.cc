@@ -90,10 +90,12 @@ struct ConvCase {
   Shape in;
   int64_t out_c, kh, kw, sh, sw, ph, pw;
   bool bias;
+  int64_t groups = 1;
 };
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << c.in.str() << " -> " << c.out_c << " k" << c.kh << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p"
-      << c.ph << "x" << c.pw << (c.bias ? " bias" : "");
+      << c.ph << "x" << c.pw << (c.bias ? " bias" : "") << (c.groups > 1 ? " groups " : "")
+      << (c.groups > 1 ? std::to_string(c.groups) : "");
 }
 
 class ConvVsRef : public OnednnVsRef, public ::testing::WithParamInterface<ConvCase> {};
@@ -101,11 +103,12 @@ class ConvVsRef : public OnednnVsRef, public ::testing::WithParamInterface<ConvC
 TEST_P(ConvVsRef, ForwardBackward) {
   const ConvCase& p = GetParam();
   ConvDesc d{.name = "conv", .in = p.in, .out_c = p.out_c, .kernel_h = p.kh, .kernel_w = p.kw,
-             .stride_h = p.sh, .stride_w = p.sw, .pad_h = p.ph, .pad_w = p.pw, .bias = p.bias};
+             .stride_h = p.sh, .stride_w = p.sw, .pad_h = p.ph, .pad_w = p.pw, .bias = p.bias,
+             .groups = p.groups};
   const Shape out = d.out();
   auto fast = fast_->make_conv(d);
   auto ref = ref_->make_conv(d);
-  const float wscale = 1.f / std::sqrt(float(p.in.c * p.kh * p.kw));
+  const float wscale = 1.f / std::sqrt(float(d.in_per_group() * p.kh * p.kw));
   // Two steps with the weights changed in place in between, as the optimizer does.
   Vec w = rand(size_t(d.weight_count()), -wscale, wscale);
   for (int step = 0; step < 2; ++step) {
@@ -157,7 +160,15 @@ INSTANTIATE_TEST_SUITE_P(
         // runs on plain copies instead (see NoReferenceKernelsOnTinyMaps).
         ConvCase{{2, 16, 2, 2}, 16, 3, 3, 1, 1, 1, 1, false},       // 3x3 on 2x2 maps
         ConvCase{{3, 16, 2, 2}, 24, 3, 3, 2, 2, 1, 1, false},       // blocked 2x2 -> plain 1x1
-        ConvCase{{2, 16, 2, 2}, 32, 1, 1, 2, 2, 0, 0, true}));      // 1x1 downsample to 1x1
+        ConvCase{{2, 16, 2, 2}, 32, 1, 1, 2, 2, 0, 0, true},        // 1x1 downsample to 1x1
+        // Grouped (ResNeXt's 3x3: 32 groups of 4; stride 2), depthwise, groups of one channel's
+        // width that blocked layouts cannot hold whole, a grouped 1x1.
+        ConvCase{{2, 128, 8, 8}, 128, 3, 3, 1, 1, 1, 1, false, 32},
+        ConvCase{{2, 64, 9, 9}, 64, 3, 3, 2, 2, 1, 1, false, 32},
+        ConvCase{{2, 16, 6, 6}, 16, 3, 3, 1, 1, 1, 1, true, 16},
+        ConvCase{{2, 12, 7, 5}, 6, 3, 3, 1, 1, 1, 1, false, 3},
+        ConvCase{{2, 32, 5, 5}, 64, 1, 1, 1, 1, 0, 0, true, 4},
+        ConvCase{{2, 256, 2, 2}, 256, 3, 3, 1, 1, 1, 1, false, 32}));  // ResNeXt's layer4 at 64x64
 
 // oneDNN 2.6 falls back to its reference loops (100-1000x slower) for some blocked convolutions
 // on tiny maps; the op must route them to a real kernel. Shapes: ResNet-50 at 64x64 (3x3 on 2x2
@@ -177,6 +188,22 @@ TEST_F(OnednnVsRef, NoReferenceKernelsOnTinyMaps) {
     auto op = direct->make_conv(d);
     const std::string impls = rt::dnn::conv_impls(*op);
     EXPECT_EQ(impls.find("ref"), std::string::npos) << d.name << ": " << impls;
+  }
+}
+
+// ResNeXt-50's grouped 3x3 convolutions at 224x224 (32 groups of 4, 8, 16, 32 channels; the
+// first of each stage strided) must run on oneDNN's optimised kernels, not its reference loops.
+TEST_F(OnednnVsRef, GroupedConvolutionsOfResNeXtUseOptimisedKernels) {
+  struct G { int64_t c, hw, stride; };
+  for (const G g : {G{128, 56, 1}, G{256, 56, 2}, G{256, 28, 1}, G{512, 28, 2}, G{512, 14, 1},
+                    G{1024, 14, 2}, G{1024, 7, 1}}) {
+    const ConvDesc d{.name = "conv2", .in = {2, g.c, g.hw, g.hw}, .out_c = g.c, .kernel_h = 3,
+                     .kernel_w = 3, .stride_h = g.stride, .stride_w = g.stride, .pad_h = 1,
+                     .pad_w = 1, .groups = 32};
+    auto op = fast_->make_conv(d);
+    const std::string impls = rt::dnn::conv_impls(*op);
+    EXPECT_EQ(impls.find("ref"), std::string::npos)
+        << d.in.str() << " stride " << g.stride << ": " << impls;
   }
 }
 
@@ -498,7 +525,9 @@ TEST_F(OnednnVsRef, WholeResNets) {
                         Case{"resnet50", 0.125, 64, 5e-2, 5e-2},
                         Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn-winograd"},
                         Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"},
-                        Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn", 0.5}}) {  // blocked layouts
+                        Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn", 0.5},  // blocked layouts
+                        Case{"resnext50_32x4d", 0.125, 64, 5e-2, 5e-2},
+                        Case{"wide_resnet50_2", 0.0625, 64, 5e-2, 5e-2}}) {
     SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};

@@ -120,6 +120,7 @@ struct ConvCase {
   Shape in;
   int64_t out_c, kh, kw, sh, sw, ph, pw;
   bool bias;
+  int64_t groups = 1;
 };
 void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.label; }
 
@@ -130,7 +131,7 @@ TEST_P(ConvGradcheck, InputWeightAndBias) {
   auto be = make_reference_backend<double>();
   std::mt19937_64 rng(7);
   ConvDesc d{.name = c.label, .in = c.in, .out_c = c.out_c, .kernel_h = c.kh, .kernel_w = c.kw,
-             .stride_h = c.sh, .stride_w = c.sw, .pad_h = c.ph, .pad_w = c.pw, .bias = c.bias};
+             .stride_h = c.sh, .stride_w = c.sw, .pad_h = c.ph, .pad_w = c.pw, .bias = c.bias, .groups = c.groups};
   auto op = be->make_conv(d);
   const Shape out = d.out();
   Vec x = random_vec(size_t(c.in.numel()), rng), w = random_vec(size_t(d.weight_count()), rng);
@@ -165,7 +166,11 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{"conv7x7_s2_p3", {1, 2, 9, 9}, 3, 7, 7, 2, 2, 3, 3, false},
         ConvCase{"conv7x7_s2_p3_bias_b2", {2, 1, 8, 7}, 2, 7, 7, 2, 2, 3, 3, true},
         ConvCase{"conv_nonsquare", {2, 2, 7, 6}, 3, 3, 2, 2, 1, 1, 0, true},
-        ConvCase{"conv_nonsquare_odd", {1, 3, 5, 9}, 2, 1, 5, 1, 3, 0, 2, false}),
+        ConvCase{"conv_nonsquare_odd", {1, 3, 5, 9}, 2, 1, 5, 1, 3, 0, 2, false},
+        ConvCase{"grouped3x3_g2", {2, 4, 5, 5}, 6, 3, 3, 1, 1, 1, 1, false, 2},
+        ConvCase{"grouped3x3_s2_g3_bias", {1, 6, 7, 6}, 3, 3, 3, 2, 2, 1, 1, true, 3},
+        ConvCase{"depthwise3x3", {2, 4, 5, 6}, 4, 3, 3, 1, 1, 1, 1, false, 4},
+        ConvCase{"grouped1x1_g2_x2", {1, 4, 3, 4}, 8, 1, 1, 1, 1, 0, 0, false, 2}),
     [](const auto& info) { return std::string(info.param.label); });
 
 // ---------------------------------------------------------------- batch norm

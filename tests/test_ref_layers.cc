@@ -130,6 +130,47 @@ TEST_F(RefLayers, ConvMatchesDirectConvolution) {
   }
 }
 
+// A grouped convolution is its groups convolved apart: group g's outputs are the ungrouped
+// convolution of g's input channels with g's filters (the direct oracle per slice).
+TEST_F(RefLayers, GroupedConvIsItsGroupsConvolvedApart) {
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const ConvDesc cases[] = {
+      {.name = "g2", .in = {2, 4, 7, 6}, .out_c = 6, .kernel_h = 3, .kernel_w = 3, .stride_h = 2,
+       .stride_w = 2, .pad_h = 1, .pad_w = 1, .bias = true, .groups = 2},
+      {.name = "depthwise", .in = {1, 3, 5, 5}, .out_c = 3, .kernel_h = 3, .kernel_w = 3,
+       .pad_h = 1, .pad_w = 1, .groups = 3},
+      {.name = "g4_1x1", .in = {2, 8, 3, 3}, .out_c = 4, .groups = 4},
+  };
+  for (const ConvDesc& d : cases) {
+    SCOPED_TRACE(d.name);
+    Vec x(size_t(d.in.numel())), w(size_t(d.weight_count())), b(size_t(d.out_c));
+    for (auto* v : {&x, &w, &b})
+      for (auto& e : *v) e = u(rng);
+    const Shape o = d.out();
+    Vec y(size_t(o.numel()));
+    be_->make_conv(d)->forward(x.data(), w.data(), b.data(), y.data());
+    const int64_t ci = d.in.c / d.groups, co = d.out_c / d.groups;
+    for (int64_t g = 0; g < d.groups; ++g) {
+      ConvDesc one = d;
+      one.groups = 1;
+      one.in.c = ci;
+      one.out_c = co;
+      Vec xg(size_t(one.in.numel())), bg(b.begin() + g * co, b.begin() + (g + 1) * co);
+      for (int64_t n = 0; n < d.in.n; ++n)  // samples' channel slices
+        std::copy_n(x.begin() + (n * d.in.c + g * ci) * d.in.h * d.in.w, ci * d.in.h * d.in.w,
+                    xg.begin() + n * ci * d.in.h * d.in.w);
+      const int64_t per = one.weight_count();  // group g's filters, consecutive in w
+      Vec wg(w.begin() + g * per, w.begin() + (g + 1) * per);
+      const Vec yg = direct_conv(one, xg, wg, bg);
+      for (int64_t n = 0; n < o.n; ++n)
+        for (int64_t i = 0; i < co * o.h * o.w; ++i)
+          EXPECT_NEAR(y[size_t((n * o.c + g * co) * o.h * o.w + i)], yg[size_t(n * co * o.h * o.w + i)], 1e-12)
+              << "group " << g << " sample " << n << " element " << i;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- batch norm
 
 struct BnFixture {
@@ -452,6 +493,18 @@ TEST_F(RefLayers, RejectsEmptyOutputs) {
       {"layer2.0.shortcut", "[1,32,4,4]", "16"});
   expect_error<ShapeError>(
       [&] { be_->make_softmax_xent({.name = "loss", .in = {4, 10, 2, 1}}); }, {"loss", "[4,10,2,1]"});
+}
+
+TEST_F(RefLayers, RejectsGroupsThatDoNotDivideTheChannels) {
+  expect_error<ShapeError>(
+      [&] { be_->make_conv({.name = "layer1.0.conv2", .in = {1, 6, 4, 4}, .out_c = 8, .groups = 4}); },
+      {"layer1.0.conv2", "4 groups", "6", "8"});
+  expect_error<ShapeError>(
+      [&] { be_->make_conv({.name = "c", .in = {1, 4, 4, 4}, .out_c = 6, .groups = 4}); },
+      {"4 groups", "6"});
+  expect_error<ShapeError>(
+      [&] { be_->make_conv({.name = "c0", .in = {1, 4, 4, 4}, .out_c = 4, .groups = 0}); },
+      {"c0", "0 groups"});
 }
 
 TEST_F(RefLayers, BatchNormTrainingRejectsASingleValuePerChannel) {

@@ -27,6 +27,29 @@ TEST(ResNet, ParameterCountsEqualTorchvision) {
   EXPECT_EQ(build("resnet50")->arena().param_count(), 25557032u);
   EXPECT_EQ(build("resnet101")->arena().param_count(), 44549160u);
   EXPECT_EQ(build("resnet152")->arena().param_count(), 60192808u);
+  EXPECT_EQ(build("resnext50_32x4d")->arena().param_count(), 25028904u);
+  EXPECT_EQ(build("resnext101_32x8d")->arena().param_count(), 88791336u);
+  EXPECT_EQ(build("resnext101_64x4d")->arena().param_count(), 83455272u);
+  EXPECT_EQ(build("wide_resnet50_2")->arena().param_count(), 68883240u);
+  EXPECT_EQ(build("wide_resnet101_2")->arena().param_count(), 126886696u);
+}
+
+TEST(ResNet, ResNeXtAndWideBottlenecksHaveTorchvisionsShapes) {
+  // torchvision: layer1.0.conv2.weight is [128, 4, 3, 3] in resnext50_32x4d, [256, 8, 3, 3] in
+  // resnext101_32x8d, [128, 128, 3, 3] in wide_resnet50_2; conv3 maps back to 256.
+  auto dims = [](const std::string& model, const std::string& tensor) {
+    auto net = build(model);
+    for (const ParamInfo& p : net->arena().layout())
+      if (p.name == tensor) return p.dims;
+    return std::vector<int64_t>{};
+  };
+  using D = std::vector<int64_t>;
+  EXPECT_EQ(dims("resnext50_32x4d", "layer1.0.conv2.weight"), (D{128, 4, 3, 3}));
+  EXPECT_EQ(dims("resnext50_32x4d", "layer1.0.conv3.weight"), (D{256, 128, 1, 1}));
+  EXPECT_EQ(dims("resnext50_32x4d", "layer4.2.conv2.weight"), (D{1024, 32, 3, 3}));
+  EXPECT_EQ(dims("resnext101_32x8d", "layer1.0.conv2.weight"), (D{256, 8, 3, 3}));
+  EXPECT_EQ(dims("wide_resnet50_2", "layer1.0.conv2.weight"), (D{128, 128, 3, 3}));
+  EXPECT_EQ(dims("wide_resnet50_2", "layer4.0.conv1.weight"), (D{1024, 1024, 1, 1}));
 }
 
 TEST(ResNet, CifarParameterCounts) {

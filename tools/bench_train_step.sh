@@ -2,7 +2,8 @@
 # Side-by-side training-step benchmark: ringtrain vs PyTorch (default, and best: channels-last +
 # jemalloc) on the same rows and thread counts, in one run, with peak resident memory of each.
 #   tools/bench_train_step.sh [OUT.md]      (needs tools/setup.sh --peers and a built build/)
-# Rows: resnet50 b32 224², resnet18 b64 224², resnet20 b128 32², at 1 and 2 threads.
+# Rows: resnet50 b32 224², resnet18 b64 224², resnet20 b128 32², at 1 and 2 threads; others with
+#   ROWS="resnext50_32x4d 32 224;wide_resnet50_2 16 224" THREADS="2" (any torchvision ResNet name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench_train_step.md}
@@ -25,8 +26,9 @@ print("RSS,%s,%d" % (sys.argv[1], resource.getrusage(resource.RUSAGE_CHILDREN).r
 sys.exit(p.returncode)' "$tag" "$@" | tee -a "$log"
 }
 
-rows=("resnet50 32 224" "resnet18 64 224" "resnet20 128 32")
-for t in 1 2; do
+if [[ -n ${ROWS:-} ]]; then IFS=';' read -r -a rows <<<"$ROWS"
+else rows=("resnet50 32 224" "resnet18 64 224" "resnet20 128 32"); fi
+for t in ${THREADS:-1 2}; do
   for r in "${rows[@]}"; do
     read -r m b s <<<"$r"
     key="$m/$b/$s/$t"

@@ -3,7 +3,8 @@
 
   torch_weights.py export CKPT.rtck OUT.pth   a checkpoint's parameters and BN statistics as a
                                               torchvision state dict (loads with strict=True into
-                                              torchvision.models.resnetNN(num_classes=...)); with
+                                              torchvision.models.resnetNN(num_classes=...), or the
+                                              ResNeXt or wide ResNet it is); with
                                               --ema, their moving average (train.ema) instead
   torch_weights.py import IN.pth OUT.rtck     a torchvision ResNet state dict (for instance
                                               torchvision's pretrained ImageNet weights) as a ringtrain
@@ -29,10 +30,13 @@ MAGIC = b"RTCKPT01"
 VERSION = 1
 META_WORDS = 20
 FNV_OFFSET, FNV_PRIME, MASK64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
-# torchvision's ResNets by (block, blocks per stage); ringtrain builds the same ones.
-ARCHS = {("basic", (2, 2, 2, 2)): "resnet18", ("basic", (3, 4, 6, 3)): "resnet34",
-         ("bottleneck", (3, 4, 6, 3)): "resnet50", ("bottleneck", (3, 4, 23, 3)): "resnet101",
-         ("bottleneck", (3, 8, 36, 3)): "resnet152"}
+# torchvision's ResNets, ResNeXts and wide ResNets by (block, blocks per stage); ringtrain builds
+# the same ones. Those of one key differ in their bottlenecks' widths and groups.
+ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resnet34",),
+         ("bottleneck", (3, 4, 6, 3)): ("resnet50", "resnext50_32x4d", "wide_resnet50_2"),
+         ("bottleneck", (3, 4, 23, 3)): ("resnet101", "resnext101_32x8d", "resnext101_64x4d",
+                                         "wide_resnet101_2"),
+         ("bottleneck", (3, 8, 36, 3)): ("resnet152",)}
 STATS = (".running_mean", ".running_var")
 
 
@@ -121,23 +125,29 @@ def checkpoint_tensors(path, ema=False):
 
 
 def torchvision_model(shapes):
-    """(name, model) of the torchvision ResNet whose state dict has exactly these names and shapes
-    ({name: shape}; BN counters aside), or (None, None): a CIFAR ResNet, another width
-    (wide_resnet50_2, model.width) ..."""
+    """(name, model) of the torchvision ResNet, ResNeXt or wide ResNet whose state dict has exactly
+    these names and shapes ({name: shape}; BN counters aside), or (None, None): a CIFAR ResNet,
+    another model.width ..."""
     blocks = []
     for stage in range(1, 5):
         ids = {int(m.group(1)) for k in shapes for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
         blocks.append(len(ids))
     kind = "bottleneck" if any(k.endswith(".conv3.weight") for k in shapes) else "basic"
-    arch = ARCHS.get((kind, tuple(blocks)))
-    if not arch or len(shapes.get("fc.weight", ())) != 2:
+    archs = ARCHS.get((kind, tuple(blocks)), ())
+    if not archs or len(shapes.get("fc.weight", ())) != 2:
         return None, None
     import torchvision
-    model = getattr(torchvision.models, arch)(num_classes=shapes["fc.weight"][0])
     counter = ".num_batches_tracked"
-    want = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith(counter)}
-    same = want == {k: tuple(v) for k, v in shapes.items() if not k.endswith(counter)}
-    return (arch, model) if same else (None, None)
+    have = {k: tuple(v) for k, v in shapes.items() if not k.endswith(counter)}
+    for arch in archs:
+        make = getattr(torchvision.models, arch, None)
+        if make is None:  # an older torchvision (resnext101_64x4d came in 0.13)
+            continue
+        model = make(num_classes=shapes["fc.weight"][0])
+        want = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith(counter)}
+        if want == have:
+            return arch, model
+    return None, None
 
 
 def torch_state_dict(path):
@@ -184,7 +194,7 @@ def export(ckpt, out, ema=False):
     atomic_write(out, lambda f: torch.save(sd, f))
     print(f"{out}: {len(tensors)} tensors of {ckpt}" + (" (its moving average)" if ema else "") +
           (f" (loads into torchvision.models.{arch}(num_classes={classes}))" if arch else
-           " (not the names and shapes of torchvision's resnet18-152: a CIFAR ResNet or another width)"))
+           " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: a CIFAR ResNet or another width)"))
 
 
 def import_(pth, out, model=None):
@@ -219,7 +229,7 @@ def import_(pth, out, model=None):
                 ("layout", ("\n".join(layout) + "\n").encode())]
     write_rtck(out, sections)
     print(f"{out}: {len(layout)} tensors of {pth}" + (f" ({arch}, {classes} classes)" if arch and classes else
-          " (not the names and shapes of torchvision's resnet18-152: --eval needs --config, or --model to record one)"))
+          " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: --eval needs --config, or --model to record one)"))
 
 
 def write_rtck(path, sections):
@@ -260,7 +270,8 @@ def list_(path):
     for k, s in shapes.items():
         print(f"{k}\t{s}")
     arch = torchvision_model(shapes)[0]
-    print(f"{len(shapes)} tensors; " + (f"torchvision's {arch}" if arch else "not a torchvision ResNet's names and shapes"))
+    print(f"{len(shapes)} tensors; " + (f"torchvision's {arch}" if arch else
+                                        "not a torchvision ResNet's, ResNeXt's or wide ResNet's names and shapes"))
 
 
 def main(argv):

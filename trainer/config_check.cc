@@ -41,7 +41,8 @@ bool finite_pos(double v) { return std::isfinite(v) && v > 0; }
 void config_validate(const Config& c) {
   Checker k(c);
   k.require(is_resnet_name(c.model.name), "model.name",
-            "must be resnet18/34/50/101/152 or resnet20/32/44/56/110", c.model.name);
+            "must be resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, "
+            "wide_resnet50_2, wide_resnet101_2 or resnet20/32/44/56/110", c.model.name);
   k.require(c.model.classes >= 2, "model.classes", "must be >= 2", c.model.classes);
   k.require(finite_pos(c.model.width), "model.width", "must be > 0", c.model.width);
   k.require(c.model.cifar_shortcut == "A" || c.model.cifar_shortcut == "B", "model.cifar_shortcut",

@@ -156,8 +156,13 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
     auto plain = [](const Shape& s) {
       return memory::desc({s.n, s.c, s.h, s.w}, memory::data_type::f32, Tag::nchw);
     };
-    Dims wdims{d.out_c, d.in.c, d.kernel_h, d.kernel_w};
-    memory::desc w_any(wdims, dt::f32, Tag::any), w_plain(wdims, dt::f32, Tag::oihw);
+    // Grouped weights are 5-D to oneDNN, [groups][out_c / groups][in_c / groups][kh][kw]: the
+    // arena's [out_c][in_c / groups][kh][kw] with its first dimension split.
+    const bool grouped = d.groups > 1;
+    Dims wdims = grouped ? Dims{d.groups, d.out_c / d.groups, d.in_per_group(), d.kernel_h, d.kernel_w}
+                         : Dims{d.out_c, d.in.c, d.kernel_h, d.kernel_w};
+    memory::desc w_any(wdims, dt::f32, Tag::any),
+        w_plain(wdims, dt::f32, grouped ? Tag::goihw : Tag::oihw);
     memory::desc b_md = d.bias ? vec_md(d.out_c) : memory::desc();
     Dims strides{d.stride_h, d.stride_w}, pad{d.pad_h, d.pad_w};
     // Symmetric padding as in PyTorch: the output size check in oneDNN floors the same way.

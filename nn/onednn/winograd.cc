@@ -188,8 +188,8 @@ class WinogradConv final : public ConvOp<float> {
 
 bool winograd_applies(const ConvDesc& d) {
   return d.kernel_h == 3 && d.kernel_w == 3 && d.stride_h == 1 && d.stride_w == 1 && d.pad_h == 1 &&
-         d.pad_w == 1 && !d.bias && d.in.c % 8 == 0 && d.out_c % 8 == 0 && d.in.h * d.in.w > 1 &&
-         winograd_cpu_ok();
+         d.pad_w == 1 && !d.bias && d.groups == 1 && d.in.c % 8 == 0 && d.out_c % 8 == 0 &&
+         d.in.h * d.in.w > 1 && winograd_cpu_ok();
 }
 
 bool winograd_pays(const ConvDesc& d) { return winograd_applies(d) && d.in.c >= 64 && d.out_c >= 64; }

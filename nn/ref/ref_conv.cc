@@ -1,4 +1,4 @@
-// Reference convolution (im2col + loop GEMM) and fully connected layer, NCHW, float or double.
+// Reference convolution (im2col + loop GEMM per group) and fully connected layer, NCHW, float or double.
 #include <algorithm>
 #include <vector>
 
@@ -31,6 +31,7 @@ class RefConv final : public ConvOp<T> {
       : d_(d),
         out_(d.out()),
         k_(d.in.c * d.kernel_h * d.kernel_w),
+        kg_(d.in_per_group() * d.kernel_h * d.kernel_w),
         p_(out_.h * out_.w),
         col_(size_t(k_ * p_)),
         dcol_(size_t(k_ * p_)),
@@ -42,16 +43,17 @@ class RefConv final : public ConvOp<T> {
       im2col(x + n * d_.in.chw());
       T* yn = y + n * out_.chw();
       const T* col = col_.data();
-      const int64_t K = k_, P = p_;
+      const int64_t K = kg_, P = p_;
 #pragma omp parallel for schedule(static) if (d_.out_c * K * P > kParallelWork)
       for (int64_t o = 0; o < d_.out_c; ++o) {
         T* yo = yn + o * P;
         const T bias = (d_.bias && b) ? b[o] : T(0);
         for (int64_t p = 0; p < P; ++p) yo[p] = bias;
         const T* wo = w + o * K;
+        const T* colg = col + group_of(o) * K * P;  // the rows of o's input channels
         for (int64_t k = 0; k < K; ++k) {
           const T wk = wo[k];
-          const T* ck = col + k * P;
+          const T* ck = colg + k * P;
           for (int64_t p = 0; p < P; ++p) yo[p] += wk * ck[p];
         }
       }
@@ -61,7 +63,7 @@ class RefConv final : public ConvOp<T> {
   void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) override {
     std::fill(dw_acc_.begin(), dw_acc_.end(), 0.0);
     std::fill(db_acc_.begin(), db_acc_.end(), 0.0);
-    const int64_t K = k_, P = p_;
+    const int64_t K = kg_, P = p_;
     for (int64_t n = 0; n < d_.in.n; ++n) {
       im2col(x + n * d_.in.chw());
       const T* dyn = dy + n * out_.chw();
@@ -74,16 +76,20 @@ class RefConv final : public ConvOp<T> {
         double s = 0;
         for (int64_t p = 0; p < P; ++p) s += dyo[p];
         db_acc[o] += s;
-        for (int64_t k = 0; k < K; ++k) dw_acc[o * K + k] += dot(dyo, col + k * P, P);
+        const T* colg = col + group_of(o) * K * P;
+        for (int64_t k = 0; k < K; ++k) dw_acc[o * K + k] += dot(dyo, colg + k * P, P);
       }
       if (dx) {
         T* dcol = dcol_.data();
+        // Row k of dcol is of group g = k / kg_: only g's outputs read it.
+        const int64_t opg = d_.out_c / d_.groups;
 #pragma omp parallel for schedule(static) if (d_.out_c * K * P > kParallelWork)
-        for (int64_t k = 0; k < K; ++k) {
+        for (int64_t k = 0; k < k_; ++k) {
           T* dk = dcol + k * P;
+          const int64_t g = k / K, kk = k % K;
           for (int64_t p = 0; p < P; ++p) dk[p] = T(0);
-          for (int64_t o = 0; o < d_.out_c; ++o) {
-            const T wk = w[o * K + k];
+          for (int64_t o = g * opg; o < (g + 1) * opg; ++o) {
+            const T wk = w[o * K + kk];
             const T* dyo = dyn + o * P;
             for (int64_t p = 0; p < P; ++p) dk[p] += wk * dyo[p];
           }
@@ -145,9 +151,13 @@ class RefConv final : public ConvOp<T> {
     }
   }
 
+  // The group of output channel o; its input channels are im2col rows [g kg_, (g + 1) kg_).
+  int64_t group_of(int64_t o) const { return o / (d_.out_c / d_.groups); }
+
   ConvDesc d_;
   Shape out_;
-  int64_t k_, p_;  // GEMM sizes: reduction C*KH*KW, output pixels OH*OW
+  // GEMM sizes: im2col rows C*KH*KW, of them one group's (its reduction), output pixels OH*OW
+  int64_t k_, kg_, p_;
   Buffer<T> col_, dcol_;
   std::vector<double> dw_acc_, db_acc_;  // weight gradients summed over the batch in double
 };

@@ -1,6 +1,6 @@
 // The part of cuDNN's legacy API the backend calls, emulated on the host by direct loops in double:
 // 4-D tensor and filter descriptors (NCHW or NHWC, float / half / bfloat16), 2-D
-// cross-correlation forward and both gradients, the bias add and its gradient (batch norm:
+// cross-correlation (grouped too) forward and both gradients, the bias add and its gradient (batch norm:
 // cudnn_bn.cc). Semantics as cuDNN documents them: results are alpha * op + beta * old, and the
 // old value is not read when beta is 0 (new device memory is NaN here, so reading it would show);
 // the algorithm queries offer one algorithm (number 0) that needs kWorkspace bytes of workspace,
@@ -56,17 +56,21 @@ cudnnStatus_t fail(cudnnStatus_t s, const char* why) {
 // Output size and the geometry checks cuDNN makes; false when the descriptors disagree.
 bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               const cudnnFilterStruct* w, const cudnnTensorStruct* y) {
-  if (!cv || !x || !w || !y || x->c != w->c || x->n != y->n || y->c != w->n) return false;
+  if (!cv || !x || !w || !y || x->c != w->c * cv->groups || x->n != y->n || y->c != w->n ||
+      y->c % cv->groups != 0)
+    return false;
   const int oh = (x->h + 2 * cv->pad_h - cv->dil_h * (w->h - 1) - 1) / cv->u + 1;
   const int ow = (x->w + 2 * cv->pad_w - cv->dil_w * (w->w - 1) - 1) / cv->v + 1;
   return oh == y->h && ow == y->w && cv->mode == CUDNN_CROSS_CORRELATION;
 }
 
-// Calls f(b, k, oy, ox, ch, iy, ix, r, s) for every product of the convolution that touches the
-// input (padding contributes zeros).
+// Calls f(b, k, oy, ox, ch, c, iy, ix, r, s) for every product of the convolution that touches
+// the input (padding contributes zeros): output channel k reads filter channel ch, which is input
+// channel c of k's group.
 template <class F>
 void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
                   const cudnnFilterStruct* w, const cudnnTensorStruct* y, F&& f) {
+  const int per_group = y->c / cv->groups;
   for (int b = 0; b < y->n; ++b)
     for (int k = 0; k < y->c; ++k)
       for (int oy = 0; oy < y->h; ++oy)
@@ -77,12 +81,12 @@ void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               if (iy < 0 || iy >= x->h) continue;
               for (int s = 0; s < w->w; ++s) {
                 const int ix = ox * cv->v - cv->pad_w + s * cv->dil_w;
-                if (ix >= 0 && ix < x->w) f(b, k, oy, ox, ch, iy, ix, r, s);
+                if (ix >= 0 && ix < x->w) f(b, k, oy, ox, ch, k / per_group * w->c + ch, iy, ix, r, s);
               }
             }
 }
 
-// One direction of the convolution: term(b, k, oy, ox, ch, iy, ix, r, s) gives the element of
+// One direction of the convolution: term(b, k, oy, ox, ch, c, iy, ix, r, s) gives the element of
 // `out` a product goes to and its value; the sums, in double, are then blended into out.
 template <class Term>
 void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
@@ -258,6 +262,11 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t c, in
   c->mode = mode;
   return CUDNN_STATUS_SUCCESS;
 }
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t c, int groups) {
+  if (!c || groups <= 0) return CUDNN_STATUS_BAD_PARAM;
+  c->groups = groups;
+  return CUDNN_STATUS_SUCCESS;
+}
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t c, cudnnMathType_t m) {
   if (!c) return CUDNN_STATUS_BAD_PARAM;
   c->math = m;
@@ -272,7 +281,8 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
                                                     const cudnnTensorDescriptor_t x,
                                                     const cudnnFilterDescriptor_t w, int* n, int* c,
                                                     int* h, int* wo) {
-  if (!cv || !x || !w || x->c != w->c) return CUDNN_STATUS_BAD_PARAM;
+  if (!cv || !x || !w || x->c != w->c * cv->groups || w->n % cv->groups != 0)
+    return CUDNN_STATUS_BAD_PARAM;
   *n = x->n;
   *c = w->n;
   *h = (x->h + 2 * cv->pad_h - cv->dil_h * (w->h - 1) - 1) / cv->u + 1;
@@ -373,8 +383,8 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, wd = *wd, yd = *yd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &xd, &wd, &yd, &yd, y, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-               const double v = double(load(xd.type, x, xd.at(b, ch, iy, ix))) *
+             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
+               const double v = double(load(xd.type, x, xd.at(b, c, iy, ix))) *
                                 load(wd.type, w, wd.at(k, ch, r, s));
                return std::pair{yd.at(b, k, oy, ox), v};
              });
@@ -395,10 +405,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
   rt_emu::enqueue(h->stream, [=, cv = *cv, wd = *wd, dyd = *dyd, dxd = *dxd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &dxd, &wd, &dyd, &dxd, dx, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
+             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
                const double v = double(load(dyd.type, dy, dyd.at(b, k, oy, ox))) *
                                 load(wd.type, w, wd.at(k, ch, r, s));
-               return std::pair{dxd.at(b, ch, iy, ix), v};
+               return std::pair{dxd.at(b, c, iy, ix), v};
              });
   });
   return CUDNN_STATUS_SUCCESS;
@@ -417,8 +427,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, dyd = *dyd, dwd = *dwd, al = scalar(alpha),
                               be = scalar(beta)] {
     convolve(&cv, &xd, &dwd, &dyd, &dwd, dw, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int iy, int ix, int r, int s) {
-               const double v = double(load(xd.type, x, xd.at(b, ch, iy, ix))) *
+             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
+               const double v = double(load(xd.type, x, xd.at(b, c, iy, ix))) *
                                 load(dyd.type, dy, dyd.at(b, k, oy, ox));
                return std::pair{dwd.at(k, ch, r, s), v};
              });

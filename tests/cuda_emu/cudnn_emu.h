@@ -24,6 +24,7 @@ struct cudnnTensorStruct {
 struct cudnnFilterStruct : cudnnTensorStruct {};  // n = k (outputs), c = inputs, h x w kernel
 struct cudnnConvolutionStruct {
   int pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
+  int groups = 1;  // the filter's c is the input's c / groups
   cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };

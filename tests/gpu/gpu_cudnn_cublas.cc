@@ -83,6 +83,8 @@ TEST(GpuCudnnConv, MatchesReference) {
     check_conv(ctx, {"1x1s2", {2, 32, 9, 9}, 64, 1, 1, 2, 2, 0, 0, false});
     check_conv(ctx, {"stem", {2, 3, 32, 32}, 8, 7, 7, 2, 2, 3, 3, true});
     check_conv(ctx, {"rect", {3, 5, 7, 11}, 6, 3, 1, 2, 1, 1, 0, true});
+    check_conv(ctx, {"grouped", {2, 32, 9, 9}, 32, 3, 3, 2, 2, 1, 1, false, 8});
+    check_conv(ctx, {"depthwise", {2, 16, 7, 7}, 16, 3, 3, 1, 1, 1, 1, true, 16});
   }
 }
 

@@ -192,15 +192,18 @@ TEST_P(GpuLowpOps, ConvForwardBackward) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
   Backends b(k.dtype);
-  struct Case { Shape in; int64_t out_c, k, s, p; bool bias; };
+  struct Case { Shape in; int64_t out_c, k, s, p; bool bias; int64_t groups = 1; };
   for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false},    // resnet's first layer: 3 channels
                  Case{{2, 16, 8, 8}, 32, 3, 2, 1, false},
                  Case{{1, 8, 7, 9}, 8, 1, 1, 0, false},
                  Case{{2, 8, 6, 6}, 16, 1, 2, 0, false},   // 1x1 projection shortcut
-                 Case{{2, 4, 5, 5}, 6, 3, 1, 1, true}}) {
-    ConvDesc d{"conv", c.in, c.out_c, c.k, c.k, c.s, c.s, c.p, c.p, c.bias};
+                 Case{{2, 4, 5, 5}, 6, 3, 1, 1, true},
+                 Case{{2, 64, 6, 6}, 64, 3, 2, 1, false, 16},  // ResNeXt's: 16 groups of 4
+                 Case{{2, 32, 5, 5}, 64, 3, 1, 1, true, 4},
+                 Case{{2, 16, 6, 6}, 16, 3, 1, 1, false, 16}}) {  // depthwise
+    ConvDesc d{"conv", c.in, c.out_c, c.k, c.k, c.s, c.s, c.p, c.p, c.bias, c.groups};
     const Shape o = d.out();
-    SCOPED_TRACE(c.in.str() + " -> " + o.str());
+    SCOPED_TRACE(c.in.str() + " -> " + o.str() + " groups " + std::to_string(c.groups));
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()), nw = size_t(d.weight_count()),
                  nb = size_t(c.out_c);
     std::vector<float> x = lowp_vec(k, nx, 4), w = lowp_vec(k, nw, 5, -0.5, 0.5),

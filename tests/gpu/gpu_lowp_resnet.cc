@@ -68,6 +68,17 @@ ResNetConfig imagenet_resnet18() {
   return c;
 }
 
+ResNetConfig imagenet_resnext50() {
+  ResNetConfig c;
+  c.name = "resnext50_32x4d";  // grouped 3x3 convolutions: 32 groups of 1, 2, 4 and 8 channels
+  c.num_classes = 10;
+  c.image_size = 64;
+  c.batch = 4;
+  c.width = 0.25;
+  c.seed = 6;
+  return c;
+}
+
 struct Agreement {
   double cosine = 0, normalised_max = 0;
 };
@@ -193,6 +204,11 @@ TEST_P(GpuLowpResNet, Resnet20MatchesReference) {
 TEST_P(GpuLowpResNet, Resnet18MatchesReference) {
   RT_REQUIRE_GPU();
   expect_matches_reference(imagenet_resnet18(), GetParam().dtype);
+}
+
+TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
+  RT_REQUIRE_GPU();
+  expect_matches_reference(imagenet_resnext50(), GetParam().dtype);
 }
 
 TEST_P(GpuLowpResNet, SteadyStateStepAllocatesNothing) {

@@ -33,8 +33,36 @@ void expect_close(std::span<const float> got, std::span<const float> ref, double
         << what << " at " << i << ": " << got[i] << " vs " << ref[i];
 }
 
-void check_resnet20() {
-  const ResNetConfig cfg = small_resnet();
+// ResNeXt's grouped 3x3 convolutions (32 groups of 1, 1, 2 and 4 channels at this width), its
+// bottlenecks, the stem, max pool and projections.
+ResNetConfig small_resnext() {
+  ResNetConfig c;
+  c.name = "resnext50_32x4d";
+  c.num_classes = 10;
+  c.image_size = 64;
+  c.batch = 2;
+  c.width = 0.125;
+  c.seed = 4;
+  return c;
+}
+
+// Normalised squared error of got against ref.
+double nmse(std::span<const float> got, std::span<const float> ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+// per_tensor: gradients compared per parameter tensor by normalised squared error rather than
+// element by element. In a deep bottleneck net rounding differences flip some ReLU whose input
+// is within rounding of zero, which moves single gradient elements of its layer by O(1) and
+// those of every layer below it by ~1e-4 in this measure (seen: the layers above the flip agree
+// to ~1e-7); a grouping or layout error gives O(1).
+void check_resnet(const ResNetConfig& cfg, bool per_tensor = false) {
+  SCOPED_TRACE(cfg.name);
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
   auto gpu = build_resnet<float>(cfg, make_cuda_backend());
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
@@ -68,7 +96,15 @@ void check_resnet20() {
     std::vector<float> gg(gr.size()), sg(ref->arena().state().size());
     gpu->arena().grads_to_host(gg);
     gpu->arena().state_to_host(sg);
-    expect_close(gg, gr, 5e-3, 5e-3, "gradients");
+    if (per_tensor) {
+      for (const ParamInfo& p : ref->arena().layout())
+        EXPECT_LT(nmse(std::span<const float>(gg).subspan(p.offset, p.count),
+                       std::span<const float>(gr).subspan(p.offset, p.count)),
+                  1e-2)
+            << p.name;
+    } else {
+      expect_close(gg, gr, 5e-3, 5e-3, "gradients");
+    }
     expect_close(sg, ref->arena().state(), 1e-4, 1e-4, "BN running statistics");
   }
   // Evaluation mode through the running statistics.
@@ -83,7 +119,12 @@ void check_resnet20() {
 
 TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
   RT_REQUIRE_GPU();
-  check_resnet20();
+  check_resnet(small_resnet());
+}
+
+TEST(GpuResNet, ResNeXtForwardBackwardMatchesReference) {
+  RT_REQUIRE_GPU();
+  check_resnet(small_resnext(), /*per_tensor=*/true);
 }
 
 #ifdef RT_CUDA_EMULATOR
@@ -93,7 +134,7 @@ TEST(GpuResNet, Resnet20ForwardBackwardMatchesReference) {
 // steps still match the reference.
 TEST(GpuResNet, Resnet20MatchesReferenceWhenFirstChoicesAreRefused) {
   const rt_emu::UnrunnableAlgorithm unrunnable;
-  check_resnet20();
+  check_resnet(small_resnet());
 }
 #endif
 

@@ -90,7 +90,9 @@ class TorchWeights(unittest.TestCase):
 
     def test_import_matches_pytorch_and_round_trips(self):
         for arch, classes, size, backends in (("resnet18", 7, 64, ("onednn", "reference")),
-                                              ("resnet50", 3, 64, ("onednn",))):
+                                              ("resnet50", 3, 64, ("onednn",)),
+                                              ("resnext50_32x4d", 4, 64, ("onednn",)),
+                                              ("wide_resnet50_2", 3, 32, ("onednn",))):
             torch.manual_seed(1)
             model = randomized(getattr(torchvision.models, arch)(num_classes=classes), 2)
             sd = model.state_dict()
@@ -220,9 +222,9 @@ class TorchWeights(unittest.TestCase):
         wide = torchvision.models.resnet18(num_classes=3).state_dict()
         wide["conv1.weight"] = torch.randn(64, 3, 3, 3)
         torch.save(wide, path("wide.pth"))
-        self.assertIn("(not the names and shapes of torchvision's resnet18-152",
+        self.assertIn("(not the names and shapes of torchvision's ResNets",
                       run(TOOL, "import", path("wide.pth"), path("wide.rtck")).stdout)
-        self.assertIn("(not the names and shapes of torchvision's resnet18-152",
+        self.assertIn("(not the names and shapes of torchvision's ResNets",
                       run(TOOL, "export", path("wide.rtck"), path("wide2.pth")).stdout)
         got = torch.load(path("wide2.pth"))
         self.assertTrue(all(torch.equal(got[k], v) for k, v in wide.items()))
