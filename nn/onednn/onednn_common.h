@@ -41,13 +41,15 @@ struct ActIndex {
 
 // Engine, stream, and the buffers shared by all ops of one backend (ops of one backend never run
 // concurrently, so one buffer sized for the hungriest user serves all of them): the primitives'
-// scratchpad, and the staging area for weights in a primitive's layout.
+// scratchpad, the staging area for weights in a primitive's layout, and two for activations
+// copied into another layout for one primitive call.
 struct Context {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
-  Buffer<float> scratch, weights;
+  Buffer<float> scratch, weights, stage[2];
   void reserve_scratch(size_t bytes) { grow(scratch, bytes); }
   void reserve_weights(size_t bytes) { grow(weights, bytes); }
+  void reserve_stage(int slot, size_t bytes) { grow(stage[slot], bytes); }
 
  private:
   static void grow(Buffer<float>& b, size_t bytes) {

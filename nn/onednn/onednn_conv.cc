@@ -46,40 +46,29 @@ struct WeightView {
 };
 
 // An activation as one primitive sees it: the caller's buffer itself, or (when the primitive runs
-// on another layout, see plain_if_ref) a copy in that layout, reordered in before the call or out
-// after it. The copy is allocated on first use, so that a primitive never run (the first layer's
-// backward data) costs no memory; later steps allocate nothing.
+// on another layout, see other_layout_if_ref) a copy in that layout, reordered in before the call
+// or out after it. A copy lives only during its primitive's call, so every layer's copies share
+// the context's two staging buffers (slot 0 and 1: a call needs at most two at once).
 struct ActView {
   Mem mem;
   Reorder reorder;
-  Buffer<float> copy;
-  size_t copy_elems = 0;  // 0: no copy, the caller's buffer is bound
+  int slot = -1;  // -1: no copy, the caller's buffer is bound
 
-  void set_up(const memory::desc& act, const memory::desc& used, Context& ctx, bool input) {
+  void set_up(const memory::desc& act, const memory::desc& used, Context& ctx, bool input, int stage) {
     mem = Mem(used, ctx.eng);
     if (act == used) return;
-    copy_elems = used.get_size() / sizeof(float);
+    slot = stage;
+    ctx.reserve_stage(slot, used.get_size());
     reorder = input ? Reorder(act, used, ctx) : Reorder(used, act, ctx);
   }
   void in(Context& ctx, const std::string& layer, const float* p) {
-    if (copy_elems) reorder.run(ctx, layer, p, ensure_copy());
-    else mem.bind(p);
+    if (slot < 0) return mem.bind(p);
+    mem.bind(ctx.stage[slot].data());
+    reorder.run(ctx, layer, p, ctx.stage[slot].data());
   }
-  void out_begin(float* p) {
-    if (copy_elems) ensure_copy();
-    else mem.bind(p);
-  }
+  void out_begin(Context& ctx, float* p) { mem.bind(slot < 0 ? p : ctx.stage[slot].data()); }
   void out_end(Context& ctx, const std::string& layer, float* p) {
-    if (copy_elems) reorder.run(ctx, layer, copy.data(), p);
-  }
-
- private:
-  float* ensure_copy() {
-    if (copy.size() != copy_elems) {
-      copy.resize(copy_elems);
-      mem.bind(copy.data());
-    }
-    return copy.data();
+    if (slot >= 0) reorder.run(ctx, layer, ctx.stage[slot].data(), p);
   }
 };
 
@@ -94,7 +83,7 @@ class DnnWeighted : public OpBase {
     Context& c = *ctx_;
     wf_.load(c, name_, w);
     xf_.in(c, name_, x);
-    yf_.out_begin(y);
+    yf_.out_begin(c, y);
     if (b_) b_.bind(b);
     fwd_.run(c, name_);
     yf_.out_end(c, name_, y);
@@ -106,7 +95,7 @@ class DnnWeighted : public OpBase {
     if (dx) {
       wd_.load(c, name_, w);
       dyd_.in(c, name_, dy);
-      dxd_.out_begin(dx);
+      dxd_.out_begin(c, dx);
       bwd_data_.run(c, name_);
       dxd_.out_end(c, name_, dx);
     }
@@ -131,20 +120,31 @@ bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
-// oneDNN 2.6 has no optimised kernel for some blocked-layout convolutions on tiny maps (a 3x3
-// backward-weights on 2x2 maps, or a blocked input whose output is 1x1 and hence plain) and falls
-// back to its reference loops, 100-1000x slower (a ResNet-50 step at 64x64 took 2.3 s instead of
-// 0.1 s). For such a primitive make(plain) builds it on plain NCHW activations instead, where
-// its GEMM-based kernel applies; the copies in and out cost little at these sizes.
+// oneDNN 2.6 has no optimised kernel for some convolutions on the nChw8c activations: a 3x3
+// backward-weights on 2x2 maps, a blocked input whose output is 1x1 and hence plain, or groups of
+// fewer channels than the block (ResNeXt's first stage, 4 a group). It then falls back to its
+// reference loops, 100-1000x slower (a ResNet-50 step at 64x64 took 2.3 s instead of 0.1 s).
+// For such a primitive make(layout) builds it on copies of the activations in another layout:
+// NHWC, where oneDNN's direct kernels take small groups (ResNeXt-50's 4-channel groups at
+// 56x56: 0.13 s instead of 0.34 s for the three directions with GEMM), else plain NCHW, where its
+// GEMM-based kernel applies. The reorders in and out cost little beside that.
+enum class Layout { act, nhwc, nchw };
+constexpr const char* layout_note(Layout l) {
+  return l == Layout::nhwc ? " (nhwc)" : l == Layout::nchw ? " (plain)" : "";
+}
+
 template <class PD, class Make>
-PD plain_if_ref(const Make& make, bool* plain) {
-  PD pd = make(false);
-  *plain = false;
+PD other_layout_if_ref(const Make& make, Layout* used) {
+  PD pd = make(Layout::act);
+  *used = Layout::act;
   if (!is_reference_impl(pd)) return pd;
-  PD alt = make(true);
-  if (is_reference_impl(alt)) return pd;
-  *plain = true;
-  return alt;
+  for (Layout l : {Layout::nhwc, Layout::nchw}) {
+    PD alt = make(l);
+    if (is_reference_impl(alt)) continue;
+    *used = l;
+    return alt;
+  }
+  return pd;
 }
 
 class DnnConv final : public DnnWeighted<ConvOp<float>> {
@@ -153,8 +153,9 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
     Context& c = *ctx_;
     const Shape out = d.out();
     const memory::desc src_md = act_md(d.in), dst_md = act_md(out);
-    auto plain = [](const Shape& s) {
-      return memory::desc({s.n, s.c, s.h, s.w}, memory::data_type::f32, Tag::nchw);
+    auto md = [](const Shape& s, Layout l) {
+      if (l == Layout::act) return act_md(s);
+      return memory::desc({s.n, s.c, s.h, s.w}, dt::f32, l == Layout::nhwc ? Tag::nhwc : Tag::nchw);
     };
     // Grouped weights are 5-D to oneDNN, [groups][out_c / groups][in_c / groups][kh][kw]: the
     // arena's [out_c][in_c / groups][kh][kw] with its first dimension split.
@@ -170,40 +171,36 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
     using Fwd = dnnl::convolution_forward::primitive_desc;
     using BwdD = dnnl::convolution_backward_data::primitive_desc;
     using BwdW = dnnl::convolution_backward_weights::primitive_desc;
-    auto fwd_pd = [&](bool p) {
+    auto fwd_pd = [&](Layout l) {
       return Fwd(dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                 p ? plain(d.in) : src_md, w_any, b_md,
-                                                 p ? plain(out) : dst_md, strides, pad, pad),
+                                                 md(d.in, l), w_any, b_md, md(out, l), strides, pad, pad),
                  attr, c.eng);
     };
     try {
-      bool fp = false, dp = false, wp = false;
-      Fwd fpd = plain_if_ref<Fwd>(fwd_pd, &fp);
-      BwdD bdpd = plain_if_ref<BwdD>(
-          [&](bool p) {
-            return BwdD(dnnl::convolution_backward_data::desc(algorithm::convolution_direct,
-                                                              p ? plain(d.in) : src_md, w_any,
-                                                              p ? plain(out) : dst_md, strides, pad, pad),
-                        attr, c.eng, fwd_pd(p));
+      Layout fl, dl, wl;
+      Fwd fpd = other_layout_if_ref<Fwd>(fwd_pd, &fl);
+      BwdD bdpd = other_layout_if_ref<BwdD>(
+          [&](Layout l) {
+            return BwdD(dnnl::convolution_backward_data::desc(algorithm::convolution_direct, md(d.in, l),
+                                                              w_any, md(out, l), strides, pad, pad),
+                        attr, c.eng, fwd_pd(l));
           },
-          &dp);
-      BwdW bwpd = plain_if_ref<BwdW>(
-          [&](bool p) {
-            return BwdW(dnnl::convolution_backward_weights::desc(algorithm::convolution_direct,
-                                                                 p ? plain(d.in) : src_md, w_any, b_md,
-                                                                 p ? plain(out) : dst_md, strides, pad, pad),
-                        attr, c.eng, fwd_pd(p));
+          &dl);
+      BwdW bwpd = other_layout_if_ref<BwdW>(
+          [&](Layout l) {
+            return BwdW(dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, md(d.in, l),
+                                                                 w_any, b_md, md(out, l), strides, pad, pad),
+                        attr, c.eng, fwd_pd(l));
           },
-          &wp);
+          &wl);
       // The descs the primitives were created with (a pd may report an equivalent desc that
       // does not compare equal, which must not cost a copy).
-      const memory::desc src_p = plain(d.in), dst_p = plain(out);
-      xf_.set_up(src_md, fp ? src_p : src_md, c, true);
-      yf_.set_up(dst_md, fp ? dst_p : dst_md, c, false);
-      dyd_.set_up(dst_md, dp ? dst_p : dst_md, c, true);
-      dxd_.set_up(src_md, dp ? src_p : src_md, c, false);
-      xw_.set_up(src_md, wp ? src_p : src_md, c, true);
-      dyw_.set_up(dst_md, wp ? dst_p : dst_md, c, true);
+      xf_.set_up(src_md, md(d.in, fl), c, true, 0);
+      yf_.set_up(dst_md, md(out, fl), c, false, 1);
+      dyd_.set_up(dst_md, md(out, dl), c, true, 0);
+      dxd_.set_up(src_md, md(d.in, dl), c, false, 1);
+      xw_.set_up(src_md, md(d.in, wl), c, true, 0);
+      dyw_.set_up(dst_md, md(out, wl), c, true, 1);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);
@@ -220,8 +217,8 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
       bwd_w_ = Prim(dnnl::convolution_backward_weights(bwpd), bwpd, c);
       bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
       if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
-      impls_ = str_cat(fpd.impl_info_str(), fp ? " (plain)" : "", " / ", bdpd.impl_info_str(),
-                       dp ? " (plain)" : "", " / ", bwpd.impl_info_str(), wp ? " (plain)" : "");
+      impls_ = str_cat(fpd.impl_info_str(), layout_note(fl), " / ", bdpd.impl_info_str(), layout_note(dl),
+                       " / ", bwpd.impl_info_str(), layout_note(wl));
     } catch (const dnnl::error& e) {
       throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up convolution ", d.in.str(), " -> ",
                           out.str(), ": ", e.what()));
@@ -257,12 +254,12 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
           dnnl::inner_product_backward_data::desc(src_md, w_any, dst_md), attr, c.eng, fpd);
       dnnl::inner_product_backward_weights::primitive_desc bwpd(
           dnnl::inner_product_backward_weights::desc(src_md, w_any, b_md, dst_md), attr, c.eng, fpd);
-      xf_.set_up(src_md, src_md, c, true);
-      yf_.set_up(dst_md, dst_md, c, false);
-      dyd_.set_up(dst_md, dst_md, c, true);
-      dxd_.set_up(src_md, src_md, c, false);
-      xw_.set_up(src_md, src_md, c, true);
-      dyw_.set_up(dst_md, dst_md, c, true);
+      xf_.set_up(src_md, src_md, c, true, 0);
+      yf_.set_up(dst_md, dst_md, c, false, 1);
+      dyd_.set_up(dst_md, dst_md, c, true, 0);
+      dxd_.set_up(src_md, src_md, c, false, 1);
+      xw_.set_up(src_md, src_md, c, true, 0);
+      dyw_.set_up(dst_md, dst_md, c, true, 1);
       if (d.bias) {
         b_ = Mem(b_md, c.eng);
         db_ = Mem(b_md, c.eng);
