@@ -75,17 +75,17 @@ Communicator::~Communicator() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-MPI_Request Communicator::isend(const void* buf, size_t n, DType t, int peer, int tag) {
+MPI_Request Communicator::isend(const void* buf, size_t n, MPI_Datatype t, int peer, int tag) {
   if (n > max_elems_) throw CommError(str_cat("isend: ", n, " elements exceed the per-call limit"));
   MPI_Request req;
-  MPI_CHECK(MPI_Isend(buf, static_cast<int>(n), mpi_datatype(t), peer, tag, comm_, &req));
+  MPI_CHECK(MPI_Isend(buf, static_cast<int>(n), t, peer, tag, comm_, &req));
   return req;
 }
 
-MPI_Request Communicator::irecv(void* buf, size_t n, DType t, int peer, int tag) {
+MPI_Request Communicator::irecv(void* buf, size_t n, MPI_Datatype t, int peer, int tag) {
   if (n > max_elems_) throw CommError(str_cat("irecv: ", n, " elements exceed the per-call limit"));
   MPI_Request req;
-  MPI_CHECK(MPI_Irecv(buf, static_cast<int>(n), mpi_datatype(t), peer, tag, comm_, &req));
+  MPI_CHECK(MPI_Irecv(buf, static_cast<int>(n), t, peer, tag, comm_, &req));
   return req;
 }
 
@@ -106,7 +106,7 @@ int Communicator::wait_requests(int count, MPI_Request* reqs, MPI_Status* st, in
   }
 }
 
-void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us) {
+void Communicator::wait_recv(MPI_Request& req, size_t n, MPI_Datatype t, int peer, int idle_sleep_us) {
   MPI_Status st;
   int rc = wait_requests(1, &req, &st, idle_sleep_us, peer);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
@@ -115,7 +115,7 @@ void Communicator::wait_recv(MPI_Request& req, size_t n, DType t, int peer, int 
                             " failed: ", mpi_error_string(rc),
                             " (do all ranks pass the same count to the collective?)"));
   int got = 0;
-  MPI_CHECK(MPI_Get_count(&st, mpi_datatype(t), &got));
+  MPI_CHECK(MPI_Get_count(&st, t, &got));
   if (got == MPI_UNDEFINED || static_cast<size_t>(got) != n)
     throw CommError(str_cat("rank ", outer_rank(rank_), ": expected ", n, " elements from rank ", outer_rank(peer),
                             ", received ", got, ": the ranks disagree on the buffer size"));

@@ -51,15 +51,24 @@ class Communicator {
   // one made by the public constructor): what messages and the stall watch name.
   int outer_rank(int r) const;
 
-  // One nonblocking message of n <= max_elems_per_call() elements.
-  MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag);
-  MPI_Request irecv(void* buf, size_t n, DType t, int peer, int tag);
+  // One nonblocking message of n <= max_elems_per_call() elements (of t, or of an MPI type).
+  MPI_Request isend(const void* buf, size_t n, DType t, int peer, int tag) {
+    return isend(buf, n, mpi_datatype(t), peer, tag);
+  }
+  MPI_Request irecv(void* buf, size_t n, DType t, int peer, int tag) {
+    return irecv(buf, n, mpi_datatype(t), peer, tag);
+  }
+  MPI_Request isend(const void* buf, size_t n, MPI_Datatype t, int peer, int tag);
+  MPI_Request irecv(void* buf, size_t n, MPI_Datatype t, int peer, int tag);
   // Waits for a receive posted for n elements and checks that exactly n arrived: a shorter
   // message means the ranks disagree on the buffer size, which must not be summed silently.
   // idle_sleep_us: 0 waits in MPI_Wait (MPI's own busy polling); s > 0 polls with MPI_Test and,
   // once s µs have passed without completion, sleeps s µs between polls, so that a waiting thread
   // leaves its core to compute (backward) or to other ranks sharing the core.
-  void wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us = 0);
+  void wait_recv(MPI_Request& req, size_t n, DType t, int peer, int idle_sleep_us = 0) {
+    wait_recv(req, n, mpi_datatype(t), peer, idle_sleep_us);
+  }
+  void wait_recv(MPI_Request& req, size_t n, MPI_Datatype t, int peer, int idle_sleep_us = 0);
   void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0);
   // Waits for one send (or a receive whose size is not checked); a null request returns at once.
   void wait_one(MPI_Request& req, int idle_sleep_us = 0);

@@ -68,6 +68,7 @@ class CudaBackend final : public DeviceBackend {
     return std::make_unique<CudnnConv>(d, ctx_);
   }
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
+    refuse_bn_sync(d);
     return std::make_unique<CudnnBatchNorm>(d, ctx_, scratch_);
   }
   std::unique_ptr<ReluOp<float>> make_relu(const ReluDesc& d) override {

@@ -79,7 +79,8 @@ int Net<T>::conv(int x, ConvDesc d) {
 template <class T>
 int Net<T>::batchnorm(int x, const std::string& name, bool relu, double momentum, double eps) {
   check_building(name);
-  BatchNormDesc d{name, shapes_.at(x), eps, momentum, relu};
+  BatchNormDesc d{.name = name, .in = shapes_.at(x), .eps = eps, .momentum = momentum, .relu = relu,
+                  .sync = bn_sync_.get()};
   auto n = std::make_unique<BatchNormNode<T>>();
   n->op = backend_->make_batchnorm(d);
   n->desc = d;
@@ -531,23 +532,30 @@ int Net<T>::first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams
   return run_nonfinite_search(targets);
 }
 
+// Runs every node even after the first non-finite output: with synchronised batch norms each
+// layer is a collective, and every rank of the group must reach all of them.
 template <class T>
 int Net<T>::run_nonfinite_search(const Targets& targets) {
   targets_ = targets;
   std::vector<T> out;
+  int first = -1;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node<T>& n = *nodes_[i];
     n.forward(*this, true);
+    if (first >= 0) continue;
     if (n.output < 0) {
-      if (!std::isfinite(last_loss())) return int(i);
+      if (!std::isfinite(last_loss())) first = int(i);
       continue;
     }
     out.resize(size_t(shapes_[n.output].numel()));
     export_tensor(n.output, out.data());
     for (T v : out)
-      if (!std::isfinite(double(v))) return int(i);
+      if (!std::isfinite(double(v))) {
+        first = int(i);
+        break;
+      }
   }
-  return -1;
+  return first;
 }
 
 template <class T>

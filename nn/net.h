@@ -47,6 +47,9 @@ class Net {
            int64_t pad, bool bias = false, int64_t groups = 1);
   int conv(int x, ConvDesc desc);  // any geometry; desc.in is filled from x
   int batchnorm(int x, const std::string& name, bool relu, double momentum = 0.1, double eps = 1e-5);
+  // Batch norms built after this take their training statistics over sync's group of ranks
+  // (BatchNormDesc::sync); null: over this rank's batch. The net keeps sync alive.
+  void set_bn_sync(std::shared_ptr<BnSync> sync) { bn_sync_ = std::move(sync); }
   int relu(int x, const std::string& name);
   int maxpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad);
   int global_avgpool(int x, const std::string& name);
@@ -169,6 +172,7 @@ class Net {
   int slot_unshare(int id);
   void check_building(const std::string& what) const;
 
+  std::shared_ptr<BnSync> bn_sync_;  // declared before nodes_: outlives the ops pointing to it
   std::unique_ptr<Backend<T>> backend_;
   Arena<T> arena_;
   std::vector<Shape> shapes_;

@@ -46,10 +46,22 @@ struct ConvDesc {
   void validate() const;  // throws ShapeError naming the layer and shapes
 };
 
+// Synchronised batch norm (PyTorch's SyncBatchNorm, NVIDIA's bn_group): training statistics, and
+// backward's two sums, taken over the batches of a group of ranks, so that N ranks of batch b
+// normalise as one rank of batch N*b would. sum() adds v[0, n) over the group's ranks in place,
+// leaving the same bits on every rank of it. A collective: every rank of the group calls it at
+// the same layers in the same order. comm/bn_sync.h implements it over MPI; ops only call it.
+class BnSync {
+ public:
+  virtual ~BnSync() = default;
+  virtual void sum(double* v, size_t n) = 0;
+  virtual int ranks() const = 0;  // the group's size
+};
+
 // Batch normalisation over N,H,W per channel (PyTorch semantics: biased variance normalises,
 // unbiased variance enters running_var; running = (1 - momentum) * running + momentum * batch).
-// relu fuses a ReLU on the output. Training needs more than one value per channel (N*H*W > 1):
-// forward_train throws ShapeError otherwise, as PyTorch does.
+// relu fuses a ReLU on the output. Training needs more than one value per channel (N*H*W > 1,
+// over the group's batches with sync): forward_train throws ShapeError otherwise, as PyTorch does.
 struct BatchNormDesc {
   std::string name;
   Shape in;
@@ -57,6 +69,9 @@ struct BatchNormDesc {
   double momentum = 0.1;
   bool relu = false;      // applied last: after the residual, when there is one
   bool residual = false;  // y = relu?(bn(x) + r): the forward_*_add calls (Backend::fuses_bn_add)
+  // Non-null: forward_train and backward take their sums over sync's group (not owned; outlives
+  // the op). Evaluation never synchronises: it uses the running statistics.
+  BnSync* sync = nullptr;
   void validate() const;
 };
 

@@ -116,6 +116,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
     return r;
   };
   auto net = std::make_unique<Net<T>>(std::move(backend), Shape{cfg.batch, 3, cfg.image_size, cfg.image_size});
+  net->set_bn_sync(cfg.bn_sync);
   int x = net->input();
   if (a.cifar) {
     x = net->conv(x, "conv1", scaled(16, cfg.width), 3, 1, 1);

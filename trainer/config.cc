@@ -25,6 +25,7 @@ void config_fields(C& c, V&& v) {
   v("model.zero_init_residual", c.model.zero_init_residual);
   v("model.cifar_shortcut", c.model.cifar_shortcut);
   v("model.drop_path", c.model.drop_path);
+  v("model.bn_group", c.model.bn_group);
   v("data.root", c.data.root);
   v("data.train_list", c.data.train_list);
   v("data.val_list", c.data.val_list);

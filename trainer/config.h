@@ -35,6 +35,9 @@ struct ModelConfig {                  // key prefix: model.
   std::string cifar_shortcut = "A";   // CIFAR models: A = zero-padded identity, B = projection
   double drop_path = 0.0;             // stochastic depth: the last residual block's drop rate,
                                       //   linear from 0 in the first (timm's drop_path_rate); 0 = off
+  int bn_group = 1;                   // ranks whose batch norms share training statistics: 1 = each
+                                      //   rank its own batch (DDP's default), 0 = all ranks
+                                      //   (SyncBatchNorm), k = blocks of k consecutive ranks
 };
 
 // A small ImageNet-like folder dataset made at start when data.root does not exist yet.
@@ -169,6 +172,9 @@ void config_validate(const Config& cfg);
 // The resolved configuration as YAML (every key, in declaration order), for printing and for
 // checkpoints; config_parse of it gives the same Config.
 std::string config_to_yaml(const Config& cfg);
+
+// Where `key` got its value ("file.yaml:12", "--set", or "file.yaml (default)"), for errors.
+std::string config_origin(const Config& cfg, const std::string& key);
 
 // Every known key, in order ("model.name", ...).
 std::vector<std::string> config_keys();

@@ -12,10 +12,7 @@ namespace {
 class Checker {
  public:
   explicit Checker(const Config& c) : c_(c) {}
-  std::string at(const std::string& key) const {
-    auto it = c_.origin.find(key);
-    return it != c_.origin.end() ? it->second : c_.source + " (default)";
-  }
+  std::string at(const std::string& key) const { return config_origin(c_, key); }
   template <class V>
   void require(bool ok, const std::string& key, const std::string& what, const V& got) const {
     if (!ok) throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
@@ -38,6 +35,11 @@ bool finite_pos(double v) { return std::isfinite(v) && v > 0; }
 
 }  // namespace
 
+std::string config_origin(const Config& c, const std::string& key) {
+  auto it = c.origin.find(key);
+  return it != c.origin.end() ? it->second : c.source + " (default)";
+}
+
 void config_validate(const Config& c) {
   Checker k(c);
   k.require(is_resnet_name(c.model.name), "model.name",
@@ -49,6 +51,8 @@ void config_validate(const Config& c) {
             "must be A or B", c.model.cifar_shortcut);
   k.require(c.model.drop_path >= 0 && c.model.drop_path < 1, "model.drop_path", "must be in [0, 1) (0: off; e.g. 0.05)",
             c.model.drop_path);
+  k.require(c.model.bn_group >= 0, "model.bn_group",
+            "must be 0 (all ranks), 1 (each rank its own batch) or a group size", c.model.bn_group);
 
   // Exactly one data source.
   const auto& d = c.data;
@@ -149,6 +153,10 @@ void config_validate(const Config& c) {
                    c.backend == "cuda-fp16";
   k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
             "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
+  k.require(c.model.bn_group == 1 || !gpu, "model.bn_group",
+            str_cat("needs a CPU backend (onednn or reference): the ", c.backend,
+                    " backend does not synchronise batch norm statistics (1: each rank its own batch)"),
+            c.model.bn_group);
   k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
             "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
   k.require(c.comm.ring_order == "node" || c.comm.ring_order == "rank", "comm.ring_order",

@@ -90,6 +90,7 @@ void Metrics::step(int rank, const StepRecord& r) {
   if (r.grad_norm >= 0 || std::isnan(r.grad_norm))  // JSON has no inf or NaN: -1 stands for them too
     std::fprintf(f_, ",\"grad_norm\":%.9g,\"clipped\":%d", std::isfinite(r.grad_norm) ? r.grad_norm : -1.0,
                  int(r.clipped));
+  if (r.bn_sync_s >= 0) std::fprintf(f_, ",\"bn_sync_s\":%.6f", r.bn_sync_s);
   std::fputs("}\n", f_);
   if (++unflushed_ >= 50) {
     std::fflush(f_);

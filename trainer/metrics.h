@@ -28,6 +28,8 @@ struct StepRecord {
   double grad_norm = -1;         // train.clip_grad_norm, log.grad_norm: the gradient's L2 norm
                                  //   before clipping (-1: not computed: both off, or the step skipped)
   bool clipped = false;          // ... and whether it was above the limit (scaled down to it)
+  double bn_sync_s = -1;         // model.bn_group: time in the batch norms' group sums, part of
+                                 //   compute_s (-1: no groups)
 };
 
 // A flat JSON object built field by field: {"type":"epoch","epoch":3,...}.

@@ -95,9 +95,21 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
   schedule_ = config_schedule(cfg_, world_);
 
-  net_ = hooks_.make_net ? hooks_.make_net(cfg_)
-                         : build_resnet<float>(config_resnet(cfg_), make_backend<float>(cfg_.backend, backend_options()));
+  make_bn_sync(world);
+  if (hooks_.make_net) {
+    net_ = hooks_.make_net(cfg_);
+  } else {
+    ResNetConfig r = config_resnet(cfg_);
+    r.bn_sync = bn_sync_;
+    net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
+  }
   auto& arena = net_->arena();
+  if (bn_sync_) {  // the largest sum: forward's three per channel and the rows
+    size_t channels = 0;
+    for (const ParamInfo& p : arena.layout())
+      if (p.kind == ParamKind::bn_gamma) channels = std::max(channels, p.count);
+    bn_sync_->reserve(3 * channels + 1);
+  }
   plan_freeze();
   opt_ = net_->backend().make_sgd(arena.layout(), cfg_.optimizer.sgd);
   fingerprint_ = comm::model_fingerprint(arena);
@@ -156,6 +168,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
                       .add("rank", rank_)
                       .add("world", world_)
                       .add("nodes", grad_comm_->nodes())
+                      .add("bn_group", bn_sync_ ? bn_sync_->ranks() : 1)
                       .add("model", cfg_.model.name)
                       .add("params", int64_t(arena.param_count()))
                       .add("threads", omp_get_max_threads())
@@ -208,6 +221,24 @@ void Trainer::setup_threads(MPI_Comm world) {
   omp_set_num_threads(threads);
 }
 
+// model.bn_group: the groups, when a group holds more than one rank. Their sums run on the main
+// thread during backward while the communication thread reduces gradient buckets: two threads
+// in MPI at once, which needs MPI_THREAD_MULTIPLE.
+void Trainer::make_bn_sync(MPI_Comm world) {
+  const int group = cfg_.model.bn_group;
+  if (const std::string e = comm::bn_group_error(group, world_); !e.empty())
+    throw ConfigError(str_cat(config_origin(cfg_, "model.bn_group"), ": key 'model.bn_group' ", e));
+  if ((group == 0 ? world_ : group) == 1) return;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_CHECK(MPI_Query_thread(&provided));
+  if (cfg_.comm.overlap && provided < MPI_THREAD_MULTIPLE)
+    throw ConfigError(str_cat(config_origin(cfg_, "model.bn_group"),
+                              ": key 'model.bn_group' sums batch norm statistics during backward while "
+                              "comm.overlap reduces gradients on another thread, which needs MPI initialised "
+                              "with MPI_THREAD_MULTIPLE (this process has less); set comm.overlap: false"));
+  bn_sync_ = std::make_shared<comm::BnGroupSync>(world, group, cfg_.comm);
+}
+
 void Trainer::log_line(const std::string& s) const {
   if (rank_ == 0 && cfg_.log.progress) progress_->message(s);
 }
@@ -245,6 +276,9 @@ void Trainer::train() {
                      net_->backward_from(), " of ", net_->num_nodes(), " nodes before it skipped); ",
                      fixed(double(net_->arena().size() - averaged_elems_) * 4 / (1 << 20), 1),
                      " MiB of frozen gradients not averaged"));
+  if (bn_sync_)
+    log_line(str_cat("model.bn_group: batch norm statistics over groups of ", bn_sync_->ranks(), " ranks (",
+                     bn_sync_->ranks() * cfg_.train.batch, " images)"));
   if (bn_frozen_ > 0)
     log_line(str_cat("optimizer.freeze_bn_stats: ", bn_frozen_,
                      " frozen batch norm layers normalize with their running statistics and keep them"));
@@ -383,6 +417,7 @@ void Trainer::train_step() {
   prefetch_t0_ = prefetch_t1_ = 0;
   inject_fault();
   reducer_->begin_step();
+  if (bn_sync_) bn_sync_->begin_step(step_ + 1);
   // Nothing below waits for a device until the reducer does: forward, the logits' copy and
   // backward are queued back to back, and the loss and logits are read once they are long done.
   const bool emulated = cfg_.emulate.compute_ms > 0;
@@ -425,6 +460,7 @@ void Trainer::train_step() {
     net_->backend().mark_compute(1);
     prefetch_next();  // while the device still runs backward
   }
+  if (bn_sync_) bn_sync_->end_step();
   const double t2 = now_s();
   reducer_->wait();
   const double t3 = now_s();
@@ -489,6 +525,7 @@ void Trainer::train_step() {
   }
   r.total_comm_s = reducer_->last_step().total_comm_s;
   r.optimizer_s = t4 - t3;
+  r.bn_sync_s = bn_sync_ ? bn_sync_->seconds() : -1;
   r.global_images = int64_t(config_global_batch(cfg_, world_));
   r.loss_scale = scale;
   r.skipped = !apply;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/bn_sync.h"
 #include "comm/communicator.h"
 #include "comm/device_grads.h"
 #include "comm/gradient_reducer.h"
@@ -162,12 +163,14 @@ class Trainer {
   BackendOptions backend_options() const;  // cuda.* and this rank's place on its node
   Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
   void log_line(const std::string& s) const;
+  void make_bn_sync(MPI_Comm world);
 
   Config cfg_;
   TrainerHooks hooks_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
   std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
+  std::shared_ptr<comm::BnGroupSync> bn_sync_;  // model.bn_group's groups (null: none, 1 rank each)
   std::unique_ptr<Net<float>> net_;
   std::unique_ptr<Net<float>> eval_net_;  // evaluation's, when its side is not training's
   std::unique_ptr<Optimizer<float>> opt_;

@@ -169,72 +169,64 @@ RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64
     }
 }
 
+// Synchronised (BatchNormDesc::sync), each call splits where the group's sums are needed: the
+// per-channel sums of this rank's rows in one OpenMP region, their sum over the group outside
+// any region (an MPI call, which may throw), the rest in a second region.
 class LoopBatchNorm final : public BatchNormOp<float> {
  public:
   explicit LoopBatchNorm(const BatchNormDesc& d)
-      : name_(d.name), in_(d.in), relu_(d.relu), eps_(d.eps), momentum_(d.momentum),
+      : name_(d.name), in_(d.in), relu_(d.relu), eps_(d.eps), momentum_(d.momentum), sync_(d.sync),
         lanes_(act_blocked(d.in) ? 8 : 1), c_(d.in.c), hw_(d.in.h * d.in.w),
         rows_(d.in.n * d.in.c / lanes_), count_(d.in.n * d.in.h * d.in.w),
         max_threads_(std::max(omp_get_max_threads(), omp_get_num_procs())) {
     for (Buffer<float>* b : {&mean_, &var_, &invstd_, &a_, &b_, &ca_, &cb_, &cc_, &em_, &ea_, &eb_})
       b->resize(size_t(c_));
     partial_.resize(size_t(max_threads_) * 3 * size_t(c_));
+    if (sync_) group_.resize(3 * size_t(c_) + 1);
   }
 
   void forward_train(const float* x, const float* gamma, const float* beta, float* y,
                      float* running_mean, float* running_var) override {
-    // As PyTorch: the unbiased variance of a single value is undefined.
-    RT_SHAPE_CHECK(count_ > 1, "layer ", name_, ": batch norm training needs more than one value per ",
-                   "channel, got input ", in_.str());
-    const double m = double(count_), rows_per_c = double(in_.n);
+    double m = double(count_);
+    if (!sync_) {
+      check_count(m);
 #pragma omp parallel num_threads(threads())
-    {
-      // Rows are combined as in Chan et al.: with row means mu_r and deviations M2_r (hw values
-      // each), M2 = sum M2_r + hw (sum mu_r^2 - (sum mu_r)^2 / rows), in double.
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      double* p1 = partial_.data() + size_t(t) * 3 * size_t(c_);
-      double* p2 = p1 + c_;
-      double* p3 = p2 + c_;
-      std::fill(p1, p1 + 3 * c_, 0.0);
-      const auto [r0, r1] = split(t, nt);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c0 = chan0(r);
-        float mu[8] = {}, m2[8] = {};
-        if (lanes_ == 8)
-          stats_row8(x + r * hw_ * 8, hw_, mu, m2);
-        else
-          stats_row<1>(x + r * hw_, hw_, mu, m2);
-        for (int k = 0; k < lanes_; ++k) {
-          p1[c0 + k] += mu[k];
-          p2[c0 + k] += double(mu[k]) * double(mu[k]);
-          p3[c0 + k] += m2[k];
-        }
-      }
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        row_stats(x, t, nt);
 #pragma omp barrier
 #pragma omp for schedule(static)
-      for (int64_t c = 0; c < c_; ++c) {
-        double s1 = 0, s2 = 0, s3 = 0;
-        for (int i = 0; i < nt; ++i) {
-          const double* q = partial_.data() + size_t(i) * 3 * size_t(c_) + size_t(c);
-          s1 += q[0];
-          s2 += q[c_];
-          s3 += q[2 * c_];
+        for (int64_t c = 0; c < c_; ++c) {
+          const Sums s = thread_sums(c, nt, 3);
+          set_coefficients(c, s.v[0], s.v[1], s.v[2], double(in_.n), gamma, beta);
         }
-        const double mean = s1 / rows_per_c;
-        const double var = std::max((s3 + double(hw_) * (s2 - s1 * mean)) / m, 0.0);
-        const double invstd = 1.0 / std::sqrt(var + eps_);
-        mean_[size_t(c)] = float(mean);
-        var_[size_t(c)] = float(var);
-        invstd_[size_t(c)] = float(invstd);
-        a_[size_t(c)] = float(double(gamma[c]) * invstd);
-        b_[size_t(c)] = beta[c];
+        normalise_rows(x, y, t, nt);
       }
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-        if (lanes_ == 8)
-          normalise_row8(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
-        else
-          normalise_row<1>(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
+    } else {
+#pragma omp parallel num_threads(threads())
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        row_stats(x, t, nt);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < c_; ++c) {
+          const Sums s = thread_sums(c, nt, 3);
+          for (int k = 0; k < 3; ++k) group_[size_t(k * c_ + c)] = s.v[k];
+        }
+      }
+      group_[size_t(3 * c_)] = double(in_.n);
+      sync_->sum(group_.data(), group_.size());
+      const double rows = group_[size_t(3 * c_)];
+      m = rows * double(hw_);
+      check_count(m);
+#pragma omp parallel num_threads(threads())
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < c_; ++c)
+          set_coefficients(c, group_[size_t(c)], group_[size_t(c_ + c)], group_[size_t(2 * c_ + c)], rows,
+                           gamma, beta);
+        normalise_rows(x, y, t, nt);
       }
     }
     const double mom = momentum_, unbias = m / (m - 1.0);
@@ -264,74 +256,183 @@ class LoopBatchNorm final : public BatchNormOp<float> {
   }
 
   // The ReLU mask is recomputed from x with forward_train's coefficients, so y is not read.
+  // dgamma and dbeta are this rank's sums; synchronised, dx takes the group's.
   void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
                 float* dgamma, float* dbeta) override {
-    const double m = double(count_);
+    if (!sync_) {
+#pragma omp parallel num_threads(threads())
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        grad_sums(x, dy, t, nt);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < c_; ++c) {
+          const Sums s = thread_sums(c, nt, 2);
+          dbeta[c] = float(s.v[0]);
+          dgamma[c] = float(s.v[1] * invstd_[size_t(c)]);
+          set_grad_coefficients(c, s.v[0], s.v[1], double(count_), gamma);
+        }
+        if (dx) grad_apply(x, dy, dx, t, nt);
+      }
+      return;
+    }
 #pragma omp parallel num_threads(threads())
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      double* p1 = partial_.data() + size_t(t) * 3 * size_t(c_);
-      double* p2 = p1 + c_;
-      std::fill(p1, p1 + 2 * c_, 0.0);
-      const auto [r0, r1] = split(t, nt);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-        float s1[8] = {}, s2[8] = {};
-        if (lanes_ == 8)
-          grad_sums_row8(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_,
-                         s1, s2);
-        else
-          grad_sums_row<1>(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
-                           relu_, s1, s2);
-        for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
-      }
+      grad_sums(x, dy, t, nt);
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t c = 0; c < c_; ++c) {
-        double sg = 0, sgx = 0;
-        for (int i = 0; i < nt; ++i) {
-          sg += partial_[size_t(i) * 3 * size_t(c_) + size_t(c)];
-          sgx += partial_[(size_t(i) * 3 + 1) * size_t(c_) + size_t(c)];
-        }
-        // dx = gamma invstd / M (M g - sum g - xhat sum g xhat), xhat = (x - mean) invstd.
-        const double invstd = invstd_[size_t(c)], A = double(gamma[c]) * invstd;
-        dbeta[c] = float(sg);
-        dgamma[c] = float(sgx * invstd);
-        ca_[size_t(c)] = float(A);
-        cb_[size_t(c)] = float(-A * invstd * invstd * sgx / m);
-        cc_[size_t(c)] = float(-A * sg / m);
+        const Sums s = thread_sums(c, nt, 2);
+        dbeta[c] = float(s.v[0]);
+        dgamma[c] = float(s.v[1] * invstd_[size_t(c)]);
+        group_[size_t(c)] = s.v[0];
+        group_[size_t(c_ + c)] = s.v[1];
       }
-      if (dx)
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-          if (lanes_ == 8)
-            grad_apply_row8(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
-                            b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
-          else
-            grad_apply_row<1>(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
-                              b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
-        }
+    }
+    if (!dx) return;
+    sync_->sum(group_.data(), 2 * size_t(c_));
+    const double m = group_m_;
+#pragma omp parallel num_threads(threads())
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+#pragma omp for schedule(static)
+      for (int64_t c = 0; c < c_; ++c) set_grad_coefficients(c, group_[size_t(c)], group_[size_t(c_ + c)], m, gamma);
+      grad_apply(x, dy, dx, t, nt);
     }
   }
 
  private:
+  struct Sums {
+    double v[3];
+  };
   int threads() const { return std::min(omp_get_max_threads(), max_threads_); }
   // Contiguous share of the rows for thread t of nt.
   std::pair<int64_t, int64_t> split(int t, int nt) const {
     return {rows_ * t / nt, rows_ * (t + 1) / nt};
   }
   int64_t chan0(int64_t r) const { return (r % (c_ / lanes_)) * lanes_; }
+  double* partials(int t) { return partial_.data() + size_t(t) * 3 * size_t(c_); }
+
+  // As PyTorch: the unbiased variance of a single value is undefined.
+  void check_count(double m) {
+    group_m_ = m;
+    RT_SHAPE_CHECK(m > 1, "layer ", name_, ": batch norm training needs more than one value per ",
+                   "channel, got input ", in_.str(), sync_ ? " over the group's ranks" : "");
+  }
+
+  // Thread t's rows into its partials: per channel, the sum of row means mu_r, of mu_r^2, and
+  // of the rows' squared deviations M2_r (hw values each).
+  void row_stats(const float* x, int t, int nt) {
+    double* p1 = partials(t);
+    double* p2 = p1 + c_;
+    double* p3 = p2 + c_;
+    std::fill(p1, p1 + 3 * c_, 0.0);
+    const auto [r0, r1] = split(t, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c0 = chan0(r);
+      float mu[8] = {}, m2[8] = {};
+      if (lanes_ == 8)
+        stats_row8(x + r * hw_ * 8, hw_, mu, m2);
+      else
+        stats_row<1>(x + r * hw_, hw_, mu, m2);
+      for (int k = 0; k < lanes_; ++k) {
+        p1[c0 + k] += mu[k];
+        p2[c0 + k] += double(mu[k]) * double(mu[k]);
+        p3[c0 + k] += m2[k];
+      }
+    }
+  }
+
+  // The first `n` of channel c's partial sums, added over the nt threads in thread order.
+  Sums thread_sums(int64_t c, int nt, int n) {
+    Sums s{};
+    for (int i = 0; i < nt; ++i) {
+      const double* q = partials(i) + c;
+      for (int k = 0; k < n; ++k) s.v[k] += q[k * c_];
+    }
+    return s;
+  }
+
+  // Rows are combined as in Chan et al.: with `rows` row means mu_r and deviations M2_r (hw
+  // values each), M2 = sum M2_r + hw (sum mu_r^2 - (sum mu_r)^2 / rows), in double.
+  void set_coefficients(int64_t c, double s1, double s2, double s3, double rows, const float* gamma,
+                        const float* beta) {
+    const double mean = s1 / rows;
+    const double var = std::max((s3 + double(hw_) * (s2 - s1 * mean)) / (rows * double(hw_)), 0.0);
+    const double invstd = 1.0 / std::sqrt(var + eps_);
+    mean_[size_t(c)] = float(mean);
+    var_[size_t(c)] = float(var);
+    invstd_[size_t(c)] = float(invstd);
+    a_[size_t(c)] = float(double(gamma[c]) * invstd);
+    b_[size_t(c)] = beta[c];
+  }
+
+  void normalise_rows(const float* x, float* y, int t, int nt) {
+    const auto [r0, r1] = split(t, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
+      if (lanes_ == 8)
+        normalise_row8(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
+      else
+        normalise_row<1>(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
+    }
+  }
+
+  // Thread t's rows into its partials: per channel, sum g and sum g (x - mean).
+  void grad_sums(const float* x, const float* dy, int t, int nt) {
+    double* p1 = partials(t);
+    double* p2 = p1 + c_;
+    std::fill(p1, p1 + 2 * c_, 0.0);
+    const auto [r0, r1] = split(t, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
+      float s1[8] = {}, s2[8] = {};
+      if (lanes_ == 8)
+        grad_sums_row8(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_, s1,
+                       s2);
+      else
+        grad_sums_row<1>(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_,
+                         s1, s2);
+      for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
+    }
+  }
+
+  // dx = gamma invstd / M (M g - sum g - xhat sum g xhat), xhat = (x - mean) invstd, as
+  // dx = A g + B (x - mean) + C; sg = sum g, sgx = sum g (x - mean) over m values.
+  void set_grad_coefficients(int64_t c, double sg, double sgx, double m, const float* gamma) {
+    const double invstd = invstd_[size_t(c)], A = double(gamma[c]) * invstd;
+    ca_[size_t(c)] = float(A);
+    cb_[size_t(c)] = float(-A * invstd * invstd * sgx / m);
+    cc_[size_t(c)] = float(-A * sg / m);
+  }
+
+  void grad_apply(const float* x, const float* dy, float* dx, int t, int nt) {
+    const auto [r0, r1] = split(t, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
+      if (lanes_ == 8)
+        grad_apply_row8(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
+                        ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
+      else
+        grad_apply_row<1>(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
+                          b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
+    }
+  }
 
   std::string name_;
   Shape in_;
   bool relu_;
   double eps_, momentum_;
+  BnSync* sync_;
   int64_t lanes_, c_, hw_, rows_, count_;
   int max_threads_;
+  double group_m_ = 0;  // values per channel the last forward_train's statistics cover
   // Per channel: batch statistics, training coefficients (mean, a, b), backward ones
   // (ca, cb, cc), evaluation ones (em, ea, eb).
   Buffer<float> mean_, var_, invstd_, a_, b_, ca_, cb_, cc_, em_, ea_, eb_;
   Buffer<double> partial_;  // per thread, three sums per channel
+  Buffer<double> group_;    // synchronised: the sums the group adds (3 per channel and the rows)
 };
 
 }  // namespace

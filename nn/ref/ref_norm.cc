@@ -12,7 +12,7 @@ class RefBatchNorm final : public BatchNormOp<T> {
  public:
   explicit RefBatchNorm(const BatchNormDesc& d)
       : d_(d), hw_(d.in.h * d.in.w), m_(d.in.n * d.in.h * d.in.w),
-        mean_(size_t(d.in.c)), invstd_(size_t(d.in.c)) {}
+        mean_(size_t(d.in.c)), invstd_(size_t(d.in.c)), sums_(size_t(2 * d.in.c + 1)) {}
 
   void forward_train(const T* x, const T* gamma, const T* beta, T* y, T* running_mean,
                      T* running_var) override {
@@ -34,12 +34,15 @@ class RefBatchNorm final : public BatchNormOp<T> {
   // With g = dy (masked by y > 0 under the fused ReLU, unless that follows a residual add: then
   // the caller masked dy) and xhat the normalised input:
   // dbeta = sum g, dgamma = sum g xhat, dx = gamma invstd / M (M g - dbeta - xhat dgamma).
+  // Synchronised, dx takes both sums over the group's batches (M too); dgamma and dbeta stay
+  // this rank's, whose average over the ranks the gradient reducer takes.
   void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
                 T* dbeta) override {
     const bool relu = d_.relu && !d_.residual;
     auto grad = [&](int64_t i) { return (relu && !(y[i] > T(0))) ? 0.0 : double(dy[i]); };
+    const int64_t C = d_.in.c;
 #pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
-    for (int64_t c = 0; c < d_.in.c; ++c) {
+    for (int64_t c = 0; c < C; ++c) {
       const double mean = mean_[size_t(c)], invstd = invstd_[size_t(c)];
       double sg = 0, sgx = 0;
       for_channel(c, [&](int64_t i) {
@@ -49,9 +52,17 @@ class RefBatchNorm final : public BatchNormOp<T> {
       });
       dbeta[c] = T(sg);
       dgamma[c] = T(sgx);
-      if (!dx) continue;
-      const double scale = double(gamma[c]) * invstd / double(m_);
-      const double M = double(m_);
+      sums_[size_t(c)] = sg;
+      sums_[size_t(C + c)] = sgx;
+    }
+    if (!dx) return;
+    if (d_.sync) d_.sync->sum(sums_.data(), size_t(2 * C));
+    const double M = count_;
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < C; ++c) {
+      const double mean = mean_[size_t(c)], invstd = invstd_[size_t(c)];
+      const double sg = sums_[size_t(c)], sgx = sums_[size_t(C + c)];
+      const double scale = double(gamma[c]) * invstd / M;
       for_channel(c, [&](int64_t i) {
         const double xhat = (x[i] - mean) * invstd;
         dx[i] = T(scale * (M * grad(i) - sg - xhat * sgx));
@@ -60,26 +71,40 @@ class RefBatchNorm final : public BatchNormOp<T> {
   }
 
  private:
+  // Two passes over x: the mean, then the squared deviations from it (no cancellation for large
+  // means); synchronised, each pass's sums are added over the group before they are used.
   void train(const T* x, const T* r, const T* gamma, const T* beta, T* y, T* running_mean,
              T* running_var) {
-    // PyTorch refuses this too: the unbiased variance of one value is undefined.
-    RT_SHAPE_CHECK(m_ > 1, "layer ", d_.name, ": batch norm training needs more than one value per ",
-                   "channel, got input ", d_.in.str());
     const int64_t C = d_.in.c;
 #pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
     for (int64_t c = 0; c < C; ++c) {
       double sum = 0;
       for_channel(c, [&](int64_t i) { sum += x[i]; });
-      const double mean = sum / double(m_);
-      double sq = 0;  // two passes: no cancellation for large means
+      sums_[size_t(c)] = sum;
+    }
+    sums_[size_t(C)] = double(m_);
+    if (d_.sync) d_.sync->sum(sums_.data(), size_t(C + 1));
+    count_ = sums_[size_t(C)];
+    // PyTorch refuses this too: the unbiased variance of one value is undefined.
+    RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name, ": batch norm training needs more than one value per ",
+                   "channel, got input ", d_.in.str(), d_.sync ? " over the group's ranks" : "");
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < C; ++c) {
+      const double mean = sums_[size_t(c)] / count_;
+      double sq = 0;
       for_channel(c, [&](int64_t i) { sq += (x[i] - mean) * (x[i] - mean); });
-      const double var = sq / double(m_);
       mean_[size_t(c)] = mean;
-      invstd_[size_t(c)] = 1.0 / std::sqrt(var + d_.eps);
+      sums_[size_t(C + 1 + c)] = sq;
+    }
+    if (d_.sync) d_.sync->sum(sums_.data() + C + 1, size_t(C));
+    const double mom = d_.momentum;
+#pragma omp parallel for schedule(static) if (d_.in.numel() > kParallelWork)
+    for (int64_t c = 0; c < C; ++c) {
+      const double mean = mean_[size_t(c)], sq = sums_[size_t(C + 1 + c)];
+      invstd_[size_t(c)] = 1.0 / std::sqrt(sq / count_ + d_.eps);
       normalise(c, x, r, gamma, beta, mean, invstd_[size_t(c)], y);
-      const double mom = d_.momentum;
       running_mean[c] = T((1 - mom) * double(running_mean[c]) + mom * mean);
-      running_var[c] = T((1 - mom) * double(running_var[c]) + mom * sq / double(m_ - 1));
+      running_var[c] = T((1 - mom) * double(running_var[c]) + mom * sq / (count_ - 1));
     }
   }
 
@@ -118,7 +143,10 @@ class RefBatchNorm final : public BatchNormOp<T> {
 
   BatchNormDesc d_;
   int64_t hw_, m_;  // m_: values per channel, N*H*W
+  double count_ = 0;  // values per channel that the statistics cover: m_, or the group's sum
   std::vector<double> mean_, invstd_;  // batch statistics saved by forward_train for backward
+  std::vector<double> sums_;  // per channel, what the group adds: forward's sums (and the
+                              // count), then squared deviations; backward's two gradient sums
 };
 
 }  // namespace

@@ -824,6 +824,50 @@ void check_data_parallel_equivalence(MpiTest& t, const std::string& dir, LossKin
   MPI_EXPECT(t, worst(halves) > 1e-3, "a batch half as large gives the same parameters: the test cannot tell");
 }
 
+// model.bn_group 0 (all ranks): N ranks x batch 4 train as rank 0 alone with batch 4N on a model
+// with batch norm: parameters and running statistics after 4 steps, the statistics the same bits
+// on every rank; without groups (1) the result differs for N > 1, so the test can tell. A group
+// that does not divide the ranks is refused, naming the key.
+void check_bn_group(MpiTest& t, const std::string& dir) {
+  using Result = std::pair<std::vector<float>, std::vector<float>>;
+  auto run = [&](MPI_Comm comm, int64_t batch, const std::string& sub, int group) {
+    Config c = tiny(dir + sub);
+    c.train.batch = batch;
+    c.train.steps = 4;
+    c.model.bn_group = group;
+    Trainer tr(c, comm, fixed_data());
+    tr.train();
+    auto p = tr.net().arena().params();
+    auto s = tr.net().arena().state();
+    if (group != 1)  // a collective over the world: the grouped run is on every rank
+      MPI_EXPECT(t, test::same_on_all_ranks(test::hash_bytes(s.data(), s.size_bytes())),
+                 "bn_group ", group, ": running statistics differ across ranks");
+    return Result{{p.begin(), p.end()}, {s.begin(), s.end()}};
+  };
+  const Result grouped = run(MPI_COMM_WORLD, 4, "/bn_group", 0);
+  const Result alone = run(MPI_COMM_WORLD, 4, "/bn_alone", 1);
+  Config bad = tiny(dir + "/bn_bad");
+  bad.model.bn_group = t.size() + 1;
+  const std::string e = rt_test::error_of([&] { Trainer tr(bad, MPI_COMM_WORLD, fixed_data()); });
+  MPI_EXPECT(t, e.find("'model.bn_group'") != std::string::npos && e.find("does not divide the job's") != std::string::npos,
+             "bn_group ", bad.model.bn_group, " on ", t.size(), " ranks: '", e, "'");
+  if (t.rank() != 0) return;
+  const Result one = run(MPI_COMM_SELF, 4 * t.size(), "/bn_one", 1);
+  auto worst = [](const std::vector<float>& v, const std::vector<float>& ref) {
+    double w = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      w = std::max(w, std::abs(double(v[i]) - ref[i]) / (1e-3 + std::abs(double(ref[i]))));
+    return w;
+  };
+  MPI_EXPECT(t, worst(grouped.first, one.first) < 1e-4, "bn_group 0: N x b and 1 x Nb parameters differ by ",
+             worst(grouped.first, one.first));
+  MPI_EXPECT(t, worst(grouped.second, one.second) < 1e-4, "bn_group 0: N x b and 1 x Nb statistics differ by ",
+             worst(grouped.second, one.second));
+  if (t.size() > 1)
+    MPI_EXPECT(t, worst(alone.first, one.first) > 1e-3,
+               "per-rank batch norms give 1 x Nb's parameters: the test cannot tell");
+}
+
 // Every validation sample counted once, for any rank count: the same totals as rank 0 alone.
 void check_eval_counts(MpiTest& t, const std::string& dir) {
   Config c = tiny(dir + "/eval");
@@ -1005,6 +1049,7 @@ int main(int argc, char** argv) {
     check_weights(t, dir);
     check_data_parallel_equivalence(t, dir);
     check_data_parallel_equivalence(t, dir, rt::LossKind::bce);
+    check_bn_group(t, dir);
     check_eval_counts(t, dir);
     check_u8_input(t, dir);
     check_golden_losses(t, dir);

@@ -163,8 +163,8 @@ inline uint64_t params_hash(Trainer& tr) {
 // for checks(t, dir), removed at the end; a failing rank stops the job. Returns main's status.
 template <class Checks>
 int run_trainer_test(int argc, char** argv, const char* name, Checks checks) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int provided = 0;  // as the trainer's main: model.bn_group sums during backward
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MpiTest t;
   const int rc = comm::comm_run_or_abort([&] {
     const std::string dir = shared_tmpdir(t);
