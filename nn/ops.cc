@@ -257,7 +257,7 @@ template <>
 std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name, const BackendOptions& options) {
   if (name == "reference") return make_reference_backend<float>();
 #ifndef RT_NO_ONEDNN
-  if (auto be = make_onednn_backend(name)) return be;
+  if (auto be = make_onednn_backend(name, options.onednn_block)) return be;
 #endif
   BackendFactory make = nullptr;
   {

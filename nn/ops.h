@@ -429,6 +429,9 @@ struct BackendOptions {
   // (MPI_COMM_TYPE_SHARED): local rank k takes GPU k. -1 / 0: from the launcher's variables.
   int local_rank = -1;
   int local_size = 0;
+  // The oneDNN backend's activation channel block: 8 (nChw8c) or 16 (nChw16c); 0 picks the
+  // processor's (16 where oneDNN runs AVX-512 kernels). Winograd convolutions need 8.
+  int onednn_block = 0;
 
   // The rules every reader of these options applies (the trainer's config check names the key,
   // the cuda backends the backend): conv_algos is one of the three, and deterministic results

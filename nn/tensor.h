@@ -11,7 +11,7 @@
 namespace rt {
 
 // Logical 4-D NCHW shape. Vectors and matrices use trailing 1s: logits are (n, classes, 1, 1).
-// The physical layout of an activation (plain NCHW, blocked nChw8c, ...) belongs to the backend.
+// The physical layout of an activation (plain NCHW, blocked nChw8c or nChw16c, ...) belongs to the backend.
 struct Shape {
   int64_t n = 1, c = 1, h = 1, w = 1;
   int64_t numel() const { return n * c * h * w; }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -20,6 +21,14 @@ namespace {
 
 using Vec = std::vector<float>;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// RT_TEST_ONEDNN_BLOCK (8 or 16) forces the activation channel block, so that both layouts are
+// tested on any processor (ctest registers these tests under each); unset: the processor's.
+BackendOptions onednn_options() {
+  BackendOptions o;
+  if (const char* b = std::getenv("RT_TEST_ONEDNN_BLOCK")) o.onednn_block = std::atoi(b);
+  return o;
+}
 
 // Elements differing by more than atol + rtol |want|, where atol is a fraction of the largest
 // |want| (float sums of many terms err in proportion to the magnitude of the sum, not of the
@@ -67,14 +76,15 @@ class OnednnVsRef : public ::testing::Test {
   }
   Vec fast_buf(const Shape& s) const { return Vec(fast_->act_size(s), kNaN); }
 
-  std::unique_ptr<Backend<float>> fast_ = make_backend<float>("onednn");
+  std::unique_ptr<Backend<float>> fast_ = make_backend<float>("onednn", onednn_options());
   std::unique_ptr<Backend<float>> ref_ = make_backend<float>("reference");
   std::mt19937 rng_{20240611};
 };
 
 TEST_F(OnednnVsRef, LayoutRoundTripAndAccumulate) {
   EXPECT_EQ(fast_->name(), "onednn");
-  for (Shape s : {Shape{2, 16, 5, 3}, Shape{2, 3, 4, 4}, Shape{3, 5, 2, 7}, Shape{4, 24, 1, 1}}) {
+  for (Shape s : {Shape{2, 16, 5, 3}, Shape{2, 3, 4, 4}, Shape{3, 5, 2, 7}, Shape{4, 24, 1, 1},
+                  Shape{2, 24, 3, 3}, Shape{1, 48, 2, 3}}) {
     Vec x = rand(size_t(s.numel()));
     EXPECT_EQ(from_fast(to_fast(x, s), s), x) << s.str();
   }
@@ -82,6 +92,24 @@ TEST_F(OnednnVsRef, LayoutRoundTripAndAccumulate) {
   for (size_t i = 0; i < a.size(); ++i) want[i] = a[i] + b[i];
   fast_->accumulate(a.data(), b.data(), a.size());
   EXPECT_EQ(a, want);
+}
+
+// The block is the option's, else the processor's (16 where oneDNN runs AVX-512); the set-up
+// line names the layout; Winograd keeps 8-channel blocks; other blocks are refused.
+TEST_F(OnednnVsRef, ActivationBlockFollowsTheOptionOrTheProcessor) {
+  for (int b : {8, 16}) {
+    BackendOptions o;
+    o.onednn_block = b;
+    EXPECT_NE(make_backend<float>("onednn", o)->setup_note().find(str_cat("nChw", b, "c")), std::string::npos) << b;
+  }
+  EXPECT_NE(make_backend<float>("onednn")->setup_note().find(str_cat("nChw", dnn::native_block(), "c")),
+            std::string::npos);
+  EXPECT_NE(make_backend<float>("onednn-winograd")->setup_note().find("nChw8c"), std::string::npos);
+  BackendOptions bad;
+  bad.onednn_block = 16;
+  EXPECT_THROW(make_backend<float>("onednn-winograd", bad), Error);
+  bad.onednn_block = 12;
+  EXPECT_THROW(make_backend<float>("onednn", bad), Error);
 }
 
 // ---------------------------------------------------------------- convolution
@@ -153,6 +181,9 @@ INSTANTIATE_TEST_SUITE_P(
         ConvCase{{2, 5, 11, 11}, 16, 7, 7, 2, 2, 3, 3, true},       // C=5 input
         ConvCase{{2, 16, 7, 9}, 5, 3, 3, 1, 1, 1, 1, true},         // non-square, C=5 output
         ConvCase{{2, 64, 6, 6}, 64, 3, 3, 1, 1, 1, 1, false},       // 64 channels
+        // Winograd's (ours on 8-channel blocks, oneDNN's F(4x4, 3x3) on 16): many tiles, deep
+        ConvCase{{2, 64, 29, 27}, 96, 3, 3, 1, 1, 1, 1, false},
+        ConvCase{{1, 256, 7, 7}, 256, 3, 3, 1, 1, 1, 1, false},
         ConvCase{{2, 8, 9, 7}, 8, 3, 1, 2, 1, 1, 0, true},          // non-square kernel, stride
         ConvCase{{2, 16, 3, 3}, 8, 3, 3, 1, 1, 0, 0, true},         // 1x1 output (plain)
         ConvCase{{2, 5, 6, 6}, 3, 3, 3, 1, 1, 1, 1, false},         // plain to plain
@@ -183,11 +214,32 @@ TEST_F(OnednnVsRef, NoReferenceKernelsOnTinyMaps) {
        .stride_w = 2},
       {.name = "r18.layer3.conv", .in = {2, 256, 2, 2}, .out_c = 256, .kernel_h = 3, .kernel_w = 3,
        .pad_h = 1, .pad_w = 1}};
-  auto direct = make_backend<float>("onednn-direct");  // "onednn" picks Winograd for some
+  auto direct = make_backend<float>("onednn-direct", onednn_options());  // "onednn" picks Winograd for some
   for (const ConvDesc& d : descs) {
     auto op = direct->make_conv(d);
     const std::string impls = rt::dnn::conv_impls(*op);
     EXPECT_EQ(impls.find("ref"), std::string::npos) << d.name << ": " << impls;
+  }
+}
+
+// The automatic rule's 3x3 layers (stride 1, at least 64 channels in and out) run Winograd: ours
+// on 8-channel blocks, oneDNN's own on 16-channel blocks where it has it (AVX-512).
+TEST_F(OnednnVsRef, WideThreeByThreeLayersRunWinograd) {
+  const ConvDesc d{.name = "conv", .in = {2, 64, 14, 14}, .out_c = 128, .kernel_h = 3, .kernel_w = 3,
+                   .pad_h = 1, .pad_w = 1};
+  const std::string impls = rt::dnn::conv_impls(*fast_->make_conv(d));
+  const bool block16 = fast_->setup_note().find("nChw16c") != std::string::npos;
+  if (!block16) EXPECT_EQ(impls, "winograd");
+  else if (dnn::native_block() == 16) EXPECT_NE(impls.find("wino_4x3"), std::string::npos) << impls;
+  else GTEST_SKIP() << "16-channel blocks without AVX-512: oneDNN has no Winograd here (" << impls << ")";
+  // Narrower or strided layers stay direct.
+  ConvDesc narrow = d, strided = d;
+  narrow.in.c = 32;
+  strided.stride_h = strided.stride_w = 2;
+  for (const ConvDesc& o : {narrow, strided}) {
+    const std::string i = rt::dnn::conv_impls(*fast_->make_conv(o));
+    EXPECT_EQ(i.find("wino"), std::string::npos) << o.in.str() << ": " << i;
+    EXPECT_NE(i, "winograd") << o.in.str();
   }
 }
 
@@ -430,7 +482,9 @@ TEST_F(OnednnVsRef, PadShortcut) {
   };
   for (const Case& p : {Case{{2, 16, 8, 8}, 32, 2}, Case{{2, 16, 7, 7}, 32, 2}, Case{{2, 5, 6, 6}, 8, 2},
                         Case{{2, 8, 5, 5}, 16, 1}, Case{{2, 16, 4, 4}, 24, 1}, Case{{1, 16, 3, 2}, 48, 2},
-                        Case{{2, 16, 2, 2}, 32, 2}}) {
+                        Case{{2, 16, 2, 2}, 32, 2},
+                        // 16-channel blocks: padding of whole blocks, of half blocks
+                        Case{{2, 32, 8, 8}, 64, 2}, Case{{2, 32, 6, 6}, 48, 1}, Case{{1, 48, 4, 4}, 64, 2}}) {
     SCOPED_TRACE(p.in.str() + " -> " + std::to_string(p.out_c));
     PadShortcutDesc d{.name = "short", .in = p.in, .out_c = p.out_c, .stride = p.stride};
     const Shape out = d.out();
@@ -531,7 +585,9 @@ TEST_F(OnednnVsRef, WholeResNets) {
     SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};
-    auto fast = build_resnet<float>(cfg, make_backend<float>(c.backend));
+    // Winograd reads 8-channel blocks: that backend keeps them whatever the test forces.
+    auto fast = build_resnet<float>(
+        cfg, make_backend<float>(c.backend, c.backend == "onednn-winograd" ? BackendOptions{} : onednn_options()));
     auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
     ASSERT_EQ(fast->arena().params().size(), ref->arena().params().size());
     Vec x = rand(size_t(fast->shape(0).numel()));

@@ -51,8 +51,8 @@ TEST_P(WinogradVsRef, ForwardBackward) {
              .stride_h = 1, .stride_w = 1, .pad_h = 1, .pad_w = 1};
   ASSERT_TRUE(dnn::winograd_applies(d));
   const Shape out = d.out();
-  auto fast_be = make_backend<float>("onednn");
-  auto op = dnn::make_winograd_conv_op(std::make_shared<dnn::Context>(), d);
+  auto fast_be = make_backend<float>("onednn-winograd");  // its layout: 8-channel blocks
+  auto op = dnn::make_winograd_conv_op(std::make_shared<dnn::Context>(8), d);
   auto ref = make_backend<double>("reference")->make_conv(d);
 
   std::mt19937 rng(11);

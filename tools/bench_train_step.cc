@@ -49,6 +49,7 @@ struct Args {
   std::string model = "resnet50", backend = "onednn";
   int64_t batch = 32, size = 224, classes = 0;
   int threads = 0, warmup = 2, iters = 6;
+  int block = 0;  // oneDNN's activation channel block (0: the processor's)
   double time_cap = 150;
   double drop_path = 0;  // stochastic depth's rate in the last block (model.drop_path)
   bool peak = false, profile = false;
@@ -58,12 +59,13 @@ struct Args {
   std::printf(
       "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
       "                        [--threads N] [--backend onednn|onednn-direct|reference|cuda] [--warmup 2] [--iters 6]\n"
-      "                        [--time-cap 150] [--drop-path R] [--peak] [--profile]\n"
+      "                        [--time-cap 150] [--drop-path R] [--block 8|16] [--peak] [--profile]\n"
       "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
       "during which other processes used the CPU is reported with '*' and left out when at least\n"
       "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm;\n"
       "--profile prints each layer's forward and backward time per step, summed by layer kind;\n"
-      "--drop-path adds stochastic depth at that rate (model.drop_path).\n");
+      "--drop-path adds stochastic depth at that rate (model.drop_path); --block sets the oneDNN\n"
+      "backend's activation layout to nChw8c or nChw16c (default: 16 where the CPU has AVX-512).\n");
   std::exit(rc);
 }
 
@@ -88,6 +90,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--time-cap") a.time_cap = std::stod(val());
     else if (k == "--drop-path") a.drop_path = std::stod(val());
+    else if (k == "--block") a.block = std::stoi(val());
     else if (k == "--peak") a.peak = true;
     else if (k == "--profile") a.profile = true;
     else if (k == "--help" || k == "-h") usage(0);
@@ -131,7 +134,9 @@ int main(int argc, char** argv) try {
 #ifdef RT_HAVE_CUDA
   rt::cuda::register_backend();
 #endif
-  auto net = rt::build_resnet<float>(cfg, rt::make_backend<float>(a.backend));
+  rt::BackendOptions opts;
+  opts.onednn_block = a.block;
+  auto net = rt::build_resnet<float>(cfg, rt::make_backend<float>(a.backend, opts));
   // The backend's optimizer: Sgd on the CPU backends, the fused device step on CUDA ones (whose
   // arena the host cannot touch).
   auto opt = net->backend().make_sgd(net->arena().layout(), rt::SgdConfig{});
@@ -175,13 +180,15 @@ int main(int argc, char** argv) try {
   double med = use.size() % 2 ? use[use.size() / 2] : 0.5 * (use[use.size() / 2 - 1] + use[use.size() / 2]);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
+  std::string setup = net->backend().setup_note();  // a CSV field: no commas
+  std::replace(setup.begin(), setup.end(), ',', ';');
   double gflop = net->train_flops() / 1e9;
   std::printf(
-      "RESULT,ringtrain,%s,train,batch=%lld,size=%lld,threads=%d,backend=%s,params=%zu,clean_iters=%zu,"
+      "RESULT,ringtrain,%s,train,batch=%lld,size=%lld,threads=%d,backend=%s,setup=%s,params=%zu,clean_iters=%zu,"
       "total_iters=%zu,median_s=%.4f,min_s=%.4f,max_s=%.4f,img_per_s=%.2f,img_per_s_best=%.2f,"
       "img_per_s_worst=%.2f,gflop_per_step=%.1f,gflops=%.1f,peak_rss_mb=%.0f,status=%s\n",
       a.model.c_str(), (long long)a.batch, (long long)a.size, threads, a.backend.c_str(),
-      net->arena().param_count(), clean.size(), all.size(), med, use.front(), use.back(), a.batch / med,
+      setup.c_str(), net->arena().param_count(), clean.size(), all.size(), med, use.front(), use.back(), a.batch / med,
       a.batch / use.front(), a.batch / use.back(), gflop, gflop / med, double(ru.ru_maxrss) / 1024.0,
       clean.size() >= 3 ? "clean" : "CONTENDED");
   std::printf("# per-iter wall s (* = disturbed by other processes, excluded):%s\n", log.c_str());

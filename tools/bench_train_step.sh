@@ -4,6 +4,7 @@
 #   tools/bench_train_step.sh [OUT.md]      (needs tools/setup.sh --peers and a built build/)
 # Rows: resnet50 b32 224², resnet18 b64 224², resnet20 b128 32², at 1 and 2 threads; others with
 #   ROWS="resnext50_32x4d 32 224;wide_resnet50_2 16 224" THREADS="2" (any torchvision ResNet name).
+# ALSO_BLOCK=8 (or 16) adds ringtrain with that oneDNN activation block beside the default one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench_train_step.md}
@@ -34,6 +35,8 @@ for t in ${THREADS:-1 2}; do
     key="$m/$b/$s/$t"
     measure "ours/$key" $bench --model "$m" --batch "$b" --size "$s" --threads "$t" \
       $([[ $m == resnet50 ]] && echo --peak)
+    [[ -n ${ALSO_BLOCK:-} ]] && measure "ours_block/$key" $bench --model "$m" --batch "$b" --size "$s" --threads "$t" \
+      --block "$ALSO_BLOCK"
     measure "torch_default/$key" $py "$peers/torch_train.py" --model "$m" --batch "$b" --size "$s" --threads "$t"
     measure "torch_best/$key" bash "$peers/run_torch_best.sh" torch_train.py --model "$m" --batch "$b" --size "$s" --threads "$t"
   done
@@ -60,16 +63,21 @@ def img(sys_, k):
     b = float(r["batch"])
     txt = f'{float(r["img_per_s"]):.2f} ({b / float(r["max_s"]):.2f}–{b / float(r["min_s"]):.2f})'
     return float(r["img_per_s"]), txt + ("" if r.get("status") == "clean" else " CONTENDED")
+setups = sorted({r.get("setup", "") for k, r in res.items() if k.startswith("ours")} - {""})
+also = any(k.startswith("ours_block/") for k in res)
 lines = [f"Measured {datetime.date.today()} on {platform.node() or 'this machine'} ({open('/proc/cpuinfo').read().count('processor')} cores), all rows in one run.",
-         "images/s: median (min–max) over clean timed steps after warm-up; peak RSS of the whole process.", "",
-         "| model | batch | size | threads | ringtrain img/s | PyTorch default | PyTorch best | vs default | vs best | ringtrain RSS MiB | PyTorch best RSS MiB | PyTorch default RSS MiB |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "images/s: median (min–max) over clean timed steps after warm-up; peak RSS of the whole process.",
+         "ringtrain: " + "; ".join(setups) + ".", "",
+         "| model | batch | size | threads | ringtrain img/s |" + (" ringtrain, other block |" if also else "") +
+         " PyTorch default | PyTorch best | vs default | vs best | ringtrain RSS MiB | PyTorch best RSS MiB | PyTorch default RSS MiB |",
+         "|---|---|---|---|---|" + ("---|" if also else "") + "---|---|---|---|---|---|---|"]
 for k in keys:
     m, b, s, t = k.split("/")
     o, os_ = img("ours", k); d, ds = img("torch_default", k); be, bs = img("torch_best", k)
     ratio = lambda a, c: f"{a / c:.2f}×" if a and c else "–"
     r = lambda n: f'{rss.get(n, 0):.0f}'
-    lines.append(f"| {m} | {b} | {s} | {t} | {os_} | {ds} | {bs} | {ratio(o, d)} | {ratio(o, be)} | {r('ours/'+k)} | {r('torch_best/'+k)} | {r('torch_default/'+k)} |")
+    other = f" {img('ours_block', k)[1]} |" if also else ""
+    lines.append(f"| {m} | {b} | {s} | {t} | {os_} |{other} {ds} | {bs} | {ratio(o, d)} | {ratio(o, be)} | {r('ours/'+k)} | {r('torch_best/'+k)} | {r('torch_default/'+k)} |")
 for t, p in sorted(peak.items()):
     lines.append("")
     lines.append(f"resnet50 b32, {t} thread(s): {p['step_gflops']} GFLOP/s achieved in the training step = "

@@ -21,6 +21,29 @@ void dnnl_check(dnnl_status_t st, const std::string& layer, const char* what) {
   throw Error(str_cat("layer ", layer, ": oneDNN ", what, " failed: ", dnnl_status2str(st)));
 }
 
+// (The ISA values are bit sets, not an order: AVX2 VNNI's is above AVX-512's.)
+int native_block() {
+  const unsigned isa = unsigned(dnnl_get_effective_cpu_isa()), avx512 = unsigned(dnnl_cpu_isa_avx512_core);
+  return (isa & avx512) == avx512 ? 16 : 8;
+}
+
+namespace {
+// What oneDNN dispatches to on this processor, for the set-up line.
+const char* dnnl_cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "SSE4.1";
+    case dnnl::cpu_isa::avx: return "AVX";
+    case dnnl::cpu_isa::avx2: return "AVX2";
+    case dnnl::cpu_isa::avx2_vnni: return "AVX2 VNNI";
+    case dnnl::cpu_isa::avx512_core: return "AVX-512";
+    case dnnl::cpu_isa::avx512_core_vnni: return "AVX-512 VNNI";
+    case dnnl::cpu_isa::avx512_core_bf16: return "AVX-512 BF16";
+    case dnnl::cpu_isa::avx512_core_amx: return "AMX";
+    default: return "baseline";
+  }
+}
+}  // namespace
+
 dnnl::primitive_attr user_scratchpad_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -119,45 +142,53 @@ void add_forward(const float* a, const float* b, float* y, size_t n, bool relu) 
 
 namespace {
 
+// nChw<B>c <-> NCHW: blocked[n][cb][hw][B] = nchw[n][cb*B + k][hw].
+template <int B>
+void import_blocked(const float* nchw, const Shape& s, float* dst) {
+  const int64_t cb_n = s.c / B, hw = s.h * s.w;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t cb = 0; cb < cb_n; ++cb) {
+      const float* src = nchw + (n * s.c + cb * B) * hw;
+      float* out = dst + (n * cb_n + cb) * hw * B;
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t k = 0; k < B; ++k) out[p * B + k] = src[k * hw + p];
+    }
+}
+template <int B>
+void export_blocked(const float* src, const Shape& s, float* nchw) {
+  const int64_t cb_n = s.c / B, hw = s.h * s.w;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t cb = 0; cb < cb_n; ++cb) {
+      const float* in = src + (n * cb_n + cb) * hw * B;
+      float* out = nchw + (n * s.c + cb * B) * hw;
+      for (int64_t k = 0; k < B; ++k)
+        for (int64_t p = 0; p < hw; ++p) out[k * hw + p] = in[p * B + k];
+    }
+}
+
 class OnednnBackend final : public Backend<float> {
  public:
-  OnednnBackend(std::string name, ConvAlgo algo)
-      : ctx_(std::make_shared<Context>()), name_(std::move(name)), algo_(algo) {}
+  OnednnBackend(std::string name, ConvAlgo algo, int block)
+      : ctx_(std::make_shared<Context>(block)), name_(std::move(name)), algo_(algo) {}
   std::string name() const override { return name_; }
+  std::string setup_note() const override {
+    return str_cat("oneDNN activations in nChw", ctx_->block, "c (", dnnl_cpu_isa_name(), ")");
+  }
 
   size_t act_size(const Shape& s) const override { return size_t(s.numel()); }
 
   void act_import(const float* nchw, const Shape& s, float* dst) const override {
-    if (!act_blocked(s)) {
-      std::memcpy(dst, nchw, sizeof(float) * size_t(s.numel()));
-      return;
-    }
-    // nChw8c: dst[n][cb][hw][8] = src[n][cb*8 + k][hw].
-    const int64_t cb_n = s.c / 8, hw = s.h * s.w;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t n = 0; n < s.n; ++n)
-      for (int64_t cb = 0; cb < cb_n; ++cb) {
-        const float* src = nchw + (n * s.c + cb * 8) * hw;
-        float* out = dst + (n * cb_n + cb) * hw * 8;
-        for (int64_t p = 0; p < hw; ++p)
-          for (int64_t k = 0; k < 8; ++k) out[p * 8 + k] = src[k * hw + p];
-      }
+    if (!act_blocked(s, ctx_->block)) std::memcpy(dst, nchw, sizeof(float) * size_t(s.numel()));
+    else if (ctx_->block == 16) import_blocked<16>(nchw, s, dst);
+    else import_blocked<8>(nchw, s, dst);
   }
 
   void act_export(const float* src, const Shape& s, float* nchw) const override {
-    if (!act_blocked(s)) {
-      std::memcpy(nchw, src, sizeof(float) * size_t(s.numel()));
-      return;
-    }
-    const int64_t cb_n = s.c / 8, hw = s.h * s.w;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t n = 0; n < s.n; ++n)
-      for (int64_t cb = 0; cb < cb_n; ++cb) {
-        const float* in = src + (n * cb_n + cb) * hw * 8;
-        float* out = nchw + (n * s.c + cb * 8) * hw;
-        for (int64_t k = 0; k < 8; ++k)
-          for (int64_t p = 0; p < hw; ++p) out[k * hw + p] = in[p * 8 + k];
-      }
+    if (!act_blocked(s, ctx_->block)) std::memcpy(nchw, src, sizeof(float) * size_t(s.numel()));
+    else if (ctx_->block == 16) export_blocked<16>(src, s, nchw);
+    else export_blocked<8>(src, s, nchw);
   }
 
   void accumulate(float* y, const float* x, size_t n) const override {
@@ -203,13 +234,20 @@ class OnednnBackend final : public Backend<float> {
 }  // namespace
 }  // namespace dnn
 
-std::unique_ptr<Backend<float>> make_onednn_backend(const std::string& name) {
-  if (name == "onednn" || name == "cpu")
-    return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::automatic);
-  if (name == "onednn-direct") return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::direct);
-  if (name == "onednn-winograd")
-    return std::make_unique<dnn::OnednnBackend>(name, dnn::ConvAlgo::winograd);
-  return nullptr;
+std::unique_ptr<Backend<float>> make_onednn_backend(const std::string& name, int block) {
+  dnn::ConvAlgo algo;
+  if (name == "onednn" || name == "cpu") algo = dnn::ConvAlgo::automatic;
+  else if (name == "onednn-direct") algo = dnn::ConvAlgo::direct;
+  else if (name == "onednn-winograd") algo = dnn::ConvAlgo::winograd;
+  else return nullptr;
+  if (block != 0 && block != 8 && block != 16)
+    throw Error(str_cat("backend ", name, ": the activation channel block must be 8 or 16 (0: the processor's), got ",
+                        block));
+  if (algo == dnn::ConvAlgo::winograd) {  // its kernels read 8-channel blocks
+    if (block == 16) throw Error("backend onednn-winograd: Winograd convolutions need 8-channel blocks, not 16");
+    block = 8;
+  }
+  return std::make_unique<dnn::OnednnBackend>(name, algo, block ? block : dnn::native_block());
 }
 
 }  // namespace rt

@@ -120,7 +120,7 @@ bool is_reference_impl(const dnnl::primitive_desc_base& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
-// oneDNN 2.6 has no optimised kernel for some convolutions on the nChw8c activations: a 3x3
+// oneDNN 2.6 has no optimised kernel for some convolutions on the blocked activations: a 3x3
 // backward-weights on 2x2 maps, a blocked input whose output is 1x1 and hence plain, or groups of
 // fewer channels than the block (ResNeXt's first stage, 4 a group). It then falls back to its
 // reference loops, 100-1000x slower (a ResNet-50 step at 64x64 took 2.3 s instead of 0.1 s).
@@ -149,12 +149,15 @@ PD other_layout_if_ref(const Make& make, Layout* used) {
 
 class DnnConv final : public DnnWeighted<ConvOp<float>> {
  public:
-  DnnConv(const ContextPtr& ctx, const ConvDesc& d) : DnnWeighted(ctx, d.name) {
+  // alg: convolution_direct, or convolution_winograd (oneDNN's own, on AVX-512 only: its
+  // pds then fail to build elsewhere, and the constructor throws).
+  DnnConv(const ContextPtr& ctx, const ConvDesc& d, algorithm alg = algorithm::convolution_direct)
+      : DnnWeighted(ctx, d.name) {
     Context& c = *ctx_;
     const Shape out = d.out();
-    const memory::desc src_md = act_md(d.in), dst_md = act_md(out);
-    auto md = [](const Shape& s, Layout l) {
-      if (l == Layout::act) return act_md(s);
+    const memory::desc src_md = act_md(d.in, c.block), dst_md = act_md(out, c.block);
+    auto md = [&c](const Shape& s, Layout l) {
+      if (l == Layout::act) return act_md(s, c.block);
       return memory::desc({s.n, s.c, s.h, s.w}, dt::f32, l == Layout::nhwc ? Tag::nhwc : Tag::nchw);
     };
     // Grouped weights are 5-D to oneDNN, [groups][out_c / groups][in_c / groups][kh][kw]: the
@@ -172,7 +175,7 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
     using BwdD = dnnl::convolution_backward_data::primitive_desc;
     using BwdW = dnnl::convolution_backward_weights::primitive_desc;
     auto fwd_pd = [&](Layout l) {
-      return Fwd(dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+      return Fwd(dnnl::convolution_forward::desc(prop_kind::forward_training, alg,
                                                  md(d.in, l), w_any, b_md, md(out, l), strides, pad, pad),
                  attr, c.eng);
     };
@@ -181,14 +184,14 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
       Fwd fpd = other_layout_if_ref<Fwd>(fwd_pd, &fl);
       BwdD bdpd = other_layout_if_ref<BwdD>(
           [&](Layout l) {
-            return BwdD(dnnl::convolution_backward_data::desc(algorithm::convolution_direct, md(d.in, l),
+            return BwdD(dnnl::convolution_backward_data::desc(alg, md(d.in, l),
                                                               w_any, md(out, l), strides, pad, pad),
                         attr, c.eng, fwd_pd(l));
           },
           &dl);
       BwdW bwpd = other_layout_if_ref<BwdW>(
           [&](Layout l) {
-            return BwdW(dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, md(d.in, l),
+            return BwdW(dnnl::convolution_backward_weights::desc(alg, md(d.in, l),
                                                                  w_any, b_md, md(out, l), strides, pad, pad),
                         attr, c.eng, fwd_pd(l));
           },
@@ -230,7 +233,7 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
   std::string impls_;
 };
 
-// Inner product: the input keeps its activation layout (nChw8c or plain); the weights follow
+// Inner product: the input keeps its activation layout (blocked or plain); the weights follow
 // whatever layout oneDNN pairs with it.
 class DnnLinear final : public DnnWeighted<LinearOp<float>> {
  public:
@@ -239,7 +242,7 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
     const Shape out = d.out();
     const bool flat = d.in.h * d.in.w == 1;
     // (n, c, 1, 1) activations are plain, so they are 2-D to oneDNN; the weights follow suit.
-    memory::desc src_md = flat ? memory::desc({d.in.n, d.in.c}, dt::f32, Tag::nc) : act_md(d.in);
+    memory::desc src_md = flat ? memory::desc({d.in.n, d.in.c}, dt::f32, Tag::nc) : act_md(d.in, c.block);
     Dims wdims = flat ? Dims{d.out_features, d.in.c} : Dims{d.out_features, d.in.c, d.in.h, d.in.w};
     memory::desc w_any(wdims, dt::f32, Tag::any),
         w_plain(wdims, dt::f32, flat ? Tag::oi : Tag::oihw);
@@ -284,7 +287,19 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
 
 }  // namespace
 
+// Winograd: ours (F(2x2, 3x3), AVX2 transforms) reads 8-channel blocks; on 16-channel blocks
+// (AVX-512) oneDNN has its own, F(4x4, 3x3) (jit_wino_4x3), 1.3-2.4x its direct kernels per
+// direction on ResNet's 3x3 layers, taken by the same rule where oneDNN can build it.
 std::unique_ptr<ConvOp<float>> make_conv_op(const ContextPtr& ctx, const ConvDesc& d, ConvAlgo algo) {
+  if (ctx->block == 16) {
+    if (algo == ConvAlgo::automatic && winograd_pays(d)) {
+      try {
+        return std::make_unique<DnnConv>(ctx, d, algorithm::convolution_winograd);
+      } catch (const Error&) {  // not on this processor or shape: direct, below
+      }
+    }
+    return std::make_unique<DnnConv>(ctx, d);
+  }
   const bool wino = algo == ConvAlgo::winograd ? winograd_applies(d)
                     : algo == ConvAlgo::automatic ? winograd_pays(d)
                                                   : false;

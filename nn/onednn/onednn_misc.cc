@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "nn/onednn/onednn_common.h"
 
@@ -17,7 +18,7 @@ class DnnMaxPool final : public MaxPoolOp<float> {
  public:
   DnnMaxPool(const ContextPtr& ctx, const MaxPoolDesc& d) : ctx_(ctx), name_(d.name) {
     Context& c = *ctx_;
-    memory::desc src_md = act_md(d.in), dst_md = act_md(d.out());
+    memory::desc src_md = act_md(d.in, c.block), dst_md = act_md(d.out(), c.block);
     Dims k{d.kernel, d.kernel}, s{d.stride, d.stride}, p{d.pad, d.pad};
     auto attr = user_scratchpad_attr();
     try {
@@ -97,88 +98,98 @@ class LoopAdd final : public AddOp<float> {
   bool relu_;
 };
 
+// Blocked rows (n, channel block) of hw pixels of B channels: their means, and back.
+template <int B>
+void avgpool_blocked(const float* x, float* y, const Shape& in) {
+  const int64_t cb_n = in.c / B, hw = in.h * in.w;
+  const float inv = 1.f / float(hw);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < in.n; ++n)
+    for (int64_t cb = 0; cb < cb_n; ++cb) {
+      const float* src = x + (n * cb_n + cb) * hw * B;
+      float acc[B] = {};
+      for (int64_t p = 0; p < hw; ++p)
+#pragma omp simd
+        for (int k = 0; k < B; ++k) acc[k] += src[p * B + k];
+      for (int k = 0; k < B; ++k) y[n * in.c + cb * B + k] = acc[k] * inv;
+    }
+}
+template <int B>
+void avgpool_blocked_backward(const float* dy, float* dx, const Shape& in) {
+  const int64_t cb_n = in.c / B, hw = in.h * in.w;
+  const float inv = 1.f / float(hw);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < in.n; ++n)
+    for (int64_t cb = 0; cb < cb_n; ++cb) {
+      float g[B];
+      for (int k = 0; k < B; ++k) g[k] = dy[n * in.c + cb * B + k] * inv;
+      float* dst = dx + (n * cb_n + cb) * hw * B;
+      for (int64_t p = 0; p < hw; ++p)
+#pragma omp simd
+        for (int k = 0; k < B; ++k) dst[p * B + k] = g[k];
+    }
+}
+
 // Input in its layout (blocked or plain), output (n, c, 1, 1) plain.
 class LoopGlobalAvgPool final : public GlobalAvgPoolOp<float> {
  public:
-  explicit LoopGlobalAvgPool(const GlobalAvgPoolDesc& d) : in_(d.in) {}
+  LoopGlobalAvgPool(const GlobalAvgPoolDesc& d, int block)
+      : in_(d.in), block_(act_blocked(d.in, block) ? block : 0) {}
 
   void forward(const float* x, float* y) override {
     const int64_t n_n = in_.n, c_n = in_.c, hw = in_.h * in_.w;
     const float inv = 1.f / float(hw);
-    if (act_blocked(in_)) {
-      const int64_t cb_n = c_n / 8;
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < n_n; ++n)
-        for (int64_t cb = 0; cb < cb_n; ++cb) {
-          const float* src = x + (n * cb_n + cb) * hw * 8;
-          float acc[8] = {};
-          for (int64_t p = 0; p < hw; ++p)
-#pragma omp simd
-            for (int k = 0; k < 8; ++k) acc[k] += src[p * 8 + k];
-          for (int k = 0; k < 8; ++k) y[n * c_n + cb * 8 + k] = acc[k] * inv;
-        }
-    } else {
+    if (block_ == 16) return avgpool_blocked<16>(x, y, in_);
+    if (block_ == 8) return avgpool_blocked<8>(x, y, in_);
 #pragma omp parallel for schedule(static) if (n_n * c_n * hw > 16384)
-      for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
-        const float* src = x + nc * hw;
-        float acc = 0.f;
+    for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
+      const float* src = x + nc * hw;
+      float acc = 0.f;
 #pragma omp simd reduction(+ : acc)
-        for (int64_t p = 0; p < hw; ++p) acc += src[p];
-        y[nc] = acc * inv;
-      }
+      for (int64_t p = 0; p < hw; ++p) acc += src[p];
+      y[nc] = acc * inv;
     }
   }
 
   void backward(const float* dy, float* dx) override {
     const int64_t n_n = in_.n, c_n = in_.c, hw = in_.h * in_.w;
     const float inv = 1.f / float(hw);
-    if (act_blocked(in_)) {
-      const int64_t cb_n = c_n / 8;
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int64_t n = 0; n < n_n; ++n)
-        for (int64_t cb = 0; cb < cb_n; ++cb) {
-          float g[8];
-          for (int k = 0; k < 8; ++k) g[k] = dy[n * c_n + cb * 8 + k] * inv;
-          float* dst = dx + (n * cb_n + cb) * hw * 8;
-          for (int64_t p = 0; p < hw; ++p)
-#pragma omp simd
-            for (int k = 0; k < 8; ++k) dst[p * 8 + k] = g[k];
-        }
-    } else {
+    if (block_ == 16) return avgpool_blocked_backward<16>(dy, dx, in_);
+    if (block_ == 8) return avgpool_blocked_backward<8>(dy, dx, in_);
 #pragma omp parallel for schedule(static) if (n_n * c_n * hw > 16384)
-      for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
-        const float g = dy[nc] * inv;
-        for (int64_t p = 0; p < hw; ++p) dx[nc * hw + p] = g;
-      }
+    for (int64_t nc = 0; nc < n_n * c_n; ++nc) {
+      const float g = dy[nc] * inv;
+      for (int64_t p = 0; p < hw; ++p) dx[nc * hw + p] = g;
     }
   }
 
  private:
   Shape in_;
+  int block_;  // 0: plain input
 };
 
 class LoopPadShortcut final : public PadShortcutOp<float> {
  public:
-  explicit LoopPadShortcut(const PadShortcutDesc& d)
-      : in_(d.in), out_(d.out()), stride_(d.stride), lo_((d.out_c - d.in.c) / 2) {}
+  LoopPadShortcut(const PadShortcutDesc& d, int block)
+      : in_(d.in), out_(d.out()), stride_(d.stride), lo_((d.out_c - d.in.c) / 2),
+        run_(act_blocked(in_, block) && act_blocked(out_, block) ? std::gcd(int64_t(block), lo_) : 0),
+        xi_(in_, block), yi_(out_, block) {}
 
   void forward(const float* x, float* y) override {
-    const ActIndex xi(in_), yi(out_);
-    if (fast_path()) {
-      const int64_t cb_n = out_.c / 8, lo_b = lo_ / 8, in_cb = in_.c / 8;
+    if (run_) {
+      const int64_t R = run_, runs = out_.c / R;
+      const size_t bytes = size_t(R) * sizeof(float);
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t n = 0; n < out_.n; ++n)
-        for (int64_t cb = 0; cb < cb_n; ++cb)
-          for (int64_t h = 0; h < out_.h; ++h)
-            for (int64_t w = 0; w < out_.w; ++w) {
-              float* dst = y + yi(n, cb * 8, h, w);
-              const int64_t icb = cb - lo_b;
-              if (icb < 0 || icb >= in_cb) {
-                for (int k = 0; k < 8; ++k) dst[k] = 0.f;
-              } else {
-                const float* src = x + xi(n, icb * 8, h * stride_, w * stride_);
-                for (int k = 0; k < 8; ++k) dst[k] = src[k];
-              }
+        for (int64_t h = 0; h < out_.h; ++h)
+          for (int64_t w = 0; w < out_.w; ++w)
+            for (int64_t k = 0; k < runs; ++k) {
+              float* dst = y + yi_(n, k * R, h, w);
+              const int64_t ic = k * R - lo_;
+              if (ic < 0 || ic >= in_.c)
+                std::memset(dst, 0, bytes);
+              else
+                std::memcpy(dst, x + xi_(n, ic, h * stride_, w * stride_), bytes);
             }
       return;
     }
@@ -189,26 +200,24 @@ class LoopPadShortcut final : public PadShortcutOp<float> {
         const bool pad = ic < 0 || ic >= in_.c;
         for (int64_t h = 0; h < out_.h; ++h)
           for (int64_t w = 0; w < out_.w; ++w)
-            y[yi(n, c, h, w)] = pad ? 0.f : x[xi(n, ic, h * stride_, w * stride_)];
+            y[yi_(n, c, h, w)] = pad ? 0.f : x[xi_(n, ic, h * stride_, w * stride_)];
       }
   }
 
   void backward(const float* dy, float* dx) override {
-    const ActIndex xi(in_), yi(out_);
-    if (fast_path()) {
-      const int64_t in_cb = in_.c / 8, lo_b = lo_ / 8;
+    if (run_) {
+      const int64_t R = run_, runs = in_.c / R;
+      const size_t bytes = size_t(R) * sizeof(float);
 #pragma omp parallel for collapse(2) schedule(static)
       for (int64_t n = 0; n < in_.n; ++n)
-        for (int64_t cb = 0; cb < in_cb; ++cb)
-          for (int64_t h = 0; h < in_.h; ++h)
-            for (int64_t w = 0; w < in_.w; ++w) {
-              float* dst = dx + xi(n, cb * 8, h, w);
-              if (h % stride_ || w % stride_) {
-                for (int k = 0; k < 8; ++k) dst[k] = 0.f;
-              } else {
-                const float* src = dy + yi(n, (cb + lo_b) * 8, h / stride_, w / stride_);
-                for (int k = 0; k < 8; ++k) dst[k] = src[k];
-              }
+        for (int64_t h = 0; h < in_.h; ++h)
+          for (int64_t w = 0; w < in_.w; ++w)
+            for (int64_t k = 0; k < runs; ++k) {
+              float* dst = dx + xi_(n, k * R, h, w);
+              if (h % stride_ || w % stride_)
+                std::memset(dst, 0, bytes);
+              else
+                std::memcpy(dst, dy + yi_(n, k * R + lo_, h / stride_, w / stride_), bytes);
             }
       return;
     }
@@ -217,15 +226,17 @@ class LoopPadShortcut final : public PadShortcutOp<float> {
       for (int64_t c = 0; c < in_.c; ++c)
         for (int64_t h = 0; h < in_.h; ++h)
           for (int64_t w = 0; w < in_.w; ++w)
-            dx[xi(n, c, h, w)] =
-                (h % stride_ || w % stride_) ? 0.f : dy[yi(n, c + lo_, h / stride_, w / stride_)];
+            dx[xi_(n, c, h, w)] =
+                (h % stride_ || w % stride_) ? 0.f : dy[yi_(n, c + lo_, h / stride_, w / stride_)];
   }
 
  private:
-  // Both sides blocked and the padding a whole number of blocks: copy 8 channels at a time.
-  bool fast_path() const { return act_blocked(in_) && act_blocked(out_) && lo_ % 8 == 0; }
   Shape in_, out_;
   int64_t stride_, lo_;
+  // Both sides blocked: channels go in runs of this many, which stay whole inside a block on
+  // both sides (it divides the block and the padding); 0: element by element.
+  int64_t run_;
+  ActIndex xi_, yi_;
 };
 
 // Logits (n, classes, 1, 1) are always plain, so this is a row-wise loop.
@@ -341,11 +352,11 @@ std::unique_ptr<ReluOp<float>> make_relu_op(const ContextPtr&, const ReluDesc& d
 std::unique_ptr<AddOp<float>> make_add_op(const ContextPtr&, const AddDesc& d) {
   return std::make_unique<LoopAdd>(d);
 }
-std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool_op(const ContextPtr&, const GlobalAvgPoolDesc& d) {
-  return std::make_unique<LoopGlobalAvgPool>(d);
+std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool_op(const ContextPtr& ctx, const GlobalAvgPoolDesc& d) {
+  return std::make_unique<LoopGlobalAvgPool>(d, ctx->block);
 }
-std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut_op(const ContextPtr&, const PadShortcutDesc& d) {
-  return std::make_unique<LoopPadShortcut>(d);
+std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut_op(const ContextPtr& ctx, const PadShortcutDesc& d) {
+  return std::make_unique<LoopPadShortcut>(d, ctx->block);
 }
 std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent_op(const ContextPtr&, const SoftmaxXentDesc& d) {
   return std::make_unique<LoopSoftmaxXent>(d);

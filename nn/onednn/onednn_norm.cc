@@ -12,16 +12,15 @@
 #include "nn/onednn/clones.h"
 #include "nn/onednn/onednn_common.h"
 
-// The vector helpers below are always inlined, so GCC's warning that returning a 32-byte vector
-// differs with and without AVX concerns no real call.
+// The vector helpers below are always inlined, so GCC's warning that returning a 32- or 64-byte
+// vector differs with and without AVX concerns no real call.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace rt::dnn {
 namespace {
 
-// Rows are runs of hw pixels of L interleaved channels: (n, 8-channel block) rows of L = 8 in
-// nChw8c, (n, c) rows of L = 1 in plain NCHW.
-
+// Rows are runs of hw pixels of L interleaved channels: (n, channel block) rows of L = 8 or 16 in
+// nChw8c or nChw16c, (n, c) rows of L = 1 in plain NCHW.
 
 // Mean and sum of squared deviations of one row, per lane: two passes over the row, the second
 // from cache (a row is at most a few hundred KB), so the variance has two-pass accuracy for
@@ -88,85 +87,157 @@ inline __attribute__((always_inline)) void grad_apply_row(const float* x, const 
     }
 }
 
-// The nChw8c rows with GCC vector extensions: one 8-float vector per pixel (two SSE registers
-// in the baseline build, one AVX register in the AVX2 clone).
+// The blocked rows with GCC vector extensions: one vector of L = 8 or 16 floats per pixel (in the
+// AVX2 clone one or two AVX registers, in the baseline build two or four SSE ones). The bodies
+// are templates on the vector type, inlined into one cloned function per block size.
 typedef float V8 __attribute__((vector_size(32)));
 typedef int I8 __attribute__((vector_size(32)));
-inline __attribute__((always_inline)) V8 load8(const float* p) {
-  V8 v;
+typedef float V16 __attribute__((vector_size(64)));
+typedef int I16 __attribute__((vector_size(64)));
+template <class V>
+inline __attribute__((always_inline)) V loadv(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline __attribute__((always_inline)) void store8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
+template <class V>
+inline __attribute__((always_inline)) void storev(float* p, const V& v) { std::memcpy(p, &v, sizeof v); }
 // m ? v : 0 for a comparison mask m.
-inline __attribute__((always_inline)) V8 keep(const I8& m, const V8& v) { return (V8)(m & (I8)v); }
+template <class V, class I>
+inline __attribute__((always_inline)) V keep(const I& m, const V& v) { return (V)(m & (I)v); }
 
-RT_CLONES void stats_row8(const float* x, int64_t hw, float* mean, float* m2) {
-  V8 s0 = {}, s1 = {};
+template <class V>
+inline __attribute__((always_inline)) void stats_rowv(const float* x, int64_t hw, float* mean, float* m2) {
+  constexpr int L = sizeof(V) / sizeof(float);
+  V s0 = {}, s1 = {};
   int64_t p = 0;
   for (; p + 1 < hw; p += 2) {
-    s0 += load8(x + p * 8);
-    s1 += load8(x + p * 8 + 8);
+    s0 += loadv<V>(x + p * L);
+    s1 += loadv<V>(x + p * L + L);
   }
-  if (p < hw) s0 += load8(x + p * 8);
-  const V8 vm = (s0 + s1) / float(hw);
-  V8 d1 = {}, d2 = {};
+  if (p < hw) s0 += loadv<V>(x + p * L);
+  const V vm = (s0 + s1) / float(hw);
+  V d1 = {}, d2 = {};
   for (p = 0; p < hw; ++p) {
-    const V8 d = load8(x + p * 8) - vm;
+    const V d = loadv<V>(x + p * L) - vm;
     d1 += d;
     d2 += d * d;
   }
-  store8(mean, vm);
-  store8(m2, d2 - d1 * d1 / float(hw));
+  storev(mean, vm);
+  storev(m2, d2 - d1 * d1 / float(hw));
 }
 
-RT_CLONES void normalise_row8(const float* x, float* y, int64_t hw, const float* m, const float* a,
-                              const float* b, bool relu) {
-  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
+template <class V, class I>
+inline __attribute__((always_inline)) void normalise_rowv(const float* x, float* y, int64_t hw, const float* m,
+                                                          const float* a, const float* b, bool relu) {
+  constexpr int L = sizeof(V) / sizeof(float);
+  const V vm = loadv<V>(m), va = loadv<V>(a), vb = loadv<V>(b), zero = {};
   if (relu)
     for (int64_t p = 0; p < hw; ++p) {
-      const V8 v = (load8(x + p * 8) - vm) * va + vb;
-      store8(y + p * 8, keep(v > zero, v));
+      const V v = (loadv<V>(x + p * L) - vm) * va + vb;
+      storev(y + p * L, keep<V, I>(v > zero, v));
     }
   else
-    for (int64_t p = 0; p < hw; ++p) store8(y + p * 8, (load8(x + p * 8) - vm) * va + vb);
+    for (int64_t p = 0; p < hw; ++p) storev(y + p * L, (loadv<V>(x + p * L) - vm) * va + vb);
 }
 
+template <class V, class I>
+inline __attribute__((always_inline)) void grad_sums_rowv(const float* x, const float* dy, int64_t hw,
+                                                          const float* m, const float* a, const float* b,
+                                                          bool relu, float* s1, float* s2) {
+  constexpr int L = sizeof(V) / sizeof(float);
+  const V vm = loadv<V>(m), va = loadv<V>(a), vb = loadv<V>(b), zero = {};
+  V a1 = {}, a2 = {};
+  if (relu)
+    for (int64_t p = 0; p < hw; ++p) {
+      const V xm = loadv<V>(x + p * L) - vm, g = keep<V, I>(xm * va + vb > zero, loadv<V>(dy + p * L));
+      a1 += g;
+      a2 += g * xm;
+    }
+  else
+    for (int64_t p = 0; p < hw; ++p) {
+      const V xm = loadv<V>(x + p * L) - vm, g = loadv<V>(dy + p * L);
+      a1 += g;
+      a2 += g * xm;
+    }
+  storev(s1, a1);
+  storev(s2, a2);
+}
+
+template <class V, class I>
+inline __attribute__((always_inline)) void grad_apply_rowv(const float* x, const float* dy, float* dx, int64_t hw,
+                                                           const float* m, const float* a, const float* b,
+                                                           const float* ca, const float* cb, const float* cc,
+                                                           bool relu) {
+  constexpr int L = sizeof(V) / sizeof(float);
+  const V vm = loadv<V>(m), va = loadv<V>(a), vb = loadv<V>(b), zero = {};
+  const V A = loadv<V>(ca), B = loadv<V>(cb), C = loadv<V>(cc);
+  if (relu)
+    for (int64_t p = 0; p < hw; ++p) {
+      const V xm = loadv<V>(x + p * L) - vm, g = keep<V, I>(xm * va + vb > zero, loadv<V>(dy + p * L));
+      storev(dx + p * L, A * g + B * xm + C);
+    }
+  else
+    for (int64_t p = 0; p < hw; ++p) {
+      const V xm = loadv<V>(x + p * L) - vm, g = loadv<V>(dy + p * L);
+      storev(dx + p * L, A * g + B * xm + C);
+    }
+}
+
+// One cloned entry point per pass and block size.
+RT_CLONES void stats_row8(const float* x, int64_t hw, float* mean, float* m2) { stats_rowv<V8>(x, hw, mean, m2); }
+RT_CLONES void stats_row16(const float* x, int64_t hw, float* mean, float* m2) { stats_rowv<V16>(x, hw, mean, m2); }
+RT_CLONES void normalise_row8(const float* x, float* y, int64_t hw, const float* m, const float* a, const float* b,
+                              bool relu) {
+  normalise_rowv<V8, I8>(x, y, hw, m, a, b, relu);
+}
+RT_CLONES void normalise_row16(const float* x, float* y, int64_t hw, const float* m, const float* a, const float* b,
+                               bool relu) {
+  normalise_rowv<V16, I16>(x, y, hw, m, a, b, relu);
+}
 RT_CLONES void grad_sums_row8(const float* x, const float* dy, int64_t hw, const float* m, const float* a,
                               const float* b, bool relu, float* s1, float* s2) {
-  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
-  V8 a1 = {}, a2 = {};
-  if (relu)
-    for (int64_t p = 0; p < hw; ++p) {
-      const V8 xm = load8(x + p * 8) - vm, g = keep(xm * va + vb > zero, load8(dy + p * 8));
-      a1 += g;
-      a2 += g * xm;
-    }
-  else
-    for (int64_t p = 0; p < hw; ++p) {
-      const V8 xm = load8(x + p * 8) - vm, g = load8(dy + p * 8);
-      a1 += g;
-      a2 += g * xm;
-    }
-  store8(s1, a1);
-  store8(s2, a2);
+  grad_sums_rowv<V8, I8>(x, dy, hw, m, a, b, relu, s1, s2);
+}
+RT_CLONES void grad_sums_row16(const float* x, const float* dy, int64_t hw, const float* m, const float* a,
+                               const float* b, bool relu, float* s1, float* s2) {
+  grad_sums_rowv<V16, I16>(x, dy, hw, m, a, b, relu, s1, s2);
+}
+RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64_t hw, const float* m,
+                               const float* a, const float* b, const float* ca, const float* cb, const float* cc,
+                               bool relu) {
+  grad_apply_rowv<V8, I8>(x, dy, dx, hw, m, a, b, ca, cb, cc, relu);
+}
+RT_CLONES void grad_apply_row16(const float* x, const float* dy, float* dx, int64_t hw, const float* m,
+                                const float* a, const float* b, const float* ca, const float* cb, const float* cc,
+                                bool relu) {
+  grad_apply_rowv<V16, I16>(x, dy, dx, hw, m, a, b, ca, cb, cc, relu);
 }
 
-RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64_t hw, const float* m,
-                               const float* a, const float* b, const float* ca, const float* cb,
-                               const float* cc, bool relu) {
-  const V8 vm = load8(m), va = load8(a), vb = load8(b), zero = {};
-  const V8 A = load8(ca), B = load8(cb), C = load8(cc);
-  if (relu)
-    for (int64_t p = 0; p < hw; ++p) {
-      const V8 xm = load8(x + p * 8) - vm, g = keep(xm * va + vb > zero, load8(dy + p * 8));
-      store8(dx + p * 8, A * g + B * xm + C);
-    }
-  else
-    for (int64_t p = 0; p < hw; ++p) {
-      const V8 xm = load8(x + p * 8) - vm, g = load8(dy + p * 8);
-      store8(dx + p * 8, A * g + B * xm + C);
-    }
+// A row of `lanes` interleaved channels (16, 8 or 1): the pass for its width.
+void stats_row_any(int lanes, const float* x, int64_t hw, float* mean, float* m2) {
+  if (lanes == 16) stats_row16(x, hw, mean, m2);
+  else if (lanes == 8) stats_row8(x, hw, mean, m2);
+  else stats_row<1>(x, hw, mean, m2);
+}
+void normalise_row_any(int lanes, const float* x, float* y, int64_t hw, const float* m, const float* a,
+                       const float* b, bool relu) {
+  if (lanes == 16) normalise_row16(x, y, hw, m, a, b, relu);
+  else if (lanes == 8) normalise_row8(x, y, hw, m, a, b, relu);
+  else normalise_row<1>(x, y, hw, m, a, b, relu);
+}
+void grad_sums_row_any(int lanes, const float* x, const float* dy, int64_t hw, const float* m, const float* a,
+                       const float* b, bool relu, float* s1, float* s2) {
+  if (lanes == 16) grad_sums_row16(x, dy, hw, m, a, b, relu, s1, s2);
+  else if (lanes == 8) grad_sums_row8(x, dy, hw, m, a, b, relu, s1, s2);
+  else grad_sums_row<1>(x, dy, hw, m, a, b, relu, s1, s2);
+}
+void grad_apply_row_any(int lanes, const float* x, const float* dy, float* dx, int64_t hw, const float* m,
+                        const float* a, const float* b, const float* ca, const float* cb, const float* cc,
+                        bool relu) {
+  if (lanes == 16) grad_apply_row16(x, dy, dx, hw, m, a, b, ca, cb, cc, relu);
+  else if (lanes == 8) grad_apply_row8(x, dy, dx, hw, m, a, b, ca, cb, cc, relu);
+  else grad_apply_row<1>(x, dy, dx, hw, m, a, b, ca, cb, cc, relu);
 }
 
 // Synchronised (BatchNormDesc::sync), each call splits where the group's sums are needed: the
@@ -174,9 +245,9 @@ RT_CLONES void grad_apply_row8(const float* x, const float* dy, float* dx, int64
 // any region (an MPI call, which may throw), the rest in a second region.
 class LoopBatchNorm final : public BatchNormOp<float> {
  public:
-  explicit LoopBatchNorm(const BatchNormDesc& d)
+  LoopBatchNorm(const BatchNormDesc& d, int block)
       : name_(d.name), in_(d.in), relu_(d.relu), eps_(d.eps), momentum_(d.momentum), sync_(d.sync),
-        lanes_(act_blocked(d.in) ? 8 : 1), c_(d.in.c), hw_(d.in.h * d.in.w),
+        lanes_(act_blocked(d.in, block) ? block : 1), c_(d.in.c), hw_(d.in.h * d.in.w),
         rows_(d.in.n * d.in.c / lanes_), count_(d.in.n * d.in.h * d.in.w),
         max_threads_(std::max(omp_get_max_threads(), omp_get_num_procs())) {
     for (Buffer<float>* b : {&mean_, &var_, &invstd_, &a_, &b_, &ca_, &cb_, &cc_, &em_, &ea_, &eb_})
@@ -248,10 +319,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
 #pragma omp parallel for schedule(static) num_threads(threads())
     for (int64_t r = 0; r < rows_; ++r) {
       const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-      if (lanes_ == 8)
-        normalise_row8(x + off, y + off, hw_, em_.data() + c0, ea_.data() + c0, eb_.data() + c0, relu_);
-      else
-        normalise_row<1>(x + off, y + off, hw_, em_.data() + c0, ea_.data() + c0, eb_.data() + c0, relu_);
+      normalise_row_any(int(lanes_), x + off, y + off, hw_, em_.data() + c0, ea_.data() + c0, eb_.data() + c0,
+                        relu_);
     }
   }
 
@@ -331,11 +400,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     const auto [r0, r1] = split(t, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c0 = chan0(r);
-      float mu[8] = {}, m2[8] = {};
-      if (lanes_ == 8)
-        stats_row8(x + r * hw_ * 8, hw_, mu, m2);
-      else
-        stats_row<1>(x + r * hw_, hw_, mu, m2);
+      float mu[16] = {}, m2[16] = {};
+      stats_row_any(int(lanes_), x + r * hw_ * lanes_, hw_, mu, m2);
       for (int k = 0; k < lanes_; ++k) {
         p1[c0 + k] += mu[k];
         p2[c0 + k] += double(mu[k]) * double(mu[k]);
@@ -372,10 +438,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     const auto [r0, r1] = split(t, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-      if (lanes_ == 8)
-        normalise_row8(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
-      else
-        normalise_row<1>(x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_);
+      normalise_row_any(int(lanes_), x + off, y + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
+                        relu_);
     }
   }
 
@@ -387,13 +451,9 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     const auto [r0, r1] = split(t, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-      float s1[8] = {}, s2[8] = {};
-      if (lanes_ == 8)
-        grad_sums_row8(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_, s1,
-                       s2);
-      else
-        grad_sums_row<1>(x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0, relu_,
-                         s1, s2);
+      float s1[16] = {}, s2[16] = {};
+      grad_sums_row_any(int(lanes_), x + off, dy + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
+                        relu_, s1, s2);
       for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
     }
   }
@@ -411,12 +471,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     const auto [r0, r1] = split(t, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c0 = chan0(r), off = r * hw_ * lanes_;
-      if (lanes_ == 8)
-        grad_apply_row8(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0, b_.data() + c0,
-                        ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
-      else
-        grad_apply_row<1>(x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
-                          b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
+      grad_apply_row_any(int(lanes_), x + off, dy + off, dx + off, hw_, mean_.data() + c0, a_.data() + c0,
+                         b_.data() + c0, ca_.data() + c0, cb_.data() + c0, cc_.data() + c0, relu_);
     }
   }
 
@@ -437,8 +493,8 @@ class LoopBatchNorm final : public BatchNormOp<float> {
 
 }  // namespace
 
-std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr&, const BatchNormDesc& d) {
-  return std::make_unique<LoopBatchNorm>(d);
+std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr& ctx, const BatchNormDesc& d) {
+  return std::make_unique<LoopBatchNorm>(d, ctx->block);
 }
 
 }  // namespace rt::dnn
