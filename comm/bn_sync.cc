@@ -36,7 +36,7 @@ std::string bn_group_error(int group, int world) {
 }
 
 BnGroupSync::BnGroupSync(MPI_Comm world, int group, const CommConfig& cfg)
-    : world_(std::make_unique<Communicator>(world)), idle_sleep_us_(cfg.overlap_idle_sleep_us) {
+    : world_(std::make_unique<Communicator>(world)), idle_sleep_us_(cfg.idle_sleep_us) {
   const int size = world_->size(), rank = world_->rank();
   std::vector<int> all(static_cast<size_t>(size));
   world_->allgather_bytes(&group, sizeof group, all.data());
