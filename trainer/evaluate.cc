@@ -112,13 +112,7 @@ Net<float>& Trainer::eval_net() {
   if (!eval_net_) {
     Config c = cfg_;
     c.data.image_size = int(side);
-    if (hooks_.make_net) {
-      eval_net_ = hooks_.make_net(c);
-    } else {
-      ResNetConfig r = config_resnet(c);
-      r.inference_only = true;
-      eval_net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
-    }
+    eval_net_ = build_net(c, true);
     eval_pad_images_.resize(size_t(eval_net_->shape(0).numel()));
     if (cfg_.data.output == data::Output::u8) eval_pad_pixels_.resize(eval_pad_images_.size());
   }

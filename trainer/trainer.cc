@@ -96,13 +96,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   schedule_ = config_schedule(cfg_, world_);
 
   make_bn_sync(world);
-  if (hooks_.make_net) {
-    net_ = hooks_.make_net(cfg_);
-  } else {
-    ResNetConfig r = config_resnet(cfg_);
-    r.bn_sync = bn_sync_;
-    net_ = build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
-  }
+  net_ = build_net(cfg_, false);
   auto& arena = net_->arena();
   if (bn_sync_) {  // the largest sum: forward's three per channel and the rows
     size_t channels = 0;
@@ -237,6 +231,16 @@ void Trainer::make_bn_sync(MPI_Comm world) {
                               "comm.overlap reduces gradients on another thread, which needs MPI initialised "
                               "with MPI_THREAD_MULTIPLE (this process has less); set comm.overlap: false"));
   bn_sync_ = std::make_shared<comm::BnGroupSync>(world, group, cfg_.comm);
+}
+
+// The model of config c: the hook's (tests), else the ResNet on the job's backend; training's
+// takes the batch-norm groups, evaluation's runs forward only.
+std::unique_ptr<Net<float>> Trainer::build_net(const Config& c, bool inference_only) {
+  if (hooks_.make_net) return hooks_.make_net(c);
+  ResNetConfig r = config_resnet(c);
+  r.inference_only = inference_only;
+  if (!inference_only) r.bn_sync = bn_sync_;
+  return build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
 }
 
 void Trainer::log_line(const std::string& s) const {

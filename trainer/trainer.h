@@ -164,6 +164,7 @@ class Trainer {
   Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
   void log_line(const std::string& s) const;
   void make_bn_sync(MPI_Comm world);
+  std::unique_ptr<Net<float>> build_net(const Config& c, bool inference_only);
 
   Config cfg_;
   TrainerHooks hooks_;

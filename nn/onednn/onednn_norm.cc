@@ -328,23 +328,6 @@ class LoopBatchNorm final : public BatchNormOp<float> {
   // dgamma and dbeta are this rank's sums; synchronised, dx takes the group's.
   void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
                 float* dgamma, float* dbeta) override {
-    if (!sync_) {
-#pragma omp parallel num_threads(threads())
-      {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        grad_sums(x, dy, t, nt);
-#pragma omp barrier
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < c_; ++c) {
-          const Sums s = thread_sums(c, nt, 2);
-          dbeta[c] = float(s.v[0]);
-          dgamma[c] = float(s.v[1] * invstd_[size_t(c)]);
-          set_grad_coefficients(c, s.v[0], s.v[1], double(count_), gamma);
-        }
-        if (dx) grad_apply(x, dy, dx, t, nt);
-      }
-      return;
-    }
 #pragma omp parallel num_threads(threads())
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -352,14 +335,17 @@ class LoopBatchNorm final : public BatchNormOp<float> {
 #pragma omp barrier
 #pragma omp for schedule(static)
       for (int64_t c = 0; c < c_; ++c) {
-        const Sums s = thread_sums(c, nt, 2);
-        dbeta[c] = float(s.v[0]);
-        dgamma[c] = float(s.v[1] * invstd_[size_t(c)]);
-        group_[size_t(c)] = s.v[0];
-        group_[size_t(c_ + c)] = s.v[1];
+        const Sums s = own_grad_sums(c, nt, dgamma, dbeta);
+        if (!sync_) {
+          set_grad_coefficients(c, s.v[0], s.v[1], double(count_), gamma);
+        } else {
+          group_[size_t(c)] = s.v[0];
+          group_[size_t(c_ + c)] = s.v[1];
+        }
       }
+      if (!sync_ && dx) grad_apply(x, dy, dx, t, nt);
     }
-    if (!dx) return;
+    if (!sync_ || !dx) return;
     sync_->sum(group_.data(), 2 * size_t(c_));
     const double m = group_m_;
 #pragma omp parallel num_threads(threads())
@@ -456,6 +442,15 @@ class LoopBatchNorm final : public BatchNormOp<float> {
                         relu_, s1, s2);
       for (int k = 0; k < lanes_; ++k) p1[c0 + k] += s1[k], p2[c0 + k] += s2[k];
     }
+  }
+
+  // Channel c's sum g and sum g (x - mean) over this rank's rows, and from them its gamma and
+  // beta gradients.
+  Sums own_grad_sums(int64_t c, int nt, float* dgamma, float* dbeta) {
+    const Sums s = thread_sums(c, nt, 2);
+    dbeta[c] = float(s.v[0]);
+    dgamma[c] = float(s.v[1] * invstd_[size_t(c)]);
+    return s;
   }
 
   // dx = gamma invstd / M (M g - sum g - xhat sum g xhat), xhat = (x - mean) invstd, as
