@@ -16,6 +16,7 @@ int Arena<T>::add_param(std::string name, std::vector<int64_t> dims, ParamKind k
                             [](size_t a, int64_t d) { return a * size_t(d); });
   p.dims = std::move(dims);
   p.kind = kind;
+  count_ += p.count;
   params_info_.push_back(std::move(p));
   return int(params_info_.size()) - 1;
 }
@@ -42,11 +43,9 @@ void Arena<T>::finalize() {
   if (finalized_) return;
   constexpr size_t align = 64 / sizeof(T);  // each parameter starts on a cache line
   size_t off = 0;
-  count_ = 0;
   for (size_t i = params_info_.size(); i-- > 0;) {
     params_info_[i].offset = off;
     off += (params_info_[i].count + align - 1) / align * align;
-    count_ += params_info_[i].count;
   }
   size_ = off;
   layout_.assign(params_info_.rbegin(), params_info_.rend());

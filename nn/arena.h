@@ -87,6 +87,8 @@ class Arena {
   T* grad(int id) { return grads_.data() + params_info_[id].offset; }
   T* state_ptr(int id) { return state_.data() + state_info_[id].offset; }
   const ParamInfo& info(int id) const { return params_info_[id]; }
+  // Parameter infos by id (registration order); names, dims and counts before finalize too.
+  const std::vector<ParamInfo>& registered() const { return params_info_; }
 
   // Parameter infos sorted by offset (i.e. in backward order).
   const std::vector<ParamInfo>& layout() const { return layout_; }
@@ -121,7 +123,7 @@ class Arena {
   HostView<T> host_params() { return HostView<T>(params_); }
   HostView<T> host_grads() { return HostView<T>(grads_); }
   HostView<T> host_state() { return HostView<T>(state_); }
-  // Number of trained scalars (excluding alignment padding).
+  // Number of trained scalars (excluding alignment padding); before finalize too.
   size_t param_count() const { return count_; }
   size_t size() const { return size_; }  // elements including alignment padding
 

@@ -144,6 +144,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
   x = net->linear(x, "fc", cfg.num_classes, true);
   net->loss(x, cfg.loss);
   if (cfg.inference_only) net->set_inference_only();
+  if (cfg.layout_only) return net;
   net->finalize();
   init_resnet(*net, cfg.seed, cfg.zero_init_residual);
   return net;

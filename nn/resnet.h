@@ -24,6 +24,9 @@ struct ResNetConfig {
                                    //   linear between (timm's drop_path_rate); 0 = none
   uint64_t seed = 0;               // initialisation seed
   bool inference_only = false;     // forward only (Net::set_inference_only): evaluation's network
+  bool layout_only = false;        // the graph and its parameters' names and shapes, nothing
+                                   //   allocated or initialised (Net::finalize not run, so the
+                                   //   network cannot run): sizes of big models in no time
   // Every batch norm's training statistics over this group of ranks (model.bn_group; null: over
   // this rank's batch alone).
   std::shared_ptr<BnSync> bn_sync = {};

@@ -351,9 +351,10 @@ TEST(Net, SecondStepReusesBuffersAndRepeatsExactly) {
 // moves some gradients by percents in either float backend (which one is luck): there the
 // tolerance catches wrong layouts or missing terms (errors of order 1), not rounding.
 void expect_backends_agree(const std::string& model, int64_t batch, int64_t size, int64_t classes,
-                           double rtol) {
+                           double rtol, double width = 1.0) {
   ResNetConfig c;
   c.name = model;
+  c.width = width;
   c.batch = batch;
   c.image_size = size;
   c.num_classes = classes;
@@ -413,8 +414,9 @@ TEST(Net, FirstNonfiniteNodeNamesThePoisonedLayer) {
 TEST(Net, OnednnResNetStepMatchesReference) {
   expect_backends_agree("resnet20", 4, 16, 10, 1e-3);
   expect_backends_agree("resnet18", 2, 64, 10, 1e-3);
-  // 8 values per BN channel in layer4: both float backends are 2-4% off double here.
-  expect_backends_agree("resnet50", 2, 64, 10, 0.1);
+  // 8 values per BN channel in layer4: both float backends are 2-4% off double here. At half
+  // width (up to 1024 channels: oneDNN's kernels for wide layers), a quarter of the work.
+  expect_backends_agree("resnet50", 2, 64, 10, 0.1, 0.5);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace rt {
 namespace {
 
 std::unique_ptr<Net<float>> build(const std::string& name, int64_t classes = 1000, int64_t size = 64,
-                                  bool zero_init = false, std::string shortcut = "A") {
+                                  bool zero_init = false, std::string shortcut = "A", bool layout_only = false) {
   ResNetConfig c;
   c.name = name;
   c.num_classes = classes;
@@ -17,29 +17,47 @@ std::unique_ptr<Net<float>> build(const std::string& name, int64_t classes = 100
   c.batch = 1;
   c.zero_init_residual = zero_init;
   c.cifar_shortcut = shortcut;
+  c.layout_only = layout_only;
   return build_resnet<float>(c, make_backend<float>("reference"));
 }
 
+// Names and shapes only (ResNetConfig::layout_only): the counts of models up to 127M parameters
+// without allocating or drawing them.
+std::unique_ptr<Net<float>> layout(const std::string& name) { return build(name, 1000, 64, false, "A", true); }
+
 TEST(ResNet, ParameterCountsEqualTorchvision) {
   // torchvision.models.resnetXX(num_classes=1000): sum(p.numel() for p in model.parameters()).
-  EXPECT_EQ(build("resnet18")->arena().param_count(), 11689512u);
-  EXPECT_EQ(build("resnet34")->arena().param_count(), 21797672u);
-  EXPECT_EQ(build("resnet50")->arena().param_count(), 25557032u);
-  EXPECT_EQ(build("resnet101")->arena().param_count(), 44549160u);
-  EXPECT_EQ(build("resnet152")->arena().param_count(), 60192808u);
-  EXPECT_EQ(build("resnext50_32x4d")->arena().param_count(), 25028904u);
-  EXPECT_EQ(build("resnext101_32x8d")->arena().param_count(), 88791336u);
-  EXPECT_EQ(build("resnext101_64x4d")->arena().param_count(), 83455272u);
-  EXPECT_EQ(build("wide_resnet50_2")->arena().param_count(), 68883240u);
-  EXPECT_EQ(build("wide_resnet101_2")->arena().param_count(), 126886696u);
+  EXPECT_EQ(layout("resnet18")->arena().param_count(), 11689512u);
+  EXPECT_EQ(layout("resnet34")->arena().param_count(), 21797672u);
+  EXPECT_EQ(layout("resnet50")->arena().param_count(), 25557032u);
+  EXPECT_EQ(layout("resnet101")->arena().param_count(), 44549160u);
+  EXPECT_EQ(layout("resnet152")->arena().param_count(), 60192808u);
+  EXPECT_EQ(layout("resnext50_32x4d")->arena().param_count(), 25028904u);
+  EXPECT_EQ(layout("resnext101_32x8d")->arena().param_count(), 88791336u);
+  EXPECT_EQ(layout("resnext101_64x4d")->arena().param_count(), 83455272u);
+  EXPECT_EQ(layout("wide_resnet50_2")->arena().param_count(), 68883240u);
+  EXPECT_EQ(layout("wide_resnet101_2")->arena().param_count(), 126886696u);
+}
+
+TEST(ResNet, LayoutOnlyHasTheFullNetworksParameters) {
+  // The same names, shapes and count as the network built in full; nothing allocated.
+  auto shape = layout("resnet18");
+  auto full = build("resnet18");
+  EXPECT_EQ(shape->arena().size(), 0u);
+  EXPECT_EQ(shape->arena().param_count(), full->arena().param_count());
+  ASSERT_EQ(shape->arena().registered().size(), full->arena().registered().size());
+  for (size_t i = 0; i < full->arena().registered().size(); ++i) {
+    EXPECT_EQ(shape->arena().registered()[i].name, full->arena().registered()[i].name);
+    EXPECT_EQ(shape->arena().registered()[i].dims, full->arena().registered()[i].dims);
+  }
 }
 
 TEST(ResNet, ResNeXtAndWideBottlenecksHaveTorchvisionsShapes) {
   // torchvision: layer1.0.conv2.weight is [128, 4, 3, 3] in resnext50_32x4d, [256, 8, 3, 3] in
   // resnext101_32x8d, [128, 128, 3, 3] in wide_resnet50_2; conv3 maps back to 256.
   auto dims = [](const std::string& model, const std::string& tensor) {
-    auto net = build(model);
-    for (const ParamInfo& p : net->arena().layout())
+    auto net = layout(model);
+    for (const ParamInfo& p : net->arena().registered())
       if (p.name == tensor) return p.dims;
     return std::vector<int64_t>{};
   };

@@ -19,6 +19,7 @@ only started from or evaluated. PyTorch reads and writes its own file format (to
 """
 import argparse
 import collections
+import contextlib
 import os
 import re
 import struct
@@ -124,6 +125,23 @@ def checkpoint_tensors(path, ema=False):
     return out, meta[0]
 
 
+@contextlib.contextmanager
+def weights_not_drawn():
+    """Model construction without drawing initial weights: they are loaded, or only the shapes
+    matter. torchvision's initialisation of a 127M-parameter model takes seconds; the tensors
+    themselves are allocated, untouched."""
+    import torch
+    names = ("kaiming_normal_", "kaiming_uniform_", "uniform_", "normal_", "constant_", "zeros_", "ones_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda t, *args, **kwargs: t)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
 def torchvision_model(shapes):
     """(name, model) of the torchvision ResNet, ResNeXt or wide ResNet whose state dict has exactly
     these names and shapes ({name: shape}; BN counters aside), or (None, None): a CIFAR ResNet,
@@ -143,7 +161,8 @@ def torchvision_model(shapes):
         make = getattr(torchvision.models, arch, None)
         if make is None:  # an older torchvision (resnext101_64x4d came in 0.13)
             continue
-        model = make(num_classes=shapes["fc.weight"][0])
+        with weights_not_drawn():
+            model = make(num_classes=shapes["fc.weight"][0])
         want = {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith(counter)}
         if want == have:
             return arch, model

@@ -32,13 +32,10 @@ class RefConv final : public ConvOp<T> {
         out_(d.out()),
         k_(d.in.c * d.kernel_h * d.kernel_w),
         kg_(d.in_per_group() * d.kernel_h * d.kernel_w),
-        p_(out_.h * out_.w),
-        col_(size_t(k_ * p_)),
-        dcol_(size_t(k_ * p_)),
-        dw_acc_(size_t(d.weight_count())),
-        db_acc_(size_t(d.out_c)) {}
+        p_(out_.h * out_.w) {}
 
   void forward(const T* x, const T* w, const T* b, T* y) override {
+    if (col_.size() == 0) col_.resize(size_t(k_ * p_));
     for (int64_t n = 0; n < d_.in.n; ++n) {
       im2col(x + n * d_.in.chw());
       T* yn = y + n * out_.chw();
@@ -61,8 +58,12 @@ class RefConv final : public ConvOp<T> {
   }
 
   void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) override {
-    std::fill(dw_acc_.begin(), dw_acc_.end(), 0.0);
-    std::fill(db_acc_.begin(), db_acc_.end(), 0.0);
+    if (dcol_.size() == 0) {
+      col_.resize(size_t(k_ * p_));
+      dcol_.resize(size_t(k_ * p_));
+    }
+    dw_acc_.assign(size_t(d_.weight_count()), 0.0);
+    db_acc_.assign(size_t(d_.out_c), 0.0);
     const int64_t K = kg_, P = p_;
     for (int64_t n = 0; n < d_.in.n; ++n) {
       im2col(x + n * d_.in.chw());
@@ -158,6 +159,8 @@ class RefConv final : public ConvOp<T> {
   Shape out_;
   // GEMM sizes: im2col rows C*KH*KW, of them one group's (its reduction), output pixels OH*OW
   int64_t k_, kg_, p_;
+  // Sized at first use: a network built for its layout alone, or run forward only, holds none
+  // of the backward's (dw_acc_ alone is the size of the weights).
   Buffer<T> col_, dcol_;
   std::vector<double> dw_acc_, db_acc_;  // weight gradients summed over the batch in double
 };

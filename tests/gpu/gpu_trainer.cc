@@ -88,11 +88,24 @@ std::map<long, double> train(const std::string& backend, int np, std::string* ou
 void expect_matches_cpu(const std::string& backend, double tol, const std::string& extra = "",
                         const std::string& both = "") {
   RT_REQUIRE_GPU();
+  // The CPU's runs, by rank count and arguments: a test comparing two precisions runs them once.
+  struct CpuRun {
+    std::string out;
+    std::map<long, double> loss, norms;
+  };
+  static std::map<std::pair<int, std::string>, CpuRun> cpu_runs;
   for (int np : {1, 2}) {
-    std::string out_gpu, out_cpu;
-    std::map<long, double> gpu_norms, cpu_norms;
+    std::string out_gpu;
+    std::map<long, double> gpu_norms;
     const auto gpu = train(backend, np, &out_gpu, extra, both, &gpu_norms);
-    const auto cpu = train(RT_CPU_BACKEND, np, &out_cpu, "", both, &cpu_norms);
+    if (!cpu_runs.count({np, both})) {
+      CpuRun& r = cpu_runs[{np, both}];
+      r.loss = train(RT_CPU_BACKEND, np, &r.out, "", both, &r.norms);
+    }
+    const CpuRun& run = cpu_runs.at({np, both});
+    const std::string& out_cpu = run.out;
+    const auto& cpu = run.loss;
+    const auto& cpu_norms = run.norms;
     // Ranks beyond the node's GPUs share them, and the job says so once.
     const size_t notes = count(out_gpu, "ranks on this node share its");
     EXPECT_EQ(notes, rt::cuda::device_count() < np ? 1u : 0u) << out_gpu;
@@ -280,10 +293,11 @@ double last_metric(const std::string& dir, const std::string& type, const std::s
 TEST(GpuTrainer, EvaluationAtItsOwnSideMatchesCpu) {
   RT_REQUIRE_GPU();
   const std::string both = "--set data.eval_image_size=24 --set train.ema=0.5";
+  std::string out_cpu;
+  train(RT_CPU_BACKEND, 2, &out_cpu, "", both);
   for (const auto& [backend, tol] : {std::pair<std::string, double>{"cuda", kFp32Tol}, {"cuda-bf16", 5e-2}}) {
-    std::string out_gpu, out_cpu;
+    std::string out_gpu;
     train(backend, 2, &out_gpu, "", both);
-    train(RT_CPU_BACKEND, 2, &out_cpu, "", both);
     for (const char* key : {"val_loss", "ema_val_loss"}) {
       const double g = last_metric(run_dir(backend + "_np2"), "epoch", key);
       const double c = last_metric(run_dir(std::string(RT_CPU_BACKEND) + "_np2"), "epoch", key);

@@ -65,15 +65,21 @@ inline std::string write(const std::string& name, const std::string& text) {
   return p;
 }
 
-// Reads MPIEXEC and TRAINER from the command line and makes the scratch folder; false (after
-// printing the usage) when the arguments are wrong.
+// The part of a test program to run (its third argument), so that ctest runs the parts side by
+// side; none given: every part.
+inline std::string part;
+inline bool wants(const char* p) { return part.empty() || part == p; }
+
+// Reads MPIEXEC, TRAINER and the part from the command line and makes the scratch folder; false
+// (after printing the usage) when the arguments are wrong.
 inline bool start(int argc, char** argv, const char* name) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s MPIEXEC TRAINER\n", name);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s MPIEXEC TRAINER [PART]\n", name);
     return false;
   }
   mpiexec = argv[1];
   trainer = argv[2];
+  if (argc == 4) part = argv[3];
   std::string tmpl = std::string("/tmp/rt_") + name + "_XXXXXX";
   dir = mkdtemp(tmpl.data());
   return true;

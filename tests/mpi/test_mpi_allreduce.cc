@@ -214,6 +214,9 @@ int run() {
   for (size_t limit : {kMpiMaxCount, size_t(1000)}) {
     Communicator comm(MPI_COMM_WORLD, limit);
     for (size_t seg_bytes : {size_t(1) << 20, size_t(64)}) {
+      // Segments are cut to the limit: 64-byte ones never reach 1000 elements, and the two
+      // limits would run the same messages.
+      if (seg_bytes < limit * sizeof(float) && limit != kMpiMaxCount) continue;
       for (const Algo& a : algos) {
         const std::string algo = a.name == "hierarchical" ? str_cat(a.name, "/", a.per_node) : a.name;
         CommConfig cfg;
