@@ -23,7 +23,7 @@ void dnnl_check(dnnl_status_t st, const std::string& layer, const char* what) {
 
 // (The ISA values are bit sets, not an order: AVX2 VNNI's is above AVX-512's.)
 int native_block() {
-  const unsigned isa = unsigned(dnnl_get_effective_cpu_isa()), avx512 = unsigned(dnnl_cpu_isa_avx512_core);
+  const unsigned isa = unsigned(dnnl::get_effective_cpu_isa()), avx512 = unsigned(dnnl::cpu_isa::avx512_core);
   return (isa & avx512) == avx512 ? 16 : 8;
 }
 

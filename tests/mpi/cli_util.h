@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <regex>
 #include <string>
 #include <thread>
@@ -65,21 +66,27 @@ inline std::string write(const std::string& name, const std::string& text) {
   return p;
 }
 
-// The part of a test program to run (its third argument), so that ctest runs the parts side by
-// side; none given: every part.
+// The part of a test program to run (its third argument, one of the program's `parts`), so
+// that ctest runs the parts side by side; none given: every part.
 inline std::string part;
 inline bool wants(const char* p) { return part.empty() || part == p; }
 
 // Reads MPIEXEC, TRAINER and the part from the command line and makes the scratch folder; false
 // (after printing the usage) when the arguments are wrong.
-inline bool start(int argc, char** argv, const char* name) {
-  if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: %s MPIEXEC TRAINER [PART]\n", name);
+inline bool start(int argc, char** argv, const char* name, std::initializer_list<const char*> parts = {}) {
+  bool ok = argc == 3 || (argc == 4 && parts.size() > 0);
+  if (argc == 4) {
+    part = argv[3];
+    ok = ok && std::any_of(parts.begin(), parts.end(), [](const char* p) { return part == p; });
+  }
+  if (!ok) {
+    std::string list;
+    for (const char* p : parts) list += (list.empty() ? "" : "|") + std::string(p);
+    std::fprintf(stderr, "usage: %s MPIEXEC TRAINER%s\n", name, list.empty() ? "" : (" [" + list + "]").c_str());
     return false;
   }
   mpiexec = argv[1];
   trainer = argv[2];
-  if (argc == 4) part = argv[3];
   std::string tmpl = std::string("/tmp/rt_") + name + "_XXXXXX";
   dir = mkdtemp(tmpl.data());
   return true;

@@ -268,16 +268,12 @@ void check_predict() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!start(argc, argv, "test_mpi_trainer_cli")) return 2;
+  if (!start(argc, argv, "test_mpi_trainer_cli", {"errors", "resume", "best"})) return 2;
   if (wants("errors")) check_errors();
   if (wants("resume")) check_run_eval_resume();
   if (wants("best")) {  // --predict's last check takes keep_best's checkpoint
     check_keep_best();
     check_predict();
-  }
-  if (!part.empty() && part != "errors" && part != "resume" && part != "best") {
-    std::fprintf(stderr, "test_mpi_trainer_cli: no part '%s' (errors, resume, best)\n", part.c_str());
-    return 2;
   }
   return finish("test_mpi_trainer_cli");
 }
