@@ -111,6 +111,12 @@ class MemorySpace {
   virtual bool host_accessible() const = 0;
 };
 
+namespace detail {
+// Zeroed, 64-byte aligned host memory of `bytes` (a multiple of 64), and its release (nn/host_pages.cc).
+void* host_alloc_zeroed(size_t bytes);
+void host_free(void* p, size_t bytes) noexcept;
+}  // namespace detail
+
 // Owning, zero-initialised array, 64-byte aligned host memory unless given a MemorySpace (then
 // element access from the host is allowed only when the space is host accessible; otherwise the
 // host goes through to_host / from_host). Movable, not copyable: big buffers are allocated once
@@ -148,9 +154,7 @@ class Buffer {
       n_ = n;
       return;
     }
-    p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
-    if (!p_) throw std::bad_alloc();
-    std::memset(static_cast<void*>(p_), 0, bytes);
+    p_ = static_cast<T*>(detail::host_alloc_zeroed(bytes));
     n_ = n;
   }
   void zero() { zero(0, n_); }
@@ -190,7 +194,7 @@ class Buffer {
  private:
   void release() {
     if (space_ && p_) space_->deallocate(p_, (n_ * sizeof(T) + 63) / 64 * 64);
-    else std::free(p_);
+    else detail::host_free(p_, (n_ * sizeof(T) + 63) / 64 * 64);
     p_ = nullptr;
     n_ = 0;
   }

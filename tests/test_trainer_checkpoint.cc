@@ -84,6 +84,57 @@ TEST(trainer_checkpoint, RoundTrip) {
   fs::remove_all(dir);
 }
 
+// checkpoint_read's parts: sections left out are still read, counted and checksummed, only not
+// held; a damaged byte in one is the same checksum error as anywhere else.
+TEST(trainer_checkpoint, PartsLeftOutAreCheckedButNotHeld) {
+  const std::string dir = temp_dir("rt_ck_parts");
+  Fixture f;
+  const std::string path = checkpoint_path(dir, f.meta.step);
+  std::vector<float> ema(f.params.size() + f.state.size(), 0.75f), ranks(4 * f.state.size(), 2.f);
+  const std::vector<float> moment2(f.params.size(), 3.f);
+  const std::vector<CheckpointTensor> layout = {{false, "w", {1008}, 0, 1008}, {true, "s", {37}, 0, 37}};
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, f.momentum, ranks, layout, ema, ranks, moment2);
+  const Checkpoint all = checkpoint_read(path);
+  EXPECT_EQ(all.moment2, moment2);
+  EXPECT_EQ(all.ema_rank_state, ranks);
+  EXPECT_EQ(all.layout.size(), 2u);
+  const Checkpoint none = checkpoint_read(path, CheckpointParts::none());
+  EXPECT_EQ(none.meta.step, f.meta.step);
+  EXPECT_EQ(none.config_yaml, f.yaml);
+  EXPECT_FALSE(none.weights_only) << "momentum was there, though not held";
+  for (const auto* v : {&none.params, &none.state, &none.momentum, &none.moment2, &none.rank_state, &none.ema,
+                        &none.ema_rank_state})
+    EXPECT_TRUE(v->empty());
+  EXPECT_TRUE(none.layout.empty());
+  const Checkpoint eval = checkpoint_read(path, {.weights = true, .optimizer = false, .rank_state = false, .ema = true});
+  EXPECT_EQ(eval.params, f.params);
+  EXPECT_EQ(eval.state, f.state);
+  EXPECT_EQ(eval.ema, ema);
+  EXPECT_EQ(eval.layout.size(), 2u);
+  EXPECT_TRUE(eval.momentum.empty() && eval.moment2.empty() && eval.rank_state.empty() && eval.ema_rank_state.empty());
+  // Counted though skipped: a short momentum is refused as when it is held.
+  checkpoint_write(path, f.meta, f.yaml, f.params, f.state, std::vector<float>(f.params.size() - 2, 1.f));
+  EXPECT_NE(error_of([&] { checkpoint_read(path, CheckpointParts::none()); }).find("section sizes disagree"),
+            std::string::npos);
+  // A byte flipped in the momentum, which none of these keep, and one in a section's length,
+  // which makes the section run past the end: both are named as the damage they are.
+  f.write(path);
+  const auto size = fs::file_size(path);
+  for (std::streamoff at : {std::streamoff(size - 8), std::streamoff(32 + 16 + 160 + 8 + 1)}) {
+    f.write(path);
+    {
+      std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(at);
+      io.put('\x7f');
+    }
+    for (const CheckpointParts& keep : {CheckpointParts{}, CheckpointParts::none()}) {
+      const auto e = error_of([&] { checkpoint_read(path, keep); });
+      EXPECT_EQ(e, path + ": corrupt: checksum mismatch (the file was damaged after it was written)") << at;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // Each rank's own BN statistics ("bn_ranks"): one set per rank that wrote the file, refused by
 // name when the count is wrong.
 TEST(trainer_checkpoint, RanksOwnStatisticsRoundTripAndAreCounted) {

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 namespace rt::trainer {
@@ -70,6 +69,56 @@ class Writer {
   std::string path_;
   uint64_t hash_ = 0xcbf29ce484222325ull, bytes_ = 0;
   uint32_t sections_ = 0;
+};
+
+// Reads a checkpoint front to back, hashing the payload as it goes: sections land in their own
+// buffers (or pass through a small one) instead of the whole file sitting in memory first.
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+      const std::string why = os_error();
+      if (fd_ >= 0) ::close(fd_);
+      throw CheckpointError(str_cat(path_, ": cannot open the checkpoint (", why, ")"));
+    }
+    size_ = size_t(st.st_size);
+  }
+  ~Reader() { ::close(fd_); }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  size_t size() const { return size_; }
+  size_t offset() const { return offset_; }
+  uint64_t hash() const { return hash_; }
+  // n bytes (a multiple of 8 where hashed: sections are padded to whole words).
+  void read(void* to, size_t n, bool hashed = true) {
+    char* c = static_cast<char*>(to);
+    for (size_t done = 0; done < n;) {
+      const ssize_t got = ::read(fd_, c + done, std::min<size_t>(n - done, size_t(1) << 30));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) throw CheckpointError(str_cat(path_, ": read failed (", os_error(), ")"));
+      if (got == 0) throw CheckpointError(str_cat(path_, ": read failed (the file shrank while it was read)"));
+      done += size_t(got);
+    }
+    if (hashed) hash_ = checkpoint_hash(c, n, hash_);
+    offset_ += n;
+  }
+  void skip(size_t n) {
+    if (n > 0 && chunk_.empty()) chunk_.resize(size_t(1) << 20);
+    while (n > 0) {
+      const size_t k = std::min(n, chunk_.size());
+      read(chunk_.data(), k);
+      n -= k;
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  size_t size_ = 0, offset_ = 0;
+  uint64_t hash_ = 0xcbf29ce484222325ull;
+  std::vector<char> chunk_;
 };
 
 void fsync_dir(const std::string& dir) {
@@ -201,105 +250,127 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
   fsync_dir(dir);
 }
 
-Checkpoint checkpoint_read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw CheckpointError(str_cat(path, ": cannot open the checkpoint (", os_error(), ")"));
-  f.seekg(0, std::ios::end);
-  const size_t size = size_t(f.tellg());
-  f.seekg(0);
+Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep) {
   auto bad = [&](const std::string& what) { return CheckpointError(str_cat(path, ": ", what)); };
-  std::vector<char> buf(size);
-  if (!f.read(buf.data(), std::streamsize(size))) throw bad("read failed");
-  if (size >= 8 && std::memcmp(buf.data(), kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
+  Reader r(path);
+  const size_t size = r.size();
+  char header[kHeaderBytes] = {};
+  r.read(header, std::min(size, kHeaderBytes), false);
+  if (size >= 8 && std::memcmp(header, kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
   if (size < kHeaderBytes) throw bad(str_cat("not a checkpoint: truncated to ", size, " bytes"));
   uint32_t version, nsec;
   uint64_t bytes, hash;
-  std::memcpy(&version, buf.data() + 8, 4);
-  std::memcpy(&nsec, buf.data() + 12, 4);
-  std::memcpy(&bytes, buf.data() + 16, 8);
-  std::memcpy(&hash, buf.data() + 24, 8);
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&nsec, header + 12, 4);
+  std::memcpy(&bytes, header + 16, 8);
+  std::memcpy(&hash, header + 24, 8);
   if (version != kVersion) throw bad(str_cat("format version ", version, " (this build reads ", kVersion, ")"));
   if (size - kHeaderBytes < bytes)
     throw bad(str_cat("truncated: ", size, " bytes, the header promises ", kHeaderBytes + bytes));
   if (size - kHeaderBytes > bytes)
     throw bad(str_cat("corrupt: ", size - kHeaderBytes - bytes, " bytes after the payload"));
-  if (bytes % 8 != 0 || checkpoint_hash(buf.data() + kHeaderBytes, bytes) != hash)
-    throw bad("corrupt: checksum mismatch (the file was damaged after it was written)");
+  const auto checksum_mismatch = [&] {
+    return bad("corrupt: checksum mismatch (the file was damaged after it was written)");
+  };
+  if (bytes % 8 != 0) throw checksum_mismatch();
 
   Checkpoint ck;
+  // Each section's length in floats, kept or not: the size checks below hold for skipped ones too.
+  size_t n_params = 0, n_state = 0, n_mom = 0, n_mom2 = 0, n_ranks = 0, n_ema = 0, n_ema_ranks = 0;
   bool seen_meta = false, seen_params = false, seen_state = false, seen_mom = false, seen_conf = false;
   bool seen_layout = false;
   std::string layout_text;
-  size_t at = kHeaderBytes;
-  for (uint32_t s = 0; s < nsec; ++s) {
-    if (size - at < 16) throw bad("corrupt: section table runs past the end");
-    char tag[9] = {};
-    std::memcpy(tag, buf.data() + at, 8);
-    uint64_t len;
-    std::memcpy(&len, buf.data() + at + 8, 8);
-    at += 16;
-    if (len > size - at || padded(len) > size - at) throw bad(str_cat("corrupt: section '", tag, "' runs past the end"));
-    const char* d = buf.data() + at;
-    auto floats = [&](std::vector<float>& v) {
-      if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
-      v.resize(len / 4);
-      if (len > 0) std::memcpy(v.data(), d, len);  // an empty vector's data() may be null
-    };
-    std::string t(tag);
-    if (t == "meta") {
-      if (len != kMetaWords * 8) throw bad("corrupt: meta section of the wrong size");
-      int64_t w[kMetaWords];
-      std::memcpy(w, d, sizeof w);
-      ck.meta = meta_from(w);
-      seen_meta = true;
-    } else if (t == "config") {
-      ck.config_yaml.assign(d, len);
-      seen_conf = true;
-    } else if (t == "params") {
-      floats(ck.params);
-      seen_params = true;
-    } else if (t == "state") {
-      floats(ck.state);
-      seen_state = true;
-    } else if (t == "momentum") {
-      floats(ck.momentum);
-      seen_mom = true;
-    } else if (t == "moment2") {
-      floats(ck.moment2);
-    } else if (t == "bn_ranks") {
-      floats(ck.rank_state);
-    } else if (t == "ema") {
-      floats(ck.ema);
-    } else if (t == "ema_bnr") {
-      floats(ck.ema_rank_state);
-    } else if (t == "layout") {
-      layout_text.assign(d, len);
-      seen_layout = true;
-    }  // unknown sections are skipped: later versions may add some
-    at += padded(len);
+  try {
+    for (uint32_t s = 0; s < nsec; ++s) {
+      if (size - r.offset() < 16) throw bad("corrupt: section table runs past the end");
+      char head[16];
+      r.read(head, 16);
+      char tag[9] = {};
+      std::memcpy(tag, head, 8);
+      uint64_t len;
+      std::memcpy(&len, head + 8, 8);
+      const size_t left = size - r.offset();
+      if (len > left || padded(len) > left) throw bad(str_cat("corrupt: section '", tag, "' runs past the end"));
+      // The section's data into `to` (len bytes) or skipped, then its padding.
+      auto take = [&](void* to) {
+        if (to) r.read(to, len & ~uint64_t(7));
+        else r.skip(len & ~uint64_t(7));
+        if (len % 8) {
+          char tail[8];
+          r.read(tail, 8);
+          if (to) std::memcpy(static_cast<char*>(to) + (len & ~uint64_t(7)), tail, len % 8);
+        }
+      };
+      auto floats = [&](std::vector<float>& v, size_t& count, bool kept) {
+        if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
+        count = len / 4;
+        if (kept) v.resize(count);
+        take(kept && len > 0 ? v.data() : nullptr);  // an empty vector's data() may be null
+      };
+      const std::string t(tag);
+      if (t == "meta") {
+        if (len != kMetaWords * 8) throw bad("corrupt: meta section of the wrong size");
+        int64_t w[kMetaWords];
+        take(w);
+        ck.meta = meta_from(w);
+        seen_meta = true;
+      } else if (t == "config") {
+        ck.config_yaml.resize(len);
+        take(ck.config_yaml.data());
+        seen_conf = true;
+      } else if (t == "params") {
+        floats(ck.params, n_params, keep.weights);
+        seen_params = true;
+      } else if (t == "state") {
+        floats(ck.state, n_state, keep.weights);
+        seen_state = true;
+      } else if (t == "momentum") {
+        floats(ck.momentum, n_mom, keep.optimizer);
+        seen_mom = true;
+      } else if (t == "moment2") {
+        floats(ck.moment2, n_mom2, keep.optimizer);
+      } else if (t == "bn_ranks") {
+        floats(ck.rank_state, n_ranks, keep.rank_state);
+      } else if (t == "ema") {
+        floats(ck.ema, n_ema, keep.ema);
+      } else if (t == "ema_bnr") {
+        floats(ck.ema_rank_state, n_ema_ranks, keep.ema && keep.rank_state);
+      } else if (t == "layout") {
+        layout_text.resize(keep.weights ? len : 0);
+        take(keep.weights ? layout_text.data() : nullptr);
+        seen_layout = true;
+      } else {  // unknown sections are skipped: later versions may add some
+        take(nullptr);
+      }
+    }
+    r.skip(kHeaderBytes + bytes - r.offset());
+  } catch (const CheckpointError&) {
+    // A damaged byte can make any field say anything: the checksum names the damage, when it is that.
+    r.skip(kHeaderBytes + bytes - r.offset());
+    if (r.hash() != hash) throw checksum_mismatch();
+    throw;
   }
+  if (r.hash() != hash) throw checksum_mismatch();
   if (!(seen_meta && seen_conf && seen_params && seen_state))
     throw bad("corrupt: a section (meta, config, params, state) is missing");
   // Without momentum it is a weights file (tools/torch_weights.py import): started from, never resumed.
   ck.weights_only = !seen_mom;
-  if (ck.params.size() != ck.meta.model.grad_elems || (seen_mom && ck.momentum.size() != ck.params.size()) ||
-      (!ck.moment2.empty() && (!seen_mom || ck.moment2.size() != ck.params.size())) ||
-      ck.state.size() != ck.meta.model.state_elems)
+  if (n_params != ck.meta.model.grad_elems || (seen_mom && n_mom != n_params) ||
+      (n_mom2 && (!seen_mom || n_mom2 != n_params)) || n_state != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
   // Each rank's own statistics: one set per rank that wrote the file.
-  auto check_ranks = [&](const std::vector<float>& v, const char* tag) {
-    if (!v.empty() && (ck.state.empty() || ck.meta.world < 1 || v.size() / ck.state.size() != uint64_t(ck.meta.world) ||
-                       v.size() % ck.state.size() != 0))
-      throw bad(str_cat("corrupt: section '", tag, "' holds ", v.size(), " values, not ", ck.meta.world,
-                        " rank(s) x ", ck.state.size()));
+  auto check_ranks = [&](size_t n, const char* tag) {
+    if (n && (n_state == 0 || ck.meta.world < 1 || n / n_state != uint64_t(ck.meta.world) || n % n_state != 0))
+      throw bad(str_cat("corrupt: section '", tag, "' holds ", n, " values, not ", ck.meta.world, " rank(s) x ",
+                        n_state));
   };
-  check_ranks(ck.rank_state, "bn_ranks");
-  check_ranks(ck.ema_rank_state, "ema_bnr");
-  if (!ck.ema.empty() && ck.ema.size() != ck.params.size() + ck.state.size())
-    throw bad(str_cat("corrupt: section 'ema' holds ", ck.ema.size(), " values, not ", ck.params.size(), " + ",
-                      ck.state.size(), " (parameters and BN statistics)"));
-  if (ck.ema.empty() && !ck.ema_rank_state.empty()) throw bad("corrupt: section 'ema_bnr' without 'ema'");
-  if (seen_layout) ck.layout = checkpoint_layout_parse(layout_text, ck.params.size(), ck.state.size(), path);
+  check_ranks(n_ranks, "bn_ranks");
+  check_ranks(n_ema_ranks, "ema_bnr");
+  if (n_ema && n_ema != n_params + n_state)
+    throw bad(str_cat("corrupt: section 'ema' holds ", n_ema, " values, not ", n_params, " + ", n_state,
+                      " (parameters and BN statistics)"));
+  if (!n_ema && n_ema_ranks) throw bad("corrupt: section 'ema_bnr' without 'ema'");
+  if (seen_layout && keep.weights) ck.layout = checkpoint_layout_parse(layout_text, n_params, n_state, path);
   return ck;
 }
 
@@ -342,7 +413,7 @@ std::vector<std::string> checkpoint_list(const std::string& dir) {
 std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped) {
   for (const auto& p : checkpoint_list(dir)) {
     try {
-      checkpoint_read(p);
+      checkpoint_read(p, CheckpointParts::none());
       return p;
     } catch (const CheckpointError& e) {
       if (skipped) skipped->push_back(e.what());

@@ -138,9 +138,19 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const CheckpointTensor> layout = {}, std::span<const float> ema = {},
                       std::span<const float> ema_rank_state = {}, std::span<const float> moment2 = {});
 
+// Which sections checkpoint_read keeps; the others are read and checked (checksum, sizes) but not
+// held, their vectors left empty: a resume's peak memory is what it uses, not the file and more.
+struct CheckpointParts {
+  bool weights = true;     // "params", "state", "layout"
+  bool optimizer = true;   // "momentum", "moment2"
+  bool rank_state = true;  // "bn_ranks" (and "ema_bnr" with `ema`)
+  bool ema = true;         // "ema"
+  static CheckpointParts none() { return {false, false, false, false}; }  // meta and config
+};
+
 // Reads and verifies (magic, version, length, checksum, sections, sizes). Throws CheckpointError
 // naming the path and what is wrong ("truncated: 1000 bytes, the header promises 5000", ...).
-Checkpoint checkpoint_read(const std::string& path);
+Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep = {});
 
 // model.name in the checkpoint's saved configuration; "" where it has none.
 std::string checkpoint_model_name(const Checkpoint& ck);

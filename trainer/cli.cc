@@ -28,7 +28,7 @@ namespace {
 // Rank 0 reads the configuration stored in a checkpoint and every rank receives it.
 std::string checkpoint_config_text(const std::string& path, int rank) {
   std::string text;
-  if (rank == 0) text = checkpoint_read(path).config_yaml;
+  if (rank == 0) text = checkpoint_read(path, CheckpointParts::none()).config_yaml;
   uint64_t len = text.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   text.resize(len);

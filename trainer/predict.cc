@@ -20,7 +20,7 @@ namespace {
 // name and shape where the file lists them, else (an older file of this very model) the flat
 // buffers as they are.
 void load_every_tensor(const std::string& path, Net<float>& net, const std::string& model, bool ema) {
-  Checkpoint ck = checkpoint_read(path);
+  Checkpoint ck = checkpoint_read(path, {.weights = true, .optimizer = false, .rank_state = false, .ema = ema});
   if (ema) {  // "ema" holds the parameters laid out like "params", then the statistics
     if (ck.ema.size() != ck.params.size() + ck.state.size())
       throw CheckpointError(str_cat(path, ": --ema: the file holds no moving average of the weights (a run with "

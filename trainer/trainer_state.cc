@@ -94,11 +94,15 @@ void Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
-  std::vector<float> momentum(opt_->size()), rank_state, ema, ema_rank_state, moment2;
+  // An evaluation neither reads nor restores the optimizer's state.
+  std::vector<float> momentum(for_training ? opt_->size() : 0), rank_state, ema, ema_rank_state, moment2;
   // From the settings, not second_moment(), which a device optimizer copies out whole.
   const bool wants_moment2 = cfg_.optimizer.sgd.kind != OptimizerKind::sgd;
   if (rank_ == 0) {
-    Checkpoint ck = checkpoint_read(path);
+    // An evaluation holds neither the optimizer's state nor each rank's statistics in memory.
+    CheckpointParts keep;
+    keep.optimizer = keep.rank_state = for_training;
+    Checkpoint ck = checkpoint_read(path, keep);
     if (ck.weights_only)
       throw CheckpointError(str_cat(path, ": holds weights only, no training state (a file of tools/torch_weights.py "
                                     "import): ", for_training ? "start a new run from it with --weights PATH"
@@ -138,7 +142,7 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
           "or start a new run from its weights: --weights)"));
     arena.params_from_host(ck.params);
     arena.state_from_host(ck.state);
-    momentum = std::move(ck.momentum);
+    if (for_training) momentum = std::move(ck.momentum);
     if (wants_moment2 && !ck.moment2.empty()) {
       lm.moment2 = 1;
       moment2 = std::move(ck.moment2);
@@ -175,11 +179,13 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));
   comm::broadcast_model(*ctl_comm_, arena, 0);
   if (lm.own_state) arena.state_from_host(scatter_from_rank0(rank_state, arena.state().size()));
-  ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
+  if (for_training) {
+    ctl_comm_->broadcast(momentum.data(), momentum.size(), DType::f32, 0);
+    opt_->restore(momentum, lm.optimizer_steps);
+  }
   if (lm.ema) ema_from_checkpoint(ema, ema_rank_state, lm.own_ema);
   else if (has_ema() && for_training) ema_start();
   else ema_stop();  // --eval of a file without one: the model's figures alone
-  opt_->restore(momentum, lm.optimizer_steps);
   if (lm.moment2) {
     moment2.resize(opt_->size());
     ctl_comm_->broadcast(moment2.data(), moment2.size(), DType::f32, 0);
@@ -203,7 +209,7 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
 void Trainer::load_weights(const std::string& path, bool for_eval) {
   auto& arena = net_->arena();
   if (rank_ == 0) {
-    const Checkpoint ck = checkpoint_read(path);
+    const Checkpoint ck = checkpoint_read(path, {.weights = true, .optimizer = false, .rank_state = false, .ema = false});
     const size_t total = arena.layout().size() + arena.state_layout().size();
     std::vector<std::string> kept;
     if (ck.meta.model == fingerprint_ && !ck.weights_only) {
