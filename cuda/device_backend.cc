@@ -40,8 +40,9 @@ std::string DeviceBackend::setup_note() const {
 
 void DeviceBackend::refuse_bn_sync(const BatchNormDesc& d) {
   if (d.sync)
-    throw Error(str_cat("layer ", d.name, ": the cuda backends do not synchronise batch norm statistics across "
-                        "ranks (model.bn_group); use a CPU backend, or model.bn_group: 1"));
+    throw Error(str_cat("layer ", d.name, ": the fp32 cuda backends (cuda, cuda-tf32: cuDNN's batch norm) do not "
+                        "synchronise batch norm statistics across ranks (model.bn_group); use cuda-bf16 or "
+                        "cuda-fp16, a CPU backend, or model.bn_group: 1"));
 }
 
 void DeviceBackend::sync() const {

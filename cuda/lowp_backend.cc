@@ -69,8 +69,7 @@ class LowpBackend final : public DeviceBackend {
     return std::make_unique<LowpConv<T>>(d, ctx_);
   }
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
-    refuse_bn_sync(d);
-    return make_lowp_batchnorm<T>(d, ctx_, scratch_);
+    return make_lowp_batchnorm<T>(d, ctx_, scratch_);  // synchronised too (model.bn_group)
   }
   // Our batch norm kernels read the residual in the pass that writes y (cuda/lowp_bn.cu).
   bool fuses_bn_add() const override { return true; }

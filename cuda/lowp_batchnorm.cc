@@ -1,6 +1,10 @@
 // Batch normalisation on NHWC 16-bit activations (T = bf16 or f16) with fp32 statistics (PyTorch
 // semantics, as nn/ref): the per-channel sums of cuda/lowp_kernels.h, then small per-channel
-// kernels.
+// kernels. Synchronised (model.bn_group, BatchNormDesc::sync), each of the sums that the CPU
+// backends add over the group goes to the host, through BnSync, and back.
+#include <initializer_list>
+#include <vector>
+
 #include "cuda/check.h"
 #include "cuda/lowp_kernels.h"
 #include "cuda/lowp_ops.h"
@@ -20,7 +24,16 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     geom_ = channel_reduce_geom(rows_, c_);
     scratch_.reserve(size_t(2 * geom_.chunks * geom_.channels) * sizeof(float));
     stats_ = DeviceBuffer(size_t(kBuffers * c_) * sizeof(float));
+    if (d_.sync) {
+      host_ = static_cast<float*>(pinned_malloc(size_t(2 * c_) * sizeof(float)));
+      sums_.resize(size_t(2 * c_ + 1));
+    }
   }
+  ~LowpBatchNorm() override {
+    if (host_) pinned_free(host_, size_t(2 * c_) * sizeof(float));
+  }
+  LowpBatchNorm(const LowpBatchNorm&) = delete;
+  LowpBatchNorm& operator=(const LowpBatchNorm&) = delete;
 
   void forward_train(const float* x, const float* gamma, const float* beta, float* y,
                      float* running_mean, float* running_var) override {
@@ -41,7 +54,9 @@ class LowpBatchNorm final : public BatchNormOp<float> {
 
   // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them. y is
   // not read: the ReLU's mask is recomputed from x with the forward's mean, scale and beta (with
-  // a residual, the caller masked dy).
+  // a residual, the caller masked dy). Synchronised, dx reads both sums over the group's batches
+  // (and divides by its count); dgamma and dbeta stay this rank's, which the gradient reducer
+  // averages, as on the CPU backends.
   void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
                 float* dx, float* dgamma, float* dbeta) override {
     cudaStream_t s = ctx_.stream();
@@ -54,6 +69,13 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.gamma = gamma;
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
+    if (d_.sync) {
+      group_sums({dbeta, dgamma}, false);
+      to_device(buf(kSumG), 2 * c_, 1.0);  // kSumG, kSumGxhat: adjacent
+      b.sum_g = buf(kSumG);
+      b.sum_gxhat = buf(kSumGxhat);
+      b.m = count_;
+    }
     b.dx = lowp_data<T>(dx);
     bn_backward_dx(b, geom_, s);
   }
@@ -61,15 +83,17 @@ class LowpBatchNorm final : public BatchNormOp<float> {
  private:
   void train(const float* x, const T* r, const float* gamma, const float* beta, float* y,
              float* running_mean, float* running_var) {
-    // As PyTorch: the unbiased variance of one value per channel is undefined.
-    RT_SHAPE_CHECK(rows_ > 1, "layer ", d_.name,
-                   ": batch norm training needs more than one value per channel, got input ",
-                   d_.in.str());
     cudaStream_t s = ctx_.stream();
-    bn_batch_stats(lowp_data<T>(x), geom_, partial(), buf(kMean), buf(kVarSum), s);
+    if (d_.sync) {
+      group_stats(lowp_data<T>(x));
+    } else {
+      count_ = rows_;
+      check_count();
+      bn_batch_stats(lowp_data<T>(x), geom_, partial(), buf(kMean), buf(kVarSum), s);
+    }
     BnStatsArgs st;
     st.channels = c_;
-    st.m = rows_;
+    st.m = count_;
     st.eps = d_.eps;
     st.momentum = d_.momentum;
     st.gamma = gamma;
@@ -94,6 +118,55 @@ class LowpBatchNorm final : public BatchNormOp<float> {
              d_.relu, ctx_.stream());
   }
 
+  // As PyTorch: the unbiased variance of one value per channel is undefined.
+  void check_count() const {
+    RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name,
+                   ": batch norm training needs more than one value per channel, got input ", d_.in.str(),
+                   d_.sync ? " over the group's ranks" : "");
+  }
+
+  // The group's mean and sum of squared deviations from it into kMean and kVarSum: two passes,
+  // as the CPU backends take them, each pass's per-channel sums added over the group.
+  void group_stats(const T* x) {
+    ChannelSumArgs<T> a;
+    a.kind = ChannelSum::x;
+    a.x = x;
+    a.partial = partial();
+    channel_sums(a, geom_, buf(kMean), nullptr, ctx_.stream());
+    group_sums({buf(kMean)}, true);
+    count_ = int64_t(sums_[size_t(c_)]);
+    check_count();
+    to_device(buf(kMean), c_, 1.0 / double(count_));
+    a.kind = ChannelSum::sq_dev;
+    a.mean = buf(kMean);
+    channel_sums(a, geom_, buf(kVarSum), nullptr, ctx_.stream());
+    group_sums({buf(kVarSum)}, false);
+    to_device(buf(kVarSum), c_, 1.0);
+  }
+
+  // Adds per-channel fp32 sums (c_ floats each, on the device) over the group, in double as the
+  // CPU backends do, into sums_ (one after the other; this rank's row count after them when
+  // asked). The host waits for the stream: a layer's kernels after it need the group's figures.
+  void group_sums(std::initializer_list<const float*> parts, bool with_count) {
+    cudaStream_t s = ctx_.stream();
+    size_t n = 0;
+    for (const float* p : parts) {
+      CUDA_CHECK(cudaMemcpyAsync(host_ + n, p, size_t(c_) * sizeof(float), cudaMemcpyDeviceToHost, s));
+      n += size_t(c_);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    for (size_t i = 0; i < n; ++i) sums_[i] = host_[i];
+    if (with_count) sums_[n++] = double(rows_);
+    d_.sync->sum(sums_.data(), n);
+  }
+
+  // sums_[0, n) times k, rounded to fp32, to `to` on the device. Queued on the stream from the
+  // page-locked buffer, which the host writes again only after the next group_sums' wait.
+  void to_device(float* to, int64_t n, double k) {
+    for (size_t i = 0; i < size_t(n); ++i) host_[i] = float(sums_[i] * k);
+    CUDA_CHECK(cudaMemcpyAsync(to, host_, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, ctx_.stream()));
+  }
+
   // What both backward passes read: x, dy, the forward's saved statistics, and whether to mask
   // by the ReLU (not after a residual add: the caller masked dy then).
   template <class Args>
@@ -110,7 +183,8 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   }
 
   // Per-channel fp32 vectors in stats_.
-  enum Buffer { kMean, kVarSum, kInvStd, kScale, kBeta, kEvalScale, kBuffers };
+  // kSumG, kSumGxhat: backward's sums over the group (model.bn_group).
+  enum Buffer { kMean, kVarSum, kInvStd, kScale, kBeta, kEvalScale, kSumG, kSumGxhat, kBuffers };
   float* buf(Buffer b) const { return stats_.as<float>() + int64_t(b) * c_; }
   float* partial() const { return static_cast<float*>(scratch_.get()); }  // reserve() may move it
 
@@ -118,8 +192,11 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   CudaContext& ctx_;
   SharedScratch& scratch_;
   int64_t rows_ = 0, c_ = 0;
+  int64_t count_ = 0;  // values per channel the last training forward normalised over (the group's)
   ChannelReduceGeom geom_;
   DeviceBuffer stats_;
+  float* host_ = nullptr;     // page-locked, 2 c_ floats (model.bn_group)
+  std::vector<double> sums_;  // 2 c_ + 1: what BnSync adds
 };
 
 }  // namespace

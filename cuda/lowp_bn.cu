@@ -417,7 +417,7 @@ __device__ inline float bn_dx(float g, float xhat, float gamma_invstd, float mea
 template <class T>
 __global__ void bn_backward_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g) {
   const int64_t n = g.rows * g.channels;
-  const float inv_m = 1.0f / float(g.rows);
+  const float inv_m = 1.0f / float(a.m > 0 ? a.m : g.rows);
   for (int64_t i = first_index(); i < n; i += grid_stride()) {
     const int64_t c = i % g.channels;
     const float x = ld(a.x, i), mean = a.mean[c], invstd = a.invstd[c];
@@ -433,7 +433,7 @@ __global__ void bn_backward_vec_kernel(BnBackwardArgs<T> a, ChannelReduceGeom g)
   const VecPlace p = vec_place(g);
   const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
   if (grp >= groups) return;
-  const float inv_m = 1.0f / float(g.rows);
+  const float inv_m = 1.0f / float(a.m > 0 ? a.m : g.rows);
   float mean[kVec], invstd[kVec], gi[kVec], mg[kVec], mgx[kVec], scale[kVec] = {}, beta[kVec] = {};
   load_channels(a.mean, c0, mean);
   load_channels(a.invstd, c0, invstd);

@@ -188,6 +188,7 @@ struct BnBackwardArgs {
   const float* beta = nullptr;
   const float* sum_g = nullptr;      // dbeta
   const float* sum_gxhat = nullptr;  // dgamma
+  int64_t m = 0;  // the values per channel both sums are over (0: x's rows; model.bn_group: the group's)
   T* dx = nullptr;
 };
 template <class T>

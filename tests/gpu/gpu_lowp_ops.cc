@@ -276,6 +276,62 @@ TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
     }
 }
 
+// model.bn_group: a group of three ranks that hold the same batch (each sum comes back three times
+// over). Its statistics are the batch's, but over three times the values: the running variance's
+// unbiased factor, the count check (one value per channel and rank passes) and dx's 1/m must all
+// take the group's count, as the reference backend's synchronised batch norm does; and the sums
+// asked for are the reference's (C + 1 and C values in forward, 2C in backward).
+class TripledSync final : public BnSync {
+ public:
+  void sum(double* v, size_t n) override {
+    for (size_t i = 0; i < n; ++i) v[i] *= 3;
+    sizes.push_back(n);
+  }
+  int ranks() const override { return 3; }
+  std::vector<size_t> sizes;
+};
+
+TEST_P(GpuLowpOps, BatchNormSynchronisedOverAGroup) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{4, 16, 8, 8}})  // element, element, vector grid
+    for (bool relu : {false, true}) {
+      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
+      TripledSync ref_sync, gpu_sync;
+      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+      const size_t n = size_t(s.numel()), c = size_t(s.c);
+      std::vector<float> x = lowp_vec(k, n, 7, -3, 5), gamma = lowp_vec(k, c, 8, 0.5, 1.5),
+                         beta = lowp_vec(k, c, 9), dy = lowp_vec(k, n, 10), rm = lowp_vec(k, c, 11),
+                         rv = lowp_vec(k, c, 12, 0.5, 2);
+      std::vector<float> y(n), dx(n), dg(c), db(c);
+      d.sync = &ref_sync;
+      auto ref = b.ref->make_batchnorm(d);
+      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm.data(), rv.data());
+      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
+
+      d.sync = &gpu_sync;
+      auto gx = b.import(x, s), gdy = b.import(dy, s);
+      auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(lowp_vec(k, c, 11)),
+           grv = to_device(lowp_vec(k, c, 12, 0.5, 2));
+      DeviceBuffer gy = b.act(s), gdx = b.act(s), gdg(c * 4), gdb(c * 4);
+      auto op = b.gpu->make_batchnorm(d);
+      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
+                        grm.as<float>(), grv.as<float>());
+      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
+                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
+      EXPECT_EQ(gpu_sync.sizes, ref_sync.sizes);
+      EXPECT_EQ(ref_sync.sizes, (std::vector<size_t>{c + 1, c, 2 * c}));
+      expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
+      expect_normalised(b.fp32(grm, c), rm, 1e-4, "running mean");
+      expect_normalised(b.fp32(grv, c), rv, 1e-4, "running var (unbiased over the group)");
+      expect_within(b.export_act(gdx, s), dx, tol(k, 2e-2) * bn_dx_scale(x, dy, gamma, s, d.eps),
+                    "dx, against the size of its terms");
+      expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (this rank's)");
+      expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (this rank's)");
+    }
+}
+
 // Channels in multiples of 8 on 16-byte aligned buffers take the vector grid (a thread per 8
 // channels, lowp_layout.h); the same data 4 bytes further on takes the element grid. Both must
 // give the same batch norm up to the order of their fp32 sums: one rounding step of the stored

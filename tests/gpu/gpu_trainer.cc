@@ -4,6 +4,7 @@
 // the ring allreduce through the reducer's device hooks, the arena being device memory).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -152,6 +153,27 @@ TEST(GpuTrainer, CudaBf16FollowsCpuOnOneAndTwoRanks) { expect_matches_cpu("cuda-
 // gradients, so that no step is skipped and every step's loss has a CPU counterpart.
 TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
   expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n");
+}
+
+// model.bn_group on a 16-bit backend (0: all ranks): on 2 ranks every batch norm normalises over
+// both ranks' batches, its sums added through the host as the CPU backends add them (on 1 rank the
+// group is the rank alone). fp16 as above. Over these few steps the losses with and without the
+// group's sums are close; the running statistics tell: every rank normalised with the group's,
+// so each rank's own (kept apart in the checkpoint's "bn_ranks") are the same bits on both ranks,
+// on the device as on the CPU, where ranks of their own batches part at once.
+TEST(GpuTrainer, SynchronisedBatchNormFollowsCpu) {
+  RT_REQUIRE_GPU();
+  expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n",
+                     "--set model.bn_group=0");
+  for (const std::string backend : {"cuda-fp16", RT_CPU_BACKEND}) {
+    const auto files = rt::trainer::checkpoint_list(run_dir(backend + "_np2") + "/checkpoints");
+    ASSERT_FALSE(files.empty()) << backend;
+    const rt::trainer::Checkpoint ck = rt::trainer::checkpoint_read(files.front());
+    const size_t n = ck.state.size();
+    ASSERT_EQ(ck.rank_state.size(), 2 * n) << backend;
+    EXPECT_TRUE(std::equal(ck.rank_state.begin(), ck.rank_state.begin() + long(n), ck.rank_state.begin() + long(n)))
+        << backend << ": the two ranks' running statistics differ";
+  }
 }
 
 // Mixup and CutMix (either per batch): the 8-bit batches (both runs take them here, so both mix
