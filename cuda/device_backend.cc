@@ -38,13 +38,6 @@ std::string DeviceBackend::setup_note() const {
                  c.deterministic ? " (deterministic only)" : "", ": ", ctx_.conv_algos().summary());
 }
 
-void DeviceBackend::refuse_bn_sync(const BatchNormDesc& d) {
-  if (d.sync)
-    throw Error(str_cat("layer ", d.name, ": the fp32 cuda backends (cuda, cuda-tf32: cuDNN's batch norm) do not "
-                        "synchronise batch norm statistics across ranks (model.bn_group); use cuda-bf16 or "
-                        "cuda-fp16, a CPU backend, or model.bn_group: 1"));
-}
-
 void DeviceBackend::sync() const {
   CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   input_.sync();

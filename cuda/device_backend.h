@@ -50,11 +50,6 @@ class DeviceBackend : public Backend<float> {
   std::string setup_note() const override;
 
  protected:
-  // Synchronised batch norm (BatchNormDesc::sync) is ours on the 16-bit backends; cuDNN's batch
-  // norm of the fp32 ones has no place for the group's sums: an Error naming the layer (the
-  // trainer's config check refuses model.bn_group first).
-  static void refuse_bn_sync(const BatchNormDesc& d);
-
   // The 8-bit input (s.n images, NHWC RGB) normalized on the device into dst as `out`: fp32 NCHW
   // or 16-bit NHWC. Reads the staged copy when there is one; else uploads the bytes (a quarter of
   // the floats) into a buffer sized at the first call, and waits, as the caller reuses its host

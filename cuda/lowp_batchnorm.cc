@@ -2,9 +2,10 @@
 // semantics, as nn/ref): the per-channel sums of cuda/lowp_kernels.h, then small per-channel
 // kernels. Synchronised (model.bn_group, BatchNormDesc::sync), each of the sums that the CPU
 // backends add over the group goes to the host, through BnSync, and back.
-#include <initializer_list>
-#include <vector>
+#include <memory>
 
+#include "cuda/bn_group_sums.h"
+#include "cuda/bn_stats.h"
 #include "cuda/check.h"
 #include "cuda/lowp_kernels.h"
 #include "cuda/lowp_ops.h"
@@ -17,23 +18,14 @@ template <class T>
 class LowpBatchNorm final : public BatchNormOp<float> {
  public:
   LowpBatchNorm(const BatchNormDesc& d, CudaContext& ctx, SharedScratch& scratch)
-      : d_(d), ctx_(ctx), scratch_(scratch) {
+      : d_(d), ctx_(ctx), scratch_(scratch), stats_(d.in.c) {
     d_.validate();
     rows_ = d_.in.n * d_.in.h * d_.in.w;
     c_ = d_.in.c;
     geom_ = channel_reduce_geom(rows_, c_);
     scratch_.reserve(size_t(2 * geom_.chunks * geom_.channels) * sizeof(float));
-    stats_ = DeviceBuffer(size_t(kBuffers * c_) * sizeof(float));
-    if (d_.sync) {
-      host_ = static_cast<float*>(pinned_malloc(size_t(2 * c_) * sizeof(float)));
-      sums_.resize(size_t(2 * c_ + 1));
-    }
+    if (d_.sync) group_ = std::make_unique<BnGroupSums>(*d_.sync, c_, ctx_.stream());
   }
-  ~LowpBatchNorm() override {
-    if (host_) pinned_free(host_, size_t(2 * c_) * sizeof(float));
-  }
-  LowpBatchNorm(const LowpBatchNorm&) = delete;
-  LowpBatchNorm& operator=(const LowpBatchNorm&) = delete;
 
   void forward_train(const float* x, const float* gamma, const float* beta, float* y,
                      float* running_mean, float* running_var) override {
@@ -70,10 +62,10 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
     if (d_.sync) {
-      group_sums({dbeta, dgamma}, false);
-      to_device(buf(kSumG), 2 * c_, 1.0);  // kSumG, kSumGxhat: adjacent
-      b.sum_g = buf(kSumG);
-      b.sum_gxhat = buf(kSumGxhat);
+      group_->add({dbeta, dgamma});
+      group_->upload(stats_[S::sum_g], 2 * c_, 1.0);  // sum_g, sum_gxhat: adjacent
+      b.sum_g = stats_[S::sum_g];
+      b.sum_gxhat = stats_[S::sum_gxhat];
       b.m = count_;
     }
     b.dx = lowp_data<T>(dx);
@@ -89,32 +81,18 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     } else {
       count_ = rows_;
       check_count();
-      bn_batch_stats(lowp_data<T>(x), geom_, partial(), buf(kMean), buf(kVarSum), s);
+      bn_batch_stats(lowp_data<T>(x), geom_, partial(), stats_[S::mean], stats_[S::var_sum], s);
     }
-    BnStatsArgs st;
-    st.channels = c_;
-    st.m = count_;
-    st.eps = d_.eps;
-    st.momentum = d_.momentum;
-    st.gamma = gamma;
-    st.beta = beta;
-    st.mean = buf(kMean);
-    st.var_sum = buf(kVarSum);
-    st.invstd = buf(kInvStd);
-    st.scale = buf(kScale);
-    st.beta_saved = buf(kBeta);
-    st.running_mean = running_mean;
-    st.running_var = running_var;
-    bn_train_stats(st, s);
-    bn_apply(lowp_data<T>(x), r, buf(kMean), buf(kScale), buf(kBeta), lowp_data<T>(y), geom_,
+    bn_train_stats(stats_.train_args(d_, count_, gamma, beta, running_mean, running_var), s);
+    bn_apply(lowp_data<T>(x), r, stats_[S::mean], stats_[S::scale], stats_[S::beta], lowp_data<T>(y), geom_,
              d_.relu, s);
   }
 
   void eval(const float* x, const T* r, const float* gamma, const float* beta,
             const float* running_mean, const float* running_var, float* y) {
     // Its own scale buffer: the batch statistics stay valid for a following backward.
-    bn_eval_scale(gamma, running_var, d_.eps, buf(kEvalScale), c_, ctx_.stream());
-    bn_apply(lowp_data<T>(x), r, running_mean, buf(kEvalScale), beta, lowp_data<T>(y), geom_,
+    bn_eval_scale(gamma, running_var, d_.eps, stats_[S::eval_scale], c_, ctx_.stream());
+    bn_apply(lowp_data<T>(x), r, running_mean, stats_[S::eval_scale], beta, lowp_data<T>(y), geom_,
              d_.relu, ctx_.stream());
   }
 
@@ -132,39 +110,15 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     a.kind = ChannelSum::x;
     a.x = x;
     a.partial = partial();
-    channel_sums(a, geom_, buf(kMean), nullptr, ctx_.stream());
-    group_sums({buf(kMean)}, true);
-    count_ = int64_t(sums_[size_t(c_)]);
+    channel_sums(a, geom_, stats_[S::mean], nullptr, ctx_.stream());
+    count_ = group_->add({stats_[S::mean]}, rows_);
     check_count();
-    to_device(buf(kMean), c_, 1.0 / double(count_));
+    group_->upload(stats_[S::mean], c_, 1.0 / double(count_));
     a.kind = ChannelSum::sq_dev;
-    a.mean = buf(kMean);
-    channel_sums(a, geom_, buf(kVarSum), nullptr, ctx_.stream());
-    group_sums({buf(kVarSum)}, false);
-    to_device(buf(kVarSum), c_, 1.0);
-  }
-
-  // Adds per-channel fp32 sums (c_ floats each, on the device) over the group, in double as the
-  // CPU backends do, into sums_ (one after the other; this rank's row count after them when
-  // asked). The host waits for the stream: a layer's kernels after it need the group's figures.
-  void group_sums(std::initializer_list<const float*> parts, bool with_count) {
-    cudaStream_t s = ctx_.stream();
-    size_t n = 0;
-    for (const float* p : parts) {
-      CUDA_CHECK(cudaMemcpyAsync(host_ + n, p, size_t(c_) * sizeof(float), cudaMemcpyDeviceToHost, s));
-      n += size_t(c_);
-    }
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    for (size_t i = 0; i < n; ++i) sums_[i] = host_[i];
-    if (with_count) sums_[n++] = double(rows_);
-    d_.sync->sum(sums_.data(), n);
-  }
-
-  // sums_[0, n) times k, rounded to fp32, to `to` on the device. Queued on the stream from the
-  // page-locked buffer, which the host writes again only after the next group_sums' wait.
-  void to_device(float* to, int64_t n, double k) {
-    for (size_t i = 0; i < size_t(n); ++i) host_[i] = float(sums_[i] * k);
-    CUDA_CHECK(cudaMemcpyAsync(to, host_, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, ctx_.stream()));
+    a.mean = stats_[S::mean];
+    channel_sums(a, geom_, stats_[S::var_sum], nullptr, ctx_.stream());
+    group_->add({stats_[S::var_sum]});
+    group_->upload(stats_[S::var_sum], c_, 1.0);
   }
 
   // What both backward passes read: x, dy, the forward's saved statistics, and whether to mask
@@ -175,17 +129,14 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     a.relu = d_.relu && !d_.residual;
     a.x = lowp_data<T>(x);
     a.dy = lowp_data<T>(dy);
-    a.mean = buf(kMean);
-    a.invstd = buf(kInvStd);
-    a.scale = buf(kScale);
-    a.beta = buf(kBeta);
+    a.mean = stats_[S::mean];
+    a.invstd = stats_[S::invstd];
+    a.scale = stats_[S::scale];
+    a.beta = stats_[S::beta];
     return a;
   }
 
-  // Per-channel fp32 vectors in stats_.
-  // kSumG, kSumGxhat: backward's sums over the group (model.bn_group).
-  enum Buffer { kMean, kVarSum, kInvStd, kScale, kBeta, kEvalScale, kSumG, kSumGxhat, kBuffers };
-  float* buf(Buffer b) const { return stats_.as<float>() + int64_t(b) * c_; }
+  using S = BnChannelStats;
   float* partial() const { return static_cast<float*>(scratch_.get()); }  // reserve() may move it
 
   BatchNormDesc d_;
@@ -194,9 +145,8 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   int64_t rows_ = 0, c_ = 0;
   int64_t count_ = 0;  // values per channel the last training forward normalised over (the group's)
   ChannelReduceGeom geom_;
-  DeviceBuffer stats_;
-  float* host_ = nullptr;     // page-locked, 2 c_ floats (model.bn_group)
-  std::vector<double> sums_;  // 2 c_ + 1: what BnSync adds
+  BnChannelStats stats_;
+  std::unique_ptr<BnGroupSums> group_;  // model.bn_group
 };
 
 }  // namespace

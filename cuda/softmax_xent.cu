@@ -1,6 +1,7 @@
 // Softmax cross-entropy or BCE with label smoothing: one block per row forward, element-wise backward.
 #include <cfloat>
 
+#include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/launch.h"
 #include "cuda/softmax_xent_kernel.h"
@@ -8,32 +9,10 @@
 namespace rt::cuda {
 namespace {
 
-template <class T, class Op>
-__device__ T warp_reduce(T v, Op op) {
-  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-
-// Reduction over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
-// result. `scratch` holds 32 values and is reused, hence the barriers on both sides.
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op, T identity, T* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_reduce(v, op);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  v = lane < warps ? scratch[lane] : identity;
-  return warp_reduce(v, op);
-}
-
 struct Max {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
-struct Sum {
-  template <class T> __device__ T operator()(T a, T b) const { return a + b; }
-};
+using Sum = SumOp;
 
 __device__ bool bad_labels(const XentArgs& a, int32_t label, int32_t mixed) {
   return label < 0 || label >= a.k || mixed < 0 || mixed >= a.k;

@@ -153,11 +153,6 @@ void config_validate(const Config& c) {
                    c.backend == "cuda-fp16";
   k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
             "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
-  k.require(c.model.bn_group == 1 || (c.backend != "cuda" && c.backend != "cuda-tf32"), "model.bn_group",
-            str_cat("needs backend onednn, reference, cuda-bf16 or cuda-fp16: the ", c.backend,
-                    " backend (cuDNN's batch norm) does not synchronise batch norm statistics (1: each rank its "
-                    "own batch)"),
-            c.model.bn_group);
   k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
             "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
   k.require(c.comm.ring_order == "node" || c.comm.ring_order == "rank", "comm.ring_order",

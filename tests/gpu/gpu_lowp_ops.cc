@@ -276,21 +276,10 @@ TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
     }
 }
 
-// model.bn_group: a group of three ranks that hold the same batch (each sum comes back three times
-// over). Its statistics are the batch's, but over three times the values: the running variance's
-// unbiased factor, the count check (one value per channel and rank passes) and dx's 1/m must all
-// take the group's count, as the reference backend's synchronised batch norm does; and the sums
-// asked for are the reference's (C + 1 and C values in forward, 2C in backward).
-class TripledSync final : public BnSync {
- public:
-  void sum(double* v, size_t n) override {
-    for (size_t i = 0; i < n; ++i) v[i] *= 3;
-    sizes.push_back(n);
-  }
-  int ranks() const override { return 3; }
-  std::vector<size_t> sizes;
-};
-
+// model.bn_group (test::TripledSync): the running variance's unbiased factor, the count check (one
+// value per channel and rank passes) and dx's 1/m must all take the group's count, as the
+// reference backend's synchronised batch norm does; and the sums asked for are the reference's
+// (C + 1 and C values in forward, 2C in backward).
 TEST_P(GpuLowpOps, BatchNormSynchronisedOverAGroup) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
@@ -298,7 +287,7 @@ TEST_P(GpuLowpOps, BatchNormSynchronisedOverAGroup) {
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{4, 16, 8, 8}})  // element, element, vector grid
     for (bool relu : {false, true}) {
       SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
-      TripledSync ref_sync, gpu_sync;
+      test::TripledSync ref_sync, gpu_sync;
       BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
       const size_t n = size_t(s.numel()), c = size_t(s.c);
       std::vector<float> x = lowp_vec(k, n, 7, -3, 5), gamma = lowp_vec(k, c, 8, 0.5, 1.5),

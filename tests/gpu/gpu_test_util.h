@@ -11,6 +11,7 @@
 #include "cuda/device.h"
 #include "cuda/kernels.h"
 #include "cuda/memory.h"
+#include "nn/ops.h"
 #include "nn/tensor.h"
 
 // Skips the current test when no CUDA device can be used, with the runtime's reason.
@@ -75,5 +76,19 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t n, size_t offset_elems = 0)
   b.download(v.data(), n * sizeof(T), offset_elems * sizeof(T));
   return v;
 }
+
+// model.bn_group's transport for one process: a group of three ranks that hold the same batch,
+// each sum coming back three times over. The group's statistics are then the batch's over three
+// times the values, so a batch norm that took any count or sum as its rank's alone is seen against
+// the reference backend's with the same group. Records the sizes it was asked to sum.
+class TripledSync final : public BnSync {
+ public:
+  void sum(double* v, size_t n) override {
+    for (size_t i = 0; i < n; ++i) v[i] *= 3;
+    sizes.push_back(n);
+  }
+  int ranks() const override { return 3; }
+  std::vector<size_t> sizes;
+};
 
 }  // namespace rt::cuda::test

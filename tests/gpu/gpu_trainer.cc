@@ -155,17 +155,19 @@ TEST(GpuTrainer, CudaFp16FollowsCpuOnOneAndTwoRanks) {
   expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n");
 }
 
-// model.bn_group on a 16-bit backend (0: all ranks): on 2 ranks every batch norm normalises over
-// both ranks' batches, its sums added through the host as the CPU backends add them (on 1 rank the
-// group is the rank alone). fp16 as above. Over these few steps the losses with and without the
-// group's sums are close; the running statistics tell: every rank normalised with the group's,
-// so each rank's own (kept apart in the checkpoint's "bn_ranks") are the same bits on both ranks,
-// on the device as on the CPU, where ranks of their own batches part at once.
+// model.bn_group (0: all ranks): on 2 ranks every batch norm normalises over both ranks' batches,
+// its sums added through the host as the CPU backends add them (on 1 rank the group is the rank
+// alone); fp32 (our batch norm in place of cuDNN's) and fp16 as above. Over these few steps the
+// losses with and without the group's sums are close; the running statistics tell: every rank
+// normalised with the group's, so each rank's own (kept apart in the checkpoint's "bn_ranks") are
+// the same bits on both ranks, on the device as on the CPU, where ranks of their own batches part
+// at once.
 TEST(GpuTrainer, SynchronisedBatchNormFollowsCpu) {
   RT_REQUIRE_GPU();
-  expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n",
-                     "--set model.bn_group=0");
-  for (const std::string backend : {"cuda-fp16", RT_CPU_BACKEND}) {
+  const char* const group = "--set model.bn_group=0";
+  expect_matches_cpu("cuda", kFp32Tol, kNoEval, group);
+  expect_matches_cpu("cuda-fp16", 2e-2, std::string(kNoEval) + "loss_scale: {mode: static, init: 128}\n", group);
+  for (const std::string backend : {"cuda", "cuda-fp16", RT_CPU_BACKEND}) {
     const auto files = rt::trainer::checkpoint_list(run_dir(backend + "_np2") + "/checkpoints");
     ASSERT_FALSE(files.empty()) << backend;
     const rt::trainer::Checkpoint ck = rt::trainer::checkpoint_read(files.front());
