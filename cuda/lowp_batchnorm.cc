@@ -103,7 +103,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
                    d_.sync ? " over the group's ranks" : "");
   }
 
-  // The group's mean and sum of squared deviations from it into kMean and kVarSum: two passes,
+  // The group's mean and sum of squared deviations from it into stats_: two passes,
   // as the CPU backends take them, each pass's per-channel sums added over the group.
   void group_stats(const T* x) {
     ChannelSumArgs<T> a;

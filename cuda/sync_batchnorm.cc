@@ -16,7 +16,8 @@ class SyncBatchNorm final : public BatchNormOp<float> {
  public:
   SyncBatchNorm(const BatchNormDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx), stats_(d.in.c) {
     d_.validate();
-    if (!d_.sync || d_.residual) throw Error(str_cat("layer ", d_.name, ": make_sync_batchnorm needs a group and no residual"));
+    if (!d_.sync || d_.residual)
+      throw Error(str_cat("layer ", d_.name, ": make_sync_batchnorm needs a group and no residual"));
     g_ = {d_.in.n, d_.in.c, d_.in.h * d_.in.w};
     group_ = std::make_unique<BnGroupSums>(*d_.sync, g_.c, ctx_.stream());
   }
