@@ -51,91 +51,64 @@ void expect_same_fwd_bwd(Backend<float>& backend, Op& ref, Op& gpu, const std::v
   expect_equal(to_host<float>(gdx, x.size()), dx, tag + " dx");
 }
 
+// One batch norm of shape s against the reference's: training (y, running mean, unbiased running
+// var), backward (dx, dgamma, dbeta) and evaluation. With `group`, both synchronise over a fake
+// group (test::TripledSync: three ranks holding this batch), each through its own, and must ask
+// for the same sums, the reference's C + 1, C and 2C.
+void expect_bn_matches_ref(Backends& b, const Shape& s, bool relu, bool group) {
+  SCOPED_TRACE(s.str() + (relu ? " relu" : "") + (group ? " group" : ""));
+  test::TripledSync ref_sync, gpu_sync;
+  BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+  const size_t n = size_t(s.numel()), c = size_t(s.c);
+  auto x = random_vec(n, 1, -3, 5), gamma = random_vec(c, 2, 0.5, 1.5), beta = random_vec(c, 3),
+       dy = random_vec(n, 4), rm = random_vec(c, 5), rv = random_vec(c, 6, 0.5, 2);
+  std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
+  if (group) d.sync = &ref_sync;
+  auto ref = b.ref->make_batchnorm(d);
+  ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(), rv_ref.data());
+  ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
+  ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+
+  if (group) d.sync = &gpu_sync;
+  auto gx = to_device(x), gg = to_device(gamma), gb = to_device(beta), gdy = to_device(dy), grm = to_device(rm),
+       grv = to_device(rv), erm = to_device(rm), erv = to_device(rv);
+  DeviceBuffer gy(n * 4), gdx(n * 4), gdg(c * 4), gdb(c * 4), gye(n * 4);
+  auto op = b.gpu->make_batchnorm(d);
+  op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(), grm.as<float>(),
+                    grv.as<float>());
+  op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>(),
+               gdg.as<float>(), gdb.as<float>());
+  op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(), erv.as<float>(),
+                   gye.as<float>());
+  b.gpu->sync();
+  EXPECT_EQ(gpu_sync.sizes, ref_sync.sizes);
+  if (group) {
+    EXPECT_EQ(ref_sync.sizes, (std::vector<size_t>{c + 1, c, 2 * c}));
+  }
+  expect_close(to_host<float>(gy, n), y, 1e-4, 1e-4, "y");
+  expect_close(to_host<float>(grm, c), rm_ref, 1e-5, 1e-5, "running mean");
+  expect_close(to_host<float>(grv, c), rv_ref, 1e-5, 1e-4, "running var (unbiased)");
+  expect_close(to_host<float>(gdx, n), dx, 2e-4, 1e-3, "dx");
+  expect_close(to_host<float>(gdg, c), dg, 2e-4, 1e-4, "dgamma (the rank's)");
+  expect_close(to_host<float>(gdb, c), db, 2e-4, 1e-4, "dbeta (the rank's)");
+  expect_close(to_host<float>(gye, n), ye, 1e-4, 1e-4, "eval y");
+}
+
 TEST(GpuBackendOps, BatchNormTrainEvalBackward) {
   RT_REQUIRE_GPU();
   Backends b;
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1}})
-    for (bool relu : {false, true}) {
-      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
-      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
-      const size_t n = size_t(s.numel()), c = size_t(s.c);
-      auto x = random_vec(n, 1, -3, 5), gamma = random_vec(c, 2, 0.5, 1.5),
-           beta = random_vec(c, 3), dy = random_vec(n, 4), rm = random_vec(c, 5),
-           rv = random_vec(c, 6, 0.5, 2);
-      std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
-      auto ref = b.ref->make_batchnorm(d);
-      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
-                         rv_ref.data());
-      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-      ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
-
-      auto gx = to_device(x), gg = to_device(gamma), gb = to_device(beta), gdy = to_device(dy),
-           grm = to_device(rm), grv = to_device(rv);
-      DeviceBuffer gy(n * 4), gdx(n * 4), gdg(c * 4), gdb(c * 4), gye(n * 4), erm = to_device(rm),
-          erv = to_device(rv);
-      auto op = b.gpu->make_batchnorm(d);
-      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
-                        grm.as<float>(), grv.as<float>());
-      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
-                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
-      op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
-                       erv.as<float>(), gye.as<float>());
-      b.gpu->sync();
-      expect_close(to_host<float>(gy, n), y, 1e-4, 1e-4, "y");
-      expect_close(to_host<float>(grm, c), rm_ref, 1e-5, 1e-5, "running mean");
-      expect_close(to_host<float>(grv, c), rv_ref, 1e-5, 1e-4, "running var (unbiased)");
-      expect_close(to_host<float>(gdx, n), dx, 2e-4, 1e-3, "dx");
-      expect_close(to_host<float>(gdg, c), dg, 2e-4, 1e-4, "dgamma");
-      expect_close(to_host<float>(gdb, c), db, 2e-4, 1e-4, "dbeta");
-      expect_close(to_host<float>(gye, n), ye, 1e-4, 1e-4, "eval y");
-    }
+    for (bool relu : {false, true}) expect_bn_matches_ref(b, s, relu, false);
 }
 
 // model.bn_group on the fp32 backends: our batch norm (cuDNN's has no place for the group's sums)
-// against the reference's with the same group (test::TripledSync): outputs, running statistics
-// over the group's count, dx, the rank's own dgamma and dbeta, the sums asked for, and one value
-// per channel and rank allowed; evaluation as the reference's.
+// against the reference's with the same group: running statistics over the group's count, dx
+// over its sums and count, the rank's own dgamma and dbeta, one value per channel and rank allowed.
 TEST(GpuBackendOps, BatchNormSynchronisedOverAGroup) {
   RT_REQUIRE_GPU();
   Backends b;
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{4, 8, 8, 8}})
-    for (bool relu : {false, true}) {
-      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
-      test::TripledSync ref_sync, gpu_sync;
-      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
-      const size_t n = size_t(s.numel()), c = size_t(s.c);
-      auto x = random_vec(n, 7, -3, 5), gamma = random_vec(c, 8, 0.5, 1.5), beta = random_vec(c, 9),
-           dy = random_vec(n, 10), rm = random_vec(c, 11), rv = random_vec(c, 12, 0.5, 2);
-      std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
-      d.sync = &ref_sync;
-      auto ref = b.ref->make_batchnorm(d);
-      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(), rv_ref.data());
-      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-      ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
-
-      d.sync = &gpu_sync;
-      auto gx = to_device(x), gg = to_device(gamma), gb = to_device(beta), gdy = to_device(dy),
-           grm = to_device(rm), grv = to_device(rv);
-      DeviceBuffer gy(n * 4), gdx(n * 4), gdg(c * 4), gdb(c * 4), gye(n * 4);
-      auto op = b.gpu->make_batchnorm(d);
-      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(), grm.as<float>(),
-                        grv.as<float>());
-      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>(),
-                   gdg.as<float>(), gdb.as<float>());
-      auto erm = to_device(rm), erv = to_device(rv);
-      op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(), erv.as<float>(),
-                       gye.as<float>());
-      b.gpu->sync();
-      EXPECT_EQ(gpu_sync.sizes, ref_sync.sizes);
-      EXPECT_EQ(ref_sync.sizes, (std::vector<size_t>{c + 1, c, 2 * c}));
-      expect_close(to_host<float>(gy, n), y, 1e-4, 1e-4, "y");
-      expect_close(to_host<float>(grm, c), rm_ref, 1e-5, 1e-5, "running mean");
-      expect_close(to_host<float>(grv, c), rv_ref, 1e-5, 1e-4, "running var (unbiased over the group)");
-      expect_close(to_host<float>(gdx, n), dx, 2e-4, 1e-3, "dx");
-      expect_close(to_host<float>(gdg, c), dg, 2e-4, 1e-4, "dgamma (the rank's)");
-      expect_close(to_host<float>(gdb, c), db, 2e-4, 1e-4, "dbeta (the rank's)");
-      expect_close(to_host<float>(gye, n), ye, 1e-4, 1e-4, "eval y");
-    }
+    for (bool relu : {false, true}) expect_bn_matches_ref(b, s, relu, true);
 }
 
 TEST(GpuBackendOps, BatchNormRefusesOneValuePerChannel) {

@@ -233,92 +233,70 @@ TEST_P(GpuLowpOps, ConvForwardBackward) {
   }
 }
 
+// One batch norm of shape s against the reference's: training (y, running mean, unbiased running
+// var), backward (dx, dgamma, dbeta) and evaluation. With `group`, both synchronise over a fake
+// group (test::TripledSync: three ranks holding this batch), each through its own, and must ask
+// for the same sums, the reference's C + 1, C and 2C: the running variance's unbiased factor, the
+// count check (one value per channel and rank passes) and dx's 1/m must all take the group's count.
+void expect_bn_matches_ref(const Kind& k, Backends& b, const Shape& s, bool relu, bool group) {
+  SCOPED_TRACE(s.str() + (relu ? " relu" : "") + (group ? " group" : ""));
+  test::TripledSync ref_sync, gpu_sync;
+  BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
+  const size_t n = size_t(s.numel()), c = size_t(s.c);
+  std::vector<float> x = lowp_vec(k, n, 1, -3, 5), gamma = lowp_vec(k, c, 2, 0.5, 1.5),
+                     beta = lowp_vec(k, c, 3), dy = lowp_vec(k, n, 4), rm = lowp_vec(k, c, 5),
+                     rv = lowp_vec(k, c, 6, 0.5, 2);
+  std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
+  if (group) d.sync = &ref_sync;
+  auto ref = b.ref->make_batchnorm(d);
+  ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(), rv_ref.data());
+  ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
+  ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+
+  if (group) d.sync = &gpu_sync;
+  auto gx = b.import(x, s), gdy = b.import(dy, s);
+  auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(rm), grv = to_device(rv), erm = to_device(rm),
+       erv = to_device(rv);
+  DeviceBuffer gy = b.act(s), gdx = b.act(s), gye = b.act(s), gdg(c * 4), gdb(c * 4);
+  auto op = b.gpu->make_batchnorm(d);
+  op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(), grm.as<float>(),
+                    grv.as<float>());
+  op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(), gdx.as<float>(),
+               gdg.as<float>(), gdb.as<float>());
+  op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(), erv.as<float>(),
+                   gye.as<float>());
+  EXPECT_EQ(gpu_sync.sizes, ref_sync.sizes);
+  if (group) {
+    EXPECT_EQ(ref_sync.sizes, (std::vector<size_t>{c + 1, c, 2 * c}));
+  }
+  expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
+  // Statistics of exact inputs in fp32: no 16-bit rounding at all.
+  expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
+  expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
+  expect_within(b.export_act(gdx, s), dx, tol(k, 2e-2) * bn_dx_scale(x, dy, gamma, s, d.eps),
+                "dx, against the size of its terms");
+  expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums; the rank's)");
+  expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums; the rank's)");
+  expect_normalised(b.export_act(gye, s), ye, tol(k, 1e-2), "eval y");
+}
+
 TEST_P(GpuLowpOps, BatchNormTrainEvalBackward) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
   Backends b(k.dtype);
   for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 3, 3}, Shape{4, 8, 8, 8}, Shape{2, 5, 1, 1},
                   Shape{8, 40, 16, 16}})  // 2048 rows: several chunks, two channel tiles
-    for (bool relu : {false, true}) {
-      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
-      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
-      const size_t n = size_t(s.numel()), c = size_t(s.c);
-      std::vector<float> x = lowp_vec(k, n, 1, -3, 5), gamma = lowp_vec(k, c, 2, 0.5, 1.5),
-                         beta = lowp_vec(k, c, 3), dy = lowp_vec(k, n, 4), rm = lowp_vec(k, c, 5),
-                         rv = lowp_vec(k, c, 6, 0.5, 2);
-      std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
-      auto ref = b.ref->make_batchnorm(d);
-      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(),
-                         rv_ref.data());
-      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-      ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
-
-      auto gx = b.import(x, s), gdy = b.import(dy, s);
-      auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(rm), grv = to_device(rv),
-           erm = to_device(rm), erv = to_device(rv);
-      DeviceBuffer gy = b.act(s), gdx = b.act(s), gye = b.act(s), gdg(c * 4), gdb(c * 4);
-      auto op = b.gpu->make_batchnorm(d);
-      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
-                        grm.as<float>(), grv.as<float>());
-      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
-                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
-      op->forward_eval(gx.as<float>(), gg.as<float>(), gb.as<float>(), erm.as<float>(),
-                       erv.as<float>(), gye.as<float>());
-      expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
-      // Statistics of exact inputs in fp32: no 16-bit rounding at all.
-      expect_normalised(b.fp32(grm, c), rm_ref, 1e-4, "running mean");
-      expect_normalised(b.fp32(grv, c), rv_ref, 1e-4, "running var (unbiased)");
-      expect_within(b.export_act(gdx, s), dx, tol(k, 2e-2) * bn_dx_scale(x, dy, gamma, s, d.eps),
-                    "dx, against the size of its terms");
-      expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (fp32 sums)");
-      expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (fp32 sums)");
-      expect_normalised(b.export_act(gye, s), ye, tol(k, 1e-2), "eval y");
-    }
+    for (bool relu : {false, true}) expect_bn_matches_ref(k, b, s, relu, false);
 }
 
-// model.bn_group (test::TripledSync): the running variance's unbiased factor, the count check (one
-// value per channel and rank passes) and dx's 1/m must all take the group's count, as the
-// reference backend's synchronised batch norm does; and the sums asked for are the reference's
-// (C + 1 and C values in forward, 2C in backward).
+// model.bn_group: the 16-bit batch norm's group sums through the host, against the reference's
+// (element grid, one value per channel and rank, vector grid).
 TEST_P(GpuLowpOps, BatchNormSynchronisedOverAGroup) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
   Backends b(k.dtype);
-  for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{4, 16, 8, 8}})  // element, element, vector grid
-    for (bool relu : {false, true}) {
-      SCOPED_TRACE(s.str() + (relu ? " relu" : ""));
-      test::TripledSync ref_sync, gpu_sync;
-      BatchNormDesc d{"bn", s, 1e-5, 0.1, relu};
-      const size_t n = size_t(s.numel()), c = size_t(s.c);
-      std::vector<float> x = lowp_vec(k, n, 7, -3, 5), gamma = lowp_vec(k, c, 8, 0.5, 1.5),
-                         beta = lowp_vec(k, c, 9), dy = lowp_vec(k, n, 10), rm = lowp_vec(k, c, 11),
-                         rv = lowp_vec(k, c, 12, 0.5, 2);
-      std::vector<float> y(n), dx(n), dg(c), db(c);
-      d.sync = &ref_sync;
-      auto ref = b.ref->make_batchnorm(d);
-      ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm.data(), rv.data());
-      ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-
-      d.sync = &gpu_sync;
-      auto gx = b.import(x, s), gdy = b.import(dy, s);
-      auto gg = to_device(gamma), gb = to_device(beta), grm = to_device(lowp_vec(k, c, 11)),
-           grv = to_device(lowp_vec(k, c, 12, 0.5, 2));
-      DeviceBuffer gy = b.act(s), gdx = b.act(s), gdg(c * 4), gdb(c * 4);
-      auto op = b.gpu->make_batchnorm(d);
-      op->forward_train(gx.as<float>(), gg.as<float>(), gb.as<float>(), gy.as<float>(),
-                        grm.as<float>(), grv.as<float>());
-      op->backward(gx.as<float>(), gg.as<float>(), gy.as<float>(), gdy.as<float>(),
-                   gdx.as<float>(), gdg.as<float>(), gdb.as<float>());
-      EXPECT_EQ(gpu_sync.sizes, ref_sync.sizes);
-      EXPECT_EQ(ref_sync.sizes, (std::vector<size_t>{c + 1, c, 2 * c}));
-      expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
-      expect_normalised(b.fp32(grm, c), rm, 1e-4, "running mean");
-      expect_normalised(b.fp32(grv, c), rv, 1e-4, "running var (unbiased over the group)");
-      expect_within(b.export_act(gdx, s), dx, tol(k, 2e-2) * bn_dx_scale(x, dy, gamma, s, d.eps),
-                    "dx, against the size of its terms");
-      expect_normalised(b.fp32(gdg, c), dg, 1e-3, "dgamma (this rank's)");
-      expect_normalised(b.fp32(gdb, c), db, 1e-3, "dbeta (this rank's)");
-    }
+  for (Shape s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{4, 16, 8, 8}})
+    for (bool relu : {false, true}) expect_bn_matches_ref(k, b, s, relu, true);
 }
 
 // Channels in multiples of 8 on 16-byte aligned buffers take the vector grid (a thread per 8
