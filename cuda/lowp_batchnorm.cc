@@ -62,8 +62,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     b.sum_g = dbeta;
     b.sum_gxhat = dgamma;
     if (d_.sync) {
-      group_->add({dbeta, dgamma});
-      group_->upload(stats_[S::sum_g], 2 * c_, 1.0);  // sum_g, sum_gxhat: adjacent
+      group_->dx_sums(dbeta, dgamma, stats_[S::sum_g]);  // sum_g, sum_gxhat: adjacent
       b.sum_g = stats_[S::sum_g];
       b.sum_gxhat = stats_[S::sum_gxhat];
       b.m = count_;
@@ -80,9 +79,12 @@ class LowpBatchNorm final : public BatchNormOp<float> {
       group_stats(lowp_data<T>(x));
     } else {
       count_ = rows_;
-      check_count();
       bn_batch_stats(lowp_data<T>(x), geom_, partial(), stats_[S::mean], stats_[S::var_sum], s);
     }
+    // As PyTorch: the unbiased variance of one value per channel is undefined.
+    RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name,
+                   ": batch norm training needs more than one value per channel, got input ", d_.in.str(),
+                   d_.sync ? " over the group's ranks" : "");
     bn_train_stats(stats_.train_args(d_, count_, gamma, beta, running_mean, running_var), s);
     bn_apply(lowp_data<T>(x), r, stats_[S::mean], stats_[S::scale], stats_[S::beta], lowp_data<T>(y), geom_,
              d_.relu, s);
@@ -96,29 +98,19 @@ class LowpBatchNorm final : public BatchNormOp<float> {
              d_.relu, ctx_.stream());
   }
 
-  // As PyTorch: the unbiased variance of one value per channel is undefined.
-  void check_count() const {
-    RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name,
-                   ": batch norm training needs more than one value per channel, got input ", d_.in.str(),
-                   d_.sync ? " over the group's ranks" : "");
-  }
-
-  // The group's mean and sum of squared deviations from it into stats_: two passes,
-  // as the CPU backends take them, each pass's per-channel sums added over the group.
+  // The group's mean and sum of squared deviations from it into stats_ (BnGroupSums).
   void group_stats(const T* x) {
     ChannelSumArgs<T> a;
-    a.kind = ChannelSum::x;
     a.x = x;
     a.partial = partial();
-    channel_sums(a, geom_, stats_[S::mean], nullptr, ctx_.stream());
-    count_ = group_->add({stats_[S::mean]}, rows_);
-    check_count();
-    group_->upload(stats_[S::mean], c_, 1.0 / double(count_));
-    a.kind = ChannelSum::sq_dev;
-    a.mean = stats_[S::mean];
-    channel_sums(a, geom_, stats_[S::var_sum], nullptr, ctx_.stream());
-    group_->add({stats_[S::var_sum]});
-    group_->upload(stats_[S::var_sum], c_, 1.0);
+    auto sums = [&](ChannelSum kind, const float* mean, float* out) {
+      a.kind = kind;
+      a.mean = mean;
+      channel_sums(a, geom_, out, nullptr, ctx_.stream());
+    };
+    count_ = group_->mean_and_var_sum(
+        rows_, stats_[S::mean], stats_[S::var_sum], [&](float* out) { sums(ChannelSum::x, nullptr, out); },
+        [&](const float* mean, float* out) { sums(ChannelSum::sq_dev, mean, out); });
   }
 
   // What both backward passes read: x, dy, the forward's saved statistics, and whether to mask

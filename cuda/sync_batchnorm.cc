@@ -25,21 +25,20 @@ class SyncBatchNorm final : public BatchNormOp<float> {
   void forward_train(const float* x, const float* gamma, const float* beta, float* y, float* running_mean,
                      float* running_var) override {
     cudaStream_t s = ctx_.stream();
-    NchwSumArgs a;
-    a.x = x;
-    a.s1 = stats_[S::mean];
-    nchw_channel_sums(a, g_, s);
-    count_ = group_->add({stats_[S::mean]}, g_.n * g_.hw);
+    auto sums = [&](NchwSum kind, const float* mean, float* out) {
+      NchwSumArgs a;
+      a.kind = kind;
+      a.x = x;
+      a.mean = mean;
+      a.s1 = out;
+      nchw_channel_sums(a, g_, s);
+    };
+    count_ = group_->mean_and_var_sum(
+        g_.n * g_.hw, stats_[S::mean], stats_[S::var_sum], [&](float* out) { sums(NchwSum::x, nullptr, out); },
+        [&](const float* mean, float* out) { sums(NchwSum::sq_dev, mean, out); });
     RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name,
                    ": batch norm training needs more than one value per channel, got input ", d_.in.str(),
                    " over the group's ranks");
-    group_->upload(stats_[S::mean], g_.c, 1.0 / double(count_));
-    a.kind = NchwSum::sq_dev;
-    a.mean = stats_[S::mean];
-    a.s1 = stats_[S::var_sum];
-    nchw_channel_sums(a, g_, s);
-    group_->add({stats_[S::var_sum]});
-    group_->upload(stats_[S::var_sum], g_.c, 1.0);
     bn_train_stats(stats_.train_args(d_, count_, gamma, beta, running_mean, running_var), s);
     nchw_bn_apply(x, stats_[S::mean], stats_[S::scale], beta, y, g_, d_.relu, s);
   }
@@ -64,8 +63,7 @@ class SyncBatchNorm final : public BatchNormOp<float> {
     a.s2 = dgamma;
     nchw_channel_sums(a, g_, s);
     if (!dx) return;
-    group_->add({dbeta, dgamma});
-    group_->upload(stats_[S::sum_g], 2 * g_.c, 1.0);  // sum_g, sum_gxhat: adjacent
+    group_->dx_sums(dbeta, dgamma, stats_[S::sum_g]);  // sum_g, sum_gxhat: adjacent
     NchwBnDxArgs b;
     b.x = x;
     b.dy = dy;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -275,10 +276,21 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
   if (bytes % 8 != 0) throw checksum_mismatch();
 
   Checkpoint ck;
-  // Each section's length in floats, kept or not: the size checks below hold for skipped ones too.
-  size_t n_params = 0, n_state = 0, n_mom = 0, n_mom2 = 0, n_ranks = 0, n_ema = 0, n_ema_ranks = 0;
-  bool seen_meta = false, seen_params = false, seen_state = false, seen_mom = false, seen_conf = false;
-  bool seen_layout = false;
+  // The float sections: where each goes when kept, and its length in floats, kept or not (the
+  // size checks below hold for skipped ones too).
+  struct Floats {
+    const char* tag;
+    std::vector<float>* to;
+    bool kept;
+    bool seen = false;
+    size_t n = 0;
+  };
+  Floats params{"params", &ck.params, keep.weights}, state{"state", &ck.state, keep.weights},
+      mom{"momentum", &ck.momentum, keep.optimizer}, mom2{"moment2", &ck.moment2, keep.optimizer},
+      ranks{"bn_ranks", &ck.rank_state, keep.rank_state}, ema{"ema", &ck.ema, keep.ema},
+      ema_ranks{"ema_bnr", &ck.ema_rank_state, keep.ema && keep.rank_state};
+  Floats* const float_sections[] = {&params, &state, &mom, &mom2, &ranks, &ema, &ema_ranks};
+  bool seen_meta = false, seen_conf = false, seen_layout = false;
   std::string layout_text;
   try {
     for (uint32_t s = 0; s < nsec; ++s) {
@@ -301,14 +313,17 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
           if (to) std::memcpy(static_cast<char*>(to) + (len & ~uint64_t(7)), tail, len % 8);
         }
       };
-      auto floats = [&](std::vector<float>& v, size_t& count, bool kept) {
-        if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
-        count = len / 4;
-        if (kept) v.resize(count);
-        take(kept && len > 0 ? v.data() : nullptr);  // an empty vector's data() may be null
-      };
       const std::string t(tag);
-      if (t == "meta") {
+      Floats* const* f = std::find_if(std::begin(float_sections), std::end(float_sections),
+                                      [&](const Floats* x) { return t == x->tag; });
+      if (f != std::end(float_sections)) {
+        if (len % 4) throw bad(str_cat("corrupt: section '", tag, "' is not whole floats"));
+        Floats& sec = **f;
+        sec.seen = true;
+        sec.n = len / 4;
+        if (sec.kept) sec.to->resize(sec.n);
+        take(sec.kept && len > 0 ? sec.to->data() : nullptr);  // an empty vector's data() may be null
+      } else if (t == "meta") {
         if (len != kMetaWords * 8) throw bad("corrupt: meta section of the wrong size");
         int64_t w[kMetaWords];
         take(w);
@@ -318,23 +333,6 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
         ck.config_yaml.resize(len);
         take(ck.config_yaml.data());
         seen_conf = true;
-      } else if (t == "params") {
-        floats(ck.params, n_params, keep.weights);
-        seen_params = true;
-      } else if (t == "state") {
-        floats(ck.state, n_state, keep.weights);
-        seen_state = true;
-      } else if (t == "momentum") {
-        floats(ck.momentum, n_mom, keep.optimizer);
-        seen_mom = true;
-      } else if (t == "moment2") {
-        floats(ck.moment2, n_mom2, keep.optimizer);
-      } else if (t == "bn_ranks") {
-        floats(ck.rank_state, n_ranks, keep.rank_state);
-      } else if (t == "ema") {
-        floats(ck.ema, n_ema, keep.ema);
-      } else if (t == "ema_bnr") {
-        floats(ck.ema_rank_state, n_ema_ranks, keep.ema && keep.rank_state);
       } else if (t == "layout") {
         layout_text.resize(keep.weights ? len : 0);
         take(keep.weights ? layout_text.data() : nullptr);
@@ -351,26 +349,25 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
     throw;
   }
   if (r.hash() != hash) throw checksum_mismatch();
-  if (!(seen_meta && seen_conf && seen_params && seen_state))
+  if (!(seen_meta && seen_conf && params.seen && state.seen))
     throw bad("corrupt: a section (meta, config, params, state) is missing");
   // Without momentum it is a weights file (tools/torch_weights.py import): started from, never resumed.
-  ck.weights_only = !seen_mom;
-  if (n_params != ck.meta.model.grad_elems || (seen_mom && n_mom != n_params) ||
-      (n_mom2 && (!seen_mom || n_mom2 != n_params)) || n_state != ck.meta.model.state_elems)
+  ck.weights_only = !mom.seen;
+  if (params.n != ck.meta.model.grad_elems || (mom.seen && mom.n != params.n) ||
+      (mom2.n && (!mom.seen || mom2.n != params.n)) || state.n != ck.meta.model.state_elems)
     throw bad("corrupt: section sizes disagree with the model fingerprint");
   // Each rank's own statistics: one set per rank that wrote the file.
-  auto check_ranks = [&](size_t n, const char* tag) {
-    if (n && (n_state == 0 || ck.meta.world < 1 || n / n_state != uint64_t(ck.meta.world) || n % n_state != 0))
-      throw bad(str_cat("corrupt: section '", tag, "' holds ", n, " values, not ", ck.meta.world, " rank(s) x ",
-                        n_state));
-  };
-  check_ranks(n_ranks, "bn_ranks");
-  check_ranks(n_ema_ranks, "ema_bnr");
-  if (n_ema && n_ema != n_params + n_state)
-    throw bad(str_cat("corrupt: section 'ema' holds ", n_ema, " values, not ", n_params, " + ", n_state,
+  for (const Floats* sec : {&ranks, &ema_ranks}) {
+    const size_t n = sec->n;
+    if (n && (state.n == 0 || ck.meta.world < 1 || n / state.n != uint64_t(ck.meta.world) || n % state.n != 0))
+      throw bad(str_cat("corrupt: section '", sec->tag, "' holds ", n, " values, not ", ck.meta.world, " rank(s) x ",
+                        state.n));
+  }
+  if (ema.n && ema.n != params.n + state.n)
+    throw bad(str_cat("corrupt: section 'ema' holds ", ema.n, " values, not ", params.n, " + ", state.n,
                       " (parameters and BN statistics)"));
-  if (!n_ema && n_ema_ranks) throw bad("corrupt: section 'ema_bnr' without 'ema'");
-  if (seen_layout && keep.weights) ck.layout = checkpoint_layout_parse(layout_text, n_params, n_state, path);
+  if (!ema.n && ema_ranks.n) throw bad("corrupt: section 'ema_bnr' without 'ema'");
+  if (seen_layout && keep.weights) ck.layout = checkpoint_layout_parse(layout_text, params.n, state.n, path);
   return ck;
 }
 

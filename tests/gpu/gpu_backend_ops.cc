@@ -62,12 +62,8 @@ void expect_bn_matches_ref(Backends& b, const Shape& s, bool relu, bool group) {
   const size_t n = size_t(s.numel()), c = size_t(s.c);
   auto x = random_vec(n, 1, -3, 5), gamma = random_vec(c, 2, 0.5, 1.5), beta = random_vec(c, 3),
        dy = random_vec(n, 4), rm = random_vec(c, 5), rv = random_vec(c, 6, 0.5, 2);
-  std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
   if (group) d.sync = &ref_sync;
-  auto ref = b.ref->make_batchnorm(d);
-  ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(), rv_ref.data());
-  ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-  ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+  const auto [y, dx, dg, db, rm_ref, rv_ref, ye] = test::ref_batchnorm(*b.ref, d, x, gamma, beta, dy, rm, rv);
 
   if (group) d.sync = &gpu_sync;
   auto gx = to_device(x), gg = to_device(gamma), gb = to_device(beta), gdy = to_device(dy), grm = to_device(rm),

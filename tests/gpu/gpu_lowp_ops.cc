@@ -246,12 +246,8 @@ void expect_bn_matches_ref(const Kind& k, Backends& b, const Shape& s, bool relu
   std::vector<float> x = lowp_vec(k, n, 1, -3, 5), gamma = lowp_vec(k, c, 2, 0.5, 1.5),
                      beta = lowp_vec(k, c, 3), dy = lowp_vec(k, n, 4), rm = lowp_vec(k, c, 5),
                      rv = lowp_vec(k, c, 6, 0.5, 2);
-  std::vector<float> y(n), dx(n), dg(c), db(c), rm_ref = rm, rv_ref = rv, ye(n);
   if (group) d.sync = &ref_sync;
-  auto ref = b.ref->make_batchnorm(d);
-  ref->forward_train(x.data(), gamma.data(), beta.data(), y.data(), rm_ref.data(), rv_ref.data());
-  ref->backward(x.data(), gamma.data(), y.data(), dy.data(), dx.data(), dg.data(), db.data());
-  ref->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), ye.data());
+  const auto [y, dx, dg, db, rm_ref, rv_ref, ye] = test::ref_batchnorm(*b.ref, d, x, gamma, beta, dy, rm, rv);
 
   if (group) d.sync = &gpu_sync;
   auto gx = b.import(x, s), gdy = b.import(dy, s);

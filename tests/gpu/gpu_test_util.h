@@ -77,6 +77,25 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t n, size_t offset_elems = 0)
   return v;
 }
 
+// The reference backend's batch norm of d on host data: training from running statistics rm, rv
+// (y, dx, dgamma, dbeta, the running statistics after it), and evaluation with rm, rv (eval_y).
+struct RefBatchNorm {
+  std::vector<float> y, dx, dgamma, dbeta, running_mean, running_var, eval_y;
+};
+inline RefBatchNorm ref_batchnorm(Backend<float>& ref, const BatchNormDesc& d, const std::vector<float>& x,
+                                  const std::vector<float>& gamma, const std::vector<float>& beta,
+                                  const std::vector<float>& dy, const std::vector<float>& rm,
+                                  const std::vector<float>& rv) {
+  const size_t n = size_t(d.in.numel()), c = size_t(d.in.c);
+  RefBatchNorm r{std::vector<float>(n), std::vector<float>(n), std::vector<float>(c), std::vector<float>(c), rm, rv,
+                 std::vector<float>(n)};
+  auto op = ref.make_batchnorm(d);
+  op->forward_train(x.data(), gamma.data(), beta.data(), r.y.data(), r.running_mean.data(), r.running_var.data());
+  op->backward(x.data(), gamma.data(), r.y.data(), dy.data(), r.dx.data(), r.dgamma.data(), r.dbeta.data());
+  op->forward_eval(x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), r.eval_y.data());
+  return r;
+}
+
 // model.bn_group's transport for one process: a group of three ranks that hold the same batch,
 // each sum coming back three times over. The group's statistics are then the batch's over three
 // times the values, so a batch norm that took any count or sum as its rank's alone is seen against
