@@ -5,6 +5,7 @@ namespace rt::cuda {
 
 template <class T, class Op>
 __device__ T warp_reduce(T v, Op op) {
+#pragma unroll
   for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }

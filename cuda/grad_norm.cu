@@ -1,6 +1,7 @@
 // The gradients' sum of squares behind train.clip_grad_norm (Backend::sum_squares): a warp per
 // chunk of kSquaresChunk elements in the host's order (nn/ops.h), each chunk's sum written in
 // double for the host to add up in order.
+#include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.h"
@@ -24,8 +25,7 @@ __global__ void chunk_squares_kernel(const float* __restrict__ v, uint64_t n, ui
     const double x = v[begin + i];
     s = lars_add(s, lars_mul(x, x));
   }
-  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2)
-    s = lars_add(s, __shfl_xor_sync(0xffffffffu, s, off));
+  s = warp_reduce(s, LarsAdd{});
   if (lane == 0) sums[c] = s;
 }
 

@@ -37,6 +37,11 @@ RT_HOST_DEVICE inline double lars_mul(double a, double b) {
 }
 
 constexpr uint32_t kLarsLanes = 32;  // a warp: one segment's partial sums
+static_assert(kLarsLanes == 32, "the kernels add a segment's lanes with warp_reduce, a whole warp");
+// lars_add as a function object, for warp_reduce (cuda/block_reduce.cuh: the butterfly above).
+struct LarsAdd {
+  RT_HOST_DEVICE double operator()(double a, double b) const { return lars_add(a, b); }
+};
 
 // Lane `lane`'s share of Σp² and Σgrad² over [0, n): elements lane, lane + 32, ..., in order.
 // Neighbouring lanes read neighbouring elements, so a warp's loads are whole cache lines.

@@ -1,6 +1,7 @@
 // The backend's small layer kernels: one thread per output element (ReLU and add: per four, where
 // aligned), grid-stride loops, 64-bit indices (activations of a large batch exceed 2^31 elements in no layer here, but the loops
 // cost nothing extra for being safe).
+#include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/launch.h"
 #include "cuda/layer_kernels.h"
@@ -124,8 +125,7 @@ __global__ void avgpool_forward_kernel(const float* x, float* y, int64_t planes,
   for (int64_t p = first_index() / 32; p < planes; p += warps) {  // the same p across the warp
     double s = 0;
     for (int64_t e = lane; e < hw; e += 32) s += x[p * hw + e];
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+    s = warp_reduce(s, SumOp{});
     if (lane == 0) y[p] = float(s / double(hw));
   }
 }

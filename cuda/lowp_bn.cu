@@ -11,6 +11,7 @@
 // stored y is not positive.
 #include <type_traits>
 
+#include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/lowp_device.cuh"
 #include "cuda/lowp_kernels.h"
@@ -266,10 +267,7 @@ __device__ inline double chunk_rows(const ChannelReduceGeom& g, int64_t k) {
 }
 template <int Lanes>
 __device__ inline double lanes_sum(double v) {
-  if constexpr (Lanes == 32) {
-#pragma unroll
-    for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
-  }
+  if constexpr (Lanes == 32) v = warp_reduce(v, SumOp{});
   return v;
 }
 // Channels c, c + stride, ... of this thread's lanes (the same for a warp's lanes when Lanes = 32).

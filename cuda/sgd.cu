@@ -1,5 +1,6 @@
 // The fused SGD update: one block per segment, one pass over params, grads and momentum; with
 // LARS, two small passes before it for the trust ratios. AdamW in one pass too; LAMB in three.
+#include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
 #include "cuda/launch.h"
 #include "cuda/sgd_kernel.h"
@@ -22,10 +23,8 @@ __global__ void lars_sums_kernel(const float* __restrict__ p, const float* __res
   const SgdSegment s = segs[j];
   double w, g;
   lars_lane_sums(p + s.begin, grad + s.begin, s.count, lane, &w, &g);
-  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2) {
-    w = lars_add(w, __shfl_xor_sync(0xffffffffu, w, off));
-    g = lars_add(g, __shfl_xor_sync(0xffffffffu, g, off));
-  }
+  w = warp_reduce(w, LarsAdd{});
+  g = warp_reduce(g, LarsAdd{});
   if (lane == 0) {
     sums[2 * j] = w;
     sums[2 * j + 1] = g;
@@ -140,10 +139,8 @@ __global__ void lamb_sums_kernel(SgdStepArgs a) {
     w = lars_add(w, lars_mul(double(p), double(p)));
     u2 = lars_add(u2, lars_mul(double(u), double(u)));
   }
-  for (uint32_t off = kLarsLanes / 2; off > 0; off /= 2) {
-    w = lars_add(w, __shfl_xor_sync(0xffffffffu, w, off));
-    u2 = lars_add(u2, __shfl_xor_sync(0xffffffffu, u2, off));
-  }
+  w = warp_reduce(w, LarsAdd{});
+  u2 = warp_reduce(u2, LarsAdd{});
   if (lane == 0) {
     a.lars_sums[2 * j] = w;
     a.lars_sums[2 * j + 1] = u2;

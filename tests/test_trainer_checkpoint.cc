@@ -347,6 +347,16 @@ TEST(trainer_checkpoint, LatestValidSkipsDamagedAndHalfWrittenFiles) {
   EXPECT_EQ(checkpoint_find_latest(dir, &skipped), checkpoint_path(dir, 20));
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_NE(skipped[0].find("ckpt-0000000030.rtck"), std::string::npos);
+  // --resume auto keeps the one found, read with the parts asked for, instead of reading it again.
+  Checkpoint found;
+  CheckpointParts keep;
+  keep.optimizer = false;
+  EXPECT_EQ(checkpoint_find_latest(dir, nullptr, &found, keep), checkpoint_path(dir, 20));
+  EXPECT_EQ(found.meta.step, 20);
+  EXPECT_EQ(found.params, f.params);
+  EXPECT_EQ(found.state, f.state);
+  EXPECT_TRUE(found.momentum.empty());
+  EXPECT_EQ(found.config_yaml, f.yaml);
 
   checkpoint_prune(dir, 2);
   EXPECT_EQ(checkpoint_list(dir), (std::vector<std::string>{checkpoint_path(dir, 30), checkpoint_path(dir, 20)}));

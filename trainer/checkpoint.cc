@@ -407,10 +407,12 @@ std::vector<std::string> checkpoint_list(const std::string& dir) {
   return out;
 }
 
-std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped) {
+std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped, Checkpoint* found,
+                                   const CheckpointParts& keep) {
   for (const auto& p : checkpoint_list(dir)) {
     try {
-      checkpoint_read(p, CheckpointParts::none());
+      Checkpoint ck = checkpoint_read(p, found ? keep : CheckpointParts::none());
+      if (found) *found = std::move(ck);
       return p;
     } catch (const CheckpointError& e) {
       if (skipped) skipped->push_back(e.what());

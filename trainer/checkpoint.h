@@ -166,8 +166,10 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 // Checkpoint files in dir, newest (highest step) first; empty when dir does not exist.
 std::vector<std::string> checkpoint_list(const std::string& dir);
 // The newest checkpoint that reads back intact, or "" when there is none. Damaged newer ones are
-// reported through `skipped` (one line each) and passed over.
-std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped = nullptr);
+// reported through `skipped` (one line each) and passed over. With `found`, the one chosen is
+// left there as read with `keep` (the search reads it whole anyway: a resume need not read it again).
+std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped = nullptr,
+                                   Checkpoint* found = nullptr, const CheckpointParts& keep = CheckpointParts::none());
 // Deletes all but the newest `keep` checkpoints (and stale temporary files) in dir.
 void checkpoint_prune(const std::string& dir, int keep);
 // checkpoint.keep_best: "dir/best.rtck", which checkpoint_list, --resume auto and pruning pass over.

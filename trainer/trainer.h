@@ -158,6 +158,10 @@ class Trainer {
   void ema_stop() { ema_params_ = Buffer<float>(), ema_state_ = Buffer<float>(); }
   void ema_update();
   void ema_for_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state);
+  // What load_checkpoint reads of a file; restore_checkpoint takes it (rank 0's `ck`, read with
+  // those parts; the other ranks' is empty) and hands it to every rank.
+  static CheckpointParts parts_to_load(bool for_training);
+  void restore_checkpoint(Checkpoint ck, const std::string& path, bool for_training);
   void ema_from_checkpoint(std::vector<float>& ema, std::vector<float>& rank_state, bool own_state);
   data::Loader& val_loader();
   BackendOptions backend_options() const;  // cuda.* and this rank's place on its node

@@ -91,7 +91,20 @@ void Trainer::save_checkpoint() {
   last_save_s_ = now_s();
 }
 
+CheckpointParts Trainer::parts_to_load(bool for_training) {
+  // An evaluation holds neither the optimizer's state nor each rank's statistics in memory.
+  CheckpointParts keep;
+  keep.optimizer = keep.rank_state = for_training;
+  return keep;
+}
+
 void Trainer::load_checkpoint(const std::string& path, bool for_training) {
+  Checkpoint ck;
+  if (rank_ == 0) ck = checkpoint_read(path, parts_to_load(for_training));
+  restore_checkpoint(std::move(ck), path, for_training);
+}
+
+void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool for_training) {
   auto& arena = net_->arena();
   LoadedMeta lm;
   // An evaluation neither reads nor restores the optimizer's state.
@@ -99,10 +112,6 @@ void Trainer::load_checkpoint(const std::string& path, bool for_training) {
   // From the settings, not second_moment(), which a device optimizer copies out whole.
   const bool wants_moment2 = cfg_.optimizer.sgd.kind != OptimizerKind::sgd;
   if (rank_ == 0) {
-    // An evaluation holds neither the optimizer's state nor each rank's statistics in memory.
-    CheckpointParts keep;
-    keep.optimizer = keep.rank_state = for_training;
-    Checkpoint ck = checkpoint_read(path, keep);
     if (ck.weights_only)
       throw CheckpointError(str_cat(path, ": holds weights only, no training state (a file of tools/torch_weights.py "
                                     "import): ", for_training ? "start a new run from it with --weights PATH"
@@ -264,9 +273,10 @@ std::string Trainer::resume(const std::string& what) {
     return what;
   }
   std::string path;
+  Checkpoint ck;  // the search reads the one it chooses whole: kept, not read again
   if (rank_ == 0) {
     std::vector<std::string> skipped;
-    path = checkpoint_find_latest(ckpt_dir_, &skipped);
+    path = checkpoint_find_latest(ckpt_dir_, &skipped, &ck, parts_to_load(true));
     for (const auto& s : skipped) log_line("skipping a damaged checkpoint: " + s);
   }
   uint64_t len = path.size();
@@ -277,7 +287,7 @@ std::string Trainer::resume(const std::string& what) {
     log_line(str_cat("--resume auto: no checkpoint in ", ckpt_dir_, ": starting fresh"));
     return "";
   }
-  load_checkpoint(path);
+  restore_checkpoint(std::move(ck), path, true);
   return path;
 }
 
