@@ -32,7 +32,8 @@ struct ConvAlgos {
   size_t workspace = 0;  // bytes: the largest of the three
   // Per direction (forward, backward-data, backward-filter), the candidates ranked after the
   // chosen one whose workspace cuDNN confirmed within the limit, in rank order: where a first run
-  // that cuDNN refuses moves on to (conv_run.h). Empty for a choice read from the file.
+  // that cuDNN refuses moves on to (conv_run.h). For a choice read from the file, the heuristic
+  // ranking's candidates other than it.
   std::vector<ConvCandidate> next[3];
 };
 

@@ -18,7 +18,7 @@ namespace {
 // may refuse an algorithm the ranking offered, or ask for more than the ranking said (under FMA
 // math in particular); such a candidate is passed over. The first is the choice, the others
 // where a first run cuDNN refuses moves on to (conv_run.h). Leaves the descriptor `c` set to
-// the first's math type. The three cudnn*AlgoPerf_t structs share these fields; size(algo,
+// the first's math type. Each (algorithm, math type) is a candidate once. The three cudnn*AlgoPerf_t structs share these fields; size(algo,
 // &bytes) is the direction's workspace query. Throws rt::Error naming the layer when none fits.
 template <class Perf, class Math, class Size>
 std::vector<ConvCandidate> choose(const std::vector<Perf>& perf, int returned,
@@ -37,6 +37,11 @@ std::vector<ConvCandidate> choose(const std::vector<Perf>& perf, int returned,
   for (const int k : order) {
     const Perf& p = perf[size_t(k)];
     const cudnnMathType_t m = math(p.mathType);
+    // A ranking may list an algorithm under two math types; forced to one (no TF32) they are one
+    // candidate, kept where it ranks first: a refusal must not move on to the same call again.
+    if (std::any_of(fit.begin(), fit.end(),
+                    [&](const ConvCandidate& f) { return f.algo == int(p.algo) && f.math == m; }))
+      continue;
     CUDNN_CHECK(cudnnSetConvolutionMathType(c, m));
     size_t bytes = 0;
     const cudnnStatus_t s = size(p.algo, &bytes);

@@ -46,7 +46,11 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
   std::string refused;  // each refused algorithm and cuDNN's reason
   size_t taken = 0;     // candidates of `next` moved to
   bool out_of_memory = false;
+  char why[512] = {};
   for (;;) {
+    // Read (and so cleared) before the call: cuDNN may keep a message of an earlier failure, such
+    // as a workspace query the choice passed over, that this refusal would otherwise seem to give.
+    cudnnGetLastErrorString(why, sizeof why);
     const cudnnStatus_t s = call(algo(dir), ctx_.workspace(), a_.workspace);
     if (s == CUDNN_STATUS_SUCCESS) {
       ran_[dir] = true;
@@ -61,15 +65,18 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
       }
       return s;
     }
-    char why[512] = {};
+    why[0] = 0;
     cudnnGetLastErrorString(why, sizeof why);
     // A device fault (an illegal address, a kernel that failed) is sticky: every later call
-    // returns it, no other algorithm could run, and it, not the choice, is what to report.
-    const cudaError_t q = cudaStreamQuery(ctx_.stream());
-    // A launch that failed for want of resources leaves the runtime's last error set, as the
-    // query's "not ready" may: they belong here, not to the next launch's check.
+    // returns it, no other algorithm could run, and it, not the choice, is what to report. The
+    // stream is waited for, not queried: a kernel the refused call did launch may still be
+    // running, and its fault would otherwise surface later, blamed on the next candidate. (A
+    // first run only: once per direction and layer.)
+    const cudaError_t q = cudaStreamSynchronize(ctx_.stream());
+    // A launch that failed for want of resources leaves the runtime's last error set: it belongs
+    // here, not to the next launch's check.
     (void)cudaGetLastError();
-    if (q != cudaSuccess && q != cudaErrorNotReady)
+    if (q != cudaSuccess)
       throw Error(str_cat("layer ", layer_, ": the device failed while cuDNN ran its ", kind_,
                           kDirectionName[dir], " algorithm ", algo(dir), " (", cudaGetErrorName(q),
                           ": ", cudaGetErrorString(q), "): a fault of that or an earlier kernel, not "
@@ -84,7 +91,7 @@ cudnnStatus_t ConvRunner::first_run(ConvDirection dir,
                                  " algorithm whose workspace it confirmed (", refused.substr(2), ")");
       // Out of memory, the trainer's error adds what to reduce.
       if (out_of_memory) throw OutOfMemory(std::move(what));
-      throw Error(std::move(what));
+      throw ConvRefused(std::move(what));
     }
     take(dir, next[taken++]);
   }

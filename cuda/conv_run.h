@@ -20,6 +20,13 @@ namespace rt::cuda {
 
 enum ConvDirection : int { kConvForward = 0, kConvBackwardData = 1, kConvBackwardFilter = 2 };
 
+// A direction's first run found no candidate cuDNN would run: each refused it (not for want of
+// memory, which is OutOfMemory, nor a device fault). A 16-bit stem then pads its input (lowp_conv).
+class ConvRefused : public Error {
+ public:
+  using Error::Error;
+};
+
 class ConvRunner {
  public:
   // a: the layer's choice, with its candidates; fwd, bwd_data, bwd_filter: its descriptors, set
@@ -31,7 +38,7 @@ class ConvRunner {
   // call(algo, workspace, bytes) issues direction dir's cuDNN call on the context's stream with
   // that algorithm (the direction's enum as an int) and workspace, returning its status, which
   // run returns. At the direction's first run a refused algorithm moves on to the next
-  // candidate; when none runs, throws rt::Error naming the layer and each refusal
+  // candidate; when none runs, throws ConvRefused naming the layer and each refusal
   // (rt::OutOfMemory when cuDNN ran out of memory). A failure that left the device faulted (a
   // sticky CUDA error) is no refusal: it throws at once, naming the fault.
   template <class Call>

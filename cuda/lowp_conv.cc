@@ -48,7 +48,7 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
     const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
     if (const std::string why = choose_algos(d_, kind); !why.empty()) {
-      if (d_.input_grad || d_.in.c % 8 == 0 || d_.groups > 1) throw Error(why);
+      if (!paddable()) throw Error(why);
       pad_input_channels(why, kind);
     }
     ctx_.reserve_workspace(run_->workspace());
@@ -86,6 +86,27 @@ std::string LowpConv<T>::choose_algos(const ConvDesc& shape, const std::string& 
     throw;
   } catch (const Error& e) {
     return e.what();
+  }
+}
+
+template <class T>
+bool LowpConv<T>::paddable() const {
+  return !pad_c_ && !d_.input_grad && d_.in.c % 8 != 0 && d_.groups == 1;
+}
+
+template <class T>
+template <class Run>
+void LowpConv<T>::padded_if_refused(Run&& run) {
+  try {
+    run();
+  } catch (const ConvRefused& e) {
+    // Heuristic choice (cuda.conv_algos: heuristic, cuda.deterministic) runs nothing at set-up, so
+    // a stem cuDNN will not run as it is may show it only now: padded, as at set-up, and run again
+    // (its buffers allocated once, in the first step).
+    if (!paddable()) throw;
+    pad_input_channels(e.what(), std::string(Lowp<T>::name) + " NHWC ");
+    ctx_.reserve_workspace(run_->workspace());
+    run();
   }
 }
 
@@ -140,14 +161,16 @@ void LowpConv<T>::release() noexcept {
 
 template <class T>
 void LowpConv<T>::forward(const float* x, const float* w, const float* b, float* y) {
-  const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for 16-bit data
-  const void* wc = conv_weights(w);
-  const void* xc = conv_input(x);
-  auto conv = [&](int algo, void* ws, size_t bytes) {
-    return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, xc, w_, wc, fwd_,
-                                   cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, y_, y);
-  };
-  CUDNN_CHECK(run_->run(kConvForward, conv));
+  padded_if_refused([&] {
+    const float one = 1, zero = 0;  // cuDNN takes fp32 scaling factors for 16-bit data
+    const void* wc = conv_weights(w);
+    const void* xc = conv_input(x);
+    auto conv = [&](int algo, void* ws, size_t bytes) {
+      return cudnnConvolutionForward(ctx_.cudnn(), &one, x_, xc, w_, wc, fwd_,
+                                     cudnnConvolutionFwdAlgo_t(algo), ws, bytes, &zero, y_, y);
+    };
+    CUDNN_CHECK(run_->run(kConvForward, conv));
+  });
   if (d_.bias) lowp_bias_add(reinterpret_cast<T*>(y), b, out_rows_, d_.out_c, ctx_.stream());
 }
 
@@ -169,14 +192,16 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
     CUDNN_CHECK(run_->run(kConvBackwardData, data));
   }
   // Padded again rather than kept from forward: another forward (evaluation) may come between.
-  const void* xc = conv_input(x);
-  void* dwc = pad_c_ ? dw16p_.get() : dw16_.get();
-  auto filter = [&](int algo, void* ws, size_t bytes) {
-    return cudnnConvolutionBackwardFilter(h, &one, x_, xc, y_, dy, bwd_filter_,
-                                          cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes, &zero,
-                                          w_, dwc);
-  };
-  CUDNN_CHECK(run_->run(kConvBackwardFilter, filter));
+  padded_if_refused([&] {
+    const void* xc = conv_input(x);
+    void* dwc = pad_c_ ? dw16p_.get() : dw16_.get();
+    auto filter = [&](int algo, void* ws, size_t bytes) {
+      return cudnnConvolutionBackwardFilter(h, &one, x_, xc, y_, dy, bwd_filter_,
+                                            cudnnConvolutionBwdFilterAlgo_t(algo), ws, bytes,
+                                            &zero, w_, dwc);
+    };
+    CUDNN_CHECK(run_->run(kConvBackwardFilter, filter));
+  });
   // The padded channels' gradients are dropped: the first c of each KRSC row are the layer's.
   if (pad_c_) lowp_pad_shortcut_backward(dw16p_.as<T>(), dw16_.as<T>(), w_pad_, ctx_.stream());
   weight_grad_to_oihw(dw16_.as<T>(), dw, wg_, ctx_.stream());

@@ -51,6 +51,12 @@ class LowpConv final : public ConvOp<float> {
   std::string choose_algos(const ConvDesc& shape, const std::string& kind);
   // Chooses the algorithms on the input padded to pad_c_ channels, after `why` refused it as is.
   void pad_input_channels(const std::string& why, const std::string& kind);
+  // A layer whose refusal padding answers: no input gradient, channels not a multiple of 8, one
+  // group, not padded yet.
+  bool paddable() const;
+  // run(), padded and run again when a first run finds cuDNN refusing every candidate.
+  template <class Run>
+  void padded_if_refused(Run&& run);
   // What cuDNN reads: x, or its padded copy; the weights cast (and padded) from the fp32 w.
   const void* conv_input(const float* x);
   const void* conv_weights(const float* w);

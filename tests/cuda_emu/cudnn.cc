@@ -42,7 +42,8 @@ constexpr size_t kWorkspace = 4096;
 constexpr size_t kDecoyWorkspace = size_t(1) << 40;  // algorithm 2's answer with decoys on
 
 constexpr int kUnrunnable = 3;
-std::atomic<bool> g_decoys{false}, g_unrunnable{false}, g_unaligned_refused{false};
+std::atomic<bool> g_decoys{false}, g_unrunnable{false}, g_unaligned_refused{false},
+    g_unaligned_at_run_only{false}, g_listed_twice{false};
 std::atomic<cudnnStatus_t> g_refusal{CUDNN_STATUS_NOT_SUPPORTED};  // algorithm 3's
 std::atomic<cudaError_t> g_fault{cudaSuccess};  // the device fault its run leaves, if any
 thread_local std::string g_last_error;  // cudnnGetLastErrorString's, per thread as cuDNN's
@@ -108,13 +109,16 @@ std::vector<int> ranking() {
   if (g_unrunnable.load()) r.push_back(kUnrunnable);
   if (g_decoys.load()) r.insert(r.end(), {1, 2});
   r.push_back(0);
+  if (g_listed_twice.load()) r.push_back(0);  // again, under the other math type (offer)
   return r;
 }
 
 // With rt_emu::refuse_unaligned_channels on: a 16-bit NHWC input whose channels are not a
-// multiple of 8, which no algorithm takes (as a cuDNN without such kernels would answer).
-cudnnStatus_t layout_ok(const cudnnTensorStruct* x) {
-  if (g_unaligned_refused.load() && x && x->nhwc && x->type != CUDNN_DATA_FLOAT && x->c % 8 != 0)
+// multiple of 8, which no algorithm takes (as a cuDNN without such kernels would answer); `call`:
+// a convolution call's check, else a ranking's.
+cudnnStatus_t layout_ok(const cudnnTensorStruct* x, bool call) {
+  if (g_unaligned_refused.load() && (call || !g_unaligned_at_run_only.load()) && x && x->nhwc &&
+      x->type != CUDNN_DATA_FLOAT && x->c % 8 != 0)
     return fail(CUDNN_STATUS_NOT_SUPPORTED,
                 "no algorithm for 16-bit NHWC data whose channels are not a multiple of 8 (emulated)");
   return CUDNN_STATUS_SUCCESS;
@@ -124,7 +128,7 @@ cudnnStatus_t layout_ok(const cudnnTensorStruct* x) {
 cudnnStatus_t call_ok(cudnnHandle_t h, bool geometry_ok, const cudnnTensorStruct* x, int algo,
                       const void* ws, size_t bytes) {
   if (!h || !geometry_ok) return fail(CUDNN_STATUS_BAD_PARAM, "descriptors disagree");
-  if (const cudnnStatus_t s = layout_ok(x); s != CUDNN_STATUS_SUCCESS) return s;
+  if (const cudnnStatus_t s = layout_ok(x, true); s != CUDNN_STATUS_SUCCESS) return s;
   if (algo == kUnrunnable && g_unrunnable.load()) {
     if (g_fault.load() != cudaSuccess) rt_emu::set_device_fault(g_fault.load());
     return fail(g_refusal.load(), "algorithm 3 cannot run this convolution (emulated)");
@@ -155,7 +159,7 @@ template <class Perf, class Algo>
 cudnnStatus_t offer(const cudnnTensorStruct* x, const cudnnConvolutionStruct* cv, int requested,
                     int* returned, Perf* perf, bool timed = false) {
   if (!cv || requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
-  if (const cudnnStatus_t s = layout_ok(x); s != CUDNN_STATUS_SUCCESS) return s;
+  if (const cudnnStatus_t s = layout_ok(x, false); s != CUDNN_STATUS_SUCCESS) return s;
   const std::vector<int> r = ranking();
   *returned = std::min(requested, int(r.size()));
   for (int i = 0; i < *returned; ++i) {
@@ -166,7 +170,11 @@ cudnnStatus_t offer(const cudnnTensorStruct* x, const cudnnConvolutionStruct* cv
     perf[i].time = 1.0f + float(i);
     perf[i].memory = r[size_t(i)] == kUnrunnable ? kWorkspace / 2 : kWorkspace;
     perf[i].determinism = CUDNN_DETERMINISTIC;
-    perf[i].mathType = cv->math;
+    // An algorithm listed a second time is its version under the other math type.
+    const bool again = std::find(r.begin(), r.begin() + i, r[size_t(i)]) != r.begin() + i;
+    perf[i].mathType = !again ? cv->math
+                       : cv->math == CUDNN_TENSOR_OP_MATH ? CUDNN_DEFAULT_MATH
+                                                          : CUDNN_TENSOR_OP_MATH;
   }
   return CUDNN_STATUS_SUCCESS;
 }
@@ -177,7 +185,11 @@ namespace rt_emu {
 std::atomic<int64_t> g_bwd_data_algo_queries{0};
 int64_t bwd_data_algo_queries() { return g_bwd_data_algo_queries.load(); }
 void offer_decoy_algorithms(bool on) { g_decoys.store(on); }
-void refuse_unaligned_channels(bool on) { g_unaligned_refused.store(on); }
+void list_algorithms_twice(bool on) { g_listed_twice.store(on); }
+void refuse_unaligned_channels(bool on, bool at_run_only) {
+  g_unaligned_at_run_only.store(at_run_only);
+  g_unaligned_refused.store(on);
+}
 void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal, cudaError_t fault) {
   g_unrunnable.store(on);
   g_refusal.store(refusal);

@@ -51,6 +51,10 @@ int64_t bwd_data_algo_queries();
 // On: the convolution algorithm rankings put two decoys first (cudnn.cc), which a choice must
 // pass over. Off by default; process-wide.
 void offer_decoy_algorithms(bool on);
+// On: the rankings list algorithm 0 twice, the second time under the other math type (tensor-op
+// math, or default math for a tensor-op descriptor), as cuDNN's heuristics list an algorithm's
+// versions. Off by default; process-wide.
+void list_algorithms_twice(bool on);
 // On: the rankings put first an algorithm that the workspace queries accept and the calls refuse
 // with `refusal` (cudnn.cc), leaving the device faulted with `fault` unless it is cudaSuccess
 // (rt_emu::set_device_fault; off clears it). Off by default; process-wide.
@@ -59,16 +63,23 @@ void offer_unrunnable_algorithm(bool on, cudnnStatus_t refusal = CUDNN_STATUS_NO
 
 // On: no convolution ranking, workspace query or call takes 16-bit NHWC data whose channels are
 // not a multiple of 8 (CUDNN_STATUS_NOT_SUPPORTED), as a cuDNN without kernels for the 3-channel
-// stem in that layout would answer. Off by default; process-wide.
-void refuse_unaligned_channels(bool on);
+// stem in that layout would answer; at_run_only: the rankings and queries take it and only the
+// calls refuse, as a heuristic choice would find out. Off by default; process-wide.
+void refuse_unaligned_channels(bool on, bool at_run_only = false);
 
 // Each on for a scope (a test's), off again at its end.
 struct DecoyAlgorithms {
   DecoyAlgorithms() { offer_decoy_algorithms(true); }
   ~DecoyAlgorithms() { offer_decoy_algorithms(false); }
 };
+struct AlgorithmsListedTwice {
+  AlgorithmsListedTwice() { list_algorithms_twice(true); }
+  ~AlgorithmsListedTwice() { list_algorithms_twice(false); }
+};
 struct UnalignedChannelsRefused {
-  UnalignedChannelsRefused() { refuse_unaligned_channels(true); }
+  explicit UnalignedChannelsRefused(bool at_run_only = false) {
+    refuse_unaligned_channels(true, at_run_only);
+  }
   ~UnalignedChannelsRefused() { refuse_unaligned_channels(false); }
 };
 struct UnrunnableAlgorithm {

@@ -313,6 +313,35 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
   }
 }
 
+// cuDNN's heuristics list an algorithm under each math type it has; without TF32 both run as
+// FMA math, one candidate: the choice's followers (where a refused first run goes) never repeat
+// it, nor any other (algorithm, math type). The layer computes as the reference.
+TEST(GpuCudnnConv, AnAlgorithmListedTwiceIsOneCandidate) {
+  const rt_emu::AlgorithmsListedTwice twice;
+  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+  for (bool benchmark : {false, true}) {
+    ContextConfig cfg;
+    cfg.benchmark_algos = benchmark;
+    CudaContext ctx(cfg);
+    check_conv(ctx, d);
+    LowpConv<bf16> lowp(d, ctx);
+    for (const std::string& key : {conv_algo_key(d, false, ""), conv_algo_key(d, true, "bf16 NHWC ")}) {
+      const ConvAlgos* a = ctx.conv_algos().find(key);
+      ASSERT_NE(a, nullptr) << key;
+      for (int dir = 0; dir < 3; ++dir) {
+        std::vector<ConvCandidate> all{direction(*a, dir)};
+        all.insert(all.end(), a->next[dir].begin(), a->next[dir].end());
+        for (size_t i = 0; i < all.size(); ++i)
+          for (size_t j = 0; j < i; ++j)
+            EXPECT_FALSE(all[i].algo == all[j].algo && all[i].math == all[j].math)
+                << key << " direction " << dir << ": algorithm " << all[i].algo << " twice";
+      }
+    }
+    // fp32 without TF32: the second listing (tensor-op math) ran as FMA too, the same candidate.
+    EXPECT_TRUE(ctx.conv_algos().find(conv_algo_key(d, false, ""))->next[0].empty());
+  }
+}
+
 // cuDNN can refuse at run time an algorithm its workspace query accepted, and heuristic choice
 // runs none at set-up; the emulator's algorithm 3 is such a one, ranked first, needing less
 // workspace than algorithm 0. Heuristic choice takes it; each direction's first run moves on to
@@ -458,35 +487,46 @@ void padded_stem_matches_unpadded() {
   const DeviceBuffer gx = to_device(exact(nx, 1)), gx2 = to_device(exact(nx, 2)),
                      gdy = to_device(exact(ny, 3)), gw = to_device(randn(nw, 4)),
                      gb = to_device(randn(nb, 5));
-  // y, dw, db of one layer: forward on x, forward on x2, backward for x.
-  auto run = [&](bool refused, std::string* warnings) {
+  // y, dw, db of one layer: forward on x, forward on x2, backward for x; `warnings`: what the
+  // layer printed then.
+  enum Refused { kNever, kAtSetUp, kAtFirstRun };
+  auto run = [&](Refused refused, std::string* warnings) {
     std::optional<rt_emu::UnalignedChannelsRefused> refuse;
-    if (refused) refuse.emplace();
+    if (refused != kNever) refuse.emplace(refused == kAtFirstRun);
     ContextConfig cfg;
     CudaContext ctx(cfg);
-    testing::internal::CaptureStderr();
-    LowpConv<T> conv(d, ctx);
-    *warnings = testing::internal::GetCapturedStderr();
     DeviceBuffer gy(ny * sizeof(T)), gy2(ny * sizeof(T)), gdw(nw * 4), gdb(nb * 4);
-    conv.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
-    conv.forward(gx2.as<float>(), gw.as<float>(), gb.as<float>(), gy2.as<float>());
-    conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
-                  gdb.as<float>());
+    testing::internal::CaptureStderr();
+    {
+      LowpConv<T> conv(d, ctx);
+      conv.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+      conv.forward(gx2.as<float>(), gw.as<float>(), gb.as<float>(), gy2.as<float>());
+      conv.backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(),
+                    gdb.as<float>());
+    }
+    *warnings = testing::internal::GetCapturedStderr();
     CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
     // y's 16-bit patterns widened, so that the three compare alike.
     const std::vector<uint16_t> y = to_host<uint16_t>(gy, ny);
     return std::vector{std::vector<float>(y.begin(), y.end()), to_host<float>(gdw, nw),
                        to_host<float>(gdb, nb)};
   };
-  std::string as_is, padded;
-  const auto want = run(false, &as_is), got = run(true, &padded);
+  std::string as_is;
+  const auto want = run(kNever, &as_is);
   EXPECT_EQ(as_is, "");
-  EXPECT_NE(padded.find("warning: layer stem: cuDNN offers no"), std::string::npos) << padded;
-  EXPECT_NE(padded.find("zero-padded to 8 channels"), std::string::npos) << padded;
-  const char* what[] = {"y", "dw", "db"};
-  for (size_t i = 0; i < 3; ++i)
-    for (size_t j = 0; j < want[i].size(); ++j)
-      ASSERT_EQ(got[i][j], want[i][j]) << what[i] << " at " << j;
+  // Refused by the rankings at set-up, or, as a heuristic choice finds out, only by the calls at
+  // the first run: padded either way, once.
+  for (Refused when : {kAtSetUp, kAtFirstRun}) {
+    std::string padded;
+    const auto got = run(when, &padded);
+    EXPECT_NE(padded.find("warning: layer stem: cuDNN offers no"), std::string::npos) << padded;
+    EXPECT_NE(padded.find("zero-padded to 8 channels"), std::string::npos) << padded;
+    EXPECT_EQ(padded.find("zero-padded"), padded.rfind("zero-padded")) << padded;
+    const char* what[] = {"y", "dw", "db"};
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t j = 0; j < want[i].size(); ++j)
+        ASSERT_EQ(got[i][j], want[i][j]) << what[i] << " at " << j << ", refused " << int(when);
+  }
 
   rt_emu::UnalignedChannelsRefused refuse;
   ContextConfig cfg;
@@ -500,6 +540,20 @@ void padded_stem_matches_unpadded() {
               std::string::npos)
         << e.what();
   }
+  // Nor when the refusal comes at its first run: the refusal is the error.
+  rt_emu::UnalignedChannelsRefused at_run(true);
+  LowpConv<T> conv(d, ctx);
+  DeviceBuffer gy(ny * sizeof(T));
+  testing::internal::CaptureStderr();
+  try {
+    conv.forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
+    FAIL() << "a layer needing its input gradient was padded at its first run";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer stem: cuDNN runs no"), std::string::npos) << m;
+    EXPECT_NE(m.find("16-bit NHWC data whose channels are not a multiple of 8"), std::string::npos) << m;
+  }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("zero-padded"), std::string::npos);
 }
 
 TEST(GpuLowpConv, StemCudnnRefusesRunsOnPaddedChannels) {
