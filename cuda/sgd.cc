@@ -26,6 +26,10 @@ DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_
     num_lars_ = uint32_t(lars.size());
     lars_ = DeviceBuffer(lars.size() * sizeof(LarsTensor));
     lars_.upload(lars.data(), lars.size() * sizeof(LarsTensor));
+  }
+  // LAMB's kernels sum every segment and scale each by its ratio even where no tensor takes one
+  // (only BN and bias trained, and excluded): the buffers then too.
+  if (!lars.empty() || (cfg_.kind == OptimizerKind::lamb && !segs.empty())) {
     lars_sums_ = DeviceBuffer(2 * segs.size() * sizeof(double));
     // Segments of tensors LARS leaves alone keep the factor 1 for good.
     const std::vector<float> ones(segs.size(), 1.0f);

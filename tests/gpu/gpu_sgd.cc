@@ -112,7 +112,8 @@ TEST(GpuSgd, PlainSgdMatchesCpu) {
 }
 
 // AdamW and LAMB (nn/adam.h) as the host computes them, bit for bit: BN and bias without decay
-// (and, for LAMB, without a trust ratio), one tensor frozen, a tensor over several segments.
+// (and, for LAMB, without a trust ratio), one tensor frozen, a tensor over several segments;
+// LAMB with no tensor to take a ratio.
 TEST(GpuSgd, AdamWMatchesCpu) {
   RT_REQUIRE_GPU();
   SgdConfig cfg;
@@ -136,6 +137,11 @@ TEST(GpuSgd, LambMatchesCpu) {
   cfg.lr_mult = {{"p4", 0.1}};
   run_against_cpu(cfg);
   cfg.lars_exclude_bn_and_bias = false;  // every tensor scaled
+  run_against_cpu(cfg);
+  // Only BN and bias trained (the weights frozen, as to fine-tune the statistics' affine part):
+  // no tensor takes a trust ratio, every segment's stays 1.
+  cfg.lars_exclude_bn_and_bias = true;
+  cfg.freeze = {"p0", "p4", "p5"};
   run_against_cpu(cfg);
 }
 
