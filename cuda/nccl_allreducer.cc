@@ -112,20 +112,26 @@ class NcclAllreducer final : public comm::Allreducer {
     try {
       NCCL_CHECK(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()));
     } catch (...) {
-      release(true);  // a half-made communicator is aborted, never destroyed
+      give_up();
+      release_stream();
       throw;
     }
   }
-  // While an exception unwinds, a peer may be gone: abort is the teardown that waits for no one.
-  ~NcclAllreducer() override { release(std::uncaught_exceptions() > 0); }
+  // While an exception unwinds, the peers may be anywhere (in a collective, say): given up, not
+  // torn down (give_up).
+  ~NcclAllreducer() override {
+    if (std::uncaught_exceptions() > 0) give_up();
+    if (nccl_) ncclCommDestroy(nccl_);
+    release_stream();
+  }
 
   const char* name() const override { return "nccl"; }
 
  protected:
   void run(void* buf, size_t count, DType t, ReduceOp op) override {
     if (!nccl_)
-      throw CommError(
-          "allreduce 'nccl': the NCCL communicator was aborted after an earlier failure");
+      throw CommError("allreduce 'nccl': the NCCL communicator was given up after an earlier "
+                      "failure");
     if (count == 0) return;
     try {
       CUDA_CHECK(cudaSetDevice(device_));  // the device is per thread; callers may be any thread
@@ -134,7 +140,7 @@ class NcclAllreducer final : public comm::Allreducer {
       NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), nop, nccl_, stream_));
       wait();
     } catch (...) {
-      release(true);
+      give_up();
       throw;
     }
   }
@@ -178,9 +184,13 @@ class NcclAllreducer final : public comm::Allreducer {
     }
   }
 
-  void release(bool abort) noexcept {
-    if (nccl_) abort ? ncclCommAbort(nccl_) : ncclCommDestroy(nccl_);
-    nccl_ = nullptr;
+  // After a failure the communicator is left as it is, never aborted or destroyed here: in recent
+  // NCCL both wait, within a node, for every rank of it to call them (NVIDIA/nccl#863), and a
+  // peer still in a collective never does, so the rank would hang before its error got out. The
+  // caller's abort (comm_abort: MPI_Abort) ends the process, and NCCL with it.
+  void give_up() noexcept { nccl_ = nullptr; }
+
+  void release_stream() noexcept {
     if (own_stream_) cudaStreamDestroy(stream_);
     own_stream_ = false;
     stream_ = nullptr;

@@ -23,8 +23,10 @@ namespace rt::cuda {
 // once the result is in buf; work that wrote buf on another stream must be finished before the
 // call. Any thread may call it (each call selects the device itself), one call at a time.
 //
-// After any failure the NCCL communicator is aborted (ncclCommAbort, which does not wait for
-// peers) and later calls throw; the caller's abort path (comm_abort) then ends the other ranks.
+// After any failure (or while an exception unwinds through its destructor) the NCCL communicator
+// is given up, not aborted or destroyed, which would wait for the node's other ranks, and later
+// calls throw; the caller's abort path (comm_abort) then ends the job. A normal destruction is
+// ncclCommDestroy, which every rank reaches.
 std::unique_ptr<comm::Allreducer> make_nccl_allreducer(comm::Communicator& comm,
                                                        const comm::CommConfig& cfg,
                                                        cudaStream_t stream = nullptr);

@@ -11,6 +11,8 @@
 // ncclAvg first multiplies each input by 1/ranks rounded to the type, as NCCL's pre-multiplied
 // sum. Every rank so computes the same result, as NCCL's allgather phase gives.
 //
+// ncclCommDestroy and ncclCommAbort wait for all the communicator's ranks to call one of them.
+//
 // RT_EMU_NCCL_FAIL="rank:n": that rank's n-th allreduce (from 1) fails inside the collective, as a
 // lost peer connection would: the stream runs on, the communicator's asynchronous error becomes
 // ncclRemoteError, the buffer is left as it was, and the other ranks wait in that collective.
@@ -35,6 +37,7 @@ namespace {
 
 struct Shared {  // what queued collectives use: it outlives a communicator destroyed before them
   MPI_Comm mpi = MPI_COMM_NULL;
+  MPI_Comm teardown = MPI_COMM_NULL;  // ncclCommDestroy's and ncclCommAbort's barrier
   int rank = 0, ranks = 1;
   std::atomic<ncclResult_t> async{ncclSuccess};
   long calls = 0;  // allreduces queued so far
@@ -42,6 +45,7 @@ struct Shared {  // what queued collectives use: it outlives a communicator dest
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&mpi);
+    if (teardown != MPI_COMM_NULL && !finalized) MPI_Comm_free(&teardown);
   }
 };
 
@@ -110,6 +114,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   c->s->rank = rank;
   c->s->ranks = nranks;
   MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->s->mpi);
+  MPI_Comm_dup(c->s->mpi, &c->s->teardown);
   struct Joiner {
     ncclUniqueId id;
     int rank;
@@ -186,8 +191,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* r) {
   return ncclSuccess;
 }
 
-// Both end the handle; the MPI communicator goes with the last collective queued on it.
+// Both end the handle; the MPI communicator goes with the last collective queued on it. Both
+// first wait for every rank of the communicator to call one of them, as NCCL's do within a node
+// (NVIDIA/nccl#863): a rank that tears down a communicator its peers still wait in hangs here as
+// it would there.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return fail(ncclInvalidArgument, "CommDestroy: comm is null");
+  MPI_Barrier(comm->s->teardown);
   delete comm;
   return ncclSuccess;
 }
