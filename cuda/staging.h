@@ -19,6 +19,10 @@ class StagingPipeline {
   StagingPipeline(const StagingPipeline&) = delete;
   StagingPipeline& operator=(const StagingPipeline&) = delete;
 
+  // The copies run on the pipeline's own stream, unordered with the caller's: work that writes
+  // download's device buffer, or reads or writes upload's, must be finished (its stream
+  // synchronised) before the call.
+  //
   // Device -> host: consume(host, offset, n) is called for each chunk in order, with host valid
   // only during the call, while the following chunks are already being copied.
   using Consumer = std::function<void(const void* host, size_t offset, size_t n)>;
