@@ -282,9 +282,10 @@ TEST(GpuCudnnConv, AlgorithmChoicesKeptInAFile) {
 // far more than its ranking said (both seen from real cuDNN): the choice passes over both, in
 // each direction, timed or not, fp32 and 16-bit, and the layer computes. When the policy allows
 // none, the error says how many were ranked and allowed.
-TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
-  const rt_emu::DecoyAlgorithms decoys;
-  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+// Sets d up as an fp32 layer (checked against the reference) and a bf16 one, with heuristic and
+// with timed choice, and hands each context's choice for the two to check(key, algos).
+template <class Check>
+void check_choices(const ConvDesc& d, Check check) {
   for (bool benchmark : {false, true}) {
     ContextConfig cfg;
     cfg.benchmark_algos = benchmark;
@@ -294,12 +295,20 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
     for (const std::string& key : {conv_algo_key(d, false, ""), conv_algo_key(d, true, "bf16 NHWC ")}) {
       const ConvAlgos* a = ctx.conv_algos().find(key);
       ASSERT_NE(a, nullptr) << key;
-      EXPECT_EQ(int(a->fwd), 0) << key;
-      EXPECT_EQ(int(a->bwd_data), 0) << key;
-      EXPECT_EQ(int(a->bwd_filter), 0) << key;
-      EXPECT_EQ(a->workspace, 4096u) << key;  // the emulator's need, not the decoy's 1 TiB
+      check(key, *a);
     }
   }
+}
+
+TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
+  const rt_emu::DecoyAlgorithms decoys;
+  const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
+  check_choices(d, [](const std::string& key, const ConvAlgos& a) {
+    EXPECT_EQ(int(a.fwd), 0) << key;
+    EXPECT_EQ(int(a.bwd_data), 0) << key;
+    EXPECT_EQ(int(a.bwd_filter), 0) << key;
+    EXPECT_EQ(a.workspace, 4096u) << key;  // the emulator's need, not the decoy's 1 TiB
+  });
   ContextConfig small;
   small.workspace_limit = 1000;  // below every candidate's reported need
   CudaContext ctx(small);
@@ -319,27 +328,18 @@ TEST(GpuCudnnConv, RefusedAndOversizedCandidatesArePassedOver) {
 TEST(GpuCudnnConv, AnAlgorithmListedTwiceIsOneCandidate) {
   const rt_emu::AlgorithmsListedTwice twice;
   const ConvDesc d{"3x3", {4, 16, 12, 12}, 32, 3, 3, 1, 1, 1, 1, false};
-  for (bool benchmark : {false, true}) {
-    ContextConfig cfg;
-    cfg.benchmark_algos = benchmark;
-    CudaContext ctx(cfg);
-    check_conv(ctx, d);
-    LowpConv<bf16> lowp(d, ctx);
-    for (const std::string& key : {conv_algo_key(d, false, ""), conv_algo_key(d, true, "bf16 NHWC ")}) {
-      const ConvAlgos* a = ctx.conv_algos().find(key);
-      ASSERT_NE(a, nullptr) << key;
-      for (int dir = 0; dir < 3; ++dir) {
-        std::vector<ConvCandidate> all{direction(*a, dir)};
-        all.insert(all.end(), a->next[dir].begin(), a->next[dir].end());
-        for (size_t i = 0; i < all.size(); ++i)
-          for (size_t j = 0; j < i; ++j)
-            EXPECT_FALSE(all[i].algo == all[j].algo && all[i].math == all[j].math)
-                << key << " direction " << dir << ": algorithm " << all[i].algo << " twice";
-      }
+  check_choices(d, [&](const std::string& key, const ConvAlgos& a) {
+    for (int dir = 0; dir < 3; ++dir) {
+      std::vector<ConvCandidate> all{direction(a, dir)};
+      all.insert(all.end(), a.next[dir].begin(), a.next[dir].end());
+      for (size_t i = 0; i < all.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          EXPECT_FALSE(all[i].algo == all[j].algo && all[i].math == all[j].math)
+              << key << " direction " << dir << ": algorithm " << all[i].algo << " twice";
     }
     // fp32 without TF32: the second listing (tensor-op math) ran as FMA too, the same candidate.
-    EXPECT_TRUE(ctx.conv_algos().find(conv_algo_key(d, false, ""))->next[0].empty());
-  }
+    if (key == conv_algo_key(d, false, "")) EXPECT_TRUE(a.next[0].empty()) << key;
+  });
 }
 
 // cuDNN can refuse at run time an algorithm its workspace query accepted, and heuristic choice
