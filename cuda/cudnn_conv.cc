@@ -73,6 +73,11 @@ void CudnnConv::forward(const float* x, const float* w, const float* b, float* y
 
 void CudnnConv::backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                          float* db) {
+  run_backward(x, w, dy, dx, dw, db, 0.0f);
+}
+
+void CudnnConv::run_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                             float* db, float dx_beta) {
   const float one = 1, zero = 0;
   cudnnHandle_t h = ctx_.cudnn();
   if (dx && !d_.input_grad)
@@ -80,8 +85,8 @@ void CudnnConv::backward(const float* x, const float* w, const float* dy, float*
                         "without one (ConvDesc::input_grad)"));
   auto data = [&](int algo, void* ws, size_t bytes) {
     return cudnnConvolutionBackwardData(h, &one, w_, w, y_, dy, bwd_data_,
-                                        cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero, x_,
-                                        dx);
+                                        cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &dx_beta,
+                                        x_, dx);
   };
   auto filter = [&](int algo, void* ws, size_t bytes) {
     return cudnnConvolutionBackwardFilter(h, &one, x_, x, y_, dy, bwd_filter_,

@@ -24,6 +24,12 @@ class CudnnConv final : public ConvOp<float> {
 
   // Asynchronous on the context's stream. b and db only with a bias; dx may be null.
   void forward(const float* x, const float* w, const float* b, float* y) override;
+  // backward_add_dx: dx += the input gradient (cuDNN's beta = 1), rounded once.
+  bool adds_dx() const override { return d_.input_grad; }
+  void backward_add_dx(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       float* db) override {
+    run_backward(x, w, dy, dx, dw, db, 1.0f);
+  }
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override;
 
@@ -35,6 +41,9 @@ class CudnnConv final : public ConvOp<float> {
   size_t workspace_bytes() const { return run_->workspace(); }
 
  private:
+  // backward, dx scaled by dx_beta before the gradient is added (0: overwritten).
+  void run_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                    float dx_beta);
   void release() noexcept;
   ConvDesc d_;
   CudaContext& ctx_;

@@ -177,6 +177,12 @@ void LowpConv<T>::forward(const float* x, const float* w, const float* b, float*
 template <class T>
 void LowpConv<T>::backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                         float* db) {
+  run_backward(x, w, dy, dx, dw, db, 0.0f);
+}
+
+template <class T>
+void LowpConv<T>::run_backward(const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, float* db, float dx_beta) {
   const float one = 1, zero = 0;
   cudnnHandle_t h = ctx_.cudnn();
   if (dx && !d_.input_grad)
@@ -186,8 +192,8 @@ void LowpConv<T>::backward(const float* x, const float* w, const float* dy, floa
     weight_to_ohwi_lowp(w, w16_.as<T>(), wg_, ctx_.stream());
     auto data = [&](int algo, void* ws, size_t bytes) {
       return cudnnConvolutionBackwardData(h, &one, w_, w16_.get(), y_, dy, bwd_data_,
-                                          cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes, &zero,
-                                          x_, dx);
+                                          cudnnConvolutionBwdDataAlgo_t(algo), ws, bytes,
+                                          &dx_beta, x_, dx);
     };
     CUDNN_CHECK(run_->run(kConvBackwardData, data));
   }

@@ -41,8 +41,18 @@ class LowpConv final : public ConvOp<float> {
   void forward(const float* x, const float* w, const float* b, float* y) override;
   void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db) override;
+  // backward_add_dx: dx += the input gradient (cuDNN's beta = 1), computed in fp32 and rounded
+  // to T once.
+  bool adds_dx() const override { return d_.input_grad; }
+  void backward_add_dx(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       float* db) override {
+    run_backward(x, w, dy, dx, dw, db, 1.0f);
+  }
 
  private:
+  // backward, dx scaled by dx_beta before the gradient is added (0: overwritten).
+  void run_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db,
+                    float dx_beta);
   void release() noexcept;
   // The descriptors of x and w for c input channels.
   void set_input_channels(int64_t c);

@@ -495,6 +495,12 @@ T* Net<T>::grad_target(int id) {
 }
 
 template <class T>
+T* Net<T>::grad_to_add(int id) {
+  if (grad_slot_[id] < 0) return nullptr;
+  return slots_[slot_unshare(id)].buf.data();
+}
+
+template <class T>
 void Net<T>::grad_done(int id) {
   int sc = scratch_slot_[id];
   if (sc < 0) return;

@@ -150,6 +150,9 @@ class Net {
   // node's gradient for input id equals the one held for tensor `from` (no copy when possible).
   T* grad_target(int id);
   void grad_done(int id);
+  // Tensor id's gradient so far (unshared first), for a consumer that adds its share in place
+  // (ConvOp::adds_dx); null while it has none.
+  T* grad_to_add(int id);
   void grad_alias(int id, int from);
   // The final gradient of tensor id, for its producer.
   T* grad_of(int id) { return slots_[grad_slot_[id]].buf.data(); }

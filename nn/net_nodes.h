@@ -25,9 +25,20 @@ class WeightedNode : public Node<T> {
   void backward(Net<T>& net) override {
     auto& a = net.arena();
     int x = this->inputs[0];
+    T* dw = a.grad(this->params[0]);
+    T* db = bias ? a.grad(this->params[1]) : nullptr;
+    // x's other consumer's gradient is there already: added to in place where the op can
+    // (convolutions: ConvOp::adds_dx).
+    if constexpr (requires(Op& o) { o.adds_dx(); }) {
+      if (net.needs_grad(x) && op->adds_dx())
+        if (T* sum = net.grad_to_add(x)) {
+          op->backward_add_dx(net.act(x), a.param(this->params[0]), net.grad_of(this->output),
+                              sum, dw, db);
+          return;
+        }
+    }
     T* dx = net.needs_grad(x) ? net.grad_target(x) : nullptr;
-    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx,
-                 a.grad(this->params[0]), bias ? a.grad(this->params[1]) : nullptr);
+    op->backward(net.act(x), a.param(this->params[0]), net.grad_of(this->output), dx, dw, db);
     if (dx) net.grad_done(x);
   }
 };

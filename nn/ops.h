@@ -193,7 +193,19 @@ class ConvOp {
   virtual void forward(const T* x, const T* w, const T* b, T* y) = 0;
   // dw and db (when the layer has a bias) are overwritten; dx may be null.
   virtual void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) = 0;
+  // Where adds_dx(): backward with this layer's input gradient added to what dx holds (cuDNN's
+  // beta = 1) rather than written over it. A tensor read by two layers (a residual block's input)
+  // then gets its gradient summed inside the second convolution's backward instead of through a
+  // scratch buffer and a separate sum: one pass over the tensor instead of three. The default
+  // refuses.
+  virtual bool adds_dx() const { return false; }
+  virtual void backward_add_dx(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db);
 };
+
+template <class T>
+void ConvOp<T>::backward_add_dx(const T*, const T*, const T*, T*, T*, T*) {
+  throw Error("this backend's convolution cannot add its input gradient in place (adds_dx)");
+}
 
 template <class T>
 class BatchNormOp {

@@ -64,6 +64,19 @@ void compare_with_reference(GpuLayer& gpu, RefLayer& ref, CudaContext& ctx, cons
   expect_close(to_host<float>(gdx, nx), dx, "dx", name);
   expect_close(to_host<float>(gdw, nw), dw, "dw", name);
   if (bias) expect_close(to_host<float>(gdb, nb), db, "db", name);
+  // A convolution that adds its input gradient to what dx holds (a residual block's input).
+  if constexpr (requires { gpu.adds_dx(); }) {
+    ASSERT_TRUE(gpu.adds_dx()) << name;
+    const auto prior = randn(nx, seed + 4);
+    std::vector<float> sum(nx);
+    for (size_t i = 0; i < nx; ++i) sum[i] = prior[i] + dx[i];
+    DeviceBuffer gsum = to_device(prior);
+    gpu.backward_add_dx(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gsum.as<float>(),
+                        gdw.as<float>(), bias ? gdb.as<float>() : nullptr);
+    CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    expect_close(to_host<float>(gsum, nx), sum, "dx added", name);
+    expect_close(to_host<float>(gdw, nw), dw, "dw", name);
+  }
 }
 
 void check_conv(CudaContext& ctx, const ConvDesc& d) {
