@@ -59,7 +59,7 @@ rm -rf "$(at "$pmix")/include" "$(at "$pmix")/lib/libpmix.a"
 # Shared libraries into the wrapper's libdir: libmpi.so there is what `mpicxx -lmpi` links.
 libs=(libmpi.so.40 libopen-pal.so.40 libopen-rte.so.40 libhwloc.so.15 libevent_core-2.1.so.7
       libevent_pthreads-2.1.so.7 libudev.so.1 libz.so.1 libmca_common_sm.so.40
-      libmpi_cxx.so.40)
+      libmpi_cxx.so.40 libmunge.so.2)
 for l in "${libs[@]}"; do
   f=$(readlink -f "$sys/$l") || die "no $sys/$l"
   cp "$f" "$(at "$ompi_lib")/$l"
@@ -77,6 +77,15 @@ for c in "$ompi_pkglib"/*.so; do
   done
   if [ $ok = 1 ]; then cp "$c" "$(at "$ompi_pkglib")/"; kept=$((kept + 1)); else dropped+=("$(basename "$c" .so)"); fi
 done
+
+# Whatever the bundle runs must find every library it needs in the bundle or in the C and C++
+# runtimes every machine has (Debian's libpmix needs libmunge, for one).
+base=" libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 ld-linux-x86-64.so.2 libstdc++.so.6 libgcc_s.so.1 "
+bundled=" $(find "$p" -name '*.so*' -printf '%f ') "
+missing=$(find "$p" -type f \( -name '*.so*' -o -path "$p/bin/*" \) -exec objdump -p {} + 2>/dev/null |
+          awk '/NEEDED/ {print $2}' | sort -u | while read -r n; do
+            [[ $base$bundled == *" $n "* ]] || echo "$n"; done)
+[ -z "$missing" ] || die "bundled Open MPI needs libraries left out of it: $(echo $missing)"
 
 cat >"$p/env.sh" <<'EOF'
 # Source to use this bundled Open MPI: it relocates from /usr to this folder.

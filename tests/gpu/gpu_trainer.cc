@@ -54,8 +54,10 @@ int run_trainer(const std::string& backend, int np, std::string* out, const std:
                                       "backend: " << backend << "\nrun_dir: " << dir << "\n" << extra;
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);  // GPU machines often run their jobs as root
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  // A job that hangs fails the test (timeout's status) instead of stalling the suite.
-  const std::string cmd = env + " timeout -k 10 240 " + RT_MPIEXEC + " -np " + std::to_string(np) +
+  // A job that hangs fails the test (timeout's status) instead of stalling the suite; in the
+  // foreground, timeout stays in the test's process group, which a ctest that is cut ends.
+  const std::string cmd = env + " timeout --foreground -k 5 150 " + RT_MPIEXEC + " -np " +
+                          std::to_string(np) +
                           " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " RT_TRAINER_BIN
                           " --config " + dir + "/job.yaml " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");

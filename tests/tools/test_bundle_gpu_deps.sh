@@ -33,10 +33,10 @@ unshare -m bash -s "$tmp" "$multiarch" >"$tmp/out" 2>&1 <<'SH' || { cat "$tmp/ou
 set -e
 tmp=$1 lib=/usr/lib/$2
 empty=$(mktemp -d)
-for d in $lib/openmpi $lib/pmix2 /usr/share/openmpi /etc/openmpi; do
+for d in $lib/openmpi $lib/pmix2 /usr/share/openmpi /etc/openmpi; do  # and libmunge below: Debian's libpmix needs it
   [ -d $d ] && mount --bind $empty $d
 done
-for f in $lib/libmpi.so.40 $lib/libmpi_cxx.so.40 $lib/libopen-pal.so.40 $lib/libopen-rte.so.40 \
+for f in $lib/libmunge.so.2 $lib/libmpi.so.40 $lib/libmpi_cxx.so.40 $lib/libopen-pal.so.40 $lib/libopen-rte.so.40 \
          $lib/libhwloc.so.15 /usr/bin/orterun /usr/bin/orted /usr/bin/opal_wrapper; do
   [ -e $f ] && mount --bind /dev/null "$(readlink -f $f)"
 done
