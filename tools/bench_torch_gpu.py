@@ -116,6 +116,21 @@ def set_tf32(on):
         torch.backends.cudnn.rnn.fp32_precision = prec
 
 
+def tf32_in_effect():
+    """Whether matmuls and cuDNN convolutions may use TF32, read back from PyTorch: a run
+    records what applied, and an fp32 run where setting it did nothing fails rather than report
+    TF32 figures as fp32."""
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return {"matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+                    "cudnn": bool(torch.backends.cudnn.allow_tf32)}
+    except (AttributeError, RuntimeError):
+        return {"matmul": torch.backends.cuda.matmul.fp32_precision == "tf32",
+                "cudnn": torch.backends.cudnn.conv.fp32_precision == "tf32"}
+
+
 def used_mib(dev):
     """Device memory in use by anyone (total - free), as nvidia-smi counts it."""
     free, total = torch.cuda.mem_get_info(dev)
@@ -182,6 +197,10 @@ def print_profile(step, sync, n, cuda):
 def run(mode, a, dev):
     cuda = dev.type == "cuda"
     set_tf32(mode != "fp32")
+    tf32 = tf32_in_effect()
+    if mode == "fp32" and any(tf32.values()):
+        raise SystemExit(f"bench_torch_gpu: TF32 still allowed after turning it off ({tf32}): "
+                         "this PyTorch's switches are not the ones set_tf32 knows")
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     if cuda:
@@ -260,7 +279,7 @@ def run(mode, a, dev):
         "max_allocated_mib": torch.cuda.max_memory_allocated(dev) / 2**20 if cuda else None,
         "max_reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20 if cuda else None,
         "setup_s": setup_s, "loss": loss, "loss_finite": math.isfinite(loss), "skipped_steps": skipped,
-        "torch": torch.__version__,
+        "torch": torch.__version__, "tf32": tf32,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "torchvision": torchvision.__version__ if tv else None,
     }

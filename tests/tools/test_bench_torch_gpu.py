@@ -47,6 +47,10 @@ def main():
                 fail(f"{r['precision']}: rates out of order: {r}")
             if r["loss_finite"] is not True or r["skipped_steps"] != 0:
                 fail(f"{r['precision']}: {r}")
+            # What PyTorch applied, read back: fp32 is strict fp32; the others allow TF32.
+            strict = r["precision"] == "fp32"
+            if r.get("tf32") != {"matmul": not strict, "cudnn": not strict}:
+                fail(f"{r['precision']}: TF32 as applied: {r.get('tf32')!r}")
         if not any(l.startswith("PROFILE_KIND,conv,") for l in lines):
             fail(f"no PROFILE_KIND conv line:\n{p.stdout}")
         with open(jsonl) as f:
