@@ -17,6 +17,13 @@ namespace {
 template <class T> constexpr cudnnDataType_t kCudnnType = CUDNN_DATA_BFLOAT16;  // T = bf16
 template <> constexpr cudnnDataType_t kCudnnType<f16> = CUDNN_DATA_HALF;
 
+// The kind of convolution, for messages and the algorithm cache's key.
+template <class T>
+const std::string& kind() {
+  static const std::string k = std::string(Lowp<T>::name) + " NHWC ";
+  return k;
+}
+
 }  // namespace
 
 template <class T>
@@ -46,10 +53,9 @@ LowpConv<T>::LowpConv(const ConvDesc& d, CudaContext& ctx) : d_(d), ctx_(ctx) {
                    out.str());
 
     // Tensor-core math: each direction keeps the math type cuDNN reported for its algorithm.
-    const std::string kind = std::string(Lowp<T>::name) + " NHWC ";
-    if (const std::string why = choose_algos(d_, kind); !why.empty()) {
+    if (const std::string why = choose_algos(d_); !why.empty()) {
       if (!paddable()) throw Error(why);
-      pad_input_channels(why, kind);
+      pad_input_channels(why);
     }
     ctx_.reserve_workspace(run_->workspace());
     w16_ = DeviceBuffer(size_t(wg_.count()) * sizeof(T));
@@ -77,10 +83,10 @@ void LowpConv<T>::set_input_channels(int64_t c) {
 }
 
 template <class T>
-std::string LowpConv<T>::choose_algos(const ConvDesc& shape, const std::string& kind) {
+std::string LowpConv<T>::choose_algos(const ConvDesc& shape) {
   try {
     run_.emplace(conv_choose_algos(ctx_, x_, w_, y_, fwd_, bwd_data_, bwd_filter_, shape, true,
-                                   kind.c_str()));
+                                   kind<T>().c_str()));
     return "";
   } catch (const OutOfMemory&) {
     throw;
@@ -104,19 +110,19 @@ void LowpConv<T>::padded_if_refused(Run&& run) {
     // a stem cuDNN will not run as it is may show it only now: padded, as at set-up, and run again
     // (its buffers allocated once, in the first step).
     if (!paddable()) throw;
-    pad_input_channels(e.what(), std::string(Lowp<T>::name) + " NHWC ");
+    pad_input_channels(e.what());
     ctx_.reserve_workspace(run_->workspace());
     run();
   }
 }
 
 template <class T>
-void LowpConv<T>::pad_input_channels(const std::string& why, const std::string& kind) {
+void LowpConv<T>::pad_input_channels(const std::string& why) {
   pad_c_ = (d_.in.c + 7) / 8 * 8;
   set_input_channels(pad_c_);
   ConvDesc padded = d_;  // the shape cuDNN sees, and the algorithm cache's key for it
   padded.in.c = pad_c_;
-  if (const std::string e = choose_algos(padded, kind); !e.empty())
+  if (const std::string e = choose_algos(padded); !e.empty())
     throw Error(str_cat(why, "; nor with its input zero-padded to ", pad_c_, " channels: ", e));
   x_pad_ = {d_.in.n, d_.in.c, d_.in.h, d_.in.w, pad_c_, d_.in.h, d_.in.w, 1, 0};
   w_pad_ = {d_.out_c, d_.in.c, d_.kernel_h, d_.kernel_w, pad_c_, d_.kernel_h, d_.kernel_w, 1, 0};
@@ -126,7 +132,7 @@ void LowpConv<T>::pad_input_channels(const std::string& why, const std::string& 
   std::fprintf(stderr,
                "warning: layer %s: cuDNN offers no %sconvolution for its %lld input channels (%s); "
                "it runs on its input zero-padded to %lld channels, with the same results\n",
-               d_.name.c_str(), kind.c_str(), (long long)d_.in.c, why.c_str(), (long long)pad_c_);
+               d_.name.c_str(), kind<T>().c_str(), (long long)d_.in.c, why.c_str(), (long long)pad_c_);
 }
 
 template <class T>

@@ -58,9 +58,9 @@ class LowpConv final : public ConvOp<float> {
   void set_input_channels(int64_t c);
   // Chooses the algorithms for the descriptors as set, a layer of `shape`: "" or, when none
   // fits, why (an allocation failure throws rt::OutOfMemory).
-  std::string choose_algos(const ConvDesc& shape, const std::string& kind);
+  std::string choose_algos(const ConvDesc& shape);
   // Chooses the algorithms on the input padded to pad_c_ channels, after `why` refused it as is.
-  void pad_input_channels(const std::string& why, const std::string& kind);
+  void pad_input_channels(const std::string& why);
   // A layer whose refusal padding answers: no input gradient, channels not a multiple of 8, one
   // group, not padded yet.
   bool paddable() const;
