@@ -46,14 +46,33 @@ class LowpBatchNorm final : public BatchNormOp<float> {
 
   // dbeta and dgamma (fp32, the arena's) are the two per-channel sums; dx then reads them. y is
   // not read: the ReLU's mask is recomputed from x with the forward's mean, scale and beta (with
-  // a residual, the caller masked dy). Synchronised, dx reads both sums over the group's batches
+  // a residual, the caller masked dy, or backward_add_relu masks it). Synchronised, dx reads both sums over the group's batches
   // (and divides by its count); dgamma and dbeta stay this rank's, which the gradient reducer
   // averages, as on the CPU backends.
   void backward(const float* x, const float* gamma, const float* /*y*/, const float* dy,
                 float* dx, float* dgamma, float* dbeta) override {
-    cudaStream_t s = ctx_.stream();
     auto a = saved_args<ChannelSumArgs<T>>(x, dy);
     a.kind = ChannelSum::bn_grad;
+    backward_from(a, x, gamma, dy, dx, dgamma, dbeta);
+  }
+  // The residual's ReLU mask inside the pass that sums dy (ChannelSum::bn_grad_add_relu), which
+  // also stores the masked gradient over dy for the residual's branch; dx then reads it.
+  bool masks_add_relu() const override { return d_.residual && d_.relu; }
+  void backward_add_relu(const float* x, const float* gamma, const float* y, float* dy, float* dx,
+                         float* dgamma, float* dbeta) override {
+    RT_SHAPE_CHECK(masks_add_relu(), "layer ", d_.name, ": backward_add_relu without a residual's ReLU");
+    auto a = saved_args<ChannelSumArgs<T>>(x, dy);
+    a.kind = ChannelSum::bn_grad_add_relu;
+    a.out = lowp_data<T>(y);
+    a.g_out = lowp_data<T>(dy);
+    backward_from(a, x, gamma, dy, dx, dgamma, dbeta);
+  }
+
+ private:
+  // dbeta and dgamma from a's sums, then dx (from dy as the sums left it).
+  void backward_from(ChannelSumArgs<T>& a, const float* x, const float* gamma, const float* dy,
+                     float* dx, float* dgamma, float* dbeta) {
+    cudaStream_t s = ctx_.stream();
     a.partial = partial();
     channel_sums(a, geom_, dbeta, dgamma, s);
     if (!dx) return;
@@ -71,7 +90,6 @@ class LowpBatchNorm final : public BatchNormOp<float> {
     bn_backward_dx(b, geom_, s);
   }
 
- private:
   void train(const float* x, const T* r, const float* gamma, const float* beta, float* y,
              float* running_mean, float* running_var) {
     cudaStream_t s = ctx_.stream();

@@ -29,6 +29,9 @@ template <class T>
 __device__ inline bool bn_passes(float v) {
   return to_f32(rn<T>(relu_value(v))) > 0.0f;
 }
+template <ChannelSum K>
+constexpr bool kBnGrad = K == ChannelSum::bn_grad || K == ChannelSum::bn_grad_add_relu;
+
 // The per-element terms of the sums: g = dy (masked), and g * xhat.
 template <class T>
 __device__ inline float masked_grad(const ChannelSumArgs<T>& a, float x, float dy, float mean,
@@ -87,10 +90,10 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
   const int64_t r1 = r0 + g.rows_per_chunk < g.rows ? r0 + g.rows_per_chunk : g.rows;
   float s1 = 0.0f, s2 = 0.0f;
   if (c < g.channels) {
-    const bool mean_used = K == ChannelSum::sq_dev || K == ChannelSum::bn_grad;
+    const bool mean_used = K == ChannelSum::sq_dev || kBnGrad<K>;
     const bool mask = K == ChannelSum::bn_grad && a.relu;
     const float mean = mean_used ? a.mean[c] : 0.0f;
-    const float invstd = K == ChannelSum::bn_grad ? a.invstd[c] : 0.0f;
+    const float invstd = kBnGrad<K> ? a.invstd[c] : 0.0f;
     const float scale = mask ? a.scale[c] : 0.0f, beta = mask ? a.beta[c] : 0.0f;
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowThreads) {
       const int64_t i = r * g.channels + c;
@@ -101,6 +104,12 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
         s1 += d * d;
       } else if constexpr (K == ChannelSum::dy) {
         s1 += ld(a.dy, i);
+      } else if constexpr (K == ChannelSum::bn_grad_add_relu) {
+        const T gr = ld(a.out, i) > 0.0f ? a.dy[i] : rn<T>(0.0f);  // as lowp_relu_backward
+        a.g_out[i] = gr;
+        const float gf = to_f32(gr);
+        s1 += gf;
+        s2 += gf * (ld(a.x, i) - mean) * invstd;
       } else {
         const float x = ld(a.x, i);
         const float gr = masked_grad(a, x, ld(a.dy, i), mean, scale, beta);
@@ -129,32 +138,38 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
 // one pass on this grid (bn_stats_vec_kernel).
 template <class T, ChannelSum K>
 __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g) {
-  static_assert(K == ChannelSum::dy || K == ChannelSum::bn_grad);
+  static_assert(K == ChannelSum::dy || kBnGrad<K>);
+  constexpr bool masks_out = K == ChannelSum::bn_grad_add_relu;
   __shared__ VecShared sh;
   const VecPlace p = vec_place(g);
   const int64_t groups = p.groups, grp = p.grp, c0 = p.c0, r0 = p.r0, r1 = p.r1;
   float s1[kVec] = {}, s2[kVec] = {};
   if (grp < groups) {
     float mean[kVec] = {}, invstd[kVec] = {}, scale[kVec] = {}, beta[kVec] = {};
-    if (K == ChannelSum::bn_grad) {
+    if (kBnGrad<K>) {
       load_channels(a.mean, c0, mean);
       load_channels(a.invstd, c0, invstd);
-      if (a.relu) {
+      if (K == ChannelSum::bn_grad && a.relu) {
         load_channels(a.scale, c0, scale);
         load_channels(a.beta, c0, beta);
       }
     }
-    uint4 bx[kRowBatch2], bd[kRowBatch2];
+    uint4 bx[kRowBatch2], bd[kRowBatch2], bo[masks_out ? kRowBatch2 : 1];
     batched_rows<kRowBatch2>(
         r0 + threadIdx.y, r1, g.vec_rows,
         [&](int j, int64_t r) {
           bd[j] = load_raw(a.dy, r * groups + grp);
-          if (K == ChannelSum::bn_grad) bx[j] = load_raw(a.x, r * groups + grp);
+          if (kBnGrad<K>) bx[j] = load_raw(a.x, r * groups + grp);
+          if constexpr (masks_out) bo[j] = load_raw(a.out, r * groups + grp);
         },
-        [&](int j, int64_t) {
+        [&](int j, int64_t r) {
+          if constexpr (masks_out) {  // g_out may be dy: row r of dy was loaded above
+            bd[j] = relu_masked<T>(bo[j], bd[j]);
+            reinterpret_cast<uint4*>(a.g_out)[r * groups + grp] = bd[j];
+          }
           float x[kVec], dy[kVec];
           widen<T>(bd[j], dy);
-          if (K == ChannelSum::bn_grad) widen<T>(bx[j], x);
+          if (kBnGrad<K>) widen<T>(bx[j], x);
 #pragma unroll
           for (int k = 0; k < kVec; ++k) {
             if constexpr (K == ChannelSum::dy) {
@@ -475,7 +490,7 @@ template <class T, ChannelSum K>
 void launch_partial(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, bool vec,
                     cudaStream_t stream) {
   // grid.y is limited to 65535: channel_reduce_geom keeps chunks at most kMaxChunks.
-  if constexpr (K == ChannelSum::dy || K == ChannelSum::bn_grad)
+  if constexpr (K == ChannelSum::dy || kBnGrad<K>)
     if (vec) {
       channel_partial_vec_kernel<T, K><<<vec_grid(g), vec_block(g), 0, stream>>>(a, g);
       CUDA_CHECK_LAUNCH();
@@ -492,12 +507,15 @@ template <class T>
 void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float* s1, float* s2,
                   cudaStream_t stream) {
   if (g.channels <= 0 || g.rows <= 0) return;
-  const bool vec = on_vec_grid(g, {a.dy, a.kind == ChannelSum::bn_grad ? a.x : nullptr});
+  const bool vec = on_vec_grid(g, {a.dy, a.x, a.out, a.g_out});
   switch (a.kind) {
     case ChannelSum::x: launch_partial<T, ChannelSum::x>(a, g, vec, stream); break;
     case ChannelSum::sq_dev: launch_partial<T, ChannelSum::sq_dev>(a, g, vec, stream); break;
     case ChannelSum::dy: launch_partial<T, ChannelSum::dy>(a, g, vec, stream); break;
     case ChannelSum::bn_grad: launch_partial<T, ChannelSum::bn_grad>(a, g, vec, stream); break;
+    case ChannelSum::bn_grad_add_relu:
+      launch_partial<T, ChannelSum::bn_grad_add_relu>(a, g, vec, stream);
+      break;
   }
   launch_totals(g, [&](auto lanes, uint32_t blocks) {
     constexpr int L = decltype(lanes)::value;

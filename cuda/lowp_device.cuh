@@ -47,6 +47,21 @@ __device__ inline void store_vec(T* p, int64_t v, const float (&f)[kVec]) {
   memcpy(&u, static_cast<const void*>(e), sizeof u);
   reinterpret_cast<uint4*>(p)[v] = u;
 }
+// dy's 16-byte vector with the values where y is not positive (NaN included) replaced by zero:
+// dy's own bits elsewhere, no rounding (a ReLU's backward).
+template <class T>
+__device__ inline uint4 relu_masked(const uint4& y, const uint4& dy) {
+  T ey[kVec], ed[kVec];
+  memcpy(static_cast<void*>(ey), &y, sizeof y);
+  memcpy(static_cast<void*>(ed), &dy, sizeof dy);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (!(to_f32(ey[k]) > 0.0f)) ed[k] = from_f32<T>(0.0f);
+  uint4 out;
+  memcpy(&out, static_cast<const void*>(ed), sizeof out);
+  return out;
+}
+
 // Rows first, first + step, ... below end, B at a time: load(j, r) puts row r in slot j for the
 // whole batch first, so that its loads are all in flight at once (a loop the compiler unrolls
 // keeps an exit test before each copy's loads: one row in flight per thread), then use(j, r)

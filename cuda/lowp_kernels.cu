@@ -93,19 +93,8 @@ __global__ void relu_forward_vec_kernel(const T* x, T* y, int64_t vectors) {
 // dx = dy's own bits where y > 0 (no rounding), as the scalar kernel.
 template <class T>
 __global__ void relu_backward_vec_kernel(const T* y, const T* dy, T* dx, int64_t vectors) {
-  for (int64_t v = first_index(); v < vectors; v += grid_stride()) {
-    const uint4 uy = reinterpret_cast<const uint4*>(y)[v];
-    const uint4 ud = reinterpret_cast<const uint4*>(dy)[v];
-    T ey[kVec], ed[kVec];
-    memcpy(static_cast<void*>(ey), &uy, sizeof uy);
-    memcpy(static_cast<void*>(ed), &ud, sizeof ud);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      if (!(to_f32(ey[k]) > 0.0f)) ed[k] = rn<T>(0.0f);
-    uint4 out;
-    memcpy(&out, static_cast<const void*>(ed), sizeof out);
-    reinterpret_cast<uint4*>(dx)[v] = out;
-  }
+  for (int64_t v = first_index(); v < vectors; v += grid_stride())
+    reinterpret_cast<uint4*>(dx)[v] = relu_masked<T>(load_raw(y, v), load_raw(dy, v));
 }
 
 template <class T>

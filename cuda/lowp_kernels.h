@@ -108,9 +108,12 @@ enum class ChannelSum : int {
   sq_dev,     // s1 = (x - mean[c])^2
   dy,         // s1 = dy
   bn_grad,    // s1 = g, s2 = g * (x - mean[c]) * invstd[c], g = dy masked by y > 0 when relu
+  bn_grad_add_relu,  // as bn_grad, g = dy masked by out > 0 (a residual's ReLU), stored to g_out
 };
 // bn_grad with relu recomputes y from x, mean, scale and beta as the forward did (bn_apply):
-// the mask is exact without reading y.
+// the mask is exact without reading y. bn_grad_add_relu reads the block's output instead (the
+// residual is not at hand to recompute it) and writes the masked gradient, bit for bit what
+// lowp_relu_backward writes, for the residual's branch (g_out may be dy).
 template <class T>
 struct ChannelSumArgs {
   ChannelSum kind = ChannelSum::x;
@@ -121,6 +124,8 @@ struct ChannelSumArgs {
   const float* scale = nullptr;  // bn_grad with relu: the forward's scale and beta
   const float* beta = nullptr;
   bool relu = false;
+  const T* out = nullptr;  // bn_grad_add_relu
+  T* g_out = nullptr;
   float* partial = nullptr;
 };
 // Runs both passes: the chunk partials, then the per-channel totals, summed in double in a fixed

@@ -131,7 +131,8 @@ class AddNode : public Node<T> {
 // A batch norm whose only reader was a residual add, as one node (Backend::fuses_bn_add):
 // inputs {x, r}, y = relu?(bn(x) + r) in one pass. Backward as the two nodes did: the add's
 // (in place, ReLU mask from y), whose result is both r's gradient and bn(x)'s, then the batch
-// norm's.
+// norm's; or, where the op masks_add_relu(), both in its backward_add_relu (the same result, one
+// pass over the gradient fewer).
 template <class T>
 class BnAddNode : public Node<T> {
  public:
@@ -154,10 +155,16 @@ class BnAddNode : public Node<T> {
   void backward(Net<T>& net) override {
     auto& a = net.arena();
     T* g = net.grad_of(this->output);
-    add->backward(net.act(this->output), g, g);
     const int x = this->inputs[0];
-    bn->backward(net.act(x), a.param(this->params[0]), nullptr, g, net.grad_target(x),
-                 a.grad(this->params[0]), a.grad(this->params[1]));
+    const T* gamma = a.param(this->params[0]);
+    if (bn->masks_add_relu()) {
+      bn->backward_add_relu(net.act(x), gamma, net.act(this->output), g, net.grad_target(x),
+                            a.grad(this->params[0]), a.grad(this->params[1]));
+    } else {
+      add->backward(net.act(this->output), g, g);
+      bn->backward(net.act(x), gamma, nullptr, g, net.grad_target(x), a.grad(this->params[0]),
+                   a.grad(this->params[1]));
+    }
     net.grad_done(x);
     net.grad_alias(this->inputs[1], this->output);
   }

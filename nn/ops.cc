@@ -244,6 +244,10 @@ template <class T>
 void BatchNormOp<T>::forward_eval_add(const T*, const T*, const T*, const T*, const T*, const T*, T*) {
   throw Error("batch norm with a residual add: not fused by this backend (Backend::fuses_bn_add)");
 }
+template <class T>
+void BatchNormOp<T>::backward_add_relu(const T*, const T*, const T*, T*, T*, T*, T*) {
+  throw Error("batch norm with a residual add: this backend's op does not mask the add's ReLU (masks_add_relu)");
+}
 template class BatchNormOp<float>;
 template class BatchNormOp<double>;
 

@@ -229,6 +229,13 @@ class BatchNormOp {
                                  T* running_mean, T* running_var);
   virtual void forward_eval_add(const T* x, const T* r, const T* gamma, const T* beta,
                                 const T* running_mean, const T* running_var, T* y);
+  // desc.residual with desc.relu: whether backward_add_relu does the add's part of backward too.
+  // It takes dy, the gradient of the block's output y = relu(T(bn(x)) + r), and masks it by
+  // y > 0 in place (dy is then the residual's gradient, as after the add's own backward) in the
+  // same pass that sums it, instead of a pass of its own before backward. The default refuses.
+  virtual bool masks_add_relu() const { return false; }
+  virtual void backward_add_relu(const T* x, const T* gamma, const T* y, T* dy, T* dx, T* dgamma,
+                                 T* dbeta);
 };
 
 template <class T>

@@ -58,12 +58,29 @@ TEST(NetFusion, ReferenceOpEqualsBatchNormThenAdd) {
     bnr->forward_eval_add(x.data(), r.data(), gamma.data(), beta.data(), rm2.data(), rv2.data(), got.data());
     EXPECT_EQ(std::memcmp(want.data(), got.data(), n * sizeof(float)), 0);
     // Backward takes bn(x)'s gradient (the add masked it): no second mask.
-    std::vector<float> dy = random_vec(n, g, -1, 1), dx1(n), dx2(n), dg1(5), dg2(5), db1(5), db2(5);
+    const std::vector<float> dy0 = random_vec(n, g, -1, 1);
+    std::vector<float> dy = dy0, dx1(n), dx2(n), dg1(5), dg2(5), db1(5), db2(5);
     bn->backward(x.data(), gamma.data(), z.data(), dy.data(), dx1.data(), dg1.data(), db1.data());
     bnr->backward(x.data(), gamma.data(), nullptr, dy.data(), dx2.data(), dg2.data(), db2.data());
     EXPECT_EQ(dx1, dx2);
     EXPECT_EQ(dg1, dg2);
     EXPECT_EQ(db1, db2);
+    // With the ReLU, backward_add_relu from the unmasked gradient: the add's mask in place, then
+    // the same backward.
+    ASSERT_EQ(bnr->masks_add_relu(), relu);
+    if (relu) {
+      std::vector<float> g = dy0, masked = dy0;
+      add->backward(got.data(), masked.data(), masked.data());
+      ASSERT_NE(masked, dy0) << "nothing masked";
+      std::fill(dx2.begin(), dx2.end(), 0.f);
+      bnr->backward_add_relu(x.data(), gamma.data(), got.data(), g.data(), dx2.data(), dg2.data(), db2.data());
+      EXPECT_EQ(g, masked);
+      std::vector<float> dx3(n), dg3(5), db3(5);
+      bn->backward(x.data(), gamma.data(), z.data(), masked.data(), dx3.data(), dg3.data(), db3.data());
+      EXPECT_EQ(dx2, dx3);
+      EXPECT_EQ(dg2, dg3);
+      EXPECT_EQ(db2, db3);
+    }
   }
   // A backend that does not fuse refuses the call.
   auto dnn = make_backend<float>("onednn");
@@ -71,6 +88,9 @@ TEST(NetFusion, ReferenceOpEqualsBatchNormThenAdd) {
   auto op = dnn->make_batchnorm({"bn", s});
   std::vector<float> y(n), rm(5), rv(5, 1.f);
   EXPECT_THROW(op->forward_train_add(x.data(), r.data(), gamma.data(), beta.data(), y.data(), rm.data(), rv.data()),
+               Error);
+  EXPECT_FALSE(op->masks_add_relu());
+  EXPECT_THROW(op->backward_add_relu(x.data(), gamma.data(), y.data(), y.data(), y.data(), rm.data(), rv.data()),
                Error);
 }
 

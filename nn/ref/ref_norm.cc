@@ -31,6 +31,17 @@ class RefBatchNorm final : public BatchNormOp<T> {
     eval(x, r, gamma, beta, running_mean, running_var, y);
   }
 
+  // The add's mask in place (as its backward), then backward: the node's contract, which the
+  // GPU backends' single pass must match.
+  bool masks_add_relu() const override { return d_.residual && d_.relu; }
+  void backward_add_relu(const T* x, const T* gamma, const T* y, T* dy, T* dx, T* dgamma,
+                         T* dbeta) override {
+    RT_SHAPE_CHECK(masks_add_relu(), "layer ", d_.name, ": backward_add_relu without a residual's ReLU");
+    for (int64_t i = 0; i < d_.in.numel(); ++i)
+      if (!(y[i] > T(0))) dy[i] = T(0);
+    backward(x, gamma, nullptr, dy, dx, dgamma, dbeta);
+  }
+
   // With g = dy (masked by y > 0 under the fused ReLU, unless that follows a residual add: then
   // the caller masked dy) and xhat the normalised input:
   // dbeta = sum g, dgamma = sum g xhat, dx = gamma invstd / M (M g - dbeta - xhat dgamma).

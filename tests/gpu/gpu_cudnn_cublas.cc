@@ -351,7 +351,9 @@ TEST(GpuCudnnConv, AnAlgorithmListedTwiceIsOneCandidate) {
               << key << " direction " << dir << ": algorithm " << all[i].algo << " twice";
     }
     // fp32 without TF32: the second listing (tensor-op math) ran as FMA too, the same candidate.
-    if (key == conv_algo_key(d, false, "")) EXPECT_TRUE(a.next[0].empty()) << key;
+    if (key == conv_algo_key(d, false, "")) {
+      EXPECT_TRUE(a.next[0].empty()) << key;
+    }
   });
 }
 

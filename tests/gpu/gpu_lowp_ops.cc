@@ -352,7 +352,8 @@ TEST_P(GpuLowpOps, BatchNormVectorGridMatchesElementGrid) {
 // of the two on these backends) equals the batch norm and then the backend's add bit for bit, in
 // training and evaluation, with and without the ReLU, on the vector grid and (4 bytes further on)
 // the element grid; its backward takes the add's masked gradient and equals the plain batch
-// norm's.
+// norm's; with the ReLU, backward_add_relu does the add's mask too (in place, for the residual)
+// and gives the same gradients and the same masked gradient bit for bit.
 TEST_P(GpuLowpOps, BatchNormResidualEqualsBatchNormThenAdd) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
@@ -367,14 +368,16 @@ TEST_P(GpuLowpOps, BatchNormResidualEqualsBatchNormThenAdd) {
                                  gamma = lowp_vec(k, c, 33, 0.5, 1.5), beta = lowp_vec(k, c, 34),
                                  dy = lowp_vec(k, n, 35);
         DeviceBuffer bx(floats * 4), br(floats * 4), bz(floats * 4), by(floats * 4), bw(floats * 4),
-            bdy(floats * 4), bdx1(floats * 4), bdx2(floats * 4);
+            bdy(floats * 4), bdy2(floats * 4), bdx1(floats * 4), bdx2(floats * 4);
         float *px = bx.as<float>() + offset, *pr = br.as<float>() + offset, *pz = bz.as<float>() + offset,
               *py = by.as<float>() + offset, *pw = bw.as<float>() + offset,
-              *pdy = bdy.as<float>() + offset, *pdx1 = bdx1.as<float>() + offset,
+              *pdy = bdy.as<float>() + offset, *pdy2 = bdy2.as<float>() + offset,
+              *pdx1 = bdx1.as<float>() + offset,
               *pdx2 = bdx2.as<float>() + offset;
         b.gpu->act_import(x.data(), s, px);
         b.gpu->act_import(r.data(), s, pr);
         b.gpu->act_import(dy.data(), s, pdy);
+        b.gpu->act_import(dy.data(), s, pdy2);
         BatchNormDesc plain{"bn", s, 1e-5, 0.1, false}, fused = plain;
         fused.residual = true;
         fused.relu = relu;
@@ -403,6 +406,19 @@ TEST_P(GpuLowpOps, BatchNormResidualEqualsBatchNormThenAdd) {
         EXPECT_EQ(dx2, dx1);
         EXPECT_EQ(b.fp32(dg2, c), b.fp32(dg1, c));
         EXPECT_EQ(b.fp32(db2, c), b.fp32(db1, c));
+        EXPECT_EQ(bnr->masks_add_relu(), relu);
+        if (relu) {
+          bnr->backward_add_relu(px, gg.as<float>(), py, pdy2, pdx2, dg2.as<float>(), db2.as<float>());
+          std::vector<float> masked(n), masked2(n);
+          b.gpu->act_export(pdy, s, masked.data());
+          b.gpu->act_export(pdy2, s, masked2.data());
+          EXPECT_EQ(masked2, masked) << "the residual's gradient";
+          EXPECT_NE(masked2, dy) << "nothing masked";
+          b.gpu->act_export(pdx2, s, dx2.data());
+          EXPECT_EQ(dx2, dx1) << "backward_add_relu";
+          EXPECT_EQ(b.fp32(dg2, c), b.fp32(dg1, c));
+          EXPECT_EQ(b.fp32(db2, c), b.fp32(db1, c));
+        }
         bn->forward_eval(px, gg.as<float>(), gb.as<float>(), rm1.as<float>(), rv1.as<float>(), pz);
         add->forward(pz, pr, pw);
         bnr->forward_eval_add(px, pr, gg.as<float>(), gb.as<float>(), rm1.as<float>(), rv1.as<float>(), py);
