@@ -60,6 +60,7 @@ class DeviceMaxPool final : public MaxPoolOp<float> {
   void forward(const float* x, float* y, bool) override {
     maxpool_forward(x, y, argmax_.as<int32_t>(), g_, ctx_.stream());
   }
+  bool backward_reads_xy() const override { return false; }
   void backward(const float*, const float*, const float* dy, float* dx) override {
     maxpool_backward(argmax_.as<int32_t>(), dy, dx, g_, ctx_.stream());
   }

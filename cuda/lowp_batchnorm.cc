@@ -57,6 +57,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   }
   // The residual's ReLU mask inside the pass that sums dy (ChannelSum::bn_grad_add_relu), which
   // also stores the masked gradient over dy for the residual's branch; dx then reads it.
+  bool backward_reads_y() const override { return false; }
   bool masks_add_relu() const override { return d_.residual && d_.relu; }
   void backward_add_relu(const float* x, const float* gamma, const float* y, float* dy, float* dx,
                          float* dgamma, float* dbeta) override {

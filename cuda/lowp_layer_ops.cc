@@ -65,6 +65,7 @@ class LowpMaxPool final : public MaxPoolOp<float> {
   void forward(const float* x, float* y, bool) override {
     lowp_maxpool_forward(lowp_data<T>(x), lowp_data<T>(y), argmax_.as<int32_t>(), g_, ctx_.stream());
   }
+  bool backward_reads_xy() const override { return false; }
   void backward(const float*, const float*, const float* dy, float* dx) override {
     lowp_maxpool_backward(argmax_.as<int32_t>(), lowp_data<T>(dy), lowp_data<T>(dx), g_, ctx_.stream());
   }

@@ -86,7 +86,7 @@ int Net<T>::batchnorm(int x, const std::string& name, bool relu, double momentum
   n->desc = d;
   n->name = name;
   n->keeps_inputs = 1;
-  n->keeps_output = relu;  // the ReLU mask
+  n->keeps_output = relu && n->op->backward_reads_y();  // the ReLU mask
   n->inputs = {x};
   n->params.push_back(add_param_(name + ".weight", {d.in.c}, ParamKind::bn_gamma));
   n->params.push_back(add_param_(name + ".bias", {d.in.c}, ParamKind::bn_beta));
@@ -113,8 +113,8 @@ int Net<T>::maxpool(int x, const std::string& name, int64_t kernel, int64_t stri
   auto n = std::make_unique<MaxPoolNode<T>>();
   n->op = backend_->make_maxpool(d);
   n->name = name;
-  n->keeps_inputs = 1;
-  n->keeps_output = true;
+  n->keeps_output = n->op->backward_reads_xy();
+  n->keeps_inputs = n->keeps_output ? 1 : 0;
   n->inputs = {x};
   return push(std::move(n), d.out());
 }

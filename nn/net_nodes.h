@@ -65,7 +65,8 @@ class BatchNormNode : public Node<T> {
   void backward(Net<T>& net) override {
     auto& a = net.arena();
     int x = this->inputs[0];
-    op->backward(net.act(x), a.param(this->params[0]), net.act(this->output),
+    op->backward(net.act(x), a.param(this->params[0]),
+                 this->keeps_output ? net.act(this->output) : nullptr,  // else maybe reused
                  net.grad_of(this->output), net.grad_target(x), a.grad(this->params[0]),
                  a.grad(this->params[1]));
     net.grad_done(x);
@@ -93,7 +94,9 @@ class MaxPoolNode : public Node<T> {
   }
   void backward(Net<T>& net) override {
     int x = this->inputs[0];
-    op->backward(net.act(x), net.act(this->output), net.grad_of(this->output), net.grad_target(x));
+    const bool xy = this->keeps_output;  // else their memory may have been reused
+    op->backward(xy ? net.act(x) : nullptr, xy ? net.act(this->output) : nullptr, net.grad_of(this->output),
+                 net.grad_target(x));
     net.grad_done(x);
   }
 };

@@ -217,11 +217,15 @@ class BatchNormOp {
   virtual void forward_eval(const T* x, const T* gamma, const T* beta, const T* running_mean,
                             const T* running_var, T* y) = 0;
   // After forward_train on the same x. y (that call's output) is read only with a fused ReLU,
-  // for its mask: without one, the network may reuse y's memory before backward. With
+  // for its mask, and only where backward_reads_y(): otherwise y is null and the network may
+  // reuse y's memory before backward (a ResNet stem's output, which max pooling does not keep:
+  // 411 MB at batch 256 in bf16). With
   // desc.residual, dy is the gradient of bn(x) itself (the ReLU after the add is the caller's to
   // mask, as the residual's gradient is the same) and y is not read.
   virtual void backward(const T* x, const T* gamma, const T* y, const T* dy, T* dx, T* dgamma,
                         T* dbeta) = 0;
+  // Whether backward needs y for the fused ReLU's mask; false where it recomputes the mask.
+  virtual bool backward_reads_y() const { return true; }
   // desc.residual: the forwards with r added, y = relu?(T(bn(x)) + r), the normalised value
   // rounded to the storage type first, so bit for bit a batch norm and then a residual add. Made
   // only by backends whose fuses_bn_add() is true; the defaults refuse.
@@ -251,8 +255,11 @@ class MaxPoolOp {
  public:
   virtual ~MaxPoolOp() = default;
   virtual void forward(const T* x, T* y, bool train) = 0;
-  // After forward(x, y, true) on the same x. Ties go to the first maximum in window order.
+  // After forward(x, y, true) on the same x. Ties go to the first maximum in window order. x and
+  // y are null where !backward_reads_xy() (an op that recorded its argmax in forward): the network
+  // then need not keep them for backward.
   virtual void backward(const T* x, const T* y, const T* dy, T* dx) = 0;
+  virtual bool backward_reads_xy() const { return true; }
 };
 
 template <class T>
