@@ -175,7 +175,8 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
             if constexpr (K == ChannelSum::dy) {
               s1[k] += dy[k];
             } else {
-              const float gr = masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
+              // masks_out: dy is masked already (a.relu is false then; scale and beta unloaded)
+              const float gr = masks_out ? dy[k] : masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
               s1[k] += gr;
               s2[k] += gr * (x[k] - mean[k]) * invstd[k];
             }

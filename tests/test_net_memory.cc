@@ -282,6 +282,68 @@ TEST(NetMemory, OutputOfABatchNormThatRecomputesItsMaskIsNotKept) {
   EXPECT_GE(plain->activation_bytes(), own->activation_bytes() + size_t(stem.numel()) * sizeof(float));
 }
 
+// The oneDNN backend's batch norm and max pooling read neither (the mask recomputed, the argmax
+// in oneDNN's workspace): its ResNets hold at least the stem's output less than the same backend
+// whose ops claim to read them (Keeping), with the same results (null pointers not read).
+template <class Op>
+struct Claiming : Op {
+  explicit Claiming(std::unique_ptr<Op> in) : in(std::move(in)) {}
+  std::unique_ptr<Op> in;
+};
+struct ClaimingBn final : Claiming<BatchNormOp<float>> {
+  using Claiming::Claiming;
+  void forward_train(const float* x, const float* g, const float* b, float* y, float* m, float* v) override {
+    in->forward_train(x, g, b, y, m, v);
+  }
+  void forward_eval(const float* x, const float* g, const float* b, const float* m, const float* v,
+                    float* y) override {
+    in->forward_eval(x, g, b, m, v, y);
+  }
+  void backward(const float* x, const float* g, const float* y, const float* dy, float* dx, float* dg,
+                float* db) override {
+    in->backward(x, g, y, dy, dx, dg, db);
+  }
+};
+struct ClaimingPool final : Claiming<MaxPoolOp<float>> {
+  using Claiming::Claiming;
+  void forward(const float* x, float* y, bool train) override { in->forward(x, y, train); }
+  void backward(const float* x, const float* y, const float* dy, float* dx) override { in->backward(x, y, dy, dx); }
+};
+class Keeping final : public test::ForwardingBackend<float> {
+ public:
+  Keeping() : ForwardingBackend(make_backend<float>("onednn")) {}
+  std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
+    return std::make_unique<ClaimingBn>(ForwardingBackend::make_batchnorm(d));
+  }
+  std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
+    return std::make_unique<ClaimingPool>(ForwardingBackend::make_maxpool(d));
+  }
+};
+
+TEST(NetMemory, OnednnKeepsNoStemOutputForBackward) {
+  auto dnn = make_backend<float>("onednn");
+  const Shape stem{2, 16, 16, 16};
+  EXPECT_FALSE(dnn->make_batchnorm({"bn", stem, 1e-5, 0.1, true})->backward_reads_y());
+  EXPECT_FALSE(dnn->make_maxpool({"pool", stem, 3, 2, 1})->backward_reads_xy());
+  ResNetConfig c;
+  c.name = "resnet18";
+  c.num_classes = 10;
+  c.image_size = 32;
+  c.batch = 2;
+  c.width = 0.25;
+  auto keeping = build_resnet<float>(c, std::make_unique<Keeping>());
+  auto plain = build_resnet<float>(c, std::move(dnn));
+  std::vector<float> x(size_t(plain->shape(0).numel()), 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 7) * 0.25f - 0.7f;
+  const std::vector<int32_t> labels = {1, 4};
+  EXPECT_EQ(plain->forward(x.data(), labels.data(), true), keeping->forward(x.data(), labels.data(), true));
+  plain->backward();
+  keeping->backward();
+  const auto a = plain->arena().grads(), b = keeping->arena().grads();
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size_bytes()), 0);
+  EXPECT_GE(keeping->activation_bytes(), plain->activation_bytes() + plain->backend().act_size(stem) * sizeof(float));
+}
+
 std::vector<float> host_params(Arena<float>& a) {
   std::vector<float> v(a.size());
   a.params_to_host(v);

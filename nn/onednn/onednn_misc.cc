@@ -58,6 +58,7 @@ class DnnMaxPool final : public MaxPoolOp<float> {
   }
 
   // The workspace records which window element won (the first maximum), so x and y are unused.
+  bool backward_reads_xy() const override { return false; }
   void backward(const float* x, const float* y, const float* dy, float* dx) override {
     dy_.bind(dy);
     dx_.bind(dx);

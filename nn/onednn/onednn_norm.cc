@@ -324,8 +324,9 @@ class LoopBatchNorm final : public BatchNormOp<float> {
     }
   }
 
-  // The ReLU mask is recomputed from x with forward_train's coefficients, so y is not read.
-  // dgamma and dbeta are this rank's sums; synchronised, dx takes the group's.
+  // The ReLU mask is recomputed from x with forward_train's coefficients, so y is not read (nor
+  // kept for it). dgamma and dbeta are this rank's sums; synchronised, dx takes the group's.
+  bool backward_reads_y() const override { return false; }
   void backward(const float* x, const float* gamma, const float* y, const float* dy, float* dx,
                 float* dgamma, float* dbeta) override {
 #pragma omp parallel num_threads(threads())
