@@ -94,17 +94,16 @@ class LowpBatchNorm final : public BatchNormOp<float> {
   void train(const float* x, const T* r, const float* gamma, const float* beta, float* y,
              float* running_mean, float* running_var) {
     cudaStream_t s = ctx_.stream();
-    if (d_.sync) {
-      group_stats(lowp_data<T>(x));
-    } else {
-      count_ = rows_;
-      bn_batch_stats(lowp_data<T>(x), geom_, partial(), stats_[S::mean], stats_[S::var_sum], s);
-    }
+    count_ = d_.sync ? group_stats(lowp_data<T>(x)) : rows_;
     // As PyTorch: the unbiased variance of one value per channel is undefined.
     RT_SHAPE_CHECK(count_ > 1, "layer ", d_.name,
                    ": batch norm training needs more than one value per channel, got input ", d_.in.str(),
                    d_.sync ? " over the group's ranks" : "");
-    bn_train_stats(stats_.train_args(d_, count_, gamma, beta, running_mean, running_var), s);
+    const BnStatsArgs st = stats_.train_args(d_, count_, gamma, beta, running_mean, running_var);
+    if (d_.sync)
+      bn_train_stats(st, s);
+    else  // the training statistics with the batch's (in one kernel on the vector grid)
+      bn_batch_stats(lowp_data<T>(x), geom_, partial(), stats_[S::mean], stats_[S::var_sum], s, &st);
     bn_apply(lowp_data<T>(x), r, stats_[S::mean], stats_[S::scale], stats_[S::beta], lowp_data<T>(y), geom_,
              d_.relu, s);
   }
@@ -117,8 +116,9 @@ class LowpBatchNorm final : public BatchNormOp<float> {
              d_.relu, ctx_.stream());
   }
 
-  // The group's mean and sum of squared deviations from it into stats_ (BnGroupSums).
-  void group_stats(const T* x) {
+  // The group's mean and sum of squared deviations from it into stats_ (BnGroupSums); returns
+  // the group's count of values per channel.
+  int64_t group_stats(const T* x) {
     ChannelSumArgs<T> a;
     a.x = x;
     a.partial = partial();
@@ -127,7 +127,7 @@ class LowpBatchNorm final : public BatchNormOp<float> {
       a.mean = mean;
       channel_sums(a, geom_, out, nullptr, ctx_.stream());
     };
-    count_ = group_->mean_and_var_sum(
+    return group_->mean_and_var_sum(
         rows_, stats_[S::mean], stats_[S::var_sum], [&](float* out) { sums(ChannelSum::x, nullptr, out); },
         [&](const float* mean, float* out) { sums(ChannelSum::sq_dev, mean, out); });
   }

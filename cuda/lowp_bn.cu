@@ -305,10 +305,24 @@ void launch_totals(const ChannelReduceGeom& g, Launch&& launch) {
     launch(std::integral_constant<int, 1>{}, blocks_for(g.channels));
 }
 
-// The chunks' (mean, M2) combined: the mean and the sum of squared deviations.
+// Channel c's training statistics from its mean and sum of squared deviations as stored (fp32).
+__device__ inline void train_stats_of(const BnStatsArgs& a, int64_t c, float mean, float var_sum) {
+  const double m = double(a.m);
+  const double var = double(var_sum) / m;
+  const double invstd = 1.0 / sqrt(var + a.eps);
+  a.invstd[c] = float(invstd);
+  a.scale[c] = float(double(a.gamma[c]) * invstd);
+  a.beta_saved[c] = a.beta[c];
+  a.running_mean[c] = float((1.0 - a.momentum) * a.running_mean[c] + a.momentum * double(mean));
+  a.running_var[c] = float((1.0 - a.momentum) * a.running_var[c] + a.momentum * var * m / (m - 1.0));
+}
+
+// The chunks' (mean, M2) combined: the mean and the sum of squared deviations, and with
+// `stats` (channels > 0) the training statistics from them, as bn_train_stats would after it:
+// one small kernel per batch norm fewer.
 template <int Lanes>
 __global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, float* mean,
-                                     float* var_sum) {
+                                     float* var_sum, BnStatsArgs stats) {
   const int lane = int(threadIdx.x % Lanes);
   // A warp's lanes share c: they loop, and shuffle, together.
   for (int64_t c = lanes_channel<Lanes>(); c < g.channels; c += lanes_stride<Lanes>()) {
@@ -321,6 +335,7 @@ __global__ void welford_total_kernel(const float* partial, ChannelReduceGeom g, 
     if (lane == 0) {
       mean[c] = float(mu);
       var_sum[c] = float(m);
+      if (stats.channels > 0) train_stats_of(stats, c, float(mu), float(m));
     }
   }
 }
@@ -351,18 +366,8 @@ __global__ void mean_from_sum_kernel(float* mean, int64_t channels, double m) {
 }
 
 __global__ void train_stats_kernel(BnStatsArgs a) {
-  const double m = double(a.m);
-  for (int64_t c = first_index(); c < a.channels; c += grid_stride()) {
-    const double var = double(a.var_sum[c]) / m;
-    const double invstd = 1.0 / sqrt(var + a.eps);
-    a.invstd[c] = float(invstd);
-    a.scale[c] = float(double(a.gamma[c]) * invstd);
-    a.beta_saved[c] = a.beta[c];
-    a.running_mean[c] =
-        float((1.0 - a.momentum) * a.running_mean[c] + a.momentum * double(a.mean[c]));
-    a.running_var[c] =
-        float((1.0 - a.momentum) * a.running_var[c] + a.momentum * var * m / (m - 1.0));
-  }
+  for (int64_t c = first_index(); c < a.channels; c += grid_stride())
+    train_stats_of(a, c, a.mean[c], a.var_sum[c]);
 }
 
 __global__ void eval_scale_kernel(const float* gamma, const float* running_var, double eps,
@@ -527,14 +532,15 @@ void channel_sums(const ChannelSumArgs<T>& a, const ChannelReduceGeom& g, float*
 
 template <class T>
 void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
-                    float* var_sum, cudaStream_t stream) {
+                    float* var_sum, cudaStream_t stream, const BnStatsArgs* then) {
   if (g.channels <= 0 || g.rows <= 0) return;
   if (on_vec_grid(g, {x})) {
     bn_stats_vec_kernel<T><<<vec_grid(g), vec_block(g), 0, stream>>>(x, g, partial);
     CUDA_CHECK_LAUNCH();
+    const BnStatsArgs stats = then ? *then : BnStatsArgs{};
     launch_totals(g, [&](auto lanes, uint32_t blocks) {
       constexpr int L = decltype(lanes)::value;
-      welford_total_kernel<L><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum);
+      welford_total_kernel<L><<<blocks, kThreads, 0, stream>>>(partial, g, mean, var_sum, stats);
     });
     CUDA_CHECK_LAUNCH();
     return;
@@ -550,6 +556,7 @@ void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, floa
   a.kind = ChannelSum::sq_dev;
   a.mean = mean;
   channel_sums(a, g, var_sum, nullptr, stream);
+  if (then) bn_train_stats(*then, stream);
 }
 
 void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream) {
@@ -598,7 +605,7 @@ void bn_backward_dx(const BnBackwardArgs<T>& a, const ChannelReduceGeom& g, cuda
                          const ChannelReduceGeom&, bool, cudaStream_t);                          \
   template void bn_backward_dx(const BnBackwardArgs<T>&, const ChannelReduceGeom&, cudaStream_t); \
   template void bn_batch_stats(const T*, const ChannelReduceGeom&, float*, float*, float*,        \
-                               cudaStream_t);
+                               cudaStream_t, const BnStatsArgs*);
 RT_LOWP_BN_INSTANTIATE(bf16)
 RT_LOWP_BN_INSTANTIATE(f16)
 #undef RT_LOWP_BN_INSTANTIATE

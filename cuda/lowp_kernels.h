@@ -145,12 +145,6 @@ void bias_grad(const float* dy, float* partial, const ChannelReduceGeom& g, floa
   channel_sums(a, g, db, nullptr, stream);
 }
 
-// A batch's per-channel mean and sum of squared deviations from the mean (var_sum), fp32, over
-// the rows of x: one pass (Welford's running mean and M2, merged by Chan's formula) on the vector
-// grid, else two (the mean, then the squared deviations). partial as for channel_sums.
-template <class T>
-void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
-                    float* var_sum, cudaStream_t stream);
 // Training statistics from the mean and the sum of squared deviations: var = var_sum / m (the
 // biased variance normalises), invstd = 1 / sqrt(var + eps), scale = gamma * invstd, beta copied
 // to beta_saved (what backward recomputes y with); running_mean and running_var (unbiased:
@@ -169,6 +163,14 @@ struct BnStatsArgs {
   float* running_var = nullptr;
 };
 void bn_train_stats(const BnStatsArgs& a, cudaStream_t stream);
+// A batch's per-channel mean and sum of squared deviations from the mean (var_sum), fp32, over
+// the rows of x: one pass (Welford's running mean and M2, merged by Chan's formula) on the vector
+// grid, else two (the mean, then the squared deviations). partial as for channel_sums. With
+// `then` (its mean and var_sum these ones), bn_train_stats follows, on the vector grid inside
+// the kernel that totals the chunks.
+template <class T>
+void bn_batch_stats(const T* x, const ChannelReduceGeom& g, float* partial, float* mean,
+                    float* var_sum, cudaStream_t stream, const BnStatsArgs* then = nullptr);
 // Evaluation: scale = gamma / sqrt(running_var + eps).
 void bn_eval_scale(const float* gamma, const float* running_var, double eps, float* scale,
                    int64_t channels, cudaStream_t stream);
