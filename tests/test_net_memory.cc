@@ -244,37 +244,48 @@ class OwnMaskBackend final : public test::ForwardingBackend<float> {
   int made = 0, null_ys = 0;
 };
 
-// Then a ResNet stem's batch norm output, which only max pooling reads, is not held through
-// backward (411 MB of ResNet-50's bf16 activations at batch 256): it lives in a slot that
-// gradients use later. Backward gets null pointers, and the results are the same bit for bit.
-TEST(NetMemory, OutputOfABatchNormThatRecomputesItsMaskIsNotKept) {
+// A ResNet with the ImageNet stem (batch norm, ReLU, max pooling), small.
+ResNetConfig stem_resnet() {
   ResNetConfig c;
   c.name = "resnet18";
   c.num_classes = 10;
   c.image_size = 32;
   c.batch = 2;
   c.width = 0.25;
-  auto plain = build_resnet<float>(c, make_backend<float>("reference"));
-  auto own_be = std::make_unique<OwnMaskBackend>();
-  OwnMaskBackend& be = *own_be;
-  auto own = build_resnet<float>(c, std::move(own_be));
+  return c;
+}
+
+// Steps of SGD (on the host) on one batch, side by side: losses and gradients equal bit for bit.
+void expect_same_training(Net<float>& a, Net<float>& b, int steps) {
   std::mt19937 g(5);
   std::normal_distribution<float> nd;
-  std::vector<float> x(size_t(plain->shape(0).numel()));
+  std::vector<float> x(size_t(a.shape(0).numel()));
   for (auto& v : x) v = nd(g);
   const std::vector<int32_t> labels = {3, 5};
-  for (int step = 0; step < 2; ++step) {
-    EXPECT_EQ(plain->forward(x.data(), labels.data(), true), own->forward(x.data(), labels.data(), true));
-    plain->backward();
-    own->backward();
-    const auto a = plain->arena().grads(), b = own->arena().grads();
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size_bytes()), 0) << "step " << step;
-    for (auto* n : {plain.get(), own.get()}) {
+  for (int step = 0; step < steps; ++step) {
+    EXPECT_EQ(a.forward(x.data(), labels.data(), true), b.forward(x.data(), labels.data(), true));
+    a.backward();
+    b.backward();
+    const auto ga = a.arena().grads(), gb = b.arena().grads();
+    ASSERT_EQ(std::memcmp(ga.data(), gb.data(), ga.size_bytes()), 0) << "step " << step;
+    for (auto* n : {&a, &b}) {
       auto p = n->arena().params();
       auto gr = n->arena().grads();
       for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.1f * gr[i];
     }
   }
+}
+
+// Then a ResNet stem's batch norm output, which only max pooling reads, is not held through
+// backward (411 MB of ResNet-50's bf16 activations at batch 256): it lives in a slot that
+// gradients use later. Backward gets null pointers, and the results are the same bit for bit.
+TEST(NetMemory, OutputOfABatchNormThatRecomputesItsMaskIsNotKept) {
+  const ResNetConfig c = stem_resnet();
+  auto plain = build_resnet<float>(c, make_backend<float>("reference"));
+  auto own_be = std::make_unique<OwnMaskBackend>();
+  OwnMaskBackend& be = *own_be;
+  auto own = build_resnet<float>(c, std::move(own_be));
+  expect_same_training(*plain, *own, 2);
   EXPECT_EQ(be.null_ys, 2 * be.made) << "every backward without y (and x)";
   // The stem's batch norm output, [2, 16, 16, 16] floats, no longer among the kept tensors (the
   // first step's slots then come out a little smaller too: 40 KiB less in all here).
@@ -325,22 +336,10 @@ TEST(NetMemory, OnednnKeepsNoStemOutputForBackward) {
   const Shape stem{2, 16, 16, 16};
   EXPECT_FALSE(dnn->make_batchnorm({"bn", stem, 1e-5, 0.1, true})->backward_reads_y());
   EXPECT_FALSE(dnn->make_maxpool({"pool", stem, 3, 2, 1})->backward_reads_xy());
-  ResNetConfig c;
-  c.name = "resnet18";
-  c.num_classes = 10;
-  c.image_size = 32;
-  c.batch = 2;
-  c.width = 0.25;
+  const ResNetConfig c = stem_resnet();
   auto keeping = build_resnet<float>(c, std::make_unique<Keeping>());
   auto plain = build_resnet<float>(c, std::move(dnn));
-  std::vector<float> x(size_t(plain->shape(0).numel()), 0.5f);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 7) * 0.25f - 0.7f;
-  const std::vector<int32_t> labels = {1, 4};
-  EXPECT_EQ(plain->forward(x.data(), labels.data(), true), keeping->forward(x.data(), labels.data(), true));
-  plain->backward();
-  keeping->backward();
-  const auto a = plain->arena().grads(), b = keeping->arena().grads();
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size_bytes()), 0);
+  expect_same_training(*plain, *keeping, 2);
   EXPECT_GE(keeping->activation_bytes(), plain->activation_bytes() + plain->backend().act_size(stem) * sizeof(float));
 }
 
