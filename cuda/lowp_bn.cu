@@ -105,7 +105,7 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
       } else if constexpr (K == ChannelSum::dy) {
         s1 += ld(a.dy, i);
       } else if constexpr (K == ChannelSum::bn_grad_add_relu) {
-        const T gr = ld(a.out, i) > 0.0f ? a.dy[i] : rn<T>(0.0f);  // as lowp_relu_backward
+        const T gr = relu_masked(a.out[i], a.dy[i]);  // as lowp_relu_backward
         a.g_out[i] = gr;
         const float gf = to_f32(gr);
         s1 += gf;

@@ -47,16 +47,19 @@ __device__ inline void store_vec(T* p, int64_t v, const float (&f)[kVec]) {
   memcpy(&u, static_cast<const void*>(e), sizeof u);
   reinterpret_cast<uint4*>(p)[v] = u;
 }
-// dy's 16-byte vector with the values where y is not positive (NaN included) replaced by zero:
-// dy's own bits elsewhere, no rounding (a ReLU's backward).
+// A ReLU's backward: dy where y is positive (dy's own bits, no rounding), else zero (NaN y
+// included); per value, and per 16-byte vector of each.
+template <class T>
+__device__ inline T relu_masked(T y, T dy) {
+  return to_f32(y) > 0.0f ? dy : from_f32<T>(0.0f);
+}
 template <class T>
 __device__ inline uint4 relu_masked(const uint4& y, const uint4& dy) {
   T ey[kVec], ed[kVec];
   memcpy(static_cast<void*>(ey), &y, sizeof y);
   memcpy(static_cast<void*>(ed), &dy, sizeof dy);
 #pragma unroll
-  for (int k = 0; k < kVec; ++k)
-    if (!(to_f32(ey[k]) > 0.0f)) ed[k] = from_f32<T>(0.0f);
+  for (int k = 0; k < kVec; ++k) ed[k] = relu_masked(ey[k], ed[k]);
   uint4 out;
   memcpy(&out, static_cast<const void*>(ed), sizeof out);
   return out;

@@ -67,7 +67,7 @@ __global__ void relu_forward_kernel(const T* x, T* y, int64_t n) {
 template <class T>
 __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n) {
   for (int64_t i = first_index(); i < n; i += grid_stride())
-    dx[i] = ld(y, i) > 0.0f ? dy[i] : rn<T>(0.0f);
+    dx[i] = relu_masked(y[i], dy[i]);
 }
 
 template <class T>

@@ -94,9 +94,9 @@ class MaxPoolNode : public Node<T> {
   }
   void backward(Net<T>& net) override {
     int x = this->inputs[0];
-    const bool xy = this->keeps_output;  // else their memory may have been reused
-    op->backward(xy ? net.act(x) : nullptr, xy ? net.act(this->output) : nullptr, net.grad_of(this->output),
-                 net.grad_target(x));
+    // What it did not keep (backward_reads_xy false) may have been reused: null.
+    op->backward(this->keeps_inputs ? net.act(x) : nullptr, this->keeps_output ? net.act(this->output) : nullptr,
+                 net.grad_of(this->output), net.grad_target(x));
     net.grad_done(x);
   }
 };

@@ -181,54 +181,66 @@ TEST(NetMemory, InferenceOnlyNetSameLogitsLessMemory) {
   }
 }
 
-// A batch norm whose backward does not read y (backward_reads_y() false, as the 16-bit GPU
-// backends', which recompute the ReLU's mask from x) and a max pooling that reads neither x nor y
-// (backward_reads_xy() false, as the GPU backends', which record the argmax): here the
-// reference's ops, keeping private copies, so that they need nothing of the Net's memory after
-// forward.
-class OwnMaskBatchNorm final : public BatchNormOp<float> {
- public:
-  OwnMaskBatchNorm(std::unique_ptr<BatchNormOp<float>> in, size_t n, int& null_ys)
-      : in_(std::move(in)), y_(n), null_ys_(null_ys) {}
+// Ops that hand every call to another backend's and, like the default, claim to read x and y
+// in backward.
+struct ForwardingBn : BatchNormOp<float> {
+  explicit ForwardingBn(std::unique_ptr<BatchNormOp<float>> in) : in(std::move(in)) {}
   void forward_train(const float* x, const float* g, const float* b, float* y, float* m, float* v) override {
-    in_->forward_train(x, g, b, y, m, v);
-    std::copy(y, y + y_.size(), y_.begin());
+    in->forward_train(x, g, b, y, m, v);
   }
   void forward_eval(const float* x, const float* g, const float* b, const float* m, const float* v,
                     float* y) override {
-    in_->forward_eval(x, g, b, m, v, y);
+    in->forward_eval(x, g, b, m, v, y);
   }
   void backward(const float* x, const float* g, const float* y, const float* dy, float* dx, float* dg,
                 float* db) override {
-    null_ys_ += y == nullptr;
-    in_->backward(x, g, y_.data(), dy, dx, dg, db);
+    in->backward(x, g, y, dy, dx, dg, db);
+  }
+  std::unique_ptr<BatchNormOp<float>> in;
+};
+struct ForwardingPool : MaxPoolOp<float> {
+  explicit ForwardingPool(std::unique_ptr<MaxPoolOp<float>> in) : in(std::move(in)) {}
+  void forward(const float* x, float* y, bool train) override { in->forward(x, y, train); }
+  void backward(const float* x, const float* y, const float* dy, float* dx) override { in->backward(x, y, dy, dx); }
+  std::unique_ptr<MaxPoolOp<float>> in;
+};
+
+// A batch norm whose backward does not read y (backward_reads_y() false, as the oneDNN and
+// 16-bit GPU backends', which recompute the ReLU's mask from x) and a max pooling that reads
+// neither x nor y (backward_reads_xy() false, as those that record the argmax): here the
+// reference's ops, keeping private copies, so that they need nothing of the Net's memory after
+// forward. `nulls` counts the backward calls that got null pointers.
+struct OwnMaskBatchNorm final : ForwardingBn {
+  OwnMaskBatchNorm(std::unique_ptr<BatchNormOp<float>> in, size_t n, int& nulls)
+      : ForwardingBn(std::move(in)), y(n), nulls(nulls) {}
+  void forward_train(const float* x, const float* g, const float* b, float* out, float* m, float* v) override {
+    in->forward_train(x, g, b, out, m, v);
+    std::copy(out, out + y.size(), y.begin());
+  }
+  void backward(const float* x, const float* g, const float* out, const float* dy, float* dx, float* dg,
+                float* db) override {
+    nulls += out == nullptr;
+    in->backward(x, g, y.data(), dy, dx, dg, db);
   }
   bool backward_reads_y() const override { return false; }
-
- private:
-  std::unique_ptr<BatchNormOp<float>> in_;
-  std::vector<float> y_;
-  int& null_ys_;
+  std::vector<float> y;
+  int& nulls;
 };
-class OwnCopyMaxPool final : public MaxPoolOp<float> {
- public:
+struct OwnCopyMaxPool final : ForwardingPool {
   OwnCopyMaxPool(std::unique_ptr<MaxPoolOp<float>> in, size_t nx, size_t ny, int& nulls)
-      : in_(std::move(in)), x_(nx), y_(ny), nulls_(nulls) {}
-  void forward(const float* x, float* y, bool train) override {
-    in_->forward(x, y, train);
-    std::copy(x, x + x_.size(), x_.begin());
-    std::copy(y, y + y_.size(), y_.begin());
+      : ForwardingPool(std::move(in)), x(nx), y(ny), nulls(nulls) {}
+  void forward(const float* in_x, float* out, bool train) override {
+    in->forward(in_x, out, train);
+    std::copy(in_x, in_x + x.size(), x.begin());
+    std::copy(out, out + y.size(), y.begin());
   }
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
-    nulls_ += !x && !y;
-    in_->backward(x_.data(), y_.data(), dy, dx);
+  void backward(const float* in_x, const float* out, const float* dy, float* dx) override {
+    nulls += !in_x && !out;
+    in->backward(x.data(), y.data(), dy, dx);
   }
   bool backward_reads_xy() const override { return false; }
-
- private:
-  std::unique_ptr<MaxPoolOp<float>> in_;
-  std::vector<float> x_, y_;
-  int& nulls_;
+  std::vector<float> x, y;
+  int& nulls;
 };
 class OwnMaskBackend final : public test::ForwardingBackend<float> {
  public:
@@ -246,11 +258,9 @@ class OwnMaskBackend final : public test::ForwardingBackend<float> {
 
 // A ResNet with the ImageNet stem (batch norm, ReLU, max pooling), small.
 ResNetConfig stem_resnet() {
-  ResNetConfig c;
+  ResNetConfig c = small_resnet();
   c.name = "resnet18";
-  c.num_classes = 10;
   c.image_size = 32;
-  c.batch = 2;
   c.width = 0.25;
   return c;
 }
@@ -295,39 +305,16 @@ TEST(NetMemory, OutputOfABatchNormThatRecomputesItsMaskIsNotKept) {
 
 // The oneDNN backend's batch norm and max pooling read neither (the mask recomputed, the argmax
 // in oneDNN's workspace): its ResNets hold at least the stem's output less than the same backend
-// whose ops claim to read them (Keeping), with the same results (null pointers not read).
-template <class Op>
-struct Claiming : Op {
-  explicit Claiming(std::unique_ptr<Op> in) : in(std::move(in)) {}
-  std::unique_ptr<Op> in;
-};
-struct ClaimingBn final : Claiming<BatchNormOp<float>> {
-  using Claiming::Claiming;
-  void forward_train(const float* x, const float* g, const float* b, float* y, float* m, float* v) override {
-    in->forward_train(x, g, b, y, m, v);
-  }
-  void forward_eval(const float* x, const float* g, const float* b, const float* m, const float* v,
-                    float* y) override {
-    in->forward_eval(x, g, b, m, v, y);
-  }
-  void backward(const float* x, const float* g, const float* y, const float* dy, float* dx, float* dg,
-                float* db) override {
-    in->backward(x, g, y, dy, dx, dg, db);
-  }
-};
-struct ClaimingPool final : Claiming<MaxPoolOp<float>> {
-  using Claiming::Claiming;
-  void forward(const float* x, float* y, bool train) override { in->forward(x, y, train); }
-  void backward(const float* x, const float* y, const float* dy, float* dx) override { in->backward(x, y, dy, dx); }
-};
+// whose ops claim to read them (Keeping, through the forwarding ops), with the same results (null
+// pointers not read).
 class Keeping final : public test::ForwardingBackend<float> {
  public:
   Keeping() : ForwardingBackend(make_backend<float>("onednn")) {}
   std::unique_ptr<BatchNormOp<float>> make_batchnorm(const BatchNormDesc& d) override {
-    return std::make_unique<ClaimingBn>(ForwardingBackend::make_batchnorm(d));
+    return std::make_unique<ForwardingBn>(ForwardingBackend::make_batchnorm(d));
   }
   std::unique_ptr<MaxPoolOp<float>> make_maxpool(const MaxPoolDesc& d) override {
-    return std::make_unique<ClaimingPool>(ForwardingBackend::make_maxpool(d));
+    return std::make_unique<ForwardingPool>(ForwardingBackend::make_maxpool(d));
   }
 };
 

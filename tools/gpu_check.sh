@@ -169,13 +169,13 @@ failed_tests() {  # "  name (Failed|Timeout|Exception...|Not Run)" per test that
     sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+).*\*\*\*(.*[^ ]) +[0-9.]+ sec$/\1 (\2)/' | head -30
 }
 skipped=$(grep -c '\*\*\*Skipped' "$out/ctest-gpu.log" || true)
-total=$(grep -oE 'tests failed out of [0-9]+' "$out/ctest-gpu.log" | grep -oE '[0-9]+$' || echo 0)
 say "gpu_check: unit: $(tally "$out/ctest-unit.log")$( [ $unit_rc = 124 ] || [ $unit_rc = 137 ] && echo '; CUT by the time budget')"
 failed_tests "$out/ctest-unit.log" | sed 's/^/gpu_check: FAILED unit test: /' >>"$summary"
 if [ $gpu_rc = 124 ] || [ $gpu_rc = 137 ]; then
   total=$(ctest --test-dir "$build" -N -L gpu | grep -oE 'Total Tests: [0-9]+' | grep -oE '[0-9]+$')
   say "gpu_check: gpu:  CUT by the time budget after $gpu_cap s: $(tally "$out/ctest-gpu.log") of ${total:-?}; the rest not run"
 else
+  total=$(grep -oE 'tests failed out of [0-9]+' "$out/ctest-gpu.log" | grep -oE '[0-9]+$' || echo 0)
   say "gpu_check: gpu:  $(tally "$out/ctest-gpu.log") of $total"
 fi
 failed_tests "$out/ctest-gpu.log" | sed 's/^/gpu_check: FAILED gpu test: /' >>"$summary"
