@@ -158,6 +158,9 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (bytes > size_t(INT_MAX)) return fail(ncclInvalidArgument, "AllReduce: 2 GiB or more (MPI's int counts)");
   std::shared_ptr<Shared> s = comm->s;
   const bool fails = ++s->calls == injected_failure(s->rank);
+  // A kernel's launch, then its work: a query right after the call finds the collective still
+  // running, as it does on a GPU, so callers' poll loops wait at least once (gpu_nccl).
+  rt_emu::enqueue(stream, [] {});
   rt_emu::enqueue(stream, [=] {
     if (fails) {
       last_error() = "emulated NCCL: the failure RT_EMU_NCCL_FAIL asked for";
