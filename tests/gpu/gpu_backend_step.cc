@@ -155,7 +155,7 @@ TEST(GpuBackendStep, AccumulateArenaAddsFloats) {
     y[i] = float(int(i % 977) - 488) * 0.125f + 0x1p-20f;  // not representable in 16 bits
     x[i] = float(int(i % 131) - 65) * 0.5f;
   }
-  for (const char* name : {"cuda", "cuda-bf16", "cuda-fp16"}) {
+  for (const char* name : {"cuda", "cuda-tf32", "cuda-bf16", "cuda-fp16"}) {
     auto be = make_backend<float>(name);
     Device dy(n), dx(n);
     dy.put(y.data());
