@@ -1,5 +1,6 @@
 // The CUDA backend's step passes the trainer calls on the device arena: make_sgd (the fused
-// device SGD, with and without LARS) against Sgd<float> bit for bit, and
+// device SGD, with and without LARS) against Sgd<float> bit for bit, AdamW and LAMB resumed from
+// their saved state against the host's uninterrupted run, and
 // scale_count_nonfinite against the host default (scaling exact for a power of two, inf and NaN
 // counted exactly); sum_squares against the host default bit for bit; accumulate_arena in fp32 on
 // every CUDA backend.
@@ -92,6 +93,54 @@ TEST(GpuBackendStep, DeviceLarsMatchesHost) {
   run_optimizer(cfg);
   cfg.freeze = {"p1", "p2"};  // optimizer.freeze: no segments, no LARS tensor, as Sgd's chunks
   run_optimizer(cfg);
+}
+
+// A resumed run (trainer_state's path: momentum(), second_moment() and steps() saved, restored
+// into a new optimizer) continues AdamW and LAMB bit for bit as the host's uninterrupted one:
+// the bias corrections follow the restored step count, the second moment the restored values.
+TEST(GpuBackendStep, DeviceAdamWAndLambResumeAsUninterrupted) {
+  RT_REQUIRE_GPU();
+  auto be = make_cuda_backend();
+  const auto layout = layout_of({3000, 64, 9000, 10});
+  for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::lamb}) {
+    SgdConfig cfg;
+    cfg.kind = kind;
+    cfg.weight_decay = 0.05;
+    auto cpu = make_host_optimizer<float>(layout, cfg);
+    const size_t n = cpu->size();
+    std::mt19937 g(11);
+    std::normal_distribution<float> d(0, 1);
+    std::vector<float> params(n, 0.f);
+    for (auto& v : params) v = d(g);
+    std::vector<std::vector<float>> grads(5, std::vector<float>(n, 0.f));
+    for (auto& s : grads)
+      for (auto& v : s) v = d(g);
+    Device mp(n), mg(n);
+    mp.put(params.data());
+    auto first = be->make_sgd(layout, cfg);
+    for (int step = 0; step < 5; ++step) {
+      cpu->step(params.data(), grads[size_t(step)].data(), 1e-3);
+      if (step >= 3) continue;
+      mg.put(grads[size_t(step)].data());
+      first->step(mp.p, mg.p, 1e-3);
+      be->sync();  // before the next put overwrites the gradients the step reads
+    }
+    const std::vector<float> m(first->momentum().begin(), first->momentum().end());
+    const std::vector<float> v(first->second_moment().begin(), first->second_moment().end());
+    ASSERT_EQ(v.size(), n) << optimizer_kind_name(kind);
+    auto resumed = be->make_sgd(layout, cfg);
+    resumed->restore(m, first->steps());
+    resumed->restore_second_moment(v);
+    for (int step = 3; step < 5; ++step) {
+      mg.put(grads[size_t(step)].data());
+      resumed->step(mp.p, mg.p, 1e-3);
+      be->sync();
+    }
+    EXPECT_EQ(resumed->steps(), 5);
+    ASSERT_EQ(mp.get(), params) << optimizer_kind_name(kind) << ": parameters after the resumed steps";
+    EXPECT_EQ(std::memcmp(resumed->second_moment().data(), cpu->second_moment().data(), n * 4), 0)
+        << optimizer_kind_name(kind);
+  }
 }
 
 TEST(GpuBackendStep, ScaleAndCountNonfinite) {
