@@ -117,25 +117,23 @@ TEST(GpuBackendStep, DeviceAdamWAndLambResumeAsUninterrupted) {
       for (auto& v : s) v = d(g);
     Device mp(n), mg(n);
     mp.put(params.data());
+    auto device_steps = [&](Optimizer<float>& opt, size_t from, size_t to) {
+      for (size_t step = from; step < to; ++step) {
+        mg.put(grads[step].data());
+        opt.step(mp.p, mg.p, 1e-3);
+        be->sync();  // before the next put overwrites the gradients the step reads
+      }
+    };
+    for (const auto& gr : grads) cpu->step(params.data(), gr.data(), 1e-3);
     auto first = be->make_sgd(layout, cfg);
-    for (int step = 0; step < 5; ++step) {
-      cpu->step(params.data(), grads[size_t(step)].data(), 1e-3);
-      if (step >= 3) continue;
-      mg.put(grads[size_t(step)].data());
-      first->step(mp.p, mg.p, 1e-3);
-      be->sync();  // before the next put overwrites the gradients the step reads
-    }
+    device_steps(*first, 0, 3);
     const std::vector<float> m(first->momentum().begin(), first->momentum().end());
     const std::vector<float> v(first->second_moment().begin(), first->second_moment().end());
     ASSERT_EQ(v.size(), n) << optimizer_kind_name(kind);
     auto resumed = be->make_sgd(layout, cfg);
     resumed->restore(m, first->steps());
     resumed->restore_second_moment(v);
-    for (int step = 3; step < 5; ++step) {
-      mg.put(grads[size_t(step)].data());
-      resumed->step(mp.p, mg.p, 1e-3);
-      be->sync();
-    }
+    device_steps(*resumed, 3, 5);
     EXPECT_EQ(resumed->steps(), 5);
     ASSERT_EQ(mp.get(), params) << optimizer_kind_name(kind) << ": parameters after the resumed steps";
     EXPECT_EQ(std::memcmp(resumed->second_moment().data(), cpu->second_moment().data(), n * 4), 0)
