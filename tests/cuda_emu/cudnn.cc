@@ -65,42 +65,65 @@ bool geometry(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
   return oh == y->h && ow == y->w && cv->mode == CUDNN_CROSS_CORRELATION;
 }
 
-// Calls f(b, k, oy, ox, ch, c, iy, ix, r, s) for every product of the convolution that touches
-// the input (padding contributes zeros): output channel k reads filter channel ch, which is input
-// channel c of k's group.
+// Calls f(yi, xi, wi) for every product of the convolution that touches the input (padding
+// contributes zeros), with the NCHW indices of its output, input and filter elements: output
+// channel k reads filter channel ch, which is input channel c of k's group. All three directions
+// sum in this order.
 template <class F>
 void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
                   const cudnnFilterStruct* w, const cudnnTensorStruct* y, F&& f) {
   const int per_group = y->c / cv->groups;
+  const size_t x_plane = size_t(x->h) * size_t(x->w), w_plane = size_t(w->h) * size_t(w->w);
+  size_t yi = 0;  // (b, k, oy, ox) in loop order is the output's NCHW order
   for (int b = 0; b < y->n; ++b)
-    for (int k = 0; k < y->c; ++k)
+    for (int k = 0; k < y->c; ++k) {
+      const int c0 = k / per_group * w->c;
       for (int oy = 0; oy < y->h; ++oy)
-        for (int ox = 0; ox < y->w; ++ox)
-          for (int ch = 0; ch < w->c; ++ch)
+        for (int ox = 0; ox < y->w; ++ox, ++yi)
+          for (int ch = 0; ch < w->c; ++ch) {
+            const size_t x_at = (size_t(b) * size_t(x->c) + size_t(c0 + ch)) * x_plane;
+            const size_t w_at = (size_t(k) * size_t(w->c) + size_t(ch)) * w_plane;
             for (int r = 0; r < w->h; ++r) {
               const int iy = oy * cv->u - cv->pad_h + r * cv->dil_h;
               if (iy < 0 || iy >= x->h) continue;
               for (int s = 0; s < w->w; ++s) {
                 const int ix = ox * cv->v - cv->pad_w + s * cv->dil_w;
-                if (ix >= 0 && ix < x->w) f(b, k, oy, ox, ch, k / per_group * w->c + ch, iy, ix, r, s);
+                if (ix >= 0 && ix < x->w)
+                  f(yi, x_at + size_t(iy) * size_t(x->w) + size_t(ix), w_at + size_t(r) * size_t(w->w) + size_t(s));
               }
             }
+          }
+    }
 }
 
-// One direction of the convolution: term(b, k, oy, ox, ch, c, iy, ix, r, s) gives the element of
-// `out` a product goes to and its value; the sums, in double, are then blended into out.
-template <class Term>
+// A tensor's elements as doubles in NCHW order: each read once, so that the loops over the
+// products index plain arrays instead of converting an element of its type and layout each time.
+std::vector<double> dense(const cudnnTensorStruct& t, const void* p) {
+  std::vector<double> v(size_t(t.count()));
+  size_t i = 0;
+  for (int b = 0; b < t.n; ++b)
+    for (int c = 0; c < t.c; ++c)
+      for (int y = 0; y < t.h; ++y)
+        for (int x = 0; x < t.w; ++x) v[i++] = load(t.type, p, t.at(b, c, y, x));
+  return v;
+}
+
+// One direction of the convolution: add(acc, yi, xi, wi) adds a product to its element of `out`
+// (NCHW-ordered sums in double, starting at 0), which are then blended into out.
+template <class Add>
 void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               const cudnnFilterStruct* w, const cudnnTensorStruct* y,
               const cudnnTensorStruct* out_d, void* out, const void* alpha, const void* beta,
-              Term&& term) {
+              Add&& add) {
   std::vector<double> acc(size_t(out_d->count()), 0.0);
-  each_product(cv, x, w, y, [&](auto... i) {
-    const auto [at, v] = term(i...);
-    acc[size_t(at)] += v;
-  });
-  for (int64_t i = 0; i < out_d->count(); ++i)
-    blend(out_d->type, out, i, acc[size_t(i)], scalar(alpha), scalar(beta));
+  double* a = acc.data();
+  each_product(cv, x, w, y, [&](size_t yi, size_t xi, size_t wi) { add(a, yi, xi, wi); });
+  size_t i = 0;
+  for (int b = 0; b < out_d->n; ++b)
+    for (int c = 0; c < out_d->c; ++c)
+      for (int yy = 0; yy < out_d->h; ++yy)
+        for (int xx = 0; xx < out_d->w; ++xx)
+          blend(out_d->type, out, out_d->at(b, c, yy, xx), acc[i++], scalar(alpha), scalar(beta));
 }
 
 // The ranking, best first.
@@ -394,12 +417,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
     return fail(CUDNN_STATUS_BAD_PARAM, "tensor and filter types differ");
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, wd = *wd, yd = *yd, al = scalar(alpha),
                               be = scalar(beta)] {
+    const std::vector<double> X = dense(xd, x), W = dense(wd, w);
     convolve(&cv, &xd, &wd, &yd, &yd, y, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
-               const double v = double(load(xd.type, x, xd.at(b, c, iy, ix))) *
-                                load(wd.type, w, wd.at(k, ch, r, s));
-               return std::pair{yd.at(b, k, oy, ox), v};
-             });
+             [&](double* acc, size_t yi, size_t xi, size_t wi) { acc[yi] += X[xi] * W[wi]; });
   });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -416,12 +436,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
     return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, wd = *wd, dyd = *dyd, dxd = *dxd, al = scalar(alpha),
                               be = scalar(beta)] {
+    const std::vector<double> DY = dense(dyd, dy), W = dense(wd, w);
     convolve(&cv, &dxd, &wd, &dyd, &dxd, dx, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
-               const double v = double(load(dyd.type, dy, dyd.at(b, k, oy, ox))) *
-                                load(wd.type, w, wd.at(k, ch, r, s));
-               return std::pair{dxd.at(b, c, iy, ix), v};
-             });
+             [&](double* acc, size_t yi, size_t xi, size_t wi) { acc[xi] += DY[yi] * W[wi]; });
   });
   return CUDNN_STATUS_SUCCESS;
 }
@@ -438,12 +455,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
     return s;
   rt_emu::enqueue(h->stream, [=, cv = *cv, xd = *xd, dyd = *dyd, dwd = *dwd, al = scalar(alpha),
                               be = scalar(beta)] {
+    const std::vector<double> X = dense(xd, x), DY = dense(dyd, dy);
     convolve(&cv, &xd, &dwd, &dyd, &dwd, dw, &al, &be,
-             [&](int b, int k, int oy, int ox, int ch, int c, int iy, int ix, int r, int s) {
-               const double v = double(load(xd.type, x, xd.at(b, c, iy, ix))) *
-                                load(dyd.type, dy, dyd.at(b, k, oy, ox));
-               return std::pair{dwd.at(k, ch, r, s), v};
-             });
+             [&](double* acc, size_t yi, size_t xi, size_t wi) { acc[wi] += X[xi] * DY[yi]; });
   });
   return CUDNN_STATUS_SUCCESS;
 }
