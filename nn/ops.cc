@@ -272,11 +272,11 @@ std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name, con
   if (make) return make(options);
   if (name == "cuda" || name == "cuda-tf32" || name == "cuda-bf16" || name == "cuda-fp16") {
 #ifdef RT_HAVE_CUDA
-    throw Error("backend 'cuda' is not linked into this program: run its _cuda build "
+    throw Error("backend '" + name + "' is not linked into this program: run its _cuda build "
                 "(build/bin/trainer_cuda, build/bin/bench_train_step_cuda), which links rt_cuda "
                 "and calls rt::cuda::register_backend()");
 #else
-    throw Error("backend 'cuda' is not available: ringtrain was built without CUDA");
+    throw Error("backend '" + name + "' is not available: ringtrain was built without CUDA");
 #endif
   }
   throw Error("unknown backend '" + name +

@@ -409,15 +409,17 @@ TEST(NetMemoryDeathTest, SealedArenaFaultsOnAHostDereference) {
 }
 
 TEST(NetMemory, CudaBackendUnavailableNamesIt) {
-  try {
-    make_backend<float>("cuda");
-    FAIL() << "no cuda backend is registered in this program";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("backend 'cuda'"), std::string::npos) << m;
-    EXPECT_TRUE(m.find("built without CUDA") != std::string::npos ||
-                m.find("register_backend") != std::string::npos)
-        << m;
+  for (const std::string name : {"cuda", "cuda-tf32", "cuda-bf16", "cuda-fp16"}) {
+    try {
+      make_backend<float>(name);
+      FAIL() << "no " << name << " backend is registered in this program";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("backend '" + name + "' is not"), std::string::npos) << m;  // the one asked for
+      EXPECT_TRUE(m.find("built without CUDA") != std::string::npos ||
+                  m.find("register_backend") != std::string::npos)
+          << m;
+    }
   }
 }
 
