@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "tests/cuda_emu/cudnn_emu.h"
@@ -89,7 +88,8 @@ void each_product(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               for (int s = 0; s < w->w; ++s) {
                 const int ix = ox * cv->v - cv->pad_w + s * cv->dil_w;
                 if (ix >= 0 && ix < x->w)
-                  f(yi, x_at + size_t(iy) * size_t(x->w) + size_t(ix), w_at + size_t(r) * size_t(w->w) + size_t(s));
+                  f(yi, x_at + size_t(iy) * size_t(x->w) + size_t(ix),
+                    w_at + size_t(r) * size_t(w->w) + size_t(s));
               }
             }
           }
@@ -116,8 +116,7 @@ void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               const cudnnTensorStruct* out_d, void* out, const void* alpha, const void* beta,
               Add&& add) {
   std::vector<double> acc(size_t(out_d->count()), 0.0);
-  double* a = acc.data();
-  each_product(cv, x, w, y, [&](size_t yi, size_t xi, size_t wi) { add(a, yi, xi, wi); });
+  each_product(cv, x, w, y, [&](size_t yi, size_t xi, size_t wi) { add(acc.data(), yi, xi, wi); });
   size_t i = 0;
   for (int b = 0; b < out_d->n; ++b)
     for (int c = 0; c < out_d->c; ++c)
