@@ -47,7 +47,7 @@ if [[ $kind == address ]]; then
   # The emulated-cluster smoke test and the GPU bundle's script test exercise scripts and
   # namespaces, not our code: not here. Nor torch_weights, whose point is agreement with PyTorch
   # (the code it reaches, checkpoints, weights files, --weights and --eval, is under test here in
-  # trainer_checkpoint, test_mpi_trainer and test_mpi_trainer_cli), and was 110 s of this stage.
+  # trainer_checkpoint, test_mpi_trainer_resume and test_mpi_trainer_cli), and was 110 s of this stage.
   # Nor 5 and 8 ranks: on two cores they add scheduling, not code paths, to 1-3 ranks (one, odd,
   # even; the plain run keeps them), and were a third of this stage's time; 4 ranks only for the
   # allreduce, whose hierarchical form then has nodes of two ranks each.

@@ -111,7 +111,7 @@ void check_run_eval_resume() {
                "resume with another global batch");
   expect_error(run(2, "--config " + cfg + " --set train.accumulate=2 --resume " + ck.front()),
                "this run has 2 rank\\(s\\) x batch 4 x 2 accumulated = 16", "resume with passes accumulated");
-  // Another rank count at the same global batch goes on (test_mpi_trainer checks the arithmetic).
+  // Another rank count at the same global batch goes on (test_mpi_trainer_resume checks the arithmetic).
   r = run(1, "--config " + cfg + " --set train.accumulate=2 --set run_dir=" + dir + "/elastic --resume " + ck.front());
   expect(r.rc == 0 &&
              r.out.find("resuming on 1 rank(s) x batch 4 x 2 accumulated from a checkpoint of 2 rank(s) x batch 4") !=

@@ -1,0 +1,377 @@
+// The trainer's checkpoints under mpirun: resume is exact (bitwise) at an epoch boundary and
+// mid-epoch (also with accumulated passes, mixup and CutMix with the weights' moving average,
+// decoded images through RandAugment and random erasing, AdamW and LAMB, stochastic depth), and
+// on another rank count at the same global batch; --weights starts from a checkpoint's parameters; checkpoint.keep_best,
+// train.target_top1 and checkpoint.every_minutes, each also across a resume.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include "comm/mpi_check.h"
+#include "tests/error_of.h"
+#include "tests/mpi/mpi_test_util.h"
+#include "tests/mpi/trainer_test_util.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+namespace rt::trainer {
+namespace {
+
+using test::MpiTest;
+using namespace test_trainer;
+
+// A folder of 16x16 PNGs (4 classes x 12 training + 2 validation images, noise over a class
+// colour) at root, written by rank 0, with data.auto_augment (RandAugment) and data.random_erasing
+// on: the tiny run on decoded, augmented images instead of synthetic tensors.
+void use_augmented_images(Config& c, const std::string& root, int rank) {
+  if (rank == 0 && !std::filesystem::exists(root)) {
+    data::Rng rng(7);
+    for (const char* split : {"train", "val"})
+      for (int k = 0; k < 4; ++k) {
+        const std::string folder = str_cat(root, "/", split, "/c", k);
+        std::filesystem::create_directories(folder);
+        for (int i = 0; i < (split[0] == 't' ? 12 : 2); ++i) {
+          cv::Mat m(16, 16, CV_8UC3);
+          for (int j = 0; j < 16 * 16 * 3; ++j) m.data[j] = uint8_t(60 * k * (j % 3 == k % 3) + rng.below(120));
+          cv::imwrite(str_cat(folder, "/", i, ".png"), m);
+        }
+      }
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  c.data.synthetic = false;
+  c.data.root = root;
+  c.data.auto_augment.policy = data::AutoAugment::randaugment;
+  c.data.random_erasing = 0.5f;
+}
+
+// Straight through vs stopped at the first epoch's end (or one step later: mid-epoch) and
+// resumed with --resume auto.
+// mix: train.mixup and train.cutmix both (each batch draws one of them).
+// images: decoded and augmented images (use_augmented_images), whose draws must be made again too.
+// kind: AdamW and LAMB keep a second moment, which the checkpoint carries too (and a run of
+// another optimizer.kind refuses to resume from it).
+// drop_path: stochastic depth's masks, drawn again from the step, pass and rank.
+void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int64_t passes = 1, double mix = 0,
+                        double ema = 0, bool images = false, OptimizerKind kind = OptimizerKind::sgd,
+                        double drop_path = 0) {
+  const std::string tag =
+      str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images, "_", int(kind), "_", drop_path);
+  auto optimizer = [&](Config& c) {
+    c.optimizer.sgd.kind = kind;
+    if (kind != OptimizerKind::sgd) c.optimizer.lr = 0.256;  // base lr 0.004 at 4 images a step
+    c.model.drop_path = drop_path;
+  };
+  Config a = tiny(dir + "/straight" + tag);
+  optimizer(a);
+  a.train.accumulate = passes;
+  a.train.mixup = a.train.cutmix = mix;
+  a.train.ema = ema;
+  if (images) use_augmented_images(a, dir + "/images", t.rank());
+  Trainer ta(a);
+  ta.train();
+  const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
+  Config b = tiny(dir + "/resumed" + tag);
+  optimizer(b);
+  b.train.accumulate = passes;
+  b.train.mixup = b.train.cutmix = mix;
+  b.train.ema = ema;
+  if (images) use_augmented_images(b, dir + "/images", t.rank());
+  b.train.steps = stop;
+  {
+    Trainer tb(b);
+    tb.train();
+  }
+  b.train.steps = 0;
+  if (kind != OptimizerKind::sgd && t.rank() == 0) {
+    // The file's optimizer state is Adam's: plain SGD refuses it. One rank alone (the error is
+    // rank 0's, before any collective), at the same global batch.
+    Config other = b;
+    other.optimizer.sgd.kind = OptimizerKind::sgd;
+    other.optimizer.lr = 6.4;
+    other.train.batch *= t.size();
+    const std::string e = rt_test::error_of([&] { Trainer(other, MPI_COMM_SELF).resume("auto"); });
+    MPI_EXPECT(t, e.find("kept a second moment (adamw or lamb); this run's optimizer.kind is sgd") != std::string::npos,
+               "resuming an Adam checkpoint with SGD: '", e, "'");
+  }
+  Trainer tb(b);
+  const std::string loaded = tb.resume("auto");
+  MPI_EXPECT(t, tb.step() == stop, "resumed at step ", tb.step(), " from '", loaded, "'");
+  tb.train();
+  auto pa = ta.net().arena().params(), pb = tb.net().arena().params();
+  MPI_EXPECT(t, std::memcmp(pa.data(), pb.data(), pa.size_bytes()) == 0,
+             "resume after step ", stop, " is not bitwise exact");
+  auto ma = ta.optimizer().momentum(), mb = tb.optimizer().momentum();
+  MPI_EXPECT(t, std::memcmp(ma.data(), mb.data(), ma.size_bytes()) == 0, "momentum differs after resume");
+  auto va = ta.optimizer().second_moment(), vb = tb.optimizer().second_moment();
+  MPI_EXPECT(t, va.size() == vb.size() && (kind == OptimizerKind::sgd) == va.empty() &&
+                    (va.empty() || std::memcmp(va.data(), vb.data(), va.size_bytes()) == 0),
+             "second moment differs after resume (", va.size(), " and ", vb.size(), " values)");
+  // Each rank's own BN statistics too, though the resumed run checkpointed (and so averaged them
+  // over the ranks for the file) at a step where the straight run did not.
+  auto sa = ta.net().arena().state(), sb = tb.net().arena().state();
+  MPI_EXPECT(t, std::memcmp(sa.data(), sb.data(), sa.size_bytes()) == 0, "BN statistics differ after resume");
+  MPI_EXPECT(t, ta.optimizer().steps() == tb.optimizer().steps(), "optimizer step counts differ");
+  MPI_EXPECT(t, ta.has_ema() == (ema > 0) && tb.has_ema() == (ema > 0), "moving average kept: ", ta.has_ema(), ", ",
+             tb.has_ema());
+  if (ema > 0) {  // this rank's own statistics' average included
+    std::vector<float> epa, esa, epb, esb;
+    ta.ema_to_host(epa, esa);
+    tb.ema_to_host(epb, esb);
+    MPI_EXPECT(t, epa == epb && esa == esb, "the moving average of the weights differs after resume");
+  }
+  if (images) {  // the augmentation reached the training: no step's loss is the plain images' one
+    Config c = tiny(dir + "/plain" + tag);
+    c.train.accumulate = passes;
+    c.train.mixup = c.train.cutmix = mix;
+    c.train.ema = ema;
+    use_augmented_images(c, dir + "/images", t.rank());
+    c.data.auto_augment.policy = data::AutoAugment::none;
+    c.data.random_erasing = 0;
+    Trainer tc(c);
+    tc.train();
+    MPI_EXPECT(t, tc.losses().size() == ta.losses().size() && !ta.losses().empty(), "steps run: ",
+               ta.losses().size(), " and ", tc.losses().size());
+    for (size_t i = 0; i < ta.losses().size() && i < tc.losses().size(); ++i)
+      MPI_EXPECT(t, ta.losses()[i] != tc.losses()[i], "step ", i + 1, " loss ", ta.losses()[i],
+                 " augmented equals the plain images' ", tc.losses()[i]);
+  }
+}
+
+// Resuming on another rank count at the same global batch. With one sample per rank and pass,
+// N ranks x batch 1 and 1 rank x batch 1 x N passes put the same samples into the same batch norm
+// groups in the same order, so a run that goes from N ranks to rank 0 alone mid-epoch and back to
+// N ranks in the next epoch must end where the straight N-rank run does: bit for bit on 2 ranks
+// (halving is exact, and the accumulation's g0/2 + g1/2 is the ring's (g0 + g1)/2), within
+// rounding on 3 (thirds are not exact).
+void check_elastic_resume(MpiTest& t, const std::string& dir) {
+  const int n = t.size();
+  if (n == 1) return;
+  auto config = [&](const std::string& sub, int64_t passes, int64_t steps) {
+    Config c = tiny(dir + sub);
+    c.train.batch = 1;
+    c.train.accumulate = passes;
+    c.train.steps = steps;
+    return c;
+  };
+  Trainer ta(config("/elastic_straight", 1, 0));
+  ta.train();
+  const int64_t per_epoch = ta.steps_per_epoch(), first = per_epoch / 2, second = per_epoch + per_epoch / 2;
+  {
+    Trainer tb(config("/elastic", 1, first));
+    tb.train();
+  }
+  int64_t alone_at = -1;
+  if (t.rank() == 0) {
+    Trainer tc(config("/elastic", n, second), MPI_COMM_SELF);
+    tc.resume("auto");
+    alone_at = tc.step();
+    tc.train();
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  Trainer td(config("/elastic", 1, 0));
+  td.resume("auto");
+  const int64_t back_at = td.step();
+  td.train();
+  if (t.rank() == 0)
+    MPI_EXPECT(t, alone_at == first && back_at == second, "resumed alone at step ", alone_at, " (expected ", first,
+               "), back on ", n, " ranks at ", back_at, " (expected ", second, ")");
+  MPI_EXPECT(t, td.step() == ta.step() && td.optimizer().steps() == ta.optimizer().steps(), "ended at step ",
+             td.step(), ", the straight run at ", ta.step());
+  auto pa = ta.net().arena().params(), pd = td.net().arena().params();
+  auto ma = ta.optimizer().momentum(), md = td.optimizer().momentum();
+  if (n == 2) {
+    MPI_EXPECT(t, std::memcmp(pa.data(), pd.data(), pa.size_bytes()) == 0,
+               "2 ranks -> 1 rank x 2 passes -> 2 ranks: parameters differ from the straight run");
+    MPI_EXPECT(t, std::memcmp(ma.data(), md.data(), ma.size_bytes()) == 0, "momentum differs");
+    return;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i)
+    worst = std::max(worst, std::abs(double(pd[i]) - pa[i]) / (1e-3 + std::abs(double(pa[i]))));
+  MPI_EXPECT(t, worst < 1e-4, n, " ranks -> 1 rank x ", n, " passes -> ", n,
+             " ranks: worst relative parameter difference ", worst);
+}
+
+// --weights: every rank starts from the checkpoint's parameters and averaged BN statistics (all
+// of them for the same model; all but the classifier for one with another class count, whose
+// fc keeps its initialisation), at step 0 with no momentum, and trains on from there.
+void check_weights(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/weights_source");
+  a.train.epochs = 1;
+  Trainer ta(a);
+  ta.train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));  // rank 0 may still be writing the checkpoint
+  const std::string path = checkpoint_list(dir + "/weights_source/checkpoints").front();
+  const Checkpoint ck = checkpoint_read(path);  // every rank reads it here, for the comparison
+  for (int classes : {4, 3}) {
+    Config c = tiny(str_cat(dir, "/weights_", classes));
+    c.model.classes = classes;
+    c.data.synthetic_classes = classes;
+    c.train.steps = 2;
+    Trainer tc(c);
+    auto& arena = tc.net().arena();
+    const std::vector<float> init(arena.params().begin(), arena.params().end());
+    tc.load_weights(path);
+    MPI_EXPECT(t, tc.step() == 0 && tc.optimizer().steps() == 0, classes, " classes: not a fresh start");
+    auto p = arena.params();
+    std::map<std::string, const CheckpointTensor*> theirs;
+    for (const auto& tensor : ck.layout) theirs[tensor.name] = &tensor;
+    size_t from_file = 0, as_init = 0;
+    for (const ParamInfo& info : arena.layout()) {
+      const bool fc = info.name.rfind("fc.", 0) == 0 && classes != 4;
+      const float* want = fc ? init.data() + info.offset : ck.params.data() + theirs.at(info.name)->offset;
+      MPI_EXPECT(t, std::memcmp(p.data() + info.offset, want, info.count * sizeof(float)) == 0, classes,
+                 " classes: ", info.name, fc ? " is not as initialised" : " is not the checkpoint's");
+      ++(fc ? as_init : from_file);
+    }
+    MPI_EXPECT(t, as_init == (classes == 4 ? 0u : 2u) && from_file + as_init == arena.layout().size(), classes,
+               " classes: ", from_file, " tensors from the file, ", as_init, " as initialised");
+    auto st = arena.state();
+    MPI_EXPECT(t, std::memcmp(st.data(), ck.state.data(), st.size_bytes()) == 0, classes,
+               " classes: BN statistics are not the checkpoint's average");
+    tc.train();
+    MPI_EXPECT(t, tc.step() == 2, classes, " classes: trained to step ", tc.step());
+  }
+}
+
+// checkpoint.keep_best over 4 epochs, evaluated after each, keeping 1 checkpoint: best.rtck is
+// the checkpoint of the first evaluation with the run's highest top-1 (from the epoch records),
+// its record in its meta, and outlives pruning; the same run stopped after 2 epochs and resumed
+// goes on from the record its checkpoint holds, to the same best.rtck (at 2 and 3 ranks the first
+// epoch's is the best: a resumed run that forgot it would pick its own first evaluation's).
+void check_keep_best(MpiTest& t, const std::string& dir) {
+  auto config = [&](const std::string& tag) {
+    Config c = tiny(dir + "/best_" + tag);
+    c.train.epochs = 4;
+    c.checkpoint.keep = 1;
+    c.checkpoint.keep_best = true;
+    c.log.jsonl = "";  // rank 0's, in the run folder
+    return c;
+  };
+  const Config straight = config("straight");
+  Trainer ts(straight);
+  ts.train();
+  Config resumed = config("resumed");
+  resumed.train.steps = 2 * ts.steps_per_epoch();
+  Trainer(resumed).train();
+  resumed.train.steps = 0;
+  {
+    Trainer tr(resumed);
+    tr.resume("auto");
+    tr.train();
+  }
+  if (t.rank() != 0) return;
+  for (const Config* c : {&straight, static_cast<const Config*>(&resumed)}) {
+    std::ifstream f(c->run_dir + "/metrics.jsonl");
+    const std::regex re(R"re("type":"epoch".*"step":(\d+).*"val_top1":([0-9.eE+-]+))re");
+    int64_t best_step = 0, evals = 0;
+    double best = -1;
+    std::string scores;
+    for (std::string line; std::getline(f, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, re)) continue;
+      ++evals;
+      scores += str_cat(" ", m[2].str());
+      if (std::stod(m[2]) > best) best = std::stod(m[2]), best_step = std::stoll(m[1]);
+    }
+    const std::string ckdir = c->run_dir + "/checkpoints";
+    const Checkpoint b = checkpoint_read(checkpoint_best_path(ckdir));
+    MPI_EXPECT(t, evals == 4 && b.meta.step == best_step && b.meta.best_step == best_step &&
+                      std::abs(b.meta.best_top1 - best) < 1e-4,
+               c->run_dir, ": evaluations' top-1", scores, ", best.rtck of step ", b.meta.step, " (its record: ",
+               b.meta.best_top1, "% at step ", b.meta.best_step, ")");
+    MPI_EXPECT(t, checkpoint_list(ckdir) == std::vector<std::string>{checkpoint_path(ckdir, 4 * ts.steps_per_epoch())},
+               ckdir, ": not the last checkpoint alone");
+  }
+}
+
+// train.target_top1: a target the first evaluation reaches ends a 4-epoch run after epoch 1, with
+// a checkpoint of that step and a "target" record; resumed, the record in the checkpoint says the
+// target is reached (nothing to train); with a target no evaluation reaches, the resumed run goes
+// on to its end.
+void check_target_top1(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/target");
+  c.train.epochs = 4;
+  c.train.target_top1 = 1;  // 4 learnable classes: the first evaluation is far above 1%
+  c.log.jsonl = "";
+  int64_t spe = 0;
+  {
+    Trainer tr(c);
+    spe = tr.steps_per_epoch();
+    tr.train();
+    MPI_EXPECT(t, tr.step() == spe && tr.last_checkpoint() == checkpoint_path(c.run_dir + "/checkpoints", spe),
+               "target reached: stopped at step ", tr.step(), " (", spe, " per epoch), checkpoint '",
+               tr.last_checkpoint(), "'");
+  }
+  {
+    Trainer tr(c);
+    tr.resume("auto");
+    tr.train();
+    MPI_EXPECT(t, tr.step() == spe, "resumed after reaching the target: trained on to step ", tr.step());
+  }
+  c.train.target_top1 = 100;  // every validation image right: not after these few steps (else a record says so)
+  Trainer tr(c);
+  tr.resume("auto");
+  tr.train();
+  if (t.rank() != 0) return;
+  std::ifstream f(c.run_dir + "/metrics.jsonl");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string target = str_cat("{\"type\":\"target\",\"step\":", spe, ",\"epoch\":1,");
+  MPI_EXPECT(t, log.find(target) != std::string::npos && log.find("\"target_top1\":1,") != std::string::npos,
+             "no target record '", target, "...' in the metrics");
+  MPI_EXPECT(t, tr.step() == 4 * spe || log.find("\"target_top1\":100,") != std::string::npos,
+             "with an unreached target the resumed run ended at step ", tr.step());
+}
+
+// checkpoint.every_minutes, decided by rank 0's clock and agreed by every rank (a rank left out
+// of the collective save would hang the test): a period shorter than any step saves after every
+// step; a long one adds nothing to the epoch's own checkpoint.
+void check_timed_checkpoints(MpiTest& t, const std::string& dir) {
+  for (const double minutes : {1e-7, 1000.0}) {
+    Config c = tiny(dir + (minutes < 1 ? "/timed_short" : "/timed_long"));
+    c.train.epochs = 1;
+    c.checkpoint.every_minutes = minutes;
+    c.checkpoint.keep = 100;
+    Trainer tr(c);
+    tr.train();
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 0 writes the files after the collective part of a save
+    const size_t files = checkpoint_list(c.run_dir + "/checkpoints").size();
+    const size_t want = minutes < 1 ? size_t(tr.steps_per_epoch()) : 1;
+    MPI_EXPECT(t, files == want, "checkpoint.every_minutes ", minutes, ": ", files, " checkpoints, expected ", want);
+  }
+}
+
+}  // namespace
+}  // namespace rt::trainer
+
+int main(int argc, char** argv) {
+  using namespace rt::trainer;
+  return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_resume", [](rt::test::MpiTest& t, const std::string& dir) {
+    check_keep_best(t, dir);
+    check_target_top1(t, dir);
+    check_timed_checkpoints(t, dir);
+    check_exact_resume(t, dir, false);
+    check_exact_resume(t, dir, true);
+    check_exact_resume(t, dir, true, 2);
+    check_exact_resume(t, dir, true, 2, 0.4, 0.9);  // mixup's and CutMix's draws made again, the average kept
+    check_exact_resume(t, dir, true, 1, 0, 0, true);  // RandAugment's and random erasing's draws made again
+    check_exact_resume(t, dir, true, 1, 0, 0, false, rt::OptimizerKind::adamw);
+    check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::lamb);
+    check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::sgd, 0.3);
+    check_elastic_resume(t, dir);
+    check_weights(t, dir);
+  });
+}
