@@ -1,18 +1,13 @@
 // The trainer's persistent state: saving checkpoints (rank 0 writes), loading them (rank 0 reads,
 // every rank receives the state by broadcast), finding the one to resume from, and averaging the
 // ranks' BN statistics before a checkpoint or evaluation.
-#include <chrono>
-
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
+#include "trainer/clock.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The metadata every rank needs after a load, as one broadcastable block.
 struct LoadedMeta {
