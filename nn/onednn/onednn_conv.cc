@@ -108,6 +108,30 @@ class DnnWeighted : public OpBase {
   }
 
  protected:
+  // Once the primitive descriptors are made: the bias buffers (bias: b_md), the weights' views in
+  // each direction's layout from w_plain (ours), and the three primitives with their arguments.
+  // The activation views (xf_ ... dyw_) are the layer's to set up, before.
+  template <class Fwd, class Bwd, class Bww>
+  void wire(Context& c, const memory::desc& w_plain, const memory::desc& b_md, bool bias,
+            const typename Fwd::primitive_desc& fpd, const typename Bwd::primitive_desc& bdpd,
+            const typename Bww::primitive_desc& bwpd) {
+    if (bias) {
+      b_ = Mem(b_md, c.eng);
+      db_ = Mem(b_md, c.eng);
+    }
+    wf_.set_up(w_plain, fpd.weights_desc(), c, true);
+    wd_.set_up(w_plain, bdpd.weights_desc(), c, true);
+    dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
+    fwd_ = Prim(Fwd(fpd), fpd, c);
+    fwd_.arg(DNNL_ARG_SRC, xf_.mem).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, yf_.mem);
+    if (bias) fwd_.arg(DNNL_ARG_BIAS, b_);
+    bwd_data_ = Prim(Bwd(bdpd), bdpd, c);
+    bwd_data_.arg(DNNL_ARG_DIFF_DST, dyd_.mem).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dxd_.mem);
+    bwd_w_ = Prim(Bww(bwpd), bwpd, c);
+    bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
+    if (bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
+  }
+
   ContextPtr ctx_;
   std::string name_;
   ActView xf_, yf_, dyd_, dxd_, xw_, dyw_;  // per primitive: forward, backward data, weights
@@ -204,22 +228,8 @@ class DnnConv final : public DnnWeighted<ConvOp<float>> {
       dxd_.set_up(src_md, md(d.in, dl), c, false, 1);
       xw_.set_up(src_md, md(d.in, wl), c, true, 0);
       dyw_.set_up(dst_md, md(out, wl), c, true, 1);
-      if (d.bias) {
-        b_ = Mem(b_md, c.eng);
-        db_ = Mem(b_md, c.eng);
-      }
-      wf_.set_up(w_plain, fpd.weights_desc(), c, true);
-      wd_.set_up(w_plain, bdpd.weights_desc(), c, true);
-      dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
-
-      fwd_ = Prim(dnnl::convolution_forward(fpd), fpd, c);
-      fwd_.arg(DNNL_ARG_SRC, xf_.mem).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, yf_.mem);
-      if (d.bias) fwd_.arg(DNNL_ARG_BIAS, b_);
-      bwd_data_ = Prim(dnnl::convolution_backward_data(bdpd), bdpd, c);
-      bwd_data_.arg(DNNL_ARG_DIFF_DST, dyd_.mem).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dxd_.mem);
-      bwd_w_ = Prim(dnnl::convolution_backward_weights(bwpd), bwpd, c);
-      bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
-      if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
+      wire<dnnl::convolution_forward, dnnl::convolution_backward_data, dnnl::convolution_backward_weights>(
+          c, w_plain, b_md, d.bias, fpd, bdpd, bwpd);
       impls_ = str_cat(fpd.impl_info_str(), layout_note(fl), " / ", bdpd.impl_info_str(), layout_note(dl),
                        " / ", bwpd.impl_info_str(), layout_note(wl));
     } catch (const dnnl::error& e) {
@@ -263,21 +273,8 @@ class DnnLinear final : public DnnWeighted<LinearOp<float>> {
       dxd_.set_up(src_md, src_md, c, false, 1);
       xw_.set_up(src_md, src_md, c, true, 0);
       dyw_.set_up(dst_md, dst_md, c, true, 1);
-      if (d.bias) {
-        b_ = Mem(b_md, c.eng);
-        db_ = Mem(b_md, c.eng);
-      }
-      wf_.set_up(w_plain, fpd.weights_desc(), c, true);
-      wd_.set_up(w_plain, bdpd.weights_desc(), c, true);
-      dw_.set_up(w_plain, bwpd.diff_weights_desc(), c, false);
-      fwd_ = Prim(dnnl::inner_product_forward(fpd), fpd, c);
-      fwd_.arg(DNNL_ARG_SRC, xf_.mem).arg(DNNL_ARG_WEIGHTS, wf_.mem).arg(DNNL_ARG_DST, yf_.mem);
-      if (d.bias) fwd_.arg(DNNL_ARG_BIAS, b_);
-      bwd_data_ = Prim(dnnl::inner_product_backward_data(bdpd), bdpd, c);
-      bwd_data_.arg(DNNL_ARG_DIFF_DST, dyd_.mem).arg(DNNL_ARG_WEIGHTS, wd_.mem).arg(DNNL_ARG_DIFF_SRC, dxd_.mem);
-      bwd_w_ = Prim(dnnl::inner_product_backward_weights(bwpd), bwpd, c);
-      bwd_w_.arg(DNNL_ARG_SRC, xw_.mem).arg(DNNL_ARG_DIFF_DST, dyw_.mem).arg(DNNL_ARG_DIFF_WEIGHTS, dw_.mem);
-      if (d.bias) bwd_w_.arg(DNNL_ARG_DIFF_BIAS, db_);
+      wire<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
+           dnnl::inner_product_backward_weights>(c, w_plain, b_md, d.bias, fpd, bdpd, bwpd);
     } catch (const dnnl::error& e) {
       throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up fully connected ", d.in.str(),
                           " -> ", out.str(), ": ", e.what()));
