@@ -108,13 +108,9 @@ TEST(GpuBackendStep, DeviceAdamWAndLambResumeAsUninterrupted) {
     cfg.weight_decay = 0.05;
     auto cpu = make_host_optimizer<float>(layout, cfg);
     const size_t n = cpu->size();
-    std::mt19937 g(11);
-    std::normal_distribution<float> d(0, 1);
-    std::vector<float> params(n, 0.f);
-    for (auto& v : params) v = d(g);
-    std::vector<std::vector<float>> grads(5, std::vector<float>(n, 0.f));
-    for (auto& s : grads)
-      for (auto& v : s) v = d(g);
+    std::vector<float> params = test::random_vec(n, 11);
+    std::vector<std::vector<float>> grads;
+    for (uint32_t step = 0; step < 5; ++step) grads.push_back(test::random_vec(n, 12 + step));
     Device mp(n), mg(n);
     mp.put(params.data());
     auto device_steps = [&](Optimizer<float>& opt, size_t from, size_t to) {

@@ -69,26 +69,23 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
                         double drop_path = 0) {
   const std::string tag =
       str_cat(mid_epoch, "_", passes, "_", mix, "_", ema, "_", images, "_", int(kind), "_", drop_path);
-  auto optimizer = [&](Config& c) {
+  // Every run of the comparison: the same settings, its own folder.
+  auto config = [&](const std::string& run) {
+    Config c = tiny(dir + "/" + run + tag);
     c.optimizer.sgd.kind = kind;
     if (kind != OptimizerKind::sgd) c.optimizer.lr = 0.256;  // base lr 0.004 at 4 images a step
     c.model.drop_path = drop_path;
+    c.train.accumulate = passes;
+    c.train.mixup = c.train.cutmix = mix;
+    c.train.ema = ema;
+    if (images) use_augmented_images(c, dir + "/images", t.rank());
+    return c;
   };
-  Config a = tiny(dir + "/straight" + tag);
-  optimizer(a);
-  a.train.accumulate = passes;
-  a.train.mixup = a.train.cutmix = mix;
-  a.train.ema = ema;
-  if (images) use_augmented_images(a, dir + "/images", t.rank());
+  Config a = config("straight");
   Trainer ta(a);
   ta.train();
   const int64_t stop = ta.steps_per_epoch() + (mid_epoch ? 1 : 0);
-  Config b = tiny(dir + "/resumed" + tag);
-  optimizer(b);
-  b.train.accumulate = passes;
-  b.train.mixup = b.train.cutmix = mix;
-  b.train.ema = ema;
-  if (images) use_augmented_images(b, dir + "/images", t.rank());
+  Config b = config("resumed");
   b.train.steps = stop;
   {
     Trainer tb(b);
@@ -133,11 +130,7 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
     MPI_EXPECT(t, epa == epb && esa == esb, "the moving average of the weights differs after resume");
   }
   if (images) {  // the augmentation reached the training: no step's loss is the plain images' one
-    Config c = tiny(dir + "/plain" + tag);
-    c.train.accumulate = passes;
-    c.train.mixup = c.train.cutmix = mix;
-    c.train.ema = ema;
-    use_augmented_images(c, dir + "/images", t.rank());
+    Config c = config("plain");
     c.data.auto_augment.policy = data::AutoAugment::none;
     c.data.random_erasing = 0;
     Trainer tc(c);
