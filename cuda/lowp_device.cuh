@@ -1,6 +1,6 @@
-// Device helpers shared by the 16-bit backends' kernel files (lowp_kernels.cu, lowp_bn.cu):
-// grid-stride indices, element and 16-byte vector loads and stores with fp32 arithmetic and one
-// rounding per stored value. Only for inclusion by .cu files.
+// Device helpers shared by the 16-bit backends' kernel files (lowp_kernels.cu, lowp_bn.cu,
+// lowp_channel_sums.cu): grid-stride indices, element and 16-byte vector loads and stores with
+// fp32 arithmetic and one rounding per stored value. Only for inclusion by .cu files.
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -1,7 +1,7 @@
 // The 16-bit backends' kernels, templates over the storage type T (bf16 or f16): one thread per
 // output element with grid-stride loops and 64-bit indices, fp32 arithmetic, one rounding to T
-// per stored value (to_f32 / from_f32 of elementwise.cuh). Per-channel sums and batch norm are in
-// lowp_bn.cu.
+// per stored value (to_f32 / from_f32 of elementwise.cuh). Per-channel sums are in
+// lowp_channel_sums.cu, batch norm in lowp_bn.cu.
 #include "cuda/check.h"
 #include "cuda/lowp_device.cuh"
 #include "cuda/lowp_kernels.h"

@@ -2,8 +2,9 @@
 // gradients are T = bf16 or f16 (IEEE half) in NHWC, parameters and statistics fp32, all
 // arithmetic fp32 with one rounding to nearest even per stored result (for f16, magnitudes past
 // 65504 round to inf, which loss scaling reads as an overflow). Templates instantiated for the two
-// types in lowp_kernels.cu (per-channel sums and batch norm: lowp_bn.cu). C++17-clean (nvcc includes it). Pointers are device pointers; every
-// call is asynchronous on `stream`.
+// types in lowp_kernels.cu (per-channel sums: lowp_channel_sums.cu; batch norm: lowp_bn.cu).
+// C++17-clean (nvcc includes it). Pointers are device pointers; every call is asynchronous on
+// `stream`.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

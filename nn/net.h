@@ -15,7 +15,7 @@ namespace rt {
 template <class T>
 class Net;
 
-// One layer in the graph. Implementations live in net.cc.
+// One layer in the graph. Implementations live in nn/net_nodes.h.
 template <class T>
 class Node {
  public:

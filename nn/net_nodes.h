@@ -1,5 +1,5 @@
-// The node types of nn/net.cc: each wraps a backend op and knows which tensors, parameters and
-// gradients it reads and writes. Internal to net.cc (one translation unit).
+// The node types nn/net.cc builds: each wraps a backend op and knows which tensors, parameters and
+// gradients it reads and writes. Internal to nn/net.cc and nn/net_run.cc.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Unit tests of tools/costmodel.py on synthetic measurements (python3 -m unittest, no MPI)."""
+"""Unit tests of tools/costmodel.py and its model, tools/allreduce_model.py, on synthetic
+measurements (python3 -m unittest, no MPI)."""
 import contextlib
 import io
 import json
@@ -12,6 +13,7 @@ import xml.dom.minidom
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import allreduce_model as am  # noqa: E402
 import costmodel as cm  # noqa: E402
 
 MIB = 1 << 20
@@ -91,8 +93,8 @@ class TestFit(unittest.TestCase):
     def test_nnls_matches_unconstrained_when_feasible(self):
         a = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
         y = np.array([1.0, 2.0, 3.0])
-        np.testing.assert_allclose(cm.nnls(a, y), [1.0, 2.0], atol=1e-12)
-        np.testing.assert_allclose(cm.nnls(a, -y), [0.0, 0.0], atol=1e-12)
+        np.testing.assert_allclose(am.nnls(a, y), [1.0, 2.0], atol=1e-12)
+        np.testing.assert_allclose(am.nnls(a, -y), [0.0, 0.0], atol=1e-12)
 
     def test_empty_and_bad_input(self):
         with self.assertRaises(ValueError):
@@ -136,12 +138,12 @@ class TestCommandLine(unittest.TestCase):
             self.assertIn("| 64 MiB |", out)
 
     def test_parse_skips_header_and_garbage(self):
-        rows = cm.parse_results(["RESULT,impl,np,bytes", "RESULT,ring,2,x,1,1,1,1,1,1,1,OK,1,0",
+        rows = am.parse_results(["RESULT,impl,np,bytes", "RESULT,ring,2,x,1,1,1,1,1,1,1,OK,1,0",
                                  "junk", result_line("ring", 2, MIB, 0.01) + ",CONTENDED"])
         self.assertEqual(len(rows), 1)
         self.assertTrue(rows[0]["contended"])
         self.assertEqual(cm.parse_bytes("64M"), 64 * MIB)
-        self.assertEqual(cm.parse_links(["LINK,8,1.5e8", "LINK,x,1"]), {8: 1.5e8})
+        self.assertEqual(am.parse_links(["LINK,8,1.5e8", "LINK,x,1"]), {8: 1.5e8})
 
 
 class TestProjection(unittest.TestCase):
