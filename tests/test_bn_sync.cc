@@ -5,6 +5,7 @@
 
 #include "comm/bn_sync.h"
 #include "nn/resnet.h"
+#include "onednn_vs_ref.h"
 
 namespace rt {
 namespace {
@@ -134,14 +135,6 @@ void in_threads(int k, const std::function<void(int)>& f) {
     if (e) std::rethrow_exception(e);
 }
 
-// RT_TEST_ONEDNN_BLOCK (8 or 16) forces oneDNN's activation block (ctest runs these tests under
-// each); unset: the processor's.
-BackendOptions backend_options() {
-  BackendOptions o;
-  if (const char* b = std::getenv("RT_TEST_ONEDNN_BLOCK")) o.onednn_block = std::atoi(b);
-  return o;
-}
-
 template <class T>
 std::vector<T> random_vec(size_t n, uint64_t seed, double lo = -1, double hi = 1) {
   std::mt19937_64 g(seed);
@@ -172,7 +165,7 @@ void check_group(const BnCase& c) {
   auto rm0 = random_vec<T>(C, 5), rv0 = random_vec<T>(C, 6, 0.5, 2);
 
   // The whole batch on one op.
-  auto be = make_backend<T>(c.backend, backend_options());
+  auto be = make_backend<T>(c.backend, test::onednn_options());
   auto whole = be->make_batchnorm({.name = "bn", .in = all, .relu = c.relu});
   Buffer<T> ax(size_t(be->act_size(all))), ay(ax.size()), ady(ax.size()), adx(ax.size());
   be->act_import(x.data(), all, ax.data());
@@ -190,7 +183,7 @@ void check_group(const BnCase& c) {
   std::vector<std::shared_ptr<BnSync>> keep;
   for (int i = 0; i < c.k; ++i) keep.push_back(group.member(i));
   in_threads(c.k, [&](int i) {
-    auto b = make_backend<T>(c.backend, backend_options());
+    auto b = make_backend<T>(c.backend, test::onednn_options());
     auto op = b->make_batchnorm({.name = "bn", .in = m, .relu = c.relu, .sync = keep[size_t(i)].get()});
     Buffer<T> mx(size_t(b->act_size(m))), my(mx.size()), mdy(mx.size()), mdx(mx.size());
     b->act_import(x.data() + size_t(i) * per, m, mx.data());
@@ -262,7 +255,7 @@ void check_nets(const std::string& backend, const std::string& model, double tol
   const int k = 3, b = 2;
   ResNetConfig cfg{.name = model, .num_classes = 5, .image_size = 8, .batch = k * b, .width = 0.25,
                    .loss = {.label_smoothing = 0.1}, .seed = 11};
-  auto whole = build_resnet<T>(cfg, make_backend<T>(backend, backend_options()));
+  auto whole = build_resnet<T>(cfg, make_backend<T>(backend, test::onednn_options()));
   const size_t per = size_t(whole->shape(0).numel()) / size_t(k);
   auto x = random_vec<T>(per * size_t(k), 7);
   std::vector<int32_t> labels(size_t(k * b));
@@ -279,7 +272,7 @@ void check_nets(const std::string& backend, const std::string& model, double tol
   in_threads(k, [&](int i) {
     ResNetConfig c = cfg;
     c.bn_sync = group.member(i);
-    auto net = build_resnet<T>(c, make_backend<T>(backend, backend_options()));
+    auto net = build_resnet<T>(c, make_backend<T>(backend, test::onednn_options()));
     losses[size_t(i)] = net->forward(x.data() + size_t(i) * per, labels.data() + i * b, true);
     net->backward();
     grads[size_t(i)].assign(net->arena().grads().begin(), net->arena().grads().end());

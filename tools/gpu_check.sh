@@ -337,7 +337,7 @@ left=$(( start + budget - $(date +%s) ))
 [ $gpu_present = 1 ] && { [ -z "$san" ] || [ $left -lt 60 ]; } &&
   say "gpu_check: memcheck: not run ($([ -z "$san" ] && echo 'no compute-sanitizer' || echo "$left s left"))"
 if [ $gpu_present = 1 ] && [ -n "$san" ] && [ $left -ge 60 ]; then
-  for t in gpu_lowp_ops gpu_backend_ops gpu_sgd gpu_reduce; do
+  for t in gpu_lowp_ops gpu_lowp_batchnorm gpu_backend_ops gpu_sgd gpu_reduce; do
     left=$(( start + budget - $(date +%s) ))
     [ $left -lt 20 ] && { say "gpu_check: memcheck $t: not run (time budget spent)"; continue; }
     timeout -k 5 $(( left - 10 )) "$san" --tool memcheck --print-limit 100 --error-exitcode 99 "$build/tests/$t" \

@@ -1,6 +1,6 @@
 // The algorithm cache file (cuda.algo_cache) on the host: its lines read back, other identities
 // and malformed lines are left alone, the last line of a key wins, and a file that cannot be
-// used is named in the error. Reading choices back into a context: tests/gpu/gpu_cudnn_cublas.cc.
+// used is named in the error. Reading choices back into a context: tests/gpu/gpu_conv_algos.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
