@@ -17,11 +17,7 @@
 namespace rt {
 namespace {
 
-using test::expect_close;
-using test::kNaN;
-using test::onednn_options;
-using test::OnednnVsRef;
-using test::Vec;
+using namespace test;
 
 // ---------------------------------------------------------------- convolution
 

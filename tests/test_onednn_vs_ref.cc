@@ -17,11 +17,7 @@
 namespace rt {
 namespace {
 
-using test::expect_close;
-using test::kNaN;
-using test::onednn_options;
-using test::OnednnVsRef;
-using test::Vec;
+using namespace test;
 
 TEST_F(OnednnVsRef, LayoutRoundTripAndAccumulate) {
   EXPECT_EQ(fast_->name(), "onednn");

@@ -24,12 +24,7 @@
 namespace rt::cuda {
 namespace {
 
-using test::check_conv;
-using test::compare_with_reference;
-using test::expect_close;
-using test::randn;
-using test::to_device;
-using test::to_host;
+using namespace test;
 
 // A context chooses algorithms once per distinct convolution (kind, math, geometry); a layer of a
 // shape seen before takes that choice, math types included, and computes as well.

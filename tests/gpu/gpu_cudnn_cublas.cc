@@ -20,12 +20,7 @@
 namespace rt::cuda {
 namespace {
 
-using test::check_conv;
-using test::compare_with_reference;
-using test::expect_close;
-using test::randn;
-using test::to_device;
-using test::to_host;
+using namespace test;
 
 TEST(GpuCudnnConv, MatchesReference) {
   RT_REQUIRE_GPU();

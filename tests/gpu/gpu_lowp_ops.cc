@@ -28,17 +28,7 @@
 namespace rt::cuda {
 namespace {
 
-using test::Backends;
-using test::expect_equal;
-using test::expect_normalised;
-using test::GpuLowpOps;
-using test::Kind;
-using test::lowp_vec;
-using test::rounded;
-using test::tie_vec;
-using test::to_device;
-using test::to_host;
-using test::tol;
+using namespace test;
 
 RT_INSTANTIATE_GPU_LOWP_OPS();
 
