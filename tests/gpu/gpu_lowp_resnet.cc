@@ -26,25 +26,17 @@
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
 #include "gpu_test_util.h"
+#include "lowp_test_util.h"
 #include "nn/resnet.h"
 
 namespace rt::cuda {
 namespace {
 
-// The storage type, its backend's name and its unit roundoff.
-struct Kind {
-  DType dtype;
-  const char* backend;
-};
-double unit_roundoff(DType t) { return t == DType::bf16 ? 0x1p-8 : 0x1p-11; }
-// gtest names the parameter by its backend.
-void PrintTo(const Kind& k, std::ostream* os) { *os << k.backend; }
+using test::Kind;  // the storage type, its backend's name and its unit roundoff
+double unit_roundoff(DType t) { return (t == DType::bf16 ? test::kBf16 : test::kFp16).unit; }
 class GpuLowpResNet : public ::testing::TestWithParam<Kind> {};
-INSTANTIATE_TEST_SUITE_P(Types, GpuLowpResNet,
-                         ::testing::Values(Kind{DType::bf16, "cuda-bf16"}, Kind{DType::f16, "cuda-fp16"}),
-                         [](const ::testing::TestParamInfo<Kind>& i) {
-                           return std::string(i.param.dtype == DType::bf16 ? "bf16" : "fp16");
-                         });
+INSTANTIATE_TEST_SUITE_P(Types, GpuLowpResNet, ::testing::Values(test::kBf16, test::kFp16),
+                         test::kind_name);
 
 ResNetConfig cifar_resnet20() {
   ResNetConfig c;

@@ -89,12 +89,14 @@ struct Backends {
 };
 
 class GpuLowpOps : public ::testing::TestWithParam<Kind> {};
+// A parameterised test's name suffix: bf16 or fp16.
+inline std::string kind_name(const ::testing::TestParamInfo<Kind>& i) {
+  return i.param.dtype == DType::bf16 ? "bf16" : "fp16";
+}
 
 }  // namespace rt::cuda::test
 
 // Instantiates GpuLowpOps for both types, named bf16 and fp16, in the including test program.
-#define RT_INSTANTIATE_GPU_LOWP_OPS()                                                             \
-  INSTANTIATE_TEST_SUITE_P(Types, GpuLowpOps, ::testing::Values(test::kBf16, test::kFp16),       \
-                           [](const ::testing::TestParamInfo<test::Kind>& i) {                   \
-                             return std::string(i.param.dtype == DType::bf16 ? "bf16" : "fp16"); \
-                           })
+#define RT_INSTANTIATE_GPU_LOWP_OPS()                                                        \
+  INSTANTIATE_TEST_SUITE_P(Types, GpuLowpOps, ::testing::Values(test::kBf16, test::kFp16), \
+                           test::kind_name)
