@@ -4,8 +4,8 @@
 // kernel's butterfly of shuffles then adds lane l + 16 to lane l, then l + 8, + 4, + 2, + 1);
 // per tensor, its segments' sums in order, then s = η·‖p‖ / (‖grad‖ + wd·‖p‖ + eps), or 1 where
 // a norm is 0, rounded once to float. The device forms are _rn intrinsics, which forbid FMA
-// contraction; the host build (ISO C++, -ffp-contract=off) does not contract either, so both
-// round alike. C++17-clean (nvcc includes it).
+// contraction; the host build (-ffp-contract=off, set for every C++ source) does not contract
+// either, so both round alike. C++17-clean (nvcc includes it).
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -72,12 +72,13 @@ __global__ void bn_apply_vec_kernel(const T* x, const T* res, const float* mean_
       });
 }
 
-// dx = gamma invstd (g - sum_g / m - xhat sum_gxhat / m). The multiply-add is written out: nvcc
-// would contract it into one where it chooses (in one grid's kernel and not the other's, on the
-// device and not in the emulator), so both grids and both builds round it the same way.
+// dx = gamma invstd (g - sum_g / m - xhat sum_gxhat / m). The multiply-add and the subtraction
+// are written out: nvcc would fuse a multiply and an add where it chooses (the element grid's
+// sum_g / m into g - mean_g, say, which the vector grid computes before its loop), on the device
+// and not in the emulator, so both grids and both builds round them the same way.
 __device__ inline float bn_dx(float g, float xhat, float gamma_invstd, float mean_g,
                               float mean_gxhat) {
-  return gamma_invstd * __fmaf_rn(-xhat, mean_gxhat, g - mean_g);
+  return gamma_invstd * __fmaf_rn(-xhat, mean_gxhat, __fsub_rn(g, mean_g));
 }
 
 template <class T>

@@ -18,7 +18,13 @@ using namespace lowp;
 template <ChannelSum K>
 constexpr bool kBnGrad = K == ChannelSum::bn_grad || K == ChannelSum::bn_grad_add_relu;
 
-// The per-element terms of the sums: g = dy (masked), and g * xhat.
+// The per-element terms of the sums: g = dy (masked), and g * xhat, the latter added as
+// s + g (x - mean) invstd with each operation rounded on its own: nvcc would fuse a multiply and
+// the add where it chooses, and the sums of two kernels (the batch norm's backward and its fusion
+// with the residual add's ReLU, on either grid) and the emulator's must round alike.
+__device__ inline float grad_xhat_sum(float s, float g, float x, float mean, float invstd) {
+  return __fadd_rn(s, __fmul_rn(__fmul_rn(g, x - mean), invstd));
+}
 template <class T>
 __device__ inline float masked_grad(const ChannelSumArgs<T>& a, float x, float dy, float mean,
                                     float scale, float beta) {
@@ -74,12 +80,12 @@ __global__ void channel_partial_kernel(ChannelSumArgs<T> a, ChannelReduceGeom g)
         a.g_out[i] = gr;
         const float gf = to_f32(gr);
         s1 += gf;
-        s2 += gf * (ld(a.x, i) - mean) * invstd;
+        s2 = grad_xhat_sum(s2, gf, ld(a.x, i), mean, invstd);
       } else {
         const float x = ld(a.x, i);
         const float gr = masked_grad(a, x, ld(a.dy, i), mean, scale, beta);
         s1 += gr;
-        s2 += gr * (x - mean) * invstd;
+        s2 = grad_xhat_sum(s2, gr, x, mean, invstd);
       }
     }
   }
@@ -143,7 +149,7 @@ __global__ void channel_partial_vec_kernel(ChannelSumArgs<T> a, ChannelReduceGeo
               // masks_out: dy is masked already (a.relu is false then; scale and beta unloaded)
               const float gr = masks_out ? dy[k] : masked_grad(a, x[k], dy[k], mean[k], scale[k], beta[k]);
               s1[k] += gr;
-              s2[k] += gr * (x[k] - mean[k]) * invstd[k];
+              s2[k] = grad_xhat_sum(s2[k], gr, x[k], mean[k], invstd[k]);
             }
           }
         });

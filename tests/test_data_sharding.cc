@@ -159,12 +159,15 @@ TEST(data_sharding, RepeatedAugmentationDrawsEachSampleOnDifferentRanks) {
           std::set<int> ranks, copy_ids;
           for (auto [rank, copy] : c) ranks.insert(rank), copy_ids.insert(copy);
           EXPECT_EQ(int64_t(copy_ids.size()), want) << at << ": a copy number twice";
-          if (reps <= world) EXPECT_EQ(int64_t(ranks.size()), want) << at << ": copies on one rank";
+          if (reps <= world) {
+            EXPECT_EQ(int64_t(ranks.size()), want) << at << ": copies on one rank";
+          }
         }
-        if (reps == 1)
+        if (reps == 1) {
           for (int r = 0; r < world; ++r)
             for (int64_t s = 0; s < steps_per_epoch(spec, r); ++s)
               ASSERT_EQ(batch_indices(spec, r, 1, s), batch_indices(plain, r, 1, s));
+        }
       }
   EXPECT_THROW(shard_check({10, 2, 1, true, 0, 0}, 0), Error);
   EXPECT_THROW(shard_check({10, 2, 1, false, 0, 2}, 0), Error);  // evaluation is never repeated
