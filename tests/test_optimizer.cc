@@ -418,5 +418,25 @@ TEST(GradientNorm, SumOfSquaresInOneOrderOnEveryCpuBackend) {
   EXPECT_EQ(make_backend<float>("onednn")->sum_squares(three, 3), 169.0);
 }
 
+// The host update is compared bit for bit with the device's, whose multiplies and adds are rounded
+// one by one (_rn intrinsics), so the library must not fuse them either (CMakeLists.txt:
+// -ffp-contract=off). Here grad + wd * p is exactly a tie that rounds to 0 when wd * p is rounded
+// first (wd * p = 1 + 2^-11 + 2^-24); fused, as GCC does by default under an -march with FMA, it
+// is 2^-24, which the learning rate of 2^20 turns into a step of 16.
+TEST(Sgd, StepRoundsEachOperationApart) {
+  Arena<float> a;
+  int w = a.add_param("w", {1}, ParamKind::conv_weight);
+  a.finalize();
+  const float p0 = 1 + 0x1p-12f;
+  a.param(w)[0] = p0;
+  a.grad(w)[0] = -(1 + 0x1p-11f);
+  SgdConfig cfg;
+  cfg.weight_decay = 1 + 0x1p-12;
+  Sgd<float> opt(a.layout(), cfg);
+  opt.step(a.params().data(), a.grads().data(), 0x1p20);
+  EXPECT_EQ(a.param(w)[0], p0);
+  EXPECT_EQ(opt.momentum()[0], 0.0f);
+}
+
 }  // namespace
 }  // namespace rt
