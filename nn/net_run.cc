@@ -1,22 +1,14 @@
 // Running a built Net: forward and backward (with per-node profiling), the gradient buffer
 // slots they reuse, partial backward and frozen statistics, the search for the first
 // non-finite output, tensor export.
-#include <chrono>
 #include <cmath>
 
+#include "nn/clock.h"
 #include "nn/net.h"
 #include "nn/net_nodes.h"
 
 namespace rt {
 using namespace detail;
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 template <class T>
 void Net<T>::queue_forward(const T* input_nchw, const Targets& targets, bool train) {
   if (!finalized_) throw Error("network used before finalize()");

@@ -5,7 +5,6 @@
 #include <cudnn.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "cuda/device_backend.h"
 #include "cuda/lowp_backend.h"
 #include "cuda/memory.h"
+#include "nn/clock.h"
 #include "nn/loss_scale.h"
 #include "nn/resnet.h"
 #include "tools/profile_print.h"
@@ -145,9 +145,7 @@ class ResidentInput final : public rt::Backend<float> {
   bool fuse_;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using rt::now_s;
 
 // Device memory in use by anyone (total - free), as nvidia-smi would count it.
 double device_used_mib() {

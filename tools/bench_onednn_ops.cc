@@ -10,7 +10,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <ctime>
 #include <cstdio>
 #include <functional>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/clock.h"
 #include "nn/ops.h"
 
 namespace {
@@ -26,9 +26,7 @@ namespace {
 using rt::Shape;
 using Vec = std::vector<float>;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using rt::now_s;
 
 // CPU seconds of this process: on a machine shared with other work, a single-threaded run's CPU
 // time does not include the time it spent descheduled.

@@ -36,13 +36,13 @@
 #include "comm/communicator.h"
 #include "comm/gradient_reducer.h"
 #include "comm/mpi_check.h"
+#include "nn/clock.h"
 #include "nn/resnet.h"
 
 namespace rt::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 struct Args {
   std::string model = "resnet18", algorithm = "ring", transport = "shm";

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -18,6 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include "nn/clock.h"
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
 #include "tools/profile_print.h"
@@ -27,9 +27,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+using rt::now_s;
 
 // CPU-seconds used by all processes (user + nice + system) and by this process.
 double machine_busy_s() {

@@ -1,11 +1,11 @@
 // Distributed evaluation: each rank runs its share of the validation split (the loader gives
 // every sample to exactly one rank, and a short last batch), then the counts are summed.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "comm/mpi_check.h"
+#include "nn/clock.h"
 #include "nn/resnet.h"
 #include "trainer/trainer.h"
 
@@ -33,8 +33,7 @@ void count_correct(const float* logits, const int32_t* labels, int n, int64_t cl
 }
 
 EvalResult Trainer::evaluate() {
-  const double t0 =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double t0 = now_s();
   // Evaluation uses the ranks' average of the BN statistics; each rank's own set is put back
   // afterwards, so that evaluating leaves training as it was (and a resumed run, which evaluates
   // at other steps, still matches). An evaluation network of its own gets the weights and the
@@ -94,8 +93,7 @@ EvalResult Trainer::evaluate() {
   r.top1 = counts[1];
   r.top5 = counts[2];
   r.loss = counts[0] ? loss / double(counts[0]) : 0;
-  r.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+  r.seconds = now_s() - t0;
   if (r.samples != loader.size())
     throw Error(str_cat("evaluation saw ", r.samples, " samples but the validation split has ", loader.size(),
                         " (the loader's shares must cover each sample exactly once)"));

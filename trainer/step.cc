@@ -10,7 +10,7 @@
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
-#include "trainer/clock.h"
+#include "nn/clock.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {

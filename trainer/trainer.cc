@@ -16,7 +16,7 @@
 #include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
 #include "nn/resnet.h"
-#include "trainer/clock.h"
+#include "nn/clock.h"
 #include "trainer/stop_signal.h"
 
 namespace rt::trainer {

@@ -3,7 +3,7 @@
 // ranks' BN statistics before a checkpoint or evaluation.
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
-#include "trainer/clock.h"
+#include "nn/clock.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {

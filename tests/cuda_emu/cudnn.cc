@@ -116,7 +116,8 @@ void convolve(const cudnnConvolutionStruct* cv, const cudnnTensorStruct* x,
               const cudnnTensorStruct* out_d, void* out, const void* alpha, const void* beta,
               Add&& add) {
   std::vector<double> acc(size_t(out_d->count()), 0.0);
-  each_product(cv, x, w, y, [&](size_t yi, size_t xi, size_t wi) { add(acc.data(), yi, xi, wi); });
+  double* a = acc.data();  // read once, not per product
+  each_product(cv, x, w, y, [&](size_t yi, size_t xi, size_t wi) { add(a, yi, xi, wi); });
   size_t i = 0;
   for (int b = 0; b < out_d->n; ++b)
     for (int c = 0; c < out_d->c; ++c)

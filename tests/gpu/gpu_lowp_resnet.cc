@@ -33,7 +33,6 @@ namespace rt::cuda {
 namespace {
 
 using test::Kind;  // the storage type, its backend's name and its unit roundoff
-double unit_roundoff(DType t) { return (t == DType::bf16 ? test::kBf16 : test::kFp16).unit; }
 class GpuLowpResNet : public ::testing::TestWithParam<Kind> {};
 INSTANTIATE_TEST_SUITE_P(Types, GpuLowpResNet, ::testing::Values(test::kBf16, test::kFp16),
                          test::kind_name);
@@ -103,7 +102,7 @@ std::vector<int32_t> labels_for(int64_t n, int64_t classes) {
   return l;
 }
 
-void expect_matches_reference(const ResNetConfig& cfg, DType t) {
+void expect_matches_reference(const ResNetConfig& cfg, const Kind& k) {
   SCOPED_TRACE(cfg.name);
   auto ref = build_resnet<float>(cfg, make_backend<float>("reference"));
   // Perturbed references: the loss after an SGD step swings by several times its error at the
@@ -114,12 +113,12 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
     perts.push_back(build_resnet<float>(cfg, make_backend<float>("reference")));
     std::vector<float> p(ref->arena().params().begin(), ref->arena().params().end());
     std::mt19937 g(seed);
-    std::normal_distribution<float> nd(0.0f, float(unit_roundoff(t)));
+    std::normal_distribution<float> nd(0.0f, float(k.unit));
     for (auto& v : p) v *= 1.0f + nd(g);
     perts.back()->arena().params_from_host(p);
   }
   Net<float>* pert = perts[0].get();
-  auto gpu = build_resnet<float>(cfg, make_cuda_lowp_backend(t));
+  auto gpu = build_resnet<float>(cfg, make_cuda_lowp_backend(k.dtype));
   ASSERT_EQ(gpu->arena().size(), ref->arena().size());
   gpu->arena().params_from_host(ref->arena().params());  // the arena is device memory
   const auto input = random_input(ref->shape(0), 5);
@@ -190,17 +189,17 @@ void expect_matches_reference(const ResNetConfig& cfg, DType t) {
 
 TEST_P(GpuLowpResNet, Resnet20MatchesReference) {
   RT_REQUIRE_GPU();
-  expect_matches_reference(cifar_resnet20(), GetParam().dtype);
+  expect_matches_reference(cifar_resnet20(), GetParam());
 }
 
 TEST_P(GpuLowpResNet, Resnet18MatchesReference) {
   RT_REQUIRE_GPU();
-  expect_matches_reference(imagenet_resnet18(), GetParam().dtype);
+  expect_matches_reference(imagenet_resnet18(), GetParam());
 }
 
 TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
   RT_REQUIRE_GPU();
-  expect_matches_reference(imagenet_resnext50(), GetParam().dtype);
+  expect_matches_reference(imagenet_resnext50(), GetParam());
 }
 
 TEST_P(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
