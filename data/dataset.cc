@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 namespace rt::data {
 
 bool read_file(const std::string& path, std::vector<uint8_t>& buf) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe would otherwise wait for a writer (and hang the rank); on
+  // a regular file it changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct stat st;
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
@@ -63,13 +65,32 @@ const char* split_name(Split s) { return s == Split::train ? "train" : "val"; }
 
 // Image files under dir, recursively, sorted as torchvision's ImageFolder walks them: by folder,
 // then by file name (byte order, which for UTF-8 is code point order, as Python sorts).
+// Links are followed; a folder reached twice (a link loop, or two links to one folder) is an
+// error rather than its images listed again under this class (another class may link to it). A
+// link to an image that is gone is listed, so that the loader warns and counts it as skipped.
 std::vector<std::string> list_images(const fs::path& dir) {
   std::vector<std::pair<std::string, std::string>> found;  // (folder, name)
+  std::map<std::pair<dev_t, ino_t>, std::string> folders;   // each folder listed, by identity
+  const auto visit = [&](const fs::path& p) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) return;  // the iterator reports what it cannot open
+    const auto [at, fresh] = folders.emplace(std::make_pair(st.st_dev, st.st_ino), p.string());
+    if (!fresh)
+      throw Error(str_cat("data: ", p.string(), " is ", at->second,
+                          " again (a link loop or a second link to it): its images would be listed twice"));
+  };
+  visit(dir);
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
        !ec && it != end; it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
+    std::error_code e2;
     const fs::path& p = it->path();
+    if (it->is_directory(e2)) {
+      visit(p);
+      continue;
+    }
+    const bool dangling = it->is_symlink(e2) && !fs::exists(p, e2);
+    if (!it->is_regular_file(e2) && !dangling) continue;
     if (is_image_file(p.string())) found.emplace_back(p.parent_path().string(), p.filename().string());
   }
   if (ec) throw Error(str_cat("data: cannot list ", dir.string(), ": ", ec.message()));
@@ -94,6 +115,7 @@ void parse_list(const std::string& path, std::vector<std::string>* paths, std::v
   const fs::path base = fs::path(path).parent_path();
   std::string line;
   for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte order mark
     const size_t hash = line.find('#');
     const std::string t = trim(hash == std::string::npos ? line : line.substr(0, hash));
     if (t.empty()) continue;
@@ -207,6 +229,38 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split) {
   if (!cfg.root.empty()) return open_folder(cfg.root, split);
   throw Error(str_cat("data: no ", split_name(split), " data given: set root, ", split_name(split),
                       "_list or ", split_name(split), "_shards (or synthetic)"));
+}
+
+std::string split_source(const DataConfig& cfg, Split split) {
+  const bool train = split == Split::train;
+  if (cfg.synthetic) return "synthetic data";
+  if (const std::string& s = train ? cfg.train_shards : cfg.val_shards; !s.empty()) return "shard set " + s;
+  if (const std::string& l = train ? cfg.train_list : cfg.val_list; !l.empty()) return "list file " + l;
+  return "folder " + (fs::path(cfg.root) / split_name(split)).string();
+}
+
+void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& train,
+                         const std::vector<std::string>& val) {
+  const auto named = [&](Split s) {
+    return !cfg.synthetic && (s == Split::train ? cfg.train_list : cfg.val_list).empty();
+  };
+  const std::string both = str_cat(" (", split_source(cfg, Split::train), ") and validation (",
+                                   split_source(cfg, Split::val), ")");
+  if (!named(Split::train) || !named(Split::val)) {
+    if (val.size() > train.size())
+      throw Error(str_cat("data: the validation split has ", val.size(), " classes but the training split only ",
+                          train.size(), "; training", both, " must share their labels"));
+    return;
+  }
+  if (val == train) return;
+  size_t i = 0;
+  while (i < train.size() && i < val.size() && train[i] == val[i]) ++i;
+  const auto name = [](const std::vector<std::string>& v, size_t k) {
+    return k < v.size() ? "'" + v[k] + "'" : std::string("none");
+  };
+  throw Error(str_cat("data: training", both, " name different classes (", train.size(), " and ", val.size(),
+                      "; label ", i, " is ", name(train, i), " in training, ", name(val, i),
+                      " in validation): the same label would mean another class"));
 }
 
 }  // namespace rt::data

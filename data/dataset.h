@@ -55,4 +55,15 @@ int32_t list_max_label(const std::string& path);
 // The dataset the config names for a split: shards, else list, else folder.
 std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split);
 
+// Where a split's samples come from, for messages: "shard set P", "list file P", "folder R/val"
+// or "synthetic data".
+std::string split_source(const DataConfig& cfg, Split split);
+
+// Labels must mean the same classes in both splits. Where both splits name their classes (folders,
+// shard sets: each keeps the names it was made with), the names must be equal, in order; a list
+// file or synthetic data names none, so there the validation split may only have no more classes.
+// Throws rt::Error naming both sources and the first difference.
+void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& train,
+                         const std::vector<std::string>& val);
+
 }  // namespace rt::data

@@ -80,7 +80,11 @@ class PipelineLoader final : public Loader {
     }
     const bool train = split == Split::train;
     spec_ = ShardSpec{size_, world, batch, train, cfg.seed, train ? cfg.repeated_augment : 1};
-    shard_check(spec_, rank);
+    try {
+      shard_check(spec_, rank);
+    } catch (const Error& e) {  // which split's samples: the message alone would not say
+      throw Error(str_cat(e.what(), " (", split_source(cfg, split), ")"));
+    }
     steps_ = data::steps_per_epoch(spec_, rank);
     if (train && steps_ == 0)
       throw Error(str_cat("data: train split has ", size_, " samples, fewer than world * batch = ",

@@ -292,6 +292,11 @@ std::unique_ptr<Dataset> open_shards(const std::string& index_path) {
 PackStats pack_shards(const Dataset& ds, const std::string& split, const std::string& prefix,
                       int64_t shard_bytes, const std::string& strip) {
   PackStats st;
+  // The index keeps one class name per line.
+  for (const std::string& c : ds.class_names())
+    if (c.find_first_of("\n\r") != std::string::npos)
+      throw Error(str_cat("pack: class name \"", c, "\" holds a line break, which a shard index cannot keep: ",
+                          "rename its folder"));
   const fs::path dir = fs::path(prefix).parent_path();
   std::error_code ec;
   if (!dir.empty()) fs::create_directories(dir, ec);

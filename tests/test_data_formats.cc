@@ -1,6 +1,7 @@
 // Dataset formats: folder layout and label mapping, list files, packed shards (round trip equal to
 // the folder, sample for sample) and the errors each gives for bad input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -200,6 +201,77 @@ TEST(data_formats, DamagedShardsGiveErrorsNamingTheFile) {
   expect_error([&] { open_shards(st.index_path); }, shard.string());
   write_text(t.path / "bad.index", "something else\n");
   expect_error([&] { open_shards((t.path / "bad.index").string()); }, "bad.index:1");
+}
+
+// Files a user's folder may hold besides images: a named pipe (reading it must not wait for a
+// writer), links that loop or lead nowhere, a list file saved with a byte order mark.
+TEST(data_formats, OddFilesNeitherHangNorMultiplySamples) {
+  TempDir t;
+  make_small_tree(t.path);
+  const fs::path fifo = t.path / "pipe.jpg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<uint8_t> bytes;
+  EXPECT_FALSE(read_file(fifo.string(), bytes));  // without O_NONBLOCK this waits forever
+  write_text(t.path / "list.txt", "pipe.jpg 0\ntrain/ant/a.Png 1\n");
+  const auto listed = open_list((t.path / "list.txt").string());
+  EXPECT_FALSE(listed->read(0, bytes));
+  EXPECT_TRUE(listed->read(1, bytes));
+
+  // A link to a missing image is listed (the loader then warns and skips it); one to a folder
+  // already listed for the class is an error naming the link.
+  fs::create_symlink(t.path / "gone.jpg", t.path / "train/ant/dangling.jpg");
+  auto ds = open_folder(t.path.string(), Split::train);
+  ASSERT_EQ(ds->size(), 6);
+  EXPECT_EQ(ds->name(1), (t.path / "train/ant/dangling.jpg").string());
+  EXPECT_FALSE(ds->read(1, bytes));
+  fs::create_directory_symlink(t.path / "train/cat", t.path / "train/cat/deeper/up");
+  expect_error([&] { open_folder(t.path.string(), Split::train); }, "train/cat/deeper/up is ");
+  fs::remove(t.path / "train/cat/deeper/up");
+  fs::create_directory_symlink(t.path / "train/cat/deeper", t.path / "train/cat/also");
+  expect_error([&] { open_folder(t.path.string(), Split::train); }, "a second link to it");
+  fs::remove(t.path / "train/cat/also");
+  // Another class's or split's folder is that class's own listing: allowed.
+  fs::create_directory_symlink(t.path / "train/ant", t.path / "val/bee/elsewhere");
+  EXPECT_EQ(open_folder(t.path.string(), Split::val)->size(), 3);
+
+  write_text(t.path / "bom.txt", "\xEF\xBB\xBFtrain/ant/a.Png 0\n");
+  ds = open_list((t.path / "bom.txt").string());
+  EXPECT_EQ(ds->name(0), (t.path / "train/ant/a.Png").string());
+  EXPECT_TRUE(ds->read(0, bytes));
+}
+
+// A class name with a line break cannot go into a shard index (one name per line): refused when
+// packing, not found out when the index is read back.
+TEST(data_formats, PackingRefusesAClassNameWithALineBreak) {
+  TempDir t;
+  write_image(t.path / "train/a\nb/x.jpg", 8, 8, 1);
+  write_image(t.path / "train/c/y.jpg", 8, 8, 2);
+  const auto ds = open_folder(t.path.string(), Split::train);
+  expect_error([&] { pack_shards(*ds, "train", (t.path / "out/s").string(), 1 << 20); }, "holds a line break");
+  EXPECT_FALSE(fs::exists(t.path / "out/s.index"));
+}
+
+// Labels mean the same classes in both splits: named sources must list the same names in the same
+// order; unnamed ones (list files) may only have fewer in validation.
+TEST(data_formats, SplitsMustShareTheirClasses) {
+  DataConfig cfg;
+  cfg.train_shards = "/d/train.index";
+  cfg.val_shards = "/d/val.index";
+  const std::vector<std::string> abc = {"a", "b", "c"};
+  EXPECT_NO_THROW(check_split_classes(cfg, abc, abc));
+  expect_error([&] { check_split_classes(cfg, abc, {"a", "c"}); },
+               "training (shard set /d/train.index) and validation (shard set /d/val.index) name different "
+               "classes (3 and 2; label 1 is 'b' in training, 'c' in validation)");
+  expect_error([&] { check_split_classes(cfg, abc, {"a", "b", "c", "d"}); }, "label 3 is none in training, 'd'");
+  cfg.val_shards.clear();
+  cfg.val_list = "/d/val.txt";
+  EXPECT_NO_THROW(check_split_classes(cfg, abc, {"0", "1"}));
+  expect_error([&] { check_split_classes(cfg, abc, {"0", "1", "2", "3"}); },
+               "the validation split has 4 classes but the training split only 3; training (shard set "
+               "/d/train.index) and validation (list file /d/val.txt) must share their labels");
+  cfg = DataConfig{};
+  cfg.root = "/d";
+  EXPECT_EQ(split_source(cfg, Split::val), "folder /d/val");
 }
 
 }  // namespace

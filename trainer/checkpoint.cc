@@ -1,5 +1,5 @@
-// Checkpoint files: atomic write (temp file, fsync, rename, fsync folder), verified read, the
-// newest-valid search used by --resume auto, and pruning to the last K.
+// Checkpoint files: atomic write (temp file, fsync, rename, fsync folder) and verified read. The
+// checkpoint folder (listing, the newest valid file, the best, pruning): checkpoint_files.cc.
 #include "trainer/checkpoint.h"
 
 #include <fcntl.h>
@@ -122,13 +122,17 @@ class Reader {
   std::vector<char> chunk_;
 };
 
-void fsync_dir(const std::string& dir) {
+}  // namespace
+
+void checkpoint_fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) throw CheckpointError(str_cat(dir, ": cannot open the checkpoint folder (", os_error(), ")"));
   int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) throw CheckpointError(str_cat(dir, ": cannot sync the checkpoint folder (", os_error(), ")"));
 }
+
+namespace {
 
 std::vector<int64_t> meta_words(const CheckpointMeta& m) {
   std::vector<int64_t> w(kMetaWords, 0);
@@ -201,7 +205,8 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state,
                       std::span<const CheckpointTensor> layout, std::span<const float> ema,
-                      std::span<const float> ema_rank_state, std::span<const float> moment2) {
+                      std::span<const float> ema_rank_state, std::span<const float> moment2,
+                      std::span<const std::string> classes) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -228,6 +233,11 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
       const std::string text = checkpoint_layout_text(layout);
       w.section("layout", text.data(), text.size());
     }
+    if (!classes.empty()) {
+      std::string names;
+      for (const std::string& c : classes) names += c + '\0';
+      w.section("classes", names.data(), names.size());
+    }
     std::memcpy(header, kMagic, 8);
     uint32_t sections = w.sections();
     uint64_t bytes = w.bytes(), hash = w.hash();
@@ -248,7 +258,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
     ::unlink(tmp.c_str());
     throw CheckpointError(str_cat(path, ": cannot rename the finished checkpoint into place (", os_error(), ")"));
   }
-  fsync_dir(dir);
+  checkpoint_fsync_dir(dir);
 }
 
 Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep) {
@@ -337,6 +347,15 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
         layout_text.resize(keep.weights ? len : 0);
         take(keep.weights ? layout_text.data() : nullptr);
         seen_layout = true;
+      } else if (t == "classes") {
+        std::string names(len, '\0');
+        take(names.data());
+        if (!names.empty() && names.back() != '\0') throw bad("corrupt: section 'classes' does not end its last name");
+        for (size_t at = 0; at < names.size();) {
+          const size_t end = names.find('\0', at);
+          ck.classes.push_back(names.substr(at, end - at));
+          at = end + 1;
+        }
       } else {  // unknown sections are skipped: later versions may add some
         take(nullptr);
       }
@@ -383,79 +402,6 @@ void checkpoint_check_model(const Checkpoint& ck, const std::string& path,
                                 m.param_count, " parameters, layout hash ", std::hex, m.layout_hash, std::dec,
                                 "); this run builds ", model_name, " (", model.param_count,
                                 " parameters, layout hash ", std::hex, model.layout_hash, ")", why));
-}
-
-std::string checkpoint_path(const std::string& dir, int64_t step) {
-  char name[40];
-  std::snprintf(name, sizeof name, "ckpt-%010lld.rtck", static_cast<long long>(step));
-  return dir + "/" + name;
-}
-
-std::vector<std::string> checkpoint_list(const std::string& dir) {
-  static const std::regex re(R"(ckpt-(\d{10})\.rtck)");
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return {};
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, re)) found.emplace_back(std::stoll(m[1].str()), e.path().string());
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
-  return out;
-}
-
-std::string checkpoint_find_latest(const std::string& dir, std::vector<std::string>* skipped, Checkpoint* found,
-                                   const CheckpointParts& keep) {
-  for (const auto& p : checkpoint_list(dir)) {
-    try {
-      Checkpoint ck = checkpoint_read(p, found ? keep : CheckpointParts::none());
-      if (found) *found = std::move(ck);
-      return p;
-    } catch (const CheckpointError& e) {
-      if (skipped) skipped->push_back(e.what());
-    }
-  }
-  return "";
-}
-
-std::string checkpoint_best_path(const std::string& dir) { return dir + "/best.rtck"; }
-
-void checkpoint_keep_best(const std::string& path) {
-  const fs::path from(path);
-  const std::string dir = from.parent_path().empty() ? "." : from.parent_path().string();
-  const std::string best = checkpoint_best_path(dir), tmp = dir + "/.best.rtck.tmp";
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  fs::create_hard_link(from, tmp, ec);
-  if (ec) {  // a file system without hard links: the same bytes, copied
-    ec.clear();
-    fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
-    if (!ec) {
-      const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || ::fsync(fd) != 0) ec = std::error_code(errno, std::generic_category());
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  if (ec || ::rename(tmp.c_str(), best.c_str()) != 0) {
-    const std::string why = ec ? ec.message() : os_error();
-    fs::remove(tmp, ec);
-    throw CheckpointError(str_cat(best, ": cannot make it the best checkpoint, ", path, " (", why, ")"));
-  }
-  fsync_dir(dir);
-}
-
-void checkpoint_prune(const std::string& dir, int keep) {
-  auto all = checkpoint_list(dir);
-  for (size_t i = size_t(std::max(keep, 1)); i < all.size(); ++i) ::unlink(all[i].c_str());
-  // Temporary files of writes that never finished (a killed run): never a final name, so unused.
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 4 && name[0] == '.' && name.rfind(".tmp") == name.size() - 4) ::unlink(e.path().c_str());
-  }
 }
 
 }  // namespace rt::trainer

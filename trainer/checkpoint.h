@@ -40,6 +40,9 @@
 //               each, "p" (parameter) or "s" (BN statistic), name, offset, count, dims, separated
 //               by tabs, the dims by commas, e.g. "p\tfc.weight\t0\t2048000\t1000,2048"; lets
 //               --weights take tensors by name from a checkpoint of another model
+//   "classes"   optional: the training data's class names in label order, each followed by a NUL
+//               (folder and shard sets name them; list files and synthetic data by number), so
+//               that --predict names classes wherever the file goes
 //
 // The data loader's RNG is a pure function of (seed, epoch) and the model has no other random
 // state, so the data position (epoch, batches consumed) is all the randomness a resume needs.
@@ -100,6 +103,7 @@ struct Checkpoint {
   std::vector<float> ema;               // "ema" (params then state), or empty
   std::vector<float> ema_rank_state;    // "ema_bnr", or empty
   std::vector<CheckpointTensor> layout;  // "layout", or empty
+  std::vector<std::string> classes;      // "classes" (always kept: it is small), or empty
   // No "momentum" section: weights only (tools/torch_weights.py import writes such files, with a
   // fingerprint of sizes alone): --weights and --eval --weights take its tensors by name; a resume
   // refuses it.
@@ -136,7 +140,8 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> params, std::span<const float> state,
                       std::span<const float> momentum, std::span<const float> rank_state = {},
                       std::span<const CheckpointTensor> layout = {}, std::span<const float> ema = {},
-                      std::span<const float> ema_rank_state = {}, std::span<const float> moment2 = {});
+                      std::span<const float> ema_rank_state = {}, std::span<const float> moment2 = {},
+                      std::span<const std::string> classes = {});
 
 // Which sections checkpoint_read keeps; the others are read and checked (checksum, sizes) but not
 // held, their vectors left empty: a resume's peak memory is what it uses, not the file and more.
@@ -178,6 +183,16 @@ std::string checkpoint_best_path(const std::string& dir);
 // where the file system has none, under a temporary name renamed over the old one; the folder
 // fsynced): a crash leaves the old best or the new one. Throws CheckpointError naming the file.
 void checkpoint_keep_best(const std::string& path);
+
+// Moves the checkpoints of `dir` written after `step` (and best.rtck where it is one of them or
+// unreadable) into a new folder dir/superseded-<UTC time>: a run that starts over in a used run
+// folder, or goes back to an older checkpoint, would otherwise have --resume auto and pruning take
+// those later files of another history for its own. Nothing is deleted. Returns the new folder
+// ("" when nothing was moved), the files moved through `moved`; throws CheckpointError naming
+// the file it cannot move.
+std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved = nullptr);
+// fsync of a folder, so that the renames in it last; throws CheckpointError naming it.
+void checkpoint_fsync_dir(const std::string& dir);
 
 // FNV-1a 64 over little-endian u64 words (n must be a multiple of 8), continuing from h.
 uint64_t checkpoint_hash(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);

@@ -176,7 +176,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
   if (o.predict) {
     if (rank != 0) return 0;  // one process classifies them all
     const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5, o.ema);
-    const std::vector<std::string> names = predict_class_names(cfg);
+    const std::vector<std::string> names = predict_class_names(cfg, o.eval_file());
     size_t failed = 0;
     for (const Prediction& p : ps) {
       std::printf("%s\n", prediction_line(p, names).c_str());
@@ -202,7 +202,8 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
     EvalResult r = t.evaluate();
     std::string figures =
         str_cat("eval ", path, ": top1 ", fixed(r.top1_pct(), 2), "% top5 ", fixed(r.top5_pct(), 2),
-                "% loss ", fixed(r.loss, 4), " over ", r.samples, " images (", fixed(r.seconds, 1), " s)");
+                "% loss ", fixed(r.loss, 4), " over ", r.samples, " images", skipped_note(r), " (",
+                fixed(r.seconds, 1), " s)");
     JsonLine line("eval");
     line.add("checkpoint", path)
         .add("step", t.step())
@@ -210,6 +211,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
         .add("val_top1", r.top1_pct())
         .add("val_top5", r.top5_pct())
         .add("val_samples", r.samples)
+        .add("val_skipped", r.skipped)
         .add("val_s", r.seconds);
     if (t.has_ema()) {  // the checkpoint keeps a moving average of the weights (train.ema): it too
       const EvalResult e = t.evaluate_ema();
@@ -244,6 +246,16 @@ int cli_main(int argc, const char* const* argv) {
   Config cfg = o.config.empty() && o.uses_model_file() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
                                                o.eval_file() + " (saved configuration)", o.sets)
                                 : config_load(o.config, o.sets);
+  const auto& d = cfg.data;
+  if (d.root.empty() && d.train_list.empty() && d.val_list.empty() && d.train_shards.empty() &&
+      d.val_shards.empty() && !d.synthetic) {
+    // A weights file imported from PyTorch names no dataset. --predict needs none (the images are
+    // on its command line); --eval does, and the fix is the user's to give.
+    if (o.predict) cfg.data.synthetic = true;
+    else if (o.eval)
+      throw ConfigError(str_cat(cfg.source, ": names no dataset to evaluate on: give --config FILE or --set "
+                                "data.root=PATH"));
+  }
   config_validate(cfg);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
   if (rank == 0 && cfg.log.print_config && !o.predict) {  // --predict prints its answers alone

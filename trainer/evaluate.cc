@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "comm/mpi_check.h"
+#include "data/dataset.h"
 #include "nn/clock.h"
 #include "nn/resnet.h"
 #include "trainer/trainer.h"
@@ -52,10 +53,12 @@ EvalResult Trainer::evaluate() {
   std::vector<uint8_t>& pad_pixels = separate ? eval_pad_pixels_ : pad_pixels_;
   data::Loader& loader = val_loader();
   loader.start_epoch({0, 0});
+  // skipped() counts every pass's bad images; this evaluation's are the difference.
+  const int64_t skipped_before = loader.skipped();
   const int batch = int(cfg_.train.batch);
   const int64_t classes = classes_;
   const size_t per_image = pad_images.size() / size_t(batch);
-  int64_t counts[3] = {0, 0, 0};  // samples, top1, top5
+  int64_t counts[4] = {0, 0, 0, 0};  // samples, top1, top5, skipped (undecodable)
   double loss = 0;
   while (loader.next(batch_)) {
     const int n = batch_.n;
@@ -86,16 +89,20 @@ EvalResult Trainer::evaluate() {
     counts[0] += n;
     count_correct(logits_.data(), batch_.labels.data(), n, classes, counts[1], counts[2], loss);
   }
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
+  counts[3] = loader.skipped() - skipped_before;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
   EvalResult r;
   r.samples = counts[0];
   r.top1 = counts[1];
   r.top5 = counts[2];
+  r.skipped = counts[3];
   r.loss = counts[0] ? loss / double(counts[0]) : 0;
   r.seconds = now_s() - t0;
-  if (r.samples != loader.size())
-    throw Error(str_cat("evaluation saw ", r.samples, " samples but the validation split has ", loader.size(),
+  // Undecodable images are left out (each warned about by the loader); every other one counts once.
+  if (r.samples + r.skipped != loader.size())
+    throw Error(str_cat("evaluation saw ", r.samples, " samples and skipped ", r.skipped,
+                        " but the validation split has ", loader.size(),
                         " (the loader's shares must cover each sample exactly once)"));
   if (!own.empty()) arena.state_from_host(own);
   return r;
@@ -120,7 +127,13 @@ Net<float>& Trainer::eval_net() {
 data::Loader& Trainer::val_loader() {
   if (!val_loader_) {
     auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
-    val_loader_ = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
+    auto loader = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
+    data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
+    if (loader->num_classes() > cfg_.model.classes)
+      throw ConfigError(str_cat(cfg_.source, ": model.classes is ", cfg_.model.classes, " but the validation data (",
+                                data::split_source(cfg_.data, data::Split::val), ") has ", loader->num_classes(),
+                                " classes"));
+    val_loader_ = std::move(loader);
     val_loader_->set_batch_memory(eval_net().backend().input_memory());
   }
   return *val_loader_;

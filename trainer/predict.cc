@@ -121,14 +121,25 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
   return out;
 }
 
-std::vector<std::string> predict_class_names(const Config& cfg) {
+std::vector<std::string> predict_class_names(const Config& cfg, const std::string& path) {
+  const Checkpoint ck = checkpoint_read(path, CheckpointParts::none());
+  if (!ck.classes.empty()) return ck.classes;
+  // An older file, or one imported from PyTorch: the dataset's folders, where it is here and
+  // has as many classes as the model (a folder added or removed since would shift every name).
   if (cfg.data.synthetic || cfg.data.root.empty() || !cfg.data.train_list.empty() || !cfg.data.train_shards.empty())
     return {};
+  std::vector<std::string> names;
   try {
-    return data::folder_classes(cfg.data.root);
+    names = data::folder_classes(cfg.data.root);
   } catch (const Error&) {  // no dataset here: the classes go by number
     return {};
   }
+  if (int64_t(names.size()) == cfg.model.classes) return names;
+  std::fprintf(stderr,
+               "ringtrain: --predict: classes by number: %s names none, and %s/train has %zu class folders for "
+               "the model's %lld classes\n",
+               path.c_str(), cfg.data.root.c_str(), names.size(), static_cast<long long>(cfg.model.classes));
+  return {};
 }
 
 std::string prediction_line(const Prediction& p, const std::vector<std::string>& names) {

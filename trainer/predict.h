@@ -23,9 +23,10 @@ struct Prediction {
 std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
                                       const std::vector<std::string>& files, int top_k, bool ema = false);
 
-// The names of cfg's classes where they can be listed without reading images (a folder
-// dataset's train/ subfolders, in label order), else empty.
-std::vector<std::string> predict_class_names(const Config& cfg);
+// The names of the classes of the model in `path`, in label order: those its training data named
+// (the checkpoint's "classes"), else, for an older or imported file, cfg's folder dataset's
+// train/ subfolders where they are as many as the model's classes; else empty (by number).
+std::vector<std::string> predict_class_names(const Config& cfg, const std::string& path);
 
 // "file: name (p %), name (p %), ..." or "file: error"; names[i] for class i where known, else i.
 std::string prediction_line(const Prediction& p, const std::vector<std::string>& names);

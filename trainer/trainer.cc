@@ -142,6 +142,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   if (cfg_.data.output == data::Output::u8) pad_pixels_.resize(pad_images_.size());
   norm_ = data::norm_params(cfg_.data);
   pad_labels_.assign(size_t(batch), 0);
+  // Where this run will evaluate, its validation data is opened now: a missing folder, classes
+  // that differ from training's or too few samples stop the job before any training is lost.
+  if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end) val_loader();
   metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
@@ -244,6 +247,7 @@ void Trainer::train() {
                      " reached train.target_top1 ", cfg_.train.target_top1, "%"));
     return;
   }
+  prepare_checkpoint_dir();
   run_start_s_ = last_save_s_ = now_s();
   const int64_t first_step = step_;
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,
@@ -379,9 +383,9 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   } else if (due) {
     EvalResult v = evaluate();
     line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
-        .add("val_samples", v.samples).add("val_s", v.seconds);
+        .add("val_samples", v.samples).add("val_skipped", v.skipped).add("val_s", v.seconds);
     text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
-                    fixed(v.top5_pct(), 2), "% (", v.samples, " images)");
+                    fixed(v.top5_pct(), 2), "% (", v.samples, " images", skipped_note(v), ")");
     double score = v.top1_pct();
     if (has_ema()) {
       const EvalResult e = evaluate_ema();

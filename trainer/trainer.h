@@ -28,13 +28,19 @@ namespace rt::trainer {
 
 // Validation (or training) accuracy over a whole split, summed over all ranks.
 struct EvalResult {
-  int64_t samples = 0;   // every sample of the split exactly once
+  int64_t samples = 0;   // every decodable sample of the split exactly once
+  int64_t skipped = 0;   // images of the split that could not be read or decoded (left out)
   int64_t top1 = 0, top5 = 0;
   double loss = 0;       // mean cross-entropy (no smoothing)
   double seconds = 0;
   double top1_pct() const { return samples ? 100.0 * double(top1) / double(samples) : 0; }
   double top5_pct() const { return samples ? 100.0 * double(top5) / double(samples) : 0; }
 };
+
+// ", N undecodable left out" where evaluation skipped images, else nothing.
+inline std::string skipped_note(const EvalResult& r) {
+  return r.skipped ? str_cat(", ", r.skipped, " undecodable left out") : std::string();
+}
 
 // Replaceable parts, for tests: a loader with fixed data, a model without batch norm.
 struct TrainerHooks {
@@ -89,6 +95,9 @@ class Trainer {
   EvalResult evaluate_ema();
   void ema_to_host(std::vector<float>& params, std::vector<float>& state) const;
   // Saves a checkpoint now (rank 0 writes; every rank hands over its BN statistics).
+  // Rank 0, before the first step: makes the checkpoint folder, proves it writable and sets
+  // aside the files in it written after the step this run starts from (checkpoint_set_aside).
+  void prepare_checkpoint_dir();
   void save_checkpoint();
   // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
   void report(const JsonLine& line, const std::string& text);

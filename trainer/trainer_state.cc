@@ -1,6 +1,13 @@
 // The trainer's persistent state: saving checkpoints (rank 0 writes), loading them (rank 0 reads,
 // every rank receives the state by broadcast), finding the one to resume from, and averaging the
 // ranks' BN statistics before a checkpoint or evaluation.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
 #include "nn/clock.h"
@@ -20,6 +27,7 @@ struct LoadedMeta {
   double best_top1 = 0;   // the run's best validation top-1 so far and its step
   int64_t best_step = 0;
   int64_t moment2 = 0;    // 1: the file holds AdamW's or LAMB's second moment, taken up
+  int64_t epoch = 0, epoch_steps = 0;  // where the writing run was: whole epochs, then steps
 };
 
 }  // namespace
@@ -27,6 +35,31 @@ struct LoadedMeta {
 void Trainer::report(const JsonLine& line, const std::string& text) {
   metrics_->write(line);
   log_line(text);
+}
+
+void Trainer::prepare_checkpoint_dir() {
+  if (rank_ != 0) return;
+  // Made and tried now: a folder that cannot take a file would otherwise be found out at the
+  // first save, after the work it was to keep.
+  const std::string key = cfg_.checkpoint.dir.empty() ? "run_dir" : "checkpoint.dir";
+  const auto fail = [&](const std::string& what, const std::string& why) {
+    return CheckpointError(str_cat(ckpt_dir_, ": ", what, " (", why, "; ", key, " set in ", config_origin(cfg_, key),
+                                   ")"));
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_dir_, ec);
+  if (ec) throw fail("cannot create the checkpoint folder", ec.message());
+  const std::string probe = ckpt_dir_ + "/.probe.tmp";  // a name pruning removes
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw fail("cannot write in the checkpoint folder", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  std::vector<std::string> moved;
+  const std::string to = checkpoint_set_aside(ckpt_dir_, step_, &moved);
+  if (!to.empty())
+    log_line(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
+                     step_ ? "resumes (the rest of another history)" : "starts (an earlier run's)", ", moved to ",
+                     to, ": --resume auto and pruning keep to this run's"));
 }
 
 void Trainer::save_checkpoint() {
@@ -60,7 +93,8 @@ void Trainer::save_checkpoint() {
     HostView<float> params = arena.host_params();
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
-                       checkpoint_layout(arena), ema, ema_rank_state, opt_->second_moment());
+                       checkpoint_layout(arena), ema, ema_rank_state, opt_->second_moment(),
+                       train_loader_->class_names());
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -132,6 +166,12 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
         throw CheckpointError(str_cat(path, ": written at step ", m.step, " = epoch ", m.position.epoch,
                                       " + ", m.position.step, " batches, which does not fit this run's ",
                                       steps_per_epoch_, " steps per epoch (did the dataset change?)"));
+      // The seed draws each epoch's permutation and every augmentation: another one would
+      // finish this epoch from another order, some samples twice and others never.
+      if (m.seed != cfg_.seed)
+        throw CheckpointError(str_cat(path, ": written by a run with seed ", m.seed, "; this run's seed is ",
+                                      cfg_.seed, " (resume with --set seed=", m.seed,
+                                      ", or start a new run from its weights: --weights)"));
       if (m.world != world_)
         log_line(str_cat("resuming on ", shape(world_, cfg_.train.batch, passes_), " from a checkpoint of ",
                          shape(m.world, m.batch, m.accumulate),
@@ -152,6 +192,8 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
       moment2 = std::move(ck.moment2);
     }
     lm.step = m.step;
+    lm.epoch = m.position.epoch;
+    lm.epoch_steps = m.position.step / std::max<int64_t>(1, m.accumulate);
     lm.optimizer_steps = m.optimizer_steps;
     lm.loss_scale = m.loss_scale;
     lm.loss_scale_good = m.loss_scale_good;
@@ -203,8 +245,9 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
   step_ = lm.step;
   epoch_started_ = false;
   last_checkpoint_ = path;
-  const std::string loaded = str_cat("loaded ", path, ": ", step_, " steps done (", step_ / steps_per_epoch_,
-                                     " epochs + ", step_ % steps_per_epoch_, " batches)");
+  // The writing run's epochs: an evaluation on another rank count has other epochs of its own.
+  const std::string loaded = str_cat("loaded ", path, ": ", step_, " steps done (", lm.epoch, " epochs + ",
+                                     lm.epoch_steps, " steps)");
   // An evaluation's record is its "eval" line, which names the checkpoint: no "resume" for it.
   if (for_training) report(JsonLine("resume").add("step", step_).add("path", path), loaded);
   else log_line(loaded);

@@ -1,0 +1,176 @@
+// The trainer program on a user's own data and run folders, launched through mpirun: undecodable
+// validation images left out and counted, not fatal; validation data checked at start-up, before
+// any training is lost; shard sets whose classes differ refused; --predict naming classes from the
+// checkpoint; run folders reused by a new run or by a resume from an older checkpoint (the later
+// files set aside, never deleted or taken for the new run's); a resume with another seed refused.
+// Usage: test_mpi_trainer_data MPIEXEC TRAINER [data|runs]   (not itself under mpirun)
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/shard.h"
+#include "tests/mpi/cli_util.h"
+#include "trainer/checkpoint.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace cli;
+
+// A 3-class ResNet-20 job on generated JPEGs under dir/<data> (made by the trainer on first use),
+// its run folder dir/<run>; `extra` lines are added to the config.
+std::string image_config(const std::string& name, const std::string& data, const std::string& run,
+                         const std::string& extra = "", bool generate = true) {
+  return write(name + ".yaml", "model: {name: resnet20, classes: 3, width: 0.25}\n"
+                               "data: {root: " + dir + "/" + data + ", image_size: 8, threads: 1" +
+                                   (generate ? ",\n       generate: {classes: 3, train_per_class: 8, val_per_class: "
+                                               "5, size: 16}" : "") + "}\n"
+                               "train: {epochs: 2, batch: 4}\n"
+                               "optimizer: {lr: 0.4}\n"
+                               "log: {print_config: false}\n"
+                               "threads: 1\n"
+                               "run_dir: " + dir + "/" + run + "\n" + extra);
+}
+
+bool has(const Result& r, const std::string& s) { return r.out.find(s) != std::string::npos; }
+
+void check_data() {
+  // Two undecodable validation images (an empty file, a cut JPEG) are left out, named, and
+  // counted apart: 13 of the 15 evaluated, by training's evaluation and by --eval alike.
+  const std::string cfg = image_config("bad-val", "imgs", "bad-val");
+  Result r = run(1, "--config " + cfg + " --set train.steps=1");  // generates the images
+  expect(r.rc == 0, "a first run on generated images", r);
+  const fs::path val = fs::path(dir) / "imgs/val";
+  const fs::path cls = *fs::directory_iterator(val);
+  const fs::path good = *fs::directory_iterator(cls);
+  std::ofstream(cls / "zz-empty.jpg").flush();
+  fs::copy_file(good, cls / "zz-cut.jpg");
+  fs::resize_file(cls / "zz-cut.jpg", 300);
+  for (const int np : {1, 2}) {
+    r = run(np, "--config " + cfg + " --set run_dir=" + dir + "/bad-val" + std::to_string(np));
+    expect(r.rc == 0 && has(r, "(15 images, 2 undecodable left out)") && has(r, "zz-empty.jpg: cannot be") &&
+               has(r, "zz-cut.jpg: cannot be decoded"),
+           "training evaluates the 15 decodable validation images on " + std::to_string(np) + " rank(s)", r);
+  }
+  const auto ck = checkpoints("bad-val2");
+  if (!ck.empty()) {
+    r = run(3, "--eval --checkpoint " + ck.back());
+    expect(r.rc == 0 && has(r, "over 15 images, 2 undecodable left out"), "--eval counts the left-out images", r);
+  }
+  fs::remove(cls / "zz-empty.jpg");
+  fs::remove(cls / "zz-cut.jpg");
+
+  // Validation data that cannot serve stops the job before its first step.
+  fs::create_directories(dir + "/noval/train");
+  fs::copy(dir + "/imgs/train", dir + "/noval/train", fs::copy_options::recursive);
+  r = run(2, "--config " + image_config("noval", "noval", "noval", "", false));
+  expect_error(r, "rank [01] of 2: data: " + dir + "/noval/val is not a folder", "a missing validation folder");
+  expect(!has(r, "epoch 1/") && checkpoints("noval").empty(), "... found before any training", r);
+  r = run(2, "--config " +
+                 image_config("noeval", "noval", "noeval", "eval: {every_epochs: 0, at_end: false}\n", false));
+  expect(r.rc == 0, "... and not needed by a run that never evaluates", r);
+
+  // Shard sets made with other class lists: the same label would name another class.
+  using namespace rt::data;
+  const auto train = open_folder(dir + "/imgs", Split::train);
+  pack_shards(*train, "train", dir + "/shards/train", 1 << 20);
+  fs::create_directories(dir + "/more/train/0");  // one class more, sorted first: every label moves
+  fs::copy(dir + "/imgs", dir + "/more", fs::copy_options::recursive);
+  fs::copy_file(good, dir + "/more/train/0/x.jpg");
+  pack_shards(*open_folder(dir + "/more", Split::val), "val", dir + "/shards/val", 1 << 20);
+  const std::string shards = write("shards.yaml", "model: {name: resnet20, classes: 4, width: 0.25}\n"
+                                                  "data: {train_shards: " + dir + "/shards/train.index, val_shards: " +
+                                                      dir + "/shards/val.index, image_size: 8, threads: 1}\n"
+                                                  "train: {epochs: 1, batch: 4}\n"
+                                                  "log: {print_config: false}\n"
+                                                  "threads: 1\n"
+                                                  "run_dir: " + dir + "/shards-run\n");
+  r = run(2, "--config " + shards);
+  expect_error(r, "training \\(shard set " + dir + "/shards/train.index\\) and validation \\(shard set " + dir +
+                      "/shards/val.index\\) name different classes \\(3 and 4; label 0 is '[^']+' in training, "
+                      "'0' in validation\\)",
+               "shard sets of other class lists");
+  expect(!has(r, "epoch 1/"), "... refused at start-up", r);
+
+  // --predict names classes as the checkpoint's training data did, whatever the folder holds now.
+  const auto own = checkpoints("bad-val1");
+  if (own.empty()) return;
+  const std::string name = cls.filename().string();
+  r = run(1, "--predict --checkpoint " + own.back() + " " + good.string());
+  const bool named = r.rc == 0 && has(r, good.string() + ": ") && has(r, name);
+  expect(named, "--predict names the classes", r);
+  fs::create_directories(dir + "/imgs/train/aaa");
+  fs::copy_file(good, dir + "/imgs/train/aaa/x.jpg");
+  const Result later = run(1, "--predict --checkpoint " + own.back() + " " + good.string());
+  expect(later.rc == 0 && later.out == r.out && !has(later, "aaa"),
+         "--predict: the same names after a class folder was added to the dataset", later);
+  // A weights file without a dataset in its configuration (as tools/torch_weights.py import
+  // writes) classifies without one; evaluating it needs one, and says so.
+  const rt::trainer::Checkpoint c = rt::trainer::checkpoint_read(own.back());
+  const std::string bare = dir + "/bare.rtck";
+  rt::trainer::checkpoint_write(bare, c.meta, "model:\n  name: resnet20\n  classes: 3\n  width: 0.25\n", c.params,
+                                c.state, {}, {}, c.layout);
+  r = run(1, "--predict --weights " + bare + " " + good.string());
+  expect(r.rc == 0 && has(r, good.string() + ": "), "--predict --weights of a file that names no dataset", r);
+  expect_error(run(1, "--eval --weights " + bare), bare + " \\(saved configuration\\): names no dataset to evaluate "
+                                                          "on: give --config FILE or --set data.root=PATH",
+               "--eval --weights of a file that names no dataset");
+}
+
+void check_runs() {
+  const std::string cfg = tiny_config("runs");
+  const std::string ckdir = dir + "/runs/checkpoints";
+  Result r = run(2, "--config " + cfg + " --set checkpoint.every_steps=3 --set checkpoint.keep=5");
+  const auto first = checkpoints("runs");  // steps 3, 5 (epoch), 6, 9, 10
+  expect(r.rc == 0 && first.size() == 5, "a run with five checkpoints", r);
+  if (first.size() != 5) return;
+
+  // Back to step 3 with another rate: steps 5..10 of the first history are set aside, whole,
+  // and pruning to 1 keeps the new run's own last checkpoint.
+  r = run(2, "--config " + cfg + " --set optimizer.lr=1 --set checkpoint.keep=1 --resume " + first.front());
+  std::vector<fs::path> aside;
+  for (const auto& e : fs::directory_iterator(ckdir))
+    if (e.is_directory()) aside.push_back(e.path());
+  expect(r.rc == 0 && has(r, "4 checkpoint file(s) written after step 3, where this run resumes") &&
+             aside.size() == 1 && checkpoints("runs").size() == 1 && checkpoints("runs").back() == first.back(),
+         "a resume from an older checkpoint sets the later ones aside", r);
+  if (aside.size() == 1) {
+    size_t kept = 0;
+    for (const auto& e : fs::directory_iterator(aside[0])) kept += e.path().extension() == ".rtck";
+    expect(kept == 4, "... all four of them, in " + aside[0].string(), r);
+  }
+  const rt::trainer::Checkpoint now = rt::trainer::checkpoint_read(checkpoints("runs").back());
+  expect(now.config_yaml.find("lr: 1\n") != std::string::npos, "... and the newest is the new run's", r);
+
+  // The seed draws every epoch's order: a resume with another one is refused.
+  expect_error(run(2, "--config " + cfg + " --set seed=7 --resume " + checkpoints("runs").back()),
+               "written by a run with seed 0; this run's seed is 7 \\(resume with --set seed=0",
+               "a resume with another seed");
+
+  // A new run in the same folder sets the earlier run's checkpoints aside; --resume auto then
+  // continues the new run, not the old one.
+  r = run(2, "--config " + cfg + " --set train.steps=4 --set checkpoint.keep=2");
+  expect(r.rc == 0 && has(r, "1 checkpoint file(s) written after step 0, where this run starts (an earlier run's)"),
+         "a new run in a used run folder", r);
+  r = run(2, "--config " + cfg + " --set train.steps=5 --resume auto");
+  expect(r.rc == 0 && has(r, "loaded " + dir + "/runs/checkpoints/ckpt-0000000004.rtck"),
+         "--resume auto continues the new run", r);
+
+  // A checkpoint folder that cannot be made is found before the first step.
+  r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/ro --set checkpoint.dir=" + cfg + "/sub");
+  expect_error(r, cfg + "/sub: cannot create the checkpoint folder \\(.*; checkpoint.dir set in --set",
+               "an unusable checkpoint folder");
+  expect(!has(r, "epoch 1/"), "... found before any training", r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!start(argc, argv, "test_mpi_trainer_data", {"data", "runs"})) return 2;
+  if (wants("data")) check_data();
+  if (wants("runs")) check_runs();
+  return finish("test_mpi_trainer_data");
+}
