@@ -131,6 +131,10 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) throw ConfigError(str_cat("command line: ", a, " needs a value (see --help)"));
+      // Its value forgotten, an option would take the next option for it.
+      if (std::string(argv[i + 1]).rfind("--", 0) == 0)
+        throw ConfigError(str_cat("command line: ", a, " needs a value, not the option '", argv[i + 1],
+                                  "' (see --help)"));
       return argv[++i];
     };
     if (a == "--config") o.config = value();

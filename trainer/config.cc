@@ -357,10 +357,14 @@ std::string mark_at(const std::string& name, const YAML::Mark& m) {
 }
 
 void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& name) {
+  std::map<std::string, std::string> seen;  // key -> where: YAML forbids a key twice in a mapping
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string at = mark_at(name, it->first.Mark());
     if (!it->first.IsScalar()) throw ConfigError(str_cat(at, ": a key must be plain text"));
     const std::string key = (prefix.empty() ? "" : prefix + ".") + it->first.Scalar();
+    if (const auto [first, fresh] = seen.emplace(key, at); !fresh)
+      throw ConfigError(str_cat(at, ": key '", key, "' given twice (first at ", first->second,
+                                "): which one was meant?"));
     if (is_known(key)) {
       assign(cfg, key, it->second, at);
     } else if (is_section(key)) {
@@ -393,7 +397,12 @@ Config config_parse(const std::string& yaml, const std::string& name,
   cfg.source = name;
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    // Every document: a second one ("---") would otherwise be dropped without a word.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    if (docs.size() > 1)
+      throw ConfigError(str_cat(docs[1].Mark().line >= 0 ? mark_at(name, docs[1].Mark()) : name,
+                                ": a second YAML document ('---'): a configuration is one mapping of keys"));
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::ParserException& e) {
     throw ConfigError(str_cat(mark_at(name, e.mark), ": YAML syntax error: ", e.msg));
   }
@@ -418,6 +427,8 @@ Config config_parse(const std::string& yaml, const std::string& name,
 }
 
 Config config_load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(str_cat(path, ": is a folder, not a config file"));
   std::ifstream f(path);
   if (!f) throw ConfigError(str_cat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   std::stringstream ss;
@@ -444,6 +455,28 @@ void config_set(Config& cfg, const std::string& assignment) {
   }
   assign(cfg, key, value, at);
   cfg.origin[key] = "--set";
+}
+
+std::string config_model_changes(const std::string& saved_yaml, const Config& now) {
+  Config then;
+  try {
+    then = config_parse(saved_yaml, "saved");
+  } catch (const Error&) {
+    return "";
+  }
+  std::map<std::string, std::string> was;
+  config_fields(then, [&](const char* k, auto& f) {
+    if (std::string(k).rfind("model.", 0) == 0) was[k] = YAML::Dump(to_node(f));
+  });
+  Config cur = now;  // config_fields hands out mutable references
+  std::string out;
+  config_fields(cur, [&](const char* k, auto& f) {
+    const auto it = was.find(k);
+    if (it == was.end()) return;
+    const std::string v = YAML::Dump(to_node(f));
+    if (v != it->second) out += str_cat(out.empty() ? "" : "; ", k, ": ", it->second, " in the file, ", v, " here");
+  });
+  return out;
 }
 
 std::string config_to_yaml(const Config& cfg_in) {

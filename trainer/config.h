@@ -179,6 +179,10 @@ std::string config_origin(const Config& cfg, const std::string& key);
 // Every known key, in order ("model.name", ...).
 std::vector<std::string> config_keys();
 
+// The model.* keys whose values differ between a checkpoint's saved configuration and `now`,
+// as "model.width: 0.25 in the file, 0.5 here; ..."; "" when none do or the text does not parse.
+std::string config_model_changes(const std::string& saved_yaml, const Config& now);
+
 // Derived values.
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
 double config_base_lr(const Config& cfg, int world);          // lr * global batch / 256

@@ -1,4 +1,5 @@
 // Config validation (ranges, names, combinations) and the values derived from a config.
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -17,17 +18,33 @@ class Checker {
   void require(bool ok, const std::string& key, const std::string& what, const V& got) const {
     if (!ok) throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
   }
-  // Wraps a library validator's message (which names its own field) with the section's origin.
+  // Wraps a library validator's message (which names its own field) with the origin of the
+  // section's key that it names, where that key was set (else of `key`).
   template <class F>
   void library(const std::string& section, const std::string& key, F&& f) const {
     try {
       f();
     } catch (const Error& e) {
-      throw ConfigError(str_cat(at(key), ": ", section, ": ", e.what()));
+      std::string msg = e.what();
+      if (msg.rfind(section + ": ", 0) == 0) msg.erase(0, section.size() + 2);  // said once
+      throw ConfigError(str_cat(at(named_key(section, msg, key)), ": ", section, ": ", msg));
     }
   }
 
  private:
+  // The key "section.<field>" set in the config whose field the message names as a whole word.
+  std::string named_key(const std::string& section, const std::string& msg, const std::string& fallback) const {
+    const auto word = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; };
+    for (const auto& [key, where] : c_.origin) {
+      if (key.rfind(section + ".", 0) != 0) continue;
+      const std::string field = key.substr(section.size() + 1);
+      for (size_t at = msg.find(field); at != std::string::npos; at = msg.find(field, at + 1))
+        if ((at == 0 || !word(msg[at - 1])) && (at + field.size() == msg.size() || !word(msg[at + field.size()])))
+          return key;
+    }
+    return fallback;
+  }
+
   const Config& c_;
 };
 
@@ -45,7 +62,9 @@ void config_validate(const Config& c) {
   k.require(is_resnet_name(c.model.name), "model.name",
             "must be resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, "
             "wide_resnet50_2, wide_resnet101_2 or resnet20/32/44/56/110", c.model.name);
-  k.require(c.model.classes >= 2, "model.classes", "must be >= 2", c.model.classes);
+  // Upper bounds far past any real job: a stray digit should not surface as "out of memory".
+  k.require(c.model.classes >= 2 && c.model.classes <= (1 << 24), "model.classes", "must be in [2, 16777216]",
+            c.model.classes);
   k.require(finite_pos(c.model.width), "model.width", "must be > 0", c.model.width);
   k.require(c.model.cifar_shortcut == "A" || c.model.cifar_shortcut == "B", "model.cifar_shortcut",
             "must be A or B", c.model.cifar_shortcut);
@@ -58,10 +77,16 @@ void config_validate(const Config& c) {
   const auto& d = c.data;
   int sources = !d.root.empty() + (!d.train_list.empty() || !d.val_list.empty()) +
                 (!d.train_shards.empty() || !d.val_shards.empty()) + d.synthetic;
-  if (sources != 1)
+  if (sources != 1) {
+    // Where each source key was given, set or emptied: the file's line, or the --set.
+    std::string given;
+    for (const char* key : {"data.root", "data.train_list", "data.val_list", "data.train_shards", "data.val_shards",
+                            "data.synthetic"})
+      if (c.origin.count(key)) given += str_cat(given.empty() ? "; " : ", ", key, " at ", config_origin(c, key));
     throw ConfigError(str_cat(c.source, ": data: set exactly one of data.root, data.train_list + "
                               "data.val_list, data.train_shards + data.val_shards, data.synthetic: "
-                              "true (", sources, " set)"));
+                              "true (", sources, " set", given, ")"));
+  }
   k.require(d.train_list.empty() == d.val_list.empty(), d.train_list.empty() ? "data.val_list" : "data.train_list",
             "needs its partner (data.train_list and data.val_list go together)",
             d.train_list.empty() ? d.val_list : d.train_list);
@@ -78,8 +103,10 @@ void config_validate(const Config& c) {
             d.eval_resize);
   k.require(d.repeated_augment >= 1, "data.repeated_augment", "must be >= 1 (1: off; e.g. 4)",
             d.repeated_augment);
-  k.require(d.threads >= 0, "data.threads", "must be >= 0", d.threads);
-  k.require(d.queue_depth >= 1, "data.queue_depth", "must be >= 1", d.queue_depth);
+  k.require(d.threads >= 0 && d.threads <= 1024, "data.threads", "must be in [0, 1024] (0: the cores available)",
+            d.threads);
+  k.require(d.queue_depth >= 1 && d.queue_depth <= 1024, "data.queue_depth", "must be in [1, 1024]",
+            d.queue_depth);
   k.require(d.synthetic_samples >= 1, "data.synthetic_samples", "must be >= 1", d.synthetic_samples);
   k.require(d.synthetic_classes >= 2, "data.synthetic_classes", "must be >= 2", d.synthetic_classes);
   k.require(d.min_scale > 0 && d.min_scale <= d.max_scale && d.max_scale <= 1, "data.min_scale",
@@ -119,7 +146,8 @@ void config_validate(const Config& c) {
             "needs frozen layers (optimizer.freeze)", c.optimizer.freeze_bn_stats);
   k.require(c.train.epochs >= 1, "train.epochs", "must be >= 1", c.train.epochs);
   k.require(c.train.steps >= 0, "train.steps", "must be >= 0", c.train.steps);
-  k.require(c.train.batch >= 1, "train.batch", "must be >= 1", c.train.batch);
+  k.require(c.train.batch >= 1 && c.train.batch <= (1 << 24), "train.batch", "must be in [1, 16777216]",
+            c.train.batch);
   k.require(c.train.accumulate >= 1, "train.accumulate", "must be >= 1", c.train.accumulate);
   k.require(c.train.label_smoothing >= 0 && c.train.label_smoothing < 1, "train.label_smoothing",
             "must be in [0, 1)", c.train.label_smoothing);
@@ -197,7 +225,9 @@ void config_validate(const Config& c) {
             "debug.fault", "must be none, nan, inf, stall, kill or throw", dbg.fault);
   k.require(dbg.rank >= 0, "debug.rank", "must be >= 0", dbg.rank);
   k.require(dbg.step >= 1, "debug.step", "must be >= 1", dbg.step);
-  k.require(c.threads >= 0, "threads", "must be >= 0", c.threads);
+  // Far more threads than any machine has cores: OpenMP fails to start a team that size.
+  k.require(c.threads >= 0 && c.threads <= 1024, "threads", "must be in [0, 1024] (0: the cores available)",
+            c.threads);
   k.require(std::isfinite(c.emulate.compute_ms) && c.emulate.compute_ms >= 0, "emulate.compute_ms",
             "must be >= 0 (0 = real compute)", c.emulate.compute_ms);
   k.require(c.emulate.forward_fraction >= 0 && c.emulate.forward_fraction < 1, "emulate.forward_fraction",

@@ -52,9 +52,10 @@ EvalResult Trainer::evaluate() {
   std::vector<float>& pad_images = separate ? eval_pad_images_ : pad_images_;
   std::vector<uint8_t>& pad_pixels = separate ? eval_pad_pixels_ : pad_pixels_;
   data::Loader& loader = val_loader();
-  loader.start_epoch({0, 0});
-  // skipped() counts every pass's bad images; this evaluation's are the difference.
+  // skipped() counts every pass's bad images; this evaluation's are the difference. Read before
+  // the decode threads start: a known bad image is counted at once.
   const int64_t skipped_before = loader.skipped();
+  loader.start_epoch({0, 0});
   const int batch = int(cfg_.train.batch);
   const int64_t classes = classes_;
   const size_t per_image = pad_images.size() / size_t(batch);
@@ -130,7 +131,7 @@ data::Loader& Trainer::val_loader() {
     auto loader = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
     data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
     if (loader->num_classes() > cfg_.model.classes)
-      throw ConfigError(str_cat(cfg_.source, ": model.classes is ", cfg_.model.classes, " but the validation data (",
+      throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes, " but the validation data (",
                                 data::split_source(cfg_.data, data::Split::val), ") has ", loader->num_classes(),
                                 " classes"));
     val_loader_ = std::move(loader);

@@ -59,7 +59,7 @@ void Trainer::plan_freeze() {
     const bool named =
         std::any_of(layout.begin(), layout.end(), [&](const ParamInfo& p) { return freeze_entry_matches(f, p.name); });
     if (!named)
-      throw ConfigError(str_cat(cfg_.source, ": key '", key, "': '", f, "' names no tensor of ", cfg_.model.name,
+      throw ConfigError(str_cat(config_origin(cfg_, key), ": key '", key, "': '", f, "' names no tensor of ", cfg_.model.name,
                                 " (a tensor's name, or a prefix ending before a '.'; its parts:",
                                 parts.substr(0, parts.size() - 1), ")"));
   };

@@ -95,7 +95,16 @@ void Metrics::step(int rank, const StepRecord& r) {
   if (++unflushed_ >= 50) {
     std::fflush(f_);
     unflushed_ = 0;
+    check_written();
   }
+}
+
+void Metrics::check_written() {
+  if (!std::ferror(f_)) return;
+  std::fprintf(stderr, "ringtrain: warning: writing the metrics file %s failed (%s): its records from here on are "
+               "lost\n", path_.c_str(), std::strerror(errno));
+  std::fclose(f_);
+  f_ = nullptr;
 }
 
 void Metrics::write(const JsonLine& line) {
@@ -104,6 +113,7 @@ void Metrics::write(const JsonLine& line) {
   std::fputc('\n', f_);
   std::fflush(f_);
   unflushed_ = 0;
+  check_written();
 }
 
 bool stdout_is_terminal() {

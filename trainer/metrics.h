@@ -63,6 +63,9 @@ class Metrics {
   void write(const JsonLine& line);
 
  private:
+  // After a flush: a write that failed (a full disk) is said once on stderr, naming the file, and
+  // the file is closed; training goes on without its records.
+  void check_written();
   std::FILE* f_ = nullptr;
   std::string path_;
   int64_t unflushed_ = 0;

@@ -111,7 +111,17 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
     }
     float* slot = images.data() + slot_of.size() * per_image;
     if (!data::decode_augment(bytes.data(), bytes.size(), spec, rng, scratch, slot, nullptr)) {
-      p.error = "not a JPEG or PNG image this build can decode";
+      int w = 0, h = 0;
+      bool jpeg = false;
+      if (!data::image_dims(bytes.data(), bytes.size(), &w, &h, &jpeg))
+        p.error = "not a JPEG or PNG image this build can decode";
+      else if (int64_t{w} * h > data::kMaxImagePixels)
+        p.error = str_cat("a ", w, " x ", h, " image, more than the ", data::kMaxImagePixels,
+                          " pixels this build decodes");
+      else if (jpeg && !data::jpeg_complete(bytes.data(), bytes.size()))
+        p.error = "a JPEG cut short (no end-of-image marker)";
+      else
+        p.error = "the image does not decode";
       continue;
     }
     slot_of.push_back(i);

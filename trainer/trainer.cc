@@ -15,6 +15,7 @@
 #include "comm/agreement.h"
 #include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
+#include "data/dataset.h"
 #include "nn/resnet.h"
 #include "nn/clock.h"
 #include "trainer/stop_signal.h"
@@ -52,7 +53,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   MPI_CHECK(MPI_Comm_size(world, &world_));
   config_validate(cfg_);
   if (cfg_.debug.fault != "none" && cfg_.debug.rank >= world_)
-    throw ConfigError(str_cat(cfg_.source, ": debug.rank is ", cfg_.debug.rank, " but the job has ", world_,
+    throw ConfigError(str_cat(config_origin(cfg_, "debug.rank"), ": debug.rank is ", cfg_.debug.rank,
+                              " but the job has ", world_,
                               " rank(s)"));
   cfg_.run_dir = config_run_dir(cfg_);  // resolved, so a checkpoint's config names it
   cfg_.data.seed = cfg_.seed;
@@ -70,7 +72,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
   train_loader_ = make_loader(cfg_.data, data::Split::train, rank_, world_, batch);
   if (train_loader_->num_classes() > cfg_.model.classes)
-    throw ConfigError(str_cat(cfg_.source, ": model.classes is ", cfg_.model.classes, " but the training data has ",
+    throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes,
+                              " but the training data (", data::split_source(cfg_.data, data::Split::train), ") has ",
                               train_loader_->num_classes(), " classes"));
   passes_ = cfg_.train.accumulate;
   // Batches left over past the last whole step of an epoch are dropped, as a short batch is.
@@ -79,7 +82,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     throw Error(str_cat("data: ", train_loader_->size(), " training samples are fewer than one global batch (",
                         world_, " ranks x ", batch, passes_ > 1 ? str_cat(" x ", passes_, " accumulated") : "",
                         ")"));
-  total_steps_ = cfg_.train.steps > 0 ? cfg_.train.steps : cfg_.train.epochs * steps_per_epoch_;
+  // train.steps stops a run early; it never runs past the epochs, where the schedule has ended.
+  total_steps_ = cfg_.train.epochs * steps_per_epoch_;
+  if (cfg_.train.steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.steps);
   schedule_ = config_schedule(cfg_, world_);
 
   make_bn_sync(world);
@@ -177,8 +182,12 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
     ctl_comm_->barrier();
     timeline_origin_ = now_s();
     if (const std::string path = config_rank_file(cfg_.log.timeline, rank_); !path.empty()) {
+      std::error_code ec;
       if (const auto dir = std::filesystem::path(path).parent_path(); !dir.empty())
-        std::filesystem::create_directories(dir);
+        std::filesystem::create_directories(dir, ec);
+      if (ec)
+        throw ConfigError(str_cat(config_origin(cfg_, "log.timeline"), ": log.timeline: cannot make the folder of ",
+                                  path, " (", ec.message(), ")"));
       timeline_ = std::make_unique<Timeline>(path, "log.timeline", rank_, timeline_origin_);
     }
   }
@@ -258,6 +267,14 @@ void Trainer::train() {
                    schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
+  if (cfg_.train.steps > total_steps_)
+    log_line(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
+                     ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",
+                     total_steps_));
+  if (omp_get_max_threads() > available_cores())
+    log_line(str_cat("warning: ", omp_get_max_threads(), " threads per rank (threads, set in ",
+                     config_origin(cfg_, "threads"), ") for the ", available_cores(),
+                     " cores rank 0 may use: threads that share a core wait for each other at every layer"));
   if (timeline_ && timeline_first_ < 0) {
     timeline_first_ = std::min(step_ + cfg_.log.timeline_skip, total_steps_);
     timeline_end_ = std::min(timeline_first_ + cfg_.log.timeline_steps, total_steps_);
@@ -289,6 +306,7 @@ void Trainer::train() {
       epoch_started_ = true;
       epoch_loss_ = 0;
       epoch_top1_ = epoch_top5_ = epoch_samples_ = epoch_clipped_ = 0;
+      epoch_from_ = in_epoch;
       epoch_start = now_s();
     }
     train_step();
@@ -376,6 +394,11 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
       .add("img_s", sums[3] / secs);
   std::string text = str_cat("epoch ", epoch + 1, "/", cfg_.train.epochs, ": train loss ", fixed(sums[0] / n, 4),
                              " top1 ", fixed(100 * sums[1] / n, 2), "% top5 ", fixed(100 * sums[2] / n, 2), "%");
+  if (epoch_from_ > 0) {  // a resume mid-epoch: the figures are of this run's part of it only
+    line.add("first_step_in_epoch", epoch_from_ + 1);
+    text += str_cat(" (its steps ", epoch_from_ + 1, "-", step_ - epoch * steps_per_epoch_,
+                    " only: resumed mid-epoch)");
+  }
   const int64_t every = cfg_.eval.every_epochs;
   const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);
   if (due && stopping) {

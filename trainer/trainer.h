@@ -98,6 +98,7 @@ class Trainer {
   // Rank 0, before the first step: makes the checkpoint folder, proves it writable and sets
   // aside the files in it written after the step this run starts from (checkpoint_set_aside).
   void prepare_checkpoint_dir();
+  std::string model_changes(const Checkpoint& ck) const;
   void save_checkpoint();
   // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
   void report(const JsonLine& line, const std::string& text);
@@ -230,6 +231,7 @@ class Trainer {
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
+  int64_t epoch_from_ = 0;     // the epoch's first step in this run (0 unless resumed mid-epoch)
   std::vector<std::pair<size_t, size_t>> frozen_;  // optimizer.freeze: [begin, end) runs of the arena
   size_t averaged_elems_ = 0;  // gradients averaged across ranks: the arena less a frozen stem at its end
   size_t bn_frozen_ = 0;       // batch norm layers with frozen statistics (optimizer.freeze_bn_stats)

@@ -32,6 +32,14 @@ struct LoadedMeta {
 
 }  // namespace
 
+// For a refusal of another model's file: which of the model's keys differ ("" when none does, or
+// the file is of this very model).
+std::string Trainer::model_changes(const Checkpoint& ck) const {
+  if (ck.meta.model == fingerprint_) return "";
+  const std::string changes = config_model_changes(ck.config_yaml, cfg_);
+  return changes.empty() ? "" : "; model keys that differ: " + changes;
+}
+
 void Trainer::report(const JsonLine& line, const std::string& text) {
   metrics_->write(line);
   log_line(text);
@@ -145,7 +153,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
       throw CheckpointError(str_cat(path, ": holds weights only, no training state (a file of tools/torch_weights.py "
                                     "import): ", for_training ? "start a new run from it with --weights PATH"
                                                               : "evaluate it with --eval --weights PATH"));
-    checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name);
+    checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name, model_changes(ck));
     const auto& m = ck.meta;
     if (for_training) {
       // Another rank count is fine at the same global batch: global step s then takes the same
@@ -265,8 +273,9 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
     } else {
       if (ck.layout.empty())  // refused, naming its model and this one
         checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name,
-                               "; the file predates the tensor list (section 'layout') that --weights needs to "
-                               "take part of another model");
+                               model_changes(ck) +
+                                   "; the file predates the tensor list (section 'layout') that --weights needs to "
+                                   "take part of another model");
       HostView<float> params = arena.host_params(), state = arena.host_state();
       kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
       if (for_eval && !kept.empty())
@@ -281,7 +290,7 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
         throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
                                       cfg_.model.name, " are in it under the same name and shape (it holds ",
                                       theirs.empty() ? "another model" : theirs, "; first left out: ",
-                                      kept.front(), ")"));
+                                      kept.front(), ")", model_changes(ck)));
       }
       params.commit();
       state.commit();

@@ -2,7 +2,8 @@
 // validation images left out and counted, not fatal; validation data checked at start-up, before
 // any training is lost; shard sets whose classes differ refused; --predict naming classes from the
 // checkpoint; run folders reused by a new run or by a resume from an older checkpoint (the later
-// files set aside, never deleted or taken for the new run's); a resume with another seed refused.
+// files set aside, never deleted or taken for the new run's); a resume with another seed refused;
+// train.steps past the epochs; a metrics file on a full disk.
 // Usage: test_mpi_trainer_data MPIEXEC TRAINER [data|runs]   (not itself under mpirun)
 #include <algorithm>
 #include <filesystem>
@@ -135,6 +136,7 @@ void check_runs() {
   for (const auto& e : fs::directory_iterator(ckdir))
     if (e.is_directory()) aside.push_back(e.path());
   expect(r.rc == 0 && has(r, "4 checkpoint file(s) written after step 3, where this run resumes") &&
+             has(r, "epoch 1/2: train loss") && has(r, "% (its steps 4-5 only: resumed mid-epoch)") &&
              aside.size() == 1 && checkpoints("runs").size() == 1 && checkpoints("runs").back() == first.back(),
          "a resume from an older checkpoint sets the later ones aside", r);
   if (aside.size() == 1) {
@@ -158,6 +160,14 @@ void check_runs() {
   r = run(2, "--config " + cfg + " --set train.steps=5 --resume auto");
   expect(r.rc == 0 && has(r, "loaded " + dir + "/runs/checkpoints/ckpt-0000000004.rtck"),
          "--resume auto continues the new run", r);
+
+  // train.steps past the epochs ends with them, and says so; a metrics file that cannot be
+  // written is named once, and the run goes on.
+  r = run(1, "--config " + cfg + " --set run_dir=" + dir + "/full --set log.jsonl=/dev/full --set train.steps=50");
+  expect(r.rc == 0 && has(r, "train.steps 50 (set in --set) is past the end of train.epochs: the run ends after "
+                             "epoch 2, step 20") &&
+             has(r, "warning: writing the metrics file /dev/full failed (No space left on device)"),
+         "train.steps past the epochs; a full metrics disk", r);
 
   // A checkpoint folder that cannot be made is found before the first step.
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/ro --set checkpoint.dir=" + cfg + "/sub");

@@ -206,7 +206,7 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, stats_error.find("key 'optimizer.freeze_bn_stats': the frozen batch norm layer1.0.bn1 comes after "
                                  "the trained conv1") != std::string::npos,
              "frozen statistics after a trained layer: '", stats_error, "'");
-  MPI_EXPECT(t, e.find("test: key 'optimizer.freeze': 'layer9' names no tensor of resnet20") != std::string::npos &&
+  MPI_EXPECT(t, e.find("test (default): key 'optimizer.freeze': 'layer9' names no tensor of resnet20") != std::string::npos &&
                     e.find("its parts: conv1, bn1, layer1, layer2, layer3, fc)") != std::string::npos,
              "an unknown name: '", e, "'");
   e = refused({"conv1", "bn1", "layer1", "layer2", "layer3", "fc"});
@@ -220,7 +220,7 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   } catch (const ConfigError& x) {
     e = x.what();
   }
-  MPI_EXPECT(t, e.find("test: key 'optimizer.lr_mult': 'fc.weights' names no tensor of resnet20") != std::string::npos,
+  MPI_EXPECT(t, e.find("test (default): key 'optimizer.lr_mult': 'fc.weights' names no tensor of resnet20") != std::string::npos,
              "an unknown lr_mult name: '", e, "'");
 }
 

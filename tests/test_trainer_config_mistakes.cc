@@ -1,0 +1,88 @@
+// Mistakes users make in configurations and command lines, each refused with a message that names
+// where it was made: a key given twice, a second YAML document, a folder for a file, an option
+// without its value, a library's field named by the key that set it, thread counts no machine
+// has; and, for a refused checkpoint of another model, the model keys that differ.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/error_of.h"
+#include "trainer/cli.h"
+#include "trainer/config.h"
+
+namespace rt::trainer {
+namespace {
+
+constexpr auto error_of = [](auto&& f) { return rt_test::error_of<ConfigError>(f); };
+const std::string kData = "data: {synthetic: true}\n";
+
+TEST(trainer_config_mistakes, KeyGivenTwiceOrSecondDocument) {
+  auto e = error_of([] { config_parse("seed: 1\ntrain: {batch: 4}\nseed: 2\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:3: key 'seed' given twice (first at d.yaml:1)"), std::string::npos) << e;
+  e = error_of([] { config_parse("train:\n  batch: 4\n  epochs: 2\n  batch: 8\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:4: key 'train.batch' given twice (first at d.yaml:2)"), std::string::npos) << e;
+  e = error_of([] { config_parse("train: {batch: 4}\ntrain: {epochs: 2}\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:2: key 'train' given twice"), std::string::npos) << e;
+  e = error_of([] { config_parse("---\nseed: 1\n---\nseed: 2\n", "m.yaml"); });
+  EXPECT_NE(e.find("m.yaml:4: a second YAML document ('---')"), std::string::npos) << e;
+  EXPECT_EQ(config_parse("---\nseed: 3\n", "one.yaml").seed, 3u);  // a leading marker is one document
+  e = error_of([] { config_load(std::filesystem::temp_directory_path().string()); });
+  EXPECT_NE(e.find(": is a folder, not a config file"), std::string::npos) << e;
+}
+
+TEST(trainer_config_mistakes, OptionWithoutItsValue) {
+  auto e = error_of([] {
+    const char* a[] = {"trainer", "--config", "--set", "log.progress=false"};
+    cli_parse(4, a);
+  });
+  EXPECT_NE(e.find("command line: --config needs a value, not the option '--set'"), std::string::npos) << e;
+  e = error_of([] {
+    const char* a[] = {"trainer", "--config", "c.yaml", "--resume", "--set", "x=1"};
+    cli_parse(6, a);
+  });
+  EXPECT_NE(e.find("--resume needs a value, not the option '--set'"), std::string::npos) << e;
+}
+
+// A library validator names its own field; the message points at the key that set it.
+TEST(trainer_config_mistakes, LibraryFieldsNamedWhereTheyWereSet) {
+  auto invalid = [](const std::string& yaml, std::vector<std::string> sets = {}) {
+    return error_of([&] { config_validate(config_parse(kData + yaml, "v.yaml", sets)); });
+  };
+  auto e = invalid("optimizer: {momentum: 0.9}\n", {"optimizer.weight_decay=-1"});
+  EXPECT_NE(e.find("--set: optimizer: sgd: weight_decay must be finite and >= 0"), std::string::npos) << e;
+  e = invalid("train: {epochs: 1}\nschedule:\n  kind: cosine\n  warmup_epochs: 5\n");
+  EXPECT_NE(e.find("v.yaml:5: schedule: warmup_epochs (5) exceeds"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse("data: {root: /d}\n", "s.yaml", {"data.synthetic=true"})); });
+  EXPECT_NE(e.find("(2 set; data.root at s.yaml:1, data.synthetic at --set)"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse("seed: 1\n", "s.yaml", {"data.root="})); });
+  EXPECT_NE(e.find("(0 set; data.root at --set)"), std::string::npos) << e;
+}
+
+TEST(trainer_config_mistakes, CountsNoMachineHas) {
+  auto e = error_of([] { config_validate(config_parse(kData + "threads: 100000\n", "t.yaml")); });
+  EXPECT_NE(e.find("t.yaml:2: key 'threads' must be in [0, 1024]"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse("data: {synthetic: true, threads: 5000}\n", "t.yaml")); });
+  EXPECT_NE(e.find("key 'data.threads' must be in [0, 1024]"), std::string::npos) << e;
+  EXPECT_NO_THROW(config_validate(config_parse(kData + "threads: 64\n", "t.yaml")));
+  // A stray digit is named as the key it is, not met later as "out of memory, lower train.batch".
+  e = error_of([] { config_validate(config_parse(kData, "t.yaml", {"data.queue_depth=1000000000"})); });
+  EXPECT_NE(e.find("--set: key 'data.queue_depth' must be in [1, 1024]"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse(kData, "t.yaml", {"model.classes=4294967306"})); });
+  EXPECT_NE(e.find("--set: key 'model.classes' must be in [2, 16777216]"), std::string::npos) << e;
+  e = error_of([] { config_validate(config_parse(kData, "t.yaml", {"train.batch=99999999999"})); });
+  EXPECT_NE(e.find("--set: key 'train.batch' must be in [1, 16777216]"), std::string::npos) << e;
+}
+
+TEST(trainer_config_mistakes, ModelKeysThatDifferFromACheckpoints) {
+  const Config then = config_parse("model: {name: resnet20, classes: 4, width: 0.25}\n", "a.yaml");
+  const std::string saved = config_to_yaml(then);
+  EXPECT_EQ(config_model_changes(saved, then), "");
+  const Config now = config_parse("model: {name: resnet20, classes: 5, width: 0.5}\ntrain: {batch: 9}\n", "b.yaml");
+  EXPECT_EQ(config_model_changes(saved, now),
+            "model.classes: 4 in the file, 5 here; model.width: 0.25 in the file, 0.5 here");
+  EXPECT_EQ(config_model_changes("not: [valid", now), "");
+}
+
+}  // namespace
+}  // namespace rt::trainer
