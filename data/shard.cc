@@ -219,6 +219,13 @@ void ShardDataset::open_shard(const std::string& path, int64_t count, int64_t by
 }
 
 // Writes one shard at a time under a temporary name (PackStats tracks what was written).
+// PREFIX-00000.shard, ...: the k-th shard of a set.
+std::string shard_file(const std::string& prefix, size_t k) {
+  char num[16];
+  std::snprintf(num, sizeof(num), "-%05zu.shard", k);
+  return prefix + num;
+}
+
 class ShardWriter {
  public:
   ShardWriter(const std::string& prefix, int64_t limit) : prefix_(prefix), limit_(limit) {}
@@ -246,9 +253,7 @@ class ShardWriter {
  private:
   void open_next() {
     close_current();
-    char num[16];
-    std::snprintf(num, sizeof(num), "-%05zu.shard", done_.size());
-    file_ = prefix_ + num;
+    file_ = shard_file(prefix_, done_.size());
     out_.open(file_ + ".tmp", std::ios::binary | std::ios::trunc);
     if (!out_) throw Error(str_cat("pack: cannot create ", file_, ".tmp"));
     out_.write(std::string(kHeader, '\0').data(), kHeader);  // header written last
@@ -289,6 +294,12 @@ std::unique_ptr<Dataset> open_shards(const std::string& index_path) {
   return std::make_unique<ShardDataset>(index_path);
 }
 
+namespace {
+// The packing itself, into temporary files renamed into place at the end (st: the stats so far).
+PackStats pack_into(const Dataset& ds, const std::string& split, const std::string& prefix, int64_t shard_bytes,
+                    const std::string& strip, PackStats st);
+}  // namespace
+
 PackStats pack_shards(const Dataset& ds, const std::string& split, const std::string& prefix,
                       int64_t shard_bytes, const std::string& strip) {
   PackStats st;
@@ -300,6 +311,22 @@ PackStats pack_shards(const Dataset& ds, const std::string& split, const std::st
   const fs::path dir = fs::path(prefix).parent_path();
   std::error_code ec;
   if (!dir.empty()) fs::create_directories(dir, ec);
+  // On any failure the temporary files go: no half-written shard is left beside the sources.
+  try {
+    return pack_into(ds, split, prefix, shard_bytes, strip, st);
+  } catch (...) {
+    std::error_code e2;
+    for (size_t k = 0; fs::remove(shard_file(prefix, k) + ".tmp", e2); ++k) {
+    }
+    fs::remove(prefix + ".index.tmp", e2);
+    throw;
+  }
+}
+
+namespace {
+
+PackStats pack_into(const Dataset& ds, const std::string& split, const std::string& prefix, int64_t shard_bytes,
+                    const std::string& strip, PackStats st) {
   ShardWriter w(prefix, shard_bytes);
   std::vector<uint8_t> bytes;
   for (int64_t i = 0; i < ds.size(); ++i) {
@@ -333,8 +360,14 @@ PackStats pack_shards(const Dataset& ds, const std::string& split, const std::st
   }
   for (const auto& d : done) fs::rename(d.tmp, d.file);
   fs::rename(st.index_path + ".tmp", st.index_path);  // last: the set is complete only now
+  // Shards of an earlier, larger set under the same prefix belong to no index now.
+  std::error_code ec;
+  for (size_t k = done.size(); fs::remove(shard_file(prefix, k), ec); ++k) {
+  }
   return st;
 }
+
+}  // namespace
 
 uint32_t crc32(const void* data, size_t len, uint32_t crc) {
   static const CrcTables tabs;

@@ -23,14 +23,17 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
+#include "tools/cli_args.h"
 
 namespace rt::comm {
 namespace {
@@ -66,30 +69,56 @@ size_t parse_bytes(const std::string& s) {
   if (unit == "K" || unit == "k") v *= 1024;
   else if (unit == "M" || unit == "m") v *= 1024 * 1024;
   else if (unit == "G" || unit == "g") v *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw Error("bad byte size '" + s + "' (use e.g. 4096, 64K, 16M)");
+  else if (!unit.empty()) v = -1;
+  // Whole bytes from 1 to 64 GiB: a negative or astronomic size is a typo, not a buffer to allocate.
+  if (end == s.c_str() || !(v >= 1 && v <= 68719476736.0) || v != std::floor(v))
+    throw Error("bad byte size '" + s + "' (use e.g. 4096, 64K, 16M; 1 byte to 64G)");
   return static_cast<size_t>(v);
 }
 
-Options parse(int argc, char** argv) {
+constexpr const char* kUsage =
+    "usage: mpirun -np N allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096] [--max-bytes 268435456] "
+    "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 1048576] [--recv-depth 4] "
+    "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n";
+
+// An integer option's value, all of it, in [lo, hi]; else an error naming the option.
+int int_option(const std::string& name, const std::string& v, long long lo, long long hi) {
+  const auto x = rt::tools::parse_int(v, lo, hi);
+  if (!x) throw Error(str_cat("option ", name, " takes an integer in [", lo, ", ", hi, "], not '", v, "'"));
+  return int(*x);
+}
+
+// Options, or nothing for --help (usage printed by rank 0).
+std::optional<Options> parse(int argc, char** argv) {
   Options o;
+  static const char* const known[] = {"--algos", "--sizes", "--min-bytes", "--max-bytes", "--factor", "--budget",
+                                      "--min-reps", "--max-reps", "--segment-bytes", "--idle-sleep-us",
+                                      "--recv-depth", "--interleave"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return std::nullopt;
+    if (std::find(std::begin(known), std::end(known), a) == std::end(known)) throw Error("unknown option " + a);
     if (i + 1 >= argc) throw Error("option " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--algos") o.algos = split(v);
     else if (a == "--sizes") for (const std::string& s : split(v)) o.sizes.push_back(parse_bytes(s));
     else if (a == "--min-bytes") o.min_bytes = parse_bytes(v);
     else if (a == "--max-bytes") o.max_bytes = parse_bytes(v);
-    else if (a == "--factor") o.factor = std::stoul(v);
-    else if (a == "--budget") o.budget = std::stod(v);
-    else if (a == "--min-reps") o.min_reps = std::stoi(v);
-    else if (a == "--max-reps") o.max_reps = std::stoi(v);
+    else if (a == "--factor") o.factor = size_t(int_option(a, v, 2, 1 << 20));
+    else if (a == "--budget") {
+      const auto b = rt::tools::parse_real(v, 0, 1e6);
+      if (!b) throw Error("option --budget takes seconds >= 0, not '" + v + "'");
+      o.budget = *b;
+    }
+    else if (a == "--min-reps") o.min_reps = int_option(a, v, 1, 1 << 30);
+    else if (a == "--max-reps") o.max_reps = int_option(a, v, 1, 1 << 30);
     else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v), o.segment_set = true;
-    else if (a == "--idle-sleep-us") o.idle_sleep_us = std::stoi(v);
-    else if (a == "--recv-depth") o.recv_depth = std::stoi(v);
-    else if (a == "--interleave") o.interleave = std::stoi(v) != 0;
-    else throw Error("unknown option " + a);
+    else if (a == "--idle-sleep-us") o.idle_sleep_us = int_option(a, v, 0, 1000000);
+    else if (a == "--recv-depth") o.recv_depth = int_option(a, v, 1, 1024);
+    else o.interleave = int_option(a, v, 0, 1) != 0;
   }
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
+    throw Error(str_cat("need 1 <= --min-bytes <= --max-bytes (got ", o.min_bytes, " and ", o.max_bytes, ")"));
   if (o.sizes.empty())
     for (size_t b = o.min_bytes; b <= o.max_bytes; b *= std::max<size_t>(2, o.factor)) o.sizes.push_back(b);
   if (o.min_reps < 1 || o.max_reps < o.min_reps) throw Error("need 1 <= min-reps <= max-reps");
@@ -221,8 +250,13 @@ void bench_size(Communicator& comm, std::vector<Candidate*> cands, const Options
 }
 
 int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  const std::optional<Options> parsed = parse(argc, argv);
   Communicator comm;
+  if (!parsed) {
+    if (comm.rank() == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const Options& o = *parsed;
   if (comm.rank() == 0) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
@@ -251,7 +285,8 @@ int run(int argc, char** argv) {
     const size_t tl = base.find('~');
     std::string head = base.substr(0, tl);
     const size_t caret = head.find('^');
-    cfg.recv_depth = caret == std::string::npos ? o.recv_depth : std::stoi(head.substr(caret + 1));
+    cfg.recv_depth = caret == std::string::npos ? o.recv_depth
+                                                : int_option(spec + " (^: recv_depth)", head.substr(caret + 1), 1, 1024);
     head = head.substr(0, caret);
     const size_t at = head.find('@');
     cfg.algorithm = head.substr(0, at);
@@ -262,7 +297,9 @@ int run(int argc, char** argv) {
     cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
     // "@X" and --segment-bytes fix the segment whether or not the ranks span several nodes.
     if (at != std::string::npos || o.segment_set) cfg.network_segment_bytes = cfg.segment_bytes;
-    cfg.idle_sleep_us = tl == std::string::npos ? o.idle_sleep_us : std::stoi(base.substr(tl + 1));
+    cfg.idle_sleep_us = tl == std::string::npos
+                            ? o.idle_sleep_us
+                            : int_option(spec + " (~: idle_sleep_us)", base.substr(tl + 1), 0, 1000000);
     c.ar = make_allreducer(cfg, comm);
     cands.push_back(std::move(c));
   }

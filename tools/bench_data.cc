@@ -20,18 +20,23 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "data/loader.h"
 #include "data/mixup.h"
 #include "nn/error.h"
+#include "tools/cli_args.h"
 
 namespace {
+constexpr const char* kUsage =
+    "usage: bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64] [--size 224] "
+    "[--batches 20] [--passes 3] [--queue 4] [--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA] "
+    "[--auto-augment POLICY]\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "bench_data: %s\nusage: bench_data --root DIR [--split train|val] [--shards INDEX] "
-               "[--threads T] [--batch 64] [--size 224] [--batches 20] [--passes 3] [--queue 4] "
-               "[--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA] [--auto-augment POLICY]\n", why.c_str());
+  std::fprintf(stderr, "bench_data: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -71,11 +76,34 @@ int main(int argc, char** argv) {
   std::string split = "train", shards, output = "float";
   int batch = 64, batches = 20, passes = 3;
   double mixup = 0, cutmix = 0;
+  // Integer flags and their ranges (far past any use: a stray digit is refused, not wrapped).
+  static const std::map<std::string, std::pair<long long, long long>> ints = {
+      {"--threads", {0, 1024}}, {"--batch", {1, 1 << 16}},  {"--size", {8, 4096}},
+      {"--batches", {2, 1 << 20}}, {"--passes", {1, 1000}}, {"--queue", {1, 1024}}};
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (!ints.count(k) && k != "--root" && k != "--split" && k != "--shards" && k != "--output" && k != "--mixup" &&
+        k != "--cutmix" && k != "--auto-augment")
+      usage("unknown flag " + k);
     if (i + 1 >= argc) usage("missing value for " + k);
     const std::string v = argv[++i];
-    const int n = std::atoi(v.c_str());
+    int n = 0;
+    if (const auto it = ints.find(k); it != ints.end()) {
+      const auto x = rt::tools::parse_int(v, it->second.first, it->second.second);
+      if (!x)
+        usage(k + " takes an integer in [" + std::to_string(it->second.first) + ", " +
+              std::to_string(it->second.second) + "], not '" + v + "'");
+      n = int(*x);
+    }
+    const auto real = [&] {
+      const auto x = rt::tools::parse_real(v, 0, 1e6);
+      if (!x) usage(k + " takes a number >= 0, not '" + v + "'");
+      return *x;
+    };
     if (k == "--root") cfg.root = v;
     else if (k == "--split") split = v;
     else if (k == "--shards") shards = v;
@@ -86,8 +114,8 @@ int main(int argc, char** argv) {
     else if (k == "--passes") passes = n;
     else if (k == "--queue") cfg.queue_depth = n;
     else if (k == "--output") output = v;
-    else if (k == "--mixup") mixup = std::atof(v.c_str());
-    else if (k == "--cutmix") cutmix = std::atof(v.c_str());
+    else if (k == "--mixup") mixup = real();
+    else if (k == "--cutmix") cutmix = real();
     else if (k == "--auto-augment") {
       try {
         cfg.auto_augment.policy = rt::data::auto_augment_from_string(v);
@@ -141,7 +169,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-  } catch (const rt::Error& e) {
+  } catch (const std::exception& e) {  // rt::Error, and memory for batches this large
     std::fprintf(stderr, "bench_data: %s\n", e.what());
     return 1;
   }

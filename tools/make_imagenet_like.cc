@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "data/rng.h"
+#include "tools/cli_args.h"
 
 namespace fs = std::filesystem;
 using rt::data::hash_key;
@@ -187,10 +189,13 @@ cv::Mat draw_image(const ClassDef& cls, int w, int h, uint64_t key) {
   return img;
 }
 
+constexpr const char* kUsage =
+    "usage: make_imagenet_like --out DIR [--classes 10] [--train-per-class 260] [--val-per-class 50] "
+    "[--width 64 --height 64] [--max-width W2 --max-height H2] [--seed 0] [--quality 90] [--threads 0] "
+    "[--force]\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "make_imagenet_like: %s\nusage: make_imagenet_like --out DIR [--classes 10] "
-               "[--train-per-class 260] [--val-per-class 50] [--width 64 --height 64] [--max-width W2 "
-               "--max-height H2] [--seed 0] [--quality 90] [--threads 0] [--force]\n", why.c_str());
+  std::fprintf(stderr, "make_imagenet_like: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -198,31 +203,44 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
     if (k == "--force") { a.force = true; continue; }
+    // Bounds far past any use: a stray digit is refused here, not met as an allocation failure.
+    static const std::map<std::string, std::pair<long long, long long>> range = {
+        {"--classes", {1, 100000}},     {"--train-per-class", {1, 100000000}}, {"--val-per-class", {0, 100000000}},
+        {"--width", {8, 16384}},        {"--height", {8, 16384}},             {"--max-width", {8, 16384}},
+        {"--max-height", {8, 16384}},   {"--quality", {1, 100}},              {"--threads", {0, 1024}}};
+    if (k != "--out" && k != "--seed" && !range.count(k)) usage("unknown flag " + k);
     if (i + 1 >= argc) usage("missing value for " + k);
     const std::string v = argv[++i];
-    auto num = [&]() {
-      char* end = nullptr;
-      const long long x = std::strtoll(v.c_str(), &end, 10);
-      if (!end || *end || x < 0) usage("bad value for " + k + ": " + v);
-      return x;
-    };
-    if (k == "--out") a.out = v;
-    else if (k == "--classes") a.classes = int(num());
-    else if (k == "--train-per-class") a.train_per_class = int(num());
-    else if (k == "--val-per-class") a.val_per_class = int(num());
-    else if (k == "--width") a.width = int(num());
-    else if (k == "--height") a.height = int(num());
-    else if (k == "--max-width") a.max_width = int(num());
-    else if (k == "--max-height") a.max_height = int(num());
-    else if (k == "--seed") a.seed = uint64_t(num());
-    else if (k == "--quality") a.quality = int(num());
-    else if (k == "--threads") a.threads = int(num());
-    else usage("unknown flag " + k);
+    if (k == "--out") {
+      a.out = v;
+      continue;
+    }
+    if (k == "--seed") {
+      const auto seed = rt::tools::parse_u64(v);
+      if (!seed) usage("--seed takes an integer in [0, 2^64), not '" + v + "'");
+      a.seed = *seed;
+      continue;
+    }
+    const auto [lo, hi] = range.at(k);
+    const auto x = rt::tools::parse_int(v, lo, hi);
+    if (!x) usage(k + " takes an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not '" + v + "'");
+    const int n = int(*x);
+    if (k == "--classes") a.classes = n;
+    else if (k == "--train-per-class") a.train_per_class = n;
+    else if (k == "--val-per-class") a.val_per_class = n;
+    else if (k == "--width") a.width = n;
+    else if (k == "--height") a.height = n;
+    else if (k == "--max-width") a.max_width = n;
+    else if (k == "--max-height") a.max_height = n;
+    else if (k == "--quality") a.quality = n;
+    else a.threads = n;
   }
   if (a.out.empty()) usage("--out is required");
-  if (a.classes < 1 || a.train_per_class < 1 || a.width < 8 || a.height < 8) usage("need classes >= 1, train-per-class >= 1, sizes >= 8");
-  if (a.quality < 1 || a.quality > 100) usage("--quality must be 1..100");
   a.max_width = std::max(a.max_width, a.width);
   a.max_height = std::max(a.max_height, a.height);
   return a;
@@ -230,8 +248,20 @@ Args parse(int argc, char** argv) {
 
 }  // namespace
 
+int generate(const Args& a);
+
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  try {
+    return generate(a);
+  } catch (const std::exception& e) {  // a folder that cannot be made, memory, threads
+    std::fprintf(stderr, "make_imagenet_like: %s\n", e.what());
+    return 1;
+  }
+}
+
+// Writes into DIR.tmp-<pid> and renames it over DIR at the end; removes it on any failure.
+int generate(const Args& a) {
   std::ostringstream desc;
   desc << "make_imagenet_like classes=" << a.classes << " train-per-class=" << a.train_per_class
        << " val-per-class=" << a.val_per_class << " width=" << a.width << ".." << a.max_width
@@ -248,6 +278,14 @@ int main(int argc, char** argv) {
   }
   const fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
   fs::remove_all(tmp);
+  struct Cleanup {  // the half-made folder goes, however this ends before the rename
+    const fs::path& dir;
+    bool done = false;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!done) fs::remove_all(dir, ec);
+    }
+  } cleanup{tmp};
   const std::vector<ClassDef> classes = make_classes(a.classes, a.seed);
   struct Job { int split, cls, index; };
   std::vector<Job> jobs;
@@ -270,23 +308,35 @@ int main(int argc, char** argv) {
       const uint64_t key = hash_key(a.seed, uint64_t(job.split) + 1, uint64_t(job.cls), uint64_t(job.index));
       rt::data::Rng size_rng(key ^ 0x5157ULL);
       const int w = int(size_rng.range(a.width, a.max_width + 1)), h = int(size_rng.range(a.height, a.max_height + 1));
-      const cv::Mat img = draw_image(classes[job.cls], w, h, key);
       char name[32];
       std::snprintf(name, sizeof(name), "%06d.jpg", job.index);
       const fs::path p = tmp / (job.split ? "val" : "train") / classes[job.cls].name / name;
-      if (!cv::imwrite(p.string(), img, {cv::IMWRITE_JPEG_QUALITY, a.quality})) {
-        std::fprintf(stderr, "make_imagenet_like: cannot write %s\n", p.c_str());
-        failed = true;
+      try {  // an exception must not leave a worker thread (that would abort the process)
+        const cv::Mat img = draw_image(classes[job.cls], w, h, key);
+        if (!cv::imwrite(p.string(), img, {cv::IMWRITE_JPEG_QUALITY, a.quality})) {
+          std::fprintf(stderr, "make_imagenet_like: cannot write %s\n", p.c_str());
+          failed = true;
+        }
+      } catch (const std::exception& e) {
+        if (!failed.exchange(true))
+          std::fprintf(stderr, "make_imagenet_like: %s (%d x %d): %s\n", p.c_str(), w, h, e.what());
       }
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+  } catch (...) {  // no more threads to be had: stop the ones started, then report
+    failed = true;
+    for (auto& t : pool) t.join();
+    throw;
+  }
   for (auto& t : pool) t.join();
   if (failed) return 1;
   std::ofstream(tmp / "DATASET.txt") << desc.str();
   fs::remove_all(out);
   fs::rename(tmp, out);  // complete only now
+  cleanup.done = true;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("make_imagenet_like: %zu images (%d classes) in %s in %.2f s on %d threads\n", jobs.size(),
               a.classes, a.out.c_str(), s, threads);

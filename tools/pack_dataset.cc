@@ -7,16 +7,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "nn/error.h"
+#include "tools/cli_args.h"
 
 namespace {
+constexpr const char* kUsage = "usage: pack_dataset --root DIR --split train|val --out PREFIX [--shard-mib 256]\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "pack_dataset: %s\nusage: pack_dataset --root DIR --split train|val --out PREFIX [--shard-mib 256]\n",
-               why.c_str());
+  std::fprintf(stderr, "pack_dataset: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 }  // namespace
@@ -26,17 +29,26 @@ int main(int argc, char** argv) {
   long long shard_mib = 256;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (k != "--root" && k != "--split" && k != "--out" && k != "--shard-mib") usage("unknown flag " + k);
     if (i + 1 >= argc) usage("missing value for " + k);
     const std::string v = argv[++i];
     if (k == "--root") root = v;
     else if (k == "--split") split = v;
     else if (k == "--out") out = v;
-    else if (k == "--shard-mib") shard_mib = std::atoll(v.c_str());
-    else usage("unknown flag " + k);
+    else {
+      const auto mib = rt::tools::parse_int(v, 1, 1 << 20);  // up to 1 TiB a shard
+      if (!mib) usage("--shard-mib takes an integer in [1, 1048576], not '" + v + "'");
+      shard_mib = *mib;
+    }
   }
   if (root.empty() || out.empty()) usage("--root and --out are required");
   if (split != "train" && split != "val") usage("--split must be train or val");
-  if (shard_mib < 1) usage("--shard-mib must be >= 1");
+  if (std::filesystem::path(out).filename().empty())
+    usage("--out " + out + " names a folder: give a file name prefix in it, e.g. " + out + "train");
   try {
     const auto t0 = std::chrono::steady_clock::now();
     const auto ds = rt::data::open_folder(root, split == "train" ? rt::data::Split::train : rt::data::Split::val);
@@ -46,7 +58,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(st.samples), ds->num_classes(), st.bytes / 1048576.0,
                 static_cast<long long>(st.shards), s, st.index_path.c_str(),
                 st.unreadable ? " (some files unreadable: packed empty, skipped when loading)" : "");
-  } catch (const rt::Error& e) {
+  } catch (const std::exception& e) {  // rt::Error, and the file system's own
     std::fprintf(stderr, "pack_dataset: %s\n", e.what());
     return 1;
   }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The C++ tools' command lines: --help prints the usage (status 0); an unknown flag, a missing
+# value and a number that is not wholly one, or out of range, are named (status 2); a failure
+# midway leaves no half-made output behind (status 1).
+# Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench)
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+# expect RC PATTERN CMD...: the command's status is RC and its output matches PATTERN.
+expect() {
+  local rc=$1 pattern=$2
+  shift 2
+  local out got
+  out=$("$@" 2>&1)
+  got=$?
+  if [[ $got -ne $rc ]] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> status $got (want $rc), output:"
+    echo "$out" | head -5
+    fails=$((fails + 1))
+  fi
+}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+for tool in make_imagenet_like pack_dataset bench_data; do
+  expect 0 "^usage: $tool" "$bin/$tool" --help
+  expect 2 "unknown flag --bogus" "$bin/$tool" --bogus
+done
+expect 0 "^usage: mpirun -np N allreduce_bench" mpirun -np 1 "$bin/allreduce_bench" --help
+expect 1 "option --min-reps takes an integer in \[1, 1073741824\], not 'abc'" \
+  mpirun -np 1 "$bin/allreduce_bench" --min-reps abc
+expect 1 "bad byte size '0'" mpirun -np 1 "$bin/allreduce_bench" --min-bytes 0 --max-bytes 1K
+
+m="$bin/make_imagenet_like"
+expect 2 "missing value for --out" "$m" --out
+expect 2 "--classes takes an integer in \[1, 100000\], not '4294967297'" "$m" --out "$tmp/a" --classes 4294967297
+expect 2 "--threads takes an integer in \[0, 1024\], not '2x'" "$m" --out "$tmp/a" --threads 2x
+expect 2 "--seed takes an integer" "$m" --out "$tmp/a" --seed -1
+expect 1 "cannot create directories" "$m" --out /proc/rt-no-such/x --classes 2 --train-per-class 1 --val-per-class 1
+expect 0 "6 images \(2 classes\)" "$m" --out "$tmp/d" --classes 2 --train-per-class 2 --val-per-class 1 --width 16 \
+  --height 16
+p="$bin/pack_dataset"
+expect 2 "--shard-mib takes an integer in \[1, 1048576\], not '1abc'" "$p" --root "$tmp/d" --split train \
+  --out "$tmp/s/tr" --shard-mib 1abc
+expect 2 "names a folder: give a file name prefix" "$p" --root "$tmp/d" --split train --out "$tmp/s/"
+expect 0 "4 samples, 2 classes" "$p" --root "$tmp/d" --split train --out "$tmp/s/tr"
+expect 2 "--batch takes an integer in \[1, 65536\], not '4294967297'" "$bin/bench_data" --root "$tmp/d" \
+  --batch 4294967297
+expect 2 "--mixup takes a number >= 0, not 'abc'" "$bin/bench_data" --root "$tmp/d" --mixup abc
+leftover=$(find "$tmp" /proc/rt-no-such 2>/dev/null | grep -c '\.tmp')
+if [[ $leftover -ne 0 ]]; then
+  echo "FAIL: temporary files left: $(find "$tmp" | grep '\.tmp')"
+  fails=$((fails + 1))
+fi
+echo "test_tool_cli: $([[ $fails -eq 0 ]] && echo passed || echo FAILED) ($fails failures)"
+[[ $fails -eq 0 ]]
