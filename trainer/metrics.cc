@@ -70,6 +70,11 @@ Metrics::Metrics(const std::string& path) : path_(path) {
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw Error(str_cat(path, ": cannot open the metrics file (", std::strerror(errno), ")"));
+  // A run killed mid-write leaves half a record: this run's records start on a line of their own.
+  if (FILE* in = std::fopen(path.c_str(), "rb")) {
+    if (std::fseek(in, -1, SEEK_END) == 0 && std::fgetc(in) != '\n') std::fputc('\n', f_);
+    std::fclose(in);
+  }
 }
 
 Metrics::~Metrics() {

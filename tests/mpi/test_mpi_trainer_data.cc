@@ -3,7 +3,7 @@
 // any training is lost; shard sets whose classes differ refused; --predict naming classes from the
 // checkpoint; run folders reused by a new run or by a resume from an older checkpoint (the later
 // files set aside, never deleted or taken for the new run's); a resume with another seed refused;
-// train.steps past the epochs; a metrics file on a full disk.
+// train.steps past the epochs; a metrics file on a full disk or left with half a record.
 // Usage: test_mpi_trainer_data MPIEXEC TRAINER [data|runs]   (not itself under mpirun)
 #include <algorithm>
 #include <filesystem>
@@ -168,6 +168,12 @@ void check_runs() {
                              "epoch 2, step 20") &&
              has(r, "warning: writing the metrics file /dev/full failed (No space left on device)"),
          "train.steps past the epochs; a full metrics disk", r);
+
+  // A metrics file that a killed run left with half a record: the next run starts a new line.
+  const std::string cut = write("cut.jsonl", "{\"type\":\"step\",\"step\":3");
+  r = run(1, "--config " + cfg + " --set run_dir=" + dir + "/cut --set log.jsonl=" + cut + " --set train.steps=1");
+  expect(r.rc == 0 && read_file(cut).rfind("{\"type\":\"step\",\"step\":3\n{\"type\":\"start\"", 0) == 0,
+         "appends after half a record start on a new line", {0, read_file(cut)});
 
   // A checkpoint folder that cannot be made is found before the first step.
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/ro --set checkpoint.dir=" + cfg + "/sub");
