@@ -130,13 +130,15 @@ def parse_links(lines):
 
 def read_inputs(paths):
     """RESULT rows of all files, each with 'link': the LINK measurement of its own file and N
-    (None where the file has none), and all LINK lines as {N: bytes_per_s} (last one wins)."""
+    (None where the file has none), and all LINK lines as {N: bytes_per_s} (last one wins).
+    A file that cannot be read raises OSError."""
     rows, links = [], {}
     for path in paths:
         if path == "-":
             lines = sys.stdin.readlines()
         else:
-            with open(path) as f:
+            # Bytes that are not UTF-8 only spoil their own line, which is then not a RESULT line.
+            with open(path, errors="replace") as f:
                 lines = f.readlines()
         mine = parse_links(lines)
         for r in parse_results(lines):
@@ -147,15 +149,36 @@ def read_inputs(paths):
 
 
 def parse_bytes(s):
+    """A byte count: 4096, 64K, 1.5M, 2G (binary multiples); ValueError for anything else."""
     s = s.strip()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:].upper(), 1)
-    return int(float(s[:-1] if mult > 1 else s) * mult)
+    try:
+        v = float(s[:-1] if mult > 1 else s) * mult
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"expected a byte count such as 4096, 64K, 1M or 2G, got '{s}'")
+    return int(v)
 
 
 def load_params(path):
-    with open(path) as f:
-        p = json.load(f)
-    return p["params"] if "params" in p else p
+    """{'alpha','beta','gamma'} of a file written by `costmodel.py fit` (or that object alone).
+    OSError where the file cannot be read, ValueError where it holds something else."""
+    with open(path, "rb") as f:
+        text = f.read()
+    try:
+        p = json.loads(text)
+    except ValueError as e:  # UnicodeDecodeError too
+        raise ValueError(f"not JSON ({e})")
+    if isinstance(p, dict) and "params" in p:
+        p = p["params"]
+    if not isinstance(p, dict):
+        raise ValueError("not the parameters written by costmodel.py fit (a JSON object with alpha, beta, gamma)")
+    for k in ("alpha", "beta", "gamma"):
+        v = p.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"'{k}' is {v!r}, not a number >= 0 (the parameters written by costmodel.py fit)")
+    return {k: float(p[k]) for k in ("alpha", "beta", "gamma")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,6 +188,8 @@ def step_time(comm_time, n, compute_s, grad_bytes, bucket_bytes, overlap, backwa
     """Time of one training step: forward, then backward producing buckets at an even rate (in
     buffer order), each bucket allreduced as soon as it is complete and the previous one is done
     (one communication thread). Without overlap all buckets go after backward."""
+    if not (grad_bytes > 0 and bucket_bytes > 0):
+        raise ValueError(f"gradient and bucket sizes must be > 0 bytes (got {grad_bytes} and {bucket_bytes})")
     n_buckets = max(1, math.ceil(grad_bytes / bucket_bytes))
     sizes = [bucket_bytes] * (n_buckets - 1) + [grad_bytes - bucket_bytes * (n_buckets - 1)]
     fwd = compute_s * (1.0 - backward_fraction)

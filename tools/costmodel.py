@@ -24,10 +24,14 @@ the ring formula with parameters of its own.
                    [--alpha 10e-6] [--png out.png]     (ResNet-50 at 8..256 workers; 95 % target)
 
 Input lines are the CSV `RESULT,impl,np,bytes,count,reps,median_us,...` lines of allreduce_bench
-and of the peer benchmark mpi_allreduce; other lines are ignored.
+and of the peer benchmark mpi_allreduce; other lines are ignored. Bad arguments, files that
+cannot be read or written and --params files that hold no parameters stop it with a message that
+names the option or file (exit status 2).
 """
 import argparse
 import json
+import math
+import os
 import sys
 
 from allreduce_model import (MIB, bound, calibrate_compute, ddl_compute_for, ddl_efficiency, fit,
@@ -36,10 +40,93 @@ from costmodel_plot import png_plot, svg_plot
 
 
 # ----------------------------------------------------------------------------------------------
+# Arguments: argparse type functions, so that a bad value is reported as the option's
+
+def number(low, high=math.inf, low_open=False, what=None):
+    """A finite float in [low, high] ((low, high] with low_open)."""
+    what = what or f"a number {'>' if low_open else '>='} {low:g}"
+
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and (v > low if low_open else v >= low) and v <= high):
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'")
+        return v
+    return parse
+
+
+def positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return v
+
+
+def listed(parse):
+    """A comma-separated list of values that `parse` takes."""
+    def parse_list(text):
+        vals = [v for v in text.split(",") if v.strip()]
+        if not vals:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got '{text}'")
+        return [parse(v.strip()) for v in vals]
+    return parse_list
+
+
+def byte_count(minimum):
+    """The text of a byte count (parse_bytes: 4096, 64K, 1M ...) of at least `minimum`, kept as
+    written for the reports."""
+    def parse(text):
+        try:
+            v = parse_bytes(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e))
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected at least {minimum} byte(s), got '{text}'")
+        return text.strip()
+    return parse
+
+
+POSITIVE = number(0, low_open=True)
+NON_NEGATIVE = number(0)
+
+
+def usage_error(a, msg):
+    """Exits as argparse does for a bad argument (status 2), from the command's parser."""
+    a.parser.error(msg)
+
+
+def write_text(a, path, text):
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        usage_error(a, f"{path}: cannot write ({e.strerror})")
+
+
+def write_png(a, path, *args, **kwargs):
+    try:
+        png_plot(path, *args, **kwargs)
+    except OSError as e:
+        usage_error(a, f"{path}: cannot write ({e.strerror})")
+
+
+# ----------------------------------------------------------------------------------------------
 # Commands
 
+def inputs(a):
+    try:
+        return read_inputs(a.results)
+    except OSError as e:
+        usage_error(a, f"{e.filename}: cannot read ({e.strerror})")
+
+
 def cmd_fit(a):
-    rows, links = read_inputs(a.results)
+    rows, links = inputs(a)
     for r in rows:  # --link-bytes-per-s overrides; else each run's own measured link
         r["link"] = a.link_bytes_per_s or r["link"]
     bad = [r for r in rows if r["check"] != "OK"]
@@ -57,10 +144,13 @@ def cmd_fit(a):
                       + ((1.0 / r["link"],) if measured else ()) for r in rs]
     joint_rows = [r for r in fit_rows if r["impl"] in joint_impls]
     fits = {}
-    if joint_rows:
-        fits["joint"] = fit(pts(joint_rows))
-    for impl in impls:
-        fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]))
+    try:
+        if joint_rows:
+            fits["joint"] = fit(pts(joint_rows))
+        for impl in impls:
+            fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]))
+    except ValueError as e:  # a result of no time
+        sys.exit(f"costmodel: {', '.join(a.results)}: {e}")
 
     print(f"# fit on results >= {a.min_bytes} bytes; beta "
           + ("= 1/(measured TCP throughput of one link in the same run)" if measured
@@ -100,10 +190,9 @@ def cmd_fit(a):
     print(f"# largest |error| at >= {a.min_bytes} bytes: joint fit {worst['joint']:.1f}%, "
           f"per-implementation fits {worst['own']:.1f}% (target 15%)")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"params": fits.get("joint", next(iter(fits.values()))), "fits": fits,
-                       "min_bytes": min_bytes, "links": links,
-                       "worst_err_pct": worst}, f, indent=1)
+        write_text(a, a.json, json.dumps({"params": fits.get("joint", next(iter(fits.values()))), "fits": fits,
+                                          "min_bytes": min_bytes, "links": links,
+                                          "worst_err_pct": worst}, indent=1))
     return 0
 
 
@@ -167,7 +256,7 @@ def table_compact(rows, link_override=None, per_host=1, round_robin=False, versu
 def cmd_table(a):
     """One markdown table per N: time (ms), busbw (GB/s) and % of the ring's bandwidth bound for
     each implementation, and the ring's speed-ups over the others."""
-    rows, links = read_inputs(a.results)
+    rows, links = inputs(a)
     min_bytes = parse_bytes(a.min_bytes)
     rows = [r for r in rows if r["bytes"] >= min_bytes and r["np"] > 1]
     if a.compact:
@@ -211,7 +300,12 @@ def cmd_table(a):
 
 def params_from(a):
     if a.params:
-        p = load_params(a.params)
+        try:
+            p = load_params(a.params)
+        except OSError as e:
+            usage_error(a, f"--params {a.params}: cannot read ({e.strerror})")
+        except ValueError as e:
+            usage_error(a, f"--params {a.params}: {e}")
     else:
         p = {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}
     for k in ("alpha", "beta", "gamma"):
@@ -236,9 +330,7 @@ def cmd_predict(a):
 
 def cmd_project(a):
     p = params_from(a)
-    workers = [int(w) for w in a.workers.split(",")]
-    if any(w < 1 for w in workers):
-        sys.exit("costmodel: --workers must be positive integers")
+    workers = a.workers
     res = project(p, ["ring", "reducer"], workers, a.compute_ms * 1e-3, a.grad_mb * MIB,
                   a.bucket_mb * MIB, bool(a.overlap), a.backward_fraction)
     print(f"# alpha {p['alpha'] * 1e6:.2f} us, link {1 / p['beta'] / 1e9:.3f} GB/s, gamma "
@@ -250,10 +342,9 @@ def cmd_project(a):
     series = [("ring", [(n, e) for n, _, e, _ in res["ring"]]),
               ("single reducer", [(n, e) for n, _, e, _ in res["reducer"]])]
     if a.svg:
-        with open(a.svg, "w") as f:
-            f.write(svg_plot(series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0))
+        write_text(a, a.svg, svg_plot(series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0))
     if a.png:
-        png_plot(a.png, series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0)
+        write_png(a, a.png, series, "Projected scaling efficiency", "workers", "efficiency", ymax=1.0)
     return 0
 
 
@@ -281,10 +372,9 @@ def cmd_baidu(a):
               ("linear", [(n, float(n)) for n in workers])]
     marks = [(40, 31.0, "published 31x")]
     if a.svg:
-        with open(a.svg, "w") as f:
-            f.write(svg_plot(series, "Speed-up over one worker", "workers", "speed-up", marks=marks))
+        write_text(a, a.svg, svg_plot(series, "Speed-up over one worker", "workers", "speed-up", marks=marks))
     if a.png:
-        png_plot(a.png, series, "Speed-up over one worker", "workers", "speed-up", marks=marks)
+        write_png(a, a.png, series, "Speed-up over one worker", "workers", "speed-up", marks=marks)
     return 0
 
 
@@ -292,11 +382,7 @@ def cmd_ddl(a):
     """ResNet-50 weak scaling at 8..256 workers under a grid of link speeds and compute times per
     step, the question IBM DDL (95 % at 256 GPUs) and Goyal et al. (about 90 % from 8 to 256 GPUs)
     answered by measurement: which assumptions reach the target efficiency at 256?"""
-    links = [float(v) for v in a.link_gbit.split(",")]
-    computes = [float(v) for v in a.compute_ms.split(",")]
-    workers = [int(w) for w in a.workers.split(",")]
-    if any(v <= 0 for v in links + computes) or any(w < 1 for w in workers) or a.gpus_per_node < 1:
-        sys.exit("costmodel: --link-gbit, --compute-ms, --workers and --gpus-per-node must be positive")
+    links, computes, workers = a.link_gbit, a.compute_ms, a.workers
     grad, bucket, g = a.grad_mb * MIB, a.bucket_mb * MIB, a.gpus_per_node
     par = lambda link: {"alpha": a.alpha, "beta": 8.0 / (link * 1e9), "gamma": a.gamma}
     big = max(workers)
@@ -322,8 +408,8 @@ def cmd_ddl(a):
             style = {"color": f"C{i}", "linestyle": ("-", "--", "-.", ":")[j % 4]}
             series.append((f"{link:g} Gbit/s, {c:g} ms", list(zip(workers, effs)), style))
     if a.png:
-        png_plot(a.png, series, f"ResNet-50 weak scaling (model), {g} worker(s)/node", "workers",
-                 "efficiency", ymax=1.02, hline=a.target)
+        write_png(a, a.png, series, f"ResNet-50 weak scaling (model), {g} worker(s)/node", "workers",
+                  "efficiency", ymax=1.02, hline=a.target)
     return 0
 
 
@@ -332,52 +418,62 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("fit", help="fit alpha, beta, gamma; print the error at every point")
     f.add_argument("results", nargs="+", help="files with RESULT lines ('-' = stdin)")
-    f.add_argument("--link-bytes-per-s", type=float, help="measured TCP throughput of one link (fixes beta)")
-    f.add_argument("--min-bytes", default="1M", help="fit and judge only sizes >= this (1M)")
+    f.add_argument("--link-bytes-per-s", type=POSITIVE, help="measured TCP throughput of one link (fixes beta)")
+    f.add_argument("--min-bytes", type=byte_count(0), default="1M", help="fit and judge only sizes >= this (1M)")
     f.add_argument("--joint", default="ring,reducer", help="implementations fitted together (ring,reducer)")
     f.add_argument("--json", help="write the parameters here")
     t = sub.add_parser("table", help="markdown table of measured results against the bound")
     t.add_argument("results", nargs="+")
-    t.add_argument("--link-bytes-per-s", type=float, help="default: the LINK lines of the input")
-    t.add_argument("--min-bytes", default="1M")
+    t.add_argument("--link-bytes-per-s", type=POSITIVE, help="default: the LINK lines of the input")
+    t.add_argument("--min-bytes", type=byte_count(0), default="1M")
     t.add_argument("--compact", action="store_true", help="one cell per implementation")
-    t.add_argument("--per-host", type=int, default=1, help="--compact: ranks per host (the bounds)")
+    t.add_argument("--per-host", type=positive_int, default=1, help="--compact: ranks per host (the bounds)")
     t.add_argument("--round-robin", action="store_true", help="--compact: ranks were placed --map-by node")
     t.add_argument("--versus", default="ring", help="--compact: whose speed-up over the others (ring)")
+    subs = [f, t]
     for name in ("predict", "project", "baidu"):
         s = sub.add_parser(name)
+        subs.append(s)
         s.add_argument("--params", help="JSON written by fit")
-        s.add_argument("--alpha", type=float)
-        s.add_argument("--beta", type=float)
-        s.add_argument("--gamma", type=float)
-        s.add_argument("--link-gbit", type=float, help="link rate in Gbit/s (sets beta)")
+        s.add_argument("--alpha", type=NON_NEGATIVE)
+        s.add_argument("--beta", type=NON_NEGATIVE)
+        s.add_argument("--gamma", type=NON_NEGATIVE)
+        s.add_argument("--link-gbit", type=POSITIVE, help="link rate in Gbit/s (sets beta)")
         if name == "predict":
-            s.add_argument("--np", type=int, required=True)
-            s.add_argument("--bytes", required=True)
+            s.add_argument("--np", type=positive_int, required=True)
+            s.add_argument("--bytes", type=byte_count(1), required=True)
         else:
-            s.add_argument("--grad-mb", type=float, default=98.0 if name == "project" else 381.5,
+            s.add_argument("--grad-mb", type=POSITIVE, default=98.0 if name == "project" else 381.5,
                            help="gradient MiB (resnet50 fp32: 98; baidu: 100M params = 381.5)")
-            s.add_argument("--bucket-mb", type=float, default=25.0)
-            s.add_argument("--overlap", type=int, default=1 if name == "project" else 0)
+            s.add_argument("--bucket-mb", type=POSITIVE, default=25.0)
+            s.add_argument("--overlap", type=int, choices=(0, 1), default=1 if name == "project" else 0)
             s.add_argument("--svg", help="write a plot here")
             s.add_argument("--png", help="write the plot as PNG here (matplotlib)")
         if name == "project":
-            s.add_argument("--compute-ms", type=float, required=True, help="forward+backward per step")
-            s.add_argument("--workers", default="8,16,32,64,128,256")
-            s.add_argument("--backward-fraction", type=float, default=2.0 / 3.0)
+            s.add_argument("--compute-ms", type=POSITIVE, required=True, help="forward+backward per step")
+            s.add_argument("--workers", type=listed(positive_int), default="8,16,32,64,128,256")
+            s.add_argument("--backward-fraction", type=number(0, 1, what="a fraction from 0 to 1"), default=2.0 / 3.0)
     d = sub.add_parser("ddl", help="ResNet-50 weak scaling to 256 workers over link speeds and compute times")
-    d.add_argument("--link-gbit", default="10,25,100", help="link rates, Gbit/s (10,25,100)")
-    d.add_argument("--compute-ms", default="100,250,500", help="forward+backward per step (100,250,500)")
-    d.add_argument("--workers", default="8,16,32,64,128,256")
-    d.add_argument("--gpus-per-node", type=int, default=1, help="workers sharing one node link (1)")
-    d.add_argument("--alpha", type=float, default=10e-6, help="seconds per message (10e-6)")
-    d.add_argument("--gamma", type=float, default=0.0, help="reduction seconds per byte (0)")
-    d.add_argument("--grad-mb", type=float, default=25.6e6 * 4 / MIB, help="ResNet-50: 25.6M x 4 B")
-    d.add_argument("--bucket-mb", type=float, default=25.0)
-    d.add_argument("--overlap", type=int, default=1)
-    d.add_argument("--target", type=float, default=0.95)
+    subs.append(d)
+    d.add_argument("--link-gbit", type=listed(POSITIVE), default="10,25,100", help="link rates, Gbit/s (10,25,100)")
+    d.add_argument("--compute-ms", type=listed(POSITIVE), default="100,250,500",
+                   help="forward+backward per step (100,250,500)")
+    d.add_argument("--workers", type=listed(positive_int), default="8,16,32,64,128,256")
+    d.add_argument("--gpus-per-node", type=positive_int, default=1, help="workers sharing one node link (1)")
+    d.add_argument("--alpha", type=NON_NEGATIVE, default=10e-6, help="seconds per message (10e-6)")
+    d.add_argument("--gamma", type=NON_NEGATIVE, default=0.0, help="reduction seconds per byte (0)")
+    d.add_argument("--grad-mb", type=POSITIVE, default=25.6e6 * 4 / MIB, help="ResNet-50: 25.6M x 4 B")
+    d.add_argument("--bucket-mb", type=POSITIVE, default=25.0)
+    d.add_argument("--overlap", type=int, choices=(0, 1), default=1)
+    d.add_argument("--target", type=number(0, 1, low_open=True, what="a fraction > 0 and <= 1"), default=0.95)
     d.add_argument("--png", help="write the plot here (matplotlib)")
+    for s in subs:
+        s.set_defaults(parser=s)
     a = ap.parse_args(argv)
+    for opt in ("json", "svg", "png"):  # before the work: a folder that is not there, say
+        out = getattr(a, opt, None)
+        if out and (os.path.isdir(out) or not os.path.isdir(os.path.dirname(out) or ".")):
+            usage_error(a, f"--{opt} {out}: " + ("is a folder" if os.path.isdir(out) else "no such folder"))
     return {"ddl": cmd_ddl, "fit": cmd_fit, "table": cmd_table, "predict": cmd_predict, "project": cmd_project, "baidu": cmd_baidu}[a.cmd](a)
 
 

@@ -24,8 +24,10 @@ def png_plot(path, series, title, xlabel, ylabel, ymax=None, marks=(), hline=Non
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110, format="png")  # whatever the name ends in: no extension added
+    finally:
+        plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------------

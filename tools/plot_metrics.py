@@ -10,9 +10,13 @@ gradient's norm where step records carry one (train.clip_grad_norm or log.grad_n
 marked). Several files give one line each per panel, labelled by their run folder.
 
 Per-rank files (log.jsonl with {rank}) hold each rank's step records: those of the lowest rank in
-a file are plotted. A run resumed from an earlier checkpoint appends the steps it runs again: the
-last record of a step wins. A last line cut short (a run killed while writing) is skipped; any
-other line that is not a JSON object stops the tool with its file and line number (exit status 2).
+a file are plotted. The trainer appends: a new run in the same run_dir, or a resume from an earlier
+checkpoint, adds records whose steps go back. Where they do, the history forked: the records of
+the steps from there on that came before are dropped (a note on stderr says where), so the newest
+history is plotted; a resume that continues upward joins its run's curves. A line cut short (a run
+killed while writing, perhaps with a resume appending after it) is skipped, with a warning unless
+it is the last; a line of JSON that is not an object stops the tool with its file and line number
+(exit status 2). -o takes the formats matplotlib writes by their extension (PNG without one).
 """
 import argparse
 import json
@@ -28,30 +32,61 @@ def fail(msg):
 def read_run(path):
     """{"steps": [step records by step], "epochs": [epoch records by step]} of one metrics file."""
     try:
-        with open(path) as f:
-            lines = f.read().split("\n")
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
     except OSError as e:
         fail(f"{path}: {e.strerror}")
-    if lines and lines[-1] == "":
+    if lines and lines[-1] == b"":
         lines.pop()
     steps, epochs = {}, {}
-    for n, line in enumerate(lines, 1):
+    last = {}  # the last step of each rank's records, and of the epochs' ("epoch")
+    forks = {}  # rank (or "epoch") -> [(line, step)] where its steps went back
+    bad = []
+    for n, raw in enumerate(lines, 1):
         try:
+            # Decoded line by line: a write cut short may end inside a character.
+            line = raw.decode("utf-8")
             r = json.loads(line)
-            if not isinstance(r, dict):
-                raise ValueError
-        except ValueError:
-            if n == len(lines):  # a killed run's last write
-                continue
+        except ValueError:  # UnicodeDecodeError too
+            if n < len(lines):  # a killed run's last write, then a resume's lines after it
+                bad.append((n, raw))
+            continue
+        if not isinstance(r, dict):
             fail(f"{path}:{n}: not a JSON object: {line[:60]!r}")
         kind = r.get("type")
-        if kind == "step" and "step" in r:
-            steps.setdefault(r.get("rank", 0), {})[r["step"]] = r
-        elif kind == "epoch" and "step" in r:
-            epochs[r["step"]] = r
+        if kind not in ("step", "epoch") or not isinstance(r.get("step"), (int, float)):
+            continue
+        s = r["step"]
+        key = r.get("rank", 0) if kind == "step" else "epoch"
+        if key in last and s <= last[key]:
+            # A new run, or a resume from an older checkpoint: what was written from step s on
+            # belongs to the abandoned history.
+            forks.setdefault(key, []).append((n, s))
+            if kind == "step":
+                steps[key] = {k: v for k, v in steps[key].items() if k < s}
+            epochs = {k: v for k, v in epochs.items() if k < s}
+            if kind == "step" and last.get("epoch", s) >= s:
+                last.pop("epoch", None)  # the new history's epochs are no fork of the dropped ones'
+        last[key] = s
+        if kind == "step":
+            steps.setdefault(key, {})[s] = r
+        else:
+            epochs[s] = r
     if not steps and not epochs:
         fail(f"{path}: no step or epoch records (is it a ringtrain metrics file?)")
-    own = steps[min(steps)] if steps else {}
+    if bad:
+        n, raw = bad[0]
+        more = f"; {len(bad) - 1} more such line(s) skipped" if len(bad) > 1 else ""
+        print(f"plot_metrics.py: {path}:{n}: not JSON, skipped (a line cut short by a kill?): "
+              f"{raw[:60].decode('utf-8', 'replace')!r}{more}", file=sys.stderr)
+    rank = min(steps) if steps else None
+    seen = forks.get(rank if steps else "epoch")
+    if seen:
+        (n, s), times = seen[-1], len(seen)
+        print(f"plot_metrics.py: {path}: the steps go back to {s:g} at line {n} (a new run or a resume from "
+              f"an older checkpoint): the later history is plotted"
+              + (f" ({times} such points; the last is named)" if times > 1 else ""), file=sys.stderr)
+    own = steps[rank] if steps else {}
     return {"steps": [own[s] for s in sorted(own)], "epochs": [epochs[s] for s in sorted(epochs)]}
 
 
@@ -78,7 +113,26 @@ def series(records, key):
     return [r["step"] for r in kept], [r[key] for r in kept]
 
 
-def plot(runs, out, smooth, title):
+def output_path(out):
+    """(the file to write, its format): matplotlib's format by the extension, PNG without one (with
+    .png added, as matplotlib would); checked before any plotting."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if out.endswith(os.sep) or os.path.basename(out) in ("", ".", "..") or os.path.isdir(out):
+        fail(f"{out}: is a folder (-o names the file to write)")
+    ext = os.path.splitext(out)[1][1:].lower()
+    if not ext:
+        out, ext = out + ".png", "png"
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if ext not in formats:
+        fail(f"{out}: unknown image format '.{ext}' (matplotlib writes {', '.join(sorted(formats))})")
+    if os.path.isdir(out):
+        fail(f"{out}: is a folder (-o names the file to write)")
+    return out, ext
+
+
+def plot(runs, out, fmt, smooth, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,23 +180,25 @@ def plot(runs, out, smooth, title):
         axes[0].set_title(title)
     fig.tight_layout()
     try:
-        fig.savefig(out, dpi=110)
+        fig.savefig(out, dpi=110, format=fmt)
     except OSError as e:
-        fail(f"{out}: {e.strerror}")
+        fail(f"{out}: cannot write ({e.strerror})")
 
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("metrics", nargs="+", help="metrics.jsonl files (the trainer's log.jsonl)")
-    p.add_argument("-o", "--out", required=True, help="the PNG to write")
+    p.add_argument("-o", "--out", required=True,
+                   help="the PNG to write (or .pdf, .svg ...: matplotlib's formats; .png added without one)")
     p.add_argument("--smooth", type=int, default=20, help="steps in the moving averages (default 20)")
     p.add_argument("--title", default="", help="a title over the first panel")
     a = p.parse_args(argv)
     if a.smooth < 1:
         fail("--smooth must be >= 1")
+    out, fmt = output_path(a.out)
     runs = [(label_of(path, a.metrics), read_run(path)) for path in a.metrics]
-    plot(runs, a.out, a.smooth, a.title)
-    print(f"{a.out}: {len(runs)} run(s), " +
+    plot(runs, out, fmt, a.smooth, a.title)
+    print(f"{out}: {len(runs)} run(s), " +
           ", ".join(f"{label}: {len(r['steps'])} steps, {len(r['epochs'])} epochs" for label, r in runs))
 
 

@@ -20,10 +20,13 @@ only started from or evaluated. PyTorch reads and writes its own file format (to
 import argparse
 import collections
 import contextlib
+import io
 import os
 import re
+import stat
 import struct
 import sys
+import tempfile
 
 import numpy as np
 
@@ -38,6 +41,10 @@ ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resn
          ("bottleneck", (3, 4, 23, 3)): ("resnet101", "resnext101_32x8d", "resnext101_64x4d",
                                          "wide_resnet101_2"),
          ("bottleneck", (3, 8, 36, 3)): ("resnet152",)}
+# Every model.name the trainer builds (nn/resnet.cc): the above and the CIFAR ResNets, which
+# torchvision has not.
+MODELS = tuple(n for names in ARCHS.values() for n in names) + ("resnet20", "resnet32", "resnet44", "resnet56",
+                                                                "resnet110")
 STATS = (".running_mean", ".running_var")
 
 
@@ -196,6 +203,7 @@ def torch_state_dict(path):
 
 
 def export(ckpt, out, ema=False):
+    check_output(out)
     import torch
     tensors, step = checkpoint_tensors(ckpt, ema)
     sd = collections.OrderedDict()
@@ -210,13 +218,18 @@ def export(ckpt, out, ema=False):
             model.load_state_dict(sd, strict=True)
         except RuntimeError as e:
             raise Bad(f"{ckpt}: does not load into torchvision's {arch}: {e}")
-    atomic_write(out, lambda f: torch.save(sd, f))
+    # Serialised in memory, then written: torch.save's own writer, failing on a full disk, throws
+    # again from its destructor and aborts the process, leaving the temporary file behind.
+    buf = io.BytesIO()
+    torch.save(sd, buf)
+    atomic_write(out, lambda f: f.write(buf.getbuffer()))
     print(f"{out}: {len(tensors)} tensors of {ckpt}" + (" (its moving average)" if ema else "") +
           (f" (loads into torchvision.models.{arch}(num_classes={classes}))" if arch else
            " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: a CIFAR ResNet or another width)"))
 
 
 def import_(pth, out, model=None):
+    check_output(out)
     sd = torch_state_dict(pth)
     params, state, layout = [], [], []
     sizes = {"p": 0, "s": 0}
@@ -225,14 +238,26 @@ def import_(pth, out, model=None):
             continue
         if not t.is_floating_point():
             raise Bad(f"{pth}: '{name}' is {t.dtype}, not a floating-point tensor")
+        if t.numel() == 0:  # the trainer and `list` refuse a tensor without values as corrupt
+            raise Bad(f"{pth}: '{name}' has no values (shape {list(t.shape)})")
         kind = "s" if name.endswith(STATS) else "p"
         a = t.detach().float().contiguous().numpy().astype("<f4", copy=False).reshape(-1)
         dims = [a.size] if kind == "s" else list(t.shape) or [1]
         (state if kind == "s" else params).append(a)
         layout.append(f"{kind}\t{name}\t{sizes[kind]}\t{a.size}\t{','.join(map(str, dims))}")
         sizes[kind] += a.size
-    arch = model or torchvision_model({k: v.shape for k, v in sd.items()})[0]
-    classes = sd["fc.weight"].shape[0] if "fc.weight" in sd else None
+    if not layout:
+        raise Bad(f"{pth}: no tensors to import (only BN counters, num_batches_tracked)")
+    known = torchvision_model({k: v.shape for k, v in sd.items()})[0]
+    fc = sd.get("fc.weight")
+    classes = fc.shape[0] if fc is not None and fc.dim() == 2 else None
+    if model and known and model != known:
+        raise Bad(f"{pth}: --model {model}: its tensors are those of torchvision's {known}")
+    if model and not classes:
+        # model.name without model.classes would be taken with the trainer's default class count.
+        raise Bad(f"{pth}: --model {model}: no fc.weight of [classes, features] in it, so the class count to "
+                  "record with the model is unknown (import it without --model; a job's --config then names both)")
+    arch = model or known
     config = f"# imported from {pth} by tools/torch_weights.py\n"
     if arch and classes:
         config += f"model:\n  name: {arch}\n  classes: {classes}\n"
@@ -260,19 +285,50 @@ def write_rtck(path, sections):
     atomic_write(path, lambda f: (f.write(header), f.write(payload)))
 
 
+def check_output(path):
+    """Refuses an output path that is there and is not a regular file: os.replace would put the new
+    file in place of a device, a folder's entry or a symlink (not where it points)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise Bad(f"{path}: cannot write ({e.strerror})")
+    if stat.S_ISLNK(st.st_mode):
+        raise Bad(f"{path}: is a symbolic link: not replaced (name the file itself)")
+    if not stat.S_ISREG(st.st_mode):
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
+        raise Bad(f"{path}: is {what}: not replaced")
+
+
 def atomic_write(path, fill):
     """Writes through a temporary file in the same folder: no half-written file under `path`."""
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp")
+    check_output(path)
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        with open(tmp, "wb") as f:
+        # A new file of its own (mkstemp: never one that is there, nor a symlink's target), with
+        # the permissions a plain open() would give it.
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise Bad(f"{path}: cannot write ({e.strerror})")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
             fill(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
-        if os.path.exists(tmp):
+    except (OSError, RuntimeError) as e:  # PyTorch reports a failed write as RuntimeError
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise Bad(f"{path}: cannot write ({e.strerror})")
+        why = getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0]
+        raise Bad(f"{path}: cannot write ({why})")
+    except BaseException:  # an interrupt: no temporary file left behind either
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def list_(path):
@@ -301,7 +357,9 @@ def main(argv):
     e.add_argument("--ema", action="store_true", help="the weights' moving average (train.ema) instead")
     i = sub.add_parser("import", help="PyTorch state dict -> ringtrain weights file")
     i.add_argument("pth"), i.add_argument("out")
-    i.add_argument("--model", help="model.name to record (default: recognised from the tensor names)")
+    i.add_argument("--model", choices=MODELS, metavar="NAME",
+                   help="model.name to record with the class count of fc.weight (default: recognised from the "
+                        "tensors' names and shapes): " + ", ".join(MODELS))
     ls = sub.add_parser("list", help="the tensors of a checkpoint or a state dict")
     ls.add_argument("file")
     a = p.parse_args(argv)

@@ -59,7 +59,8 @@ void Trainer::plan_freeze() {
     const bool named =
         std::any_of(layout.begin(), layout.end(), [&](const ParamInfo& p) { return freeze_entry_matches(f, p.name); });
     if (!named)
-      throw ConfigError(str_cat(config_origin(cfg_, key), ": key '", key, "': '", f, "' names no tensor of ", cfg_.model.name,
+      throw ConfigError(str_cat(config_origin(cfg_, key), ": key '", key, "': '", f, "' names no tensor of ",
+                                cfg_.model.name,
                                 " (a tensor's name, or a prefix ending before a '.'; its parts:",
                                 parts.substr(0, parts.size() - 1), ")"));
   };
@@ -76,7 +77,8 @@ void Trainer::plan_freeze() {
     after_frozen = frozen;
   }
   if (trained == 0)
-    throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze' freezes every tensor of ", cfg_.model.name,
+    throw ConfigError(str_cat(config_origin(cfg_, "optimizer.freeze"),
+                              ": key 'optimizer.freeze' freezes every tensor of ", cfg_.model.name,
                               ": nothing left to train"));
   // A frozen stem (the first layers, whose gradients come last: the arena is in backward order)
   // needs neither backward nor averaging, as PyTorch's autograd and DDP skip parameters that
@@ -106,7 +108,8 @@ void Trainer::freeze_bn_statistics() {
     });
     if (!bn || !all_frozen) continue;
     if (i >= net_->backward_from())
-      throw ConfigError(str_cat(cfg_.source, ": key 'optimizer.freeze_bn_stats': the frozen batch norm ", node.name,
+      throw ConfigError(str_cat(config_origin(cfg_, "optimizer.freeze_bn_stats"),
+                                ": key 'optimizer.freeze_bn_stats': the frozen batch norm ", node.name,
                                 " comes after the trained ", net_->node(net_->backward_from()).name,
                                 "; fixed statistics are kept only in a frozen stem (freeze a leading run of "
                                 "layers, or leave this key false)"));

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tools/scaling end to end on this machine: weak scaling at N = 1, 2 of a tiny model with emulated
 compute (CSV, markdown, PNGs, sane efficiencies), a failed and a refused run reported as rows, and
-argument errors. Usage: test_scaling_tool.py TRAINER (the built build/bin/trainer)."""
+argument errors (exit 2 before anything runs: a bad --timeout, an --out that cannot be made). Usage: test_scaling_tool.py TRAINER (the built build/bin/trainer)."""
 import csv
 import os
 import subprocess
@@ -63,11 +63,21 @@ class TestScalingTool(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             for args, msg in ((["--np", "0"], "--np"), (["--np", "1,two"], "--np"),
                               (["--mode", "sideways"], "--mode"), (["--warmup", "9", "--steps", "8"], "--warmup"),
-                              (["--set", "novalue"], "--set"), (["--bogus"], "bad arguments")):
+                              (["--set", "novalue"], "--set"), (["--bogus"], "bad arguments"),
+                              (["--timeout", "0"], "--timeout"), (["--timeout", "-1"], "--timeout"),
+                              (["--timeout", "nan"], "--timeout")):
                 rc, text, rows = run(args, out)
                 self.assertEqual(rc, 2, (args, text))
                 self.assertIn(msg, text)
                 self.assertEqual(rows, [])
+            # An output folder that cannot be made: said before any run, not a traceback.
+            with open(os.path.join(out, "file"), "w"):
+                pass
+            for bad, why in (("/proc/scaling_out", "No such file or directory"),
+                             (os.path.join(out, "file"), "not a folder")):
+                rc, text, _ = run(["--np", "1"] + TINY, bad)
+                self.assertEqual(rc, 2, text)
+                self.assertEqual(text, f"scaling: --out {bad}: cannot create or write the folder ({why})\n")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,16 @@
   statistics' update equal PyTorch's autograd on the same input (both in double);
 - fine-tuning (`trainer --weights`) from an imported state dict of another class count;
 - refusals: a damaged file, a weights file given to --resume, --eval of a file that lacks a
-  tensor, a state dict holding something other than tensors.
+  tensor, a state dict holding something other than tensors, one with no tensors or empty ones, a
+  --model the trainer does not build, contradicts the tensors or cannot be recorded with a class
+  count, an output that is a device, folder, pipe or symlink, a full disk (no file left behind).
 """
 import contextlib
+import errno
 import io
 import os
 import re
+import stat
 import shutil
 import subprocess
 import sys
@@ -246,6 +250,111 @@ class TorchWeights(unittest.TestCase):
         p = run(TOOL, "import", path("odd.pth"), path("odd.rtck"), ok=False)
         self.assertIn(f"{path('odd.pth')}: 'note' is not a tensor", p.stderr)
         self.assertFalse(os.path.exists(path("odd.rtck")))
+
+    def test_imports_the_trainer_would_reject_are_refused(self):
+        for name, sd, msg in (
+                ("counters", {"bn1.num_batches_tracked": torch.tensor(3)},
+                 "no tensors to import (only BN counters, num_batches_tracked)"),
+                ("empty", {"conv1.weight": torch.zeros(4, 3, 3, 3), "fc.bias": torch.zeros(0)},
+                 "'fc.bias' has no values (shape [0])"),
+                ("empty2", {"fc.weight": torch.zeros(3, 0)}, "'fc.weight' has no values (shape [3, 0])")):
+            pth, rtck = path(f"{name}.pth"), path(f"{name}.rtck")
+            torch.save(sd, pth)
+            p = run(TOOL, "import", pth, rtck, ok=False)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn(f"torch_weights: {pth}: {msg}", p.stderr)
+            self.assertFalse(os.path.exists(rtck))
+
+    def test_model_is_one_the_trainer_builds_and_is_recorded(self):
+        sd = torchvision.models.resnet18(num_classes=3).state_dict()
+        torch.save(sd, path("m.pth"))
+        # Not a name of the trainer's (a newline would have gone into the recorded YAML as it was).
+        for bad in ("resnet99", "resnet18\nclasses: 5"):
+            p = run(sys.executable, TOOL, "import", path("m.pth"), path("m.rtck"), "--model", bad, ok=False)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("argument --model: invalid choice", p.stderr)
+        p = run(TOOL, "import", path("m.pth"), path("m.rtck"), "--model", "resnet50", ok=False)
+        self.assertIn(f"{path('m.pth')}: --model resnet50: its tensors are those of torchvision's resnet18", p.stderr)
+        # No classifier: the class count to record beside the model is unknown.
+        torch.save({k: v for k, v in sd.items() if not k.startswith("fc.")}, path("headless.pth"))
+        p = run(TOOL, "import", path("headless.pth"), path("headless.rtck"), "--model", "resnet18", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--model resnet18: no fc.weight of [classes, features] in it", p.stderr)
+        self.assertFalse(os.path.exists(path("headless.rtck")))
+        self.assertIn("100 tensors", run(TOOL, "import", path("headless.pth"), path("headless.rtck")).stdout)
+        # A CIFAR ResNet (torchvision has none) by the name given, with fc's class count.
+        cifar = {"conv1.weight": torch.randn(4, 3, 3, 3), "fc.weight": torch.randn(6, 4), "fc.bias": torch.zeros(6)}
+        torch.save(cifar, path("c.pth"))
+        self.assertIn("(resnet20, 6 classes)", run(TOOL, "import", path("c.pth"), path("c.rtck"), "--model",
+                                                   "resnet20").stdout)
+        config = torch_weights.read_rtck(path("c.rtck"))[1]["config"].decode()
+        self.assertIn("model:\n  name: resnet20\n  classes: 6\n", config)
+
+    def test_outputs_that_are_not_regular_files_are_left_alone(self):
+        torch.save({"fc.weight": torch.ones(2, 3)}, path("s.pth"))
+        run(TOOL, "import", path("s.pth"), path("s.rtck"))
+        os.makedirs(path("folder.rtck"), exist_ok=True)
+        target = path("target.rtck")
+        with open(target, "w") as f:
+            f.write("kept")
+        if not os.path.lexists(path("link.rtck")):
+            os.symlink(target, path("link.rtck"))
+        if not os.path.exists(path("fifo.pth")):
+            os.mkfifo(path("fifo.pth"))
+        cases = [(("import", path("s.pth"), path("folder.rtck")), "is a folder: not replaced"),
+                 (("import", path("s.pth"), path("link.rtck")), "is a symbolic link: not replaced"),
+                 (("export", path("s.rtck"), path("fifo.pth")), "is not a regular file (a device, pipe or socket)")]
+        if os.path.exists("/dev/full"):
+            cases.append((("import", path("s.pth"), "/dev/full"), "is not a regular file"))
+        for args, msg in cases:
+            p = run(TOOL, *args, ok=False)
+            self.assertEqual(p.returncode, 1, args)
+            self.assertIn(f"torch_weights: {args[2]}: {msg}", p.stderr)
+        self.assertTrue(os.path.islink(path("link.rtck")))
+        self.assertTrue(stat.S_ISFIFO(os.lstat(path("fifo.pth")).st_mode))
+        with open(target) as f:
+            self.assertEqual(f.read(), "kept")
+        if os.path.exists("/dev/full"):
+            self.assertTrue(stat.S_ISCHR(os.lstat("/dev/full").st_mode))
+        # A regular file is replaced, with the permissions a new file gets.
+        run(TOOL, "export", path("s.rtck"), target)
+        self.assertTrue(torch.equal(torch.load(target)["fc.weight"], torch.ones(2, 3)))
+        umask = os.umask(0)
+        os.umask(umask)
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o666 & ~umask)
+
+    def test_a_failed_write_leaves_no_file(self):
+        # What a full disk raises: OSError from a write, RuntimeError from PyTorch's own writer.
+        for err, why in ((OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "No space left on device"),
+                         (RuntimeError("file write failed\nframe #0 ..."), "file write failed")):
+            def fill(f, err=err):
+                f.write(b"x" * 100)
+                raise err
+            out = path("full.pth")
+            with self.assertRaises(torch_weights.Bad) as cm:
+                torch_weights.atomic_write(out, fill)
+            self.assertEqual(str(cm.exception), f"{out}: cannot write ({why})")
+            self.assertEqual([f for f in os.listdir(TMP) if f.startswith(".full.pth")], [])
+            self.assertFalse(os.path.exists(out))
+        # A real full disk where this runs as root: a small tmpfs.
+        mnt = path("tmpfs")
+        os.makedirs(mnt, exist_ok=True)
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt],
+                                               capture_output=True).returncode != 0:
+            return
+        try:
+            torch.save(torchvision.models.resnet18(num_classes=2).state_dict(), path("big.pth"))
+            for args in (("import", path("big.pth"), os.path.join(mnt, "x.rtck")),):
+                p = run(sys.executable, TOOL, *args, ok=False)
+                self.assertEqual((p.returncode, p.stderr),
+                                 (1, f"torch_weights: {args[2]}: cannot write (No space left on device)\n"))
+            run(TOOL, "import", path("big.pth"), path("big.rtck"))
+            p = run(sys.executable, TOOL, "export", path("big.rtck"), os.path.join(mnt, "x.pth"), ok=False)
+            self.assertEqual((p.returncode, p.stderr),
+                             (1, f"torch_weights: {os.path.join(mnt, 'x.pth')}: cannot write (No space left on device)\n"))
+            self.assertEqual(os.listdir(mnt), [])
+        finally:
+            subprocess.run(["umount", mnt])
 
 
 def tearDownModule():
