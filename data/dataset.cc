@@ -218,7 +218,7 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split) {
   const bool train = split == Split::train;
   const std::string& shards = train ? cfg.train_shards : cfg.val_shards;
   const std::string& list = train ? cfg.train_list : cfg.val_list;
-  if (!shards.empty()) return open_shards(shards);
+  if (!shards.empty()) return open_shards(shards, split_name(split));
   if (!list.empty()) {
     // Both splits agree on the class count: the largest label of either list, plus one.
     int classes = 0;

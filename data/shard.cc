@@ -60,9 +60,9 @@ bool pread_all(int fd, void* dst, size_t len, uint64_t off) {
 
 class ShardDataset final : public Dataset {
  public:
-  explicit ShardDataset(const std::string& index_path) {
+  ShardDataset(const std::string& index_path, const std::string& expect_split) {
     try {
-      load(index_path);
+      load(index_path, expect_split);
     } catch (...) {  // a constructor that throws runs no destructor
       close_all();
       throw;
@@ -130,7 +130,7 @@ class ShardDataset final : public Dataset {
     throw Error(str_cat("data: shard set ", where, ": ", what));
   }
 
-  void load(const std::string& index_path);
+  void load(const std::string& index_path, const std::string& expect_split);
   void open_shard(const std::string& path, int64_t count, int64_t bytes);
 
   std::vector<Shard> shards_;
@@ -138,7 +138,7 @@ class ShardDataset final : public Dataset {
   std::vector<std::string> classes_;
 };
 
-void ShardDataset::load(const std::string& index_path) {
+void ShardDataset::load(const std::string& index_path, const std::string& expect_split) {
   std::ifstream in(index_path);
   if (!in) bad(index_path, "cannot open the index file");
   const fs::path base = fs::path(index_path).parent_path();
@@ -155,7 +155,11 @@ void ShardDataset::load(const std::string& index_path) {
   int version = 0;
   if (!(next("ringtrain-shards") >> version) || version != 1)
     bad(str_cat(index_path, ":1"), "not a ringtrain shard index of version 1");
-  next("split");
+  std::string split;
+  next("split") >> split;
+  if (!expect_split.empty() && split != expect_split)
+    bad(str_cat(index_path, ":", no), str_cat("packs the ", split, " split, not ", expect_split,
+                                             " (are data.train_shards and data.val_shards swapped?)"));
   if (!(next("samples") >> samples) || samples < 0) bad(str_cat(index_path, ":", no), "bad sample count");
   if (!(next("classes") >> nclasses) || nclasses < 1) bad(str_cat(index_path, ":", no), "bad class count");
   for (int64_t c = 0; c < nclasses; ++c) {
@@ -290,8 +294,8 @@ class ShardWriter {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_shards(const std::string& index_path) {
-  return std::make_unique<ShardDataset>(index_path);
+std::unique_ptr<Dataset> open_shards(const std::string& index_path, const std::string& expect_split) {
+  return std::make_unique<ShardDataset>(index_path, expect_split);
 }
 
 namespace {

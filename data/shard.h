@@ -44,8 +44,9 @@ namespace rt::data {
 
 uint32_t crc32(const void* data, size_t len, uint32_t crc = 0);
 
-// Opens the shard set named by an index file.
-std::unique_ptr<Dataset> open_shards(const std::string& index_path);
+// Opens the shard set named by an index file; with expect_split ("train", "val"), one packed from
+// another split is an error naming the index (swapped train and val shard sets).
+std::unique_ptr<Dataset> open_shards(const std::string& index_path, const std::string& expect_split = "");
 
 struct PackStats {
   int64_t samples = 0, shards = 0, bytes = 0, unreadable = 0;

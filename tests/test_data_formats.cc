@@ -170,6 +170,13 @@ TEST(data_formats, ShardsRoundTripEqualTheFolder) {
   cfg.root = "/nonexistent";
   cfg.train_shards = st.index_path;  // shards take precedence over the root
   EXPECT_EQ(open_dataset(cfg, Split::train)->size(), 21);
+  // The set names its split: given for the other one, it is refused (the keys swapped).
+  cfg.val_shards = st.index_path;
+  expect_error([&] { open_dataset(cfg, Split::val); }, st.index_path + ":2: packs the train split, not val");
+  // Packed again into fewer shards: the earlier set's extra shards go.
+  EXPECT_EQ(pack_shards(*folder, "train", (t.path / "packed/train").string(), 1 << 20, root).shards, 1);
+  EXPECT_FALSE(fs::exists(t.path / "packed/train-00001.shard"));
+  EXPECT_EQ(open_shards(st.index_path, "train")->size(), 21);
 }
 
 TEST(data_formats, DamagedShardsGiveErrorsNamingTheFile) {
