@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -264,6 +265,51 @@ TEST_F(OnednnVsRef, ReluAndAdd) {
       expect_close(from_fast(inplace, s), dx_ref, "dx in place", 0, 0);
     }
   }
+}
+
+// NaN (a diverging run) passes through ReLU, fused or not, as in the reference (and on the GPU,
+// and in PyTorch): x86's max and a plain `v > 0 ? v : 0` would turn it into 0.
+TEST_F(OnednnVsRef, NanPassesThroughRelu) {
+  const Shape s{2, 16, 3, 3};
+  const size_t n = size_t(s.numel());
+  Vec a = rand(n), b = rand(n, -1.f, 1.f);
+  for (size_t i : {size_t(0), size_t(37), n - 1}) a[i] = kNaN;
+  a[5] = -std::numeric_limits<float>::infinity();
+  // NaN where the reference has NaN, the same values elsewhere (within `rtol`).
+  auto expect_nan_alike = [&](const Vec& got, const Vec& want, const std::string& what, double rtol) {
+    Vec g = got, w = want;
+    int nans = 0;
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(std::isnan(g[i]), std::isnan(w[i])) << what << " at " << i << ": " << g[i] << " vs " << w[i];
+      nans += std::isnan(w[i]);
+      if (std::isnan(g[i]) || std::isnan(w[i])) g[i] = w[i] = 0;
+    }
+    EXPECT_GT(nans, 0) << what;
+    expect_close(g, w, what, rtol, rtol);
+  };
+  Vec af = to_fast(a, s), bf = to_fast(b, s);
+  {
+    Vec y_ref(n), yf = fast_buf(s);
+    ref_->make_relu({.name = "relu", .in = s})->forward(a.data(), y_ref.data());
+    fast_->make_relu({.name = "relu", .in = s})->forward(af.data(), yf.data());
+    expect_nan_alike(from_fast(yf, s), y_ref, "relu", 0);
+  }
+  {
+    Vec y_ref(n), yf = fast_buf(s);
+    ref_->make_add({.name = "add", .in = s, .relu = true})->forward(a.data(), b.data(), y_ref.data());
+    fast_->make_add({.name = "add", .in = s, .relu = true})->forward(af.data(), bf.data(), yf.data());
+    expect_nan_alike(from_fast(yf, s), y_ref, "add relu", 0);
+  }
+  const BatchNormDesc d{.name = "bn", .in = s, .relu = true};
+  Vec gamma = rand(16, 0.5f, 1.5f), beta = rand(16, -0.5f, 0.5f), rm = rand(16), rv = rand(16, 0.5f, 2.f);
+  Vec y_ref(n), yf = fast_buf(s);
+  ref_->make_batchnorm(d)->forward_eval(a.data(), gamma.data(), beta.data(), rm.data(), rv.data(), y_ref.data());
+  fast_->make_batchnorm(d)->forward_eval(af.data(), gamma.data(), beta.data(), rm.data(), rv.data(), yf.data());
+  expect_nan_alike(from_fast(yf, s), y_ref, "batch norm + relu, eval", 1e-5);
+  Vec rm2 = rm, rv2 = rv;  // training: a NaN makes its channel's statistics NaN
+  ref_->make_batchnorm(d)->forward_train(a.data(), gamma.data(), beta.data(), y_ref.data(), rm.data(), rv.data());
+  fast_->make_batchnorm(d)->forward_train(af.data(), gamma.data(), beta.data(), yf.data(), rm2.data(), rv2.data());
+  expect_nan_alike(from_fast(yf, s), y_ref, "batch norm + relu, training", 1e-3);
 }
 
 TEST_F(OnednnVsRef, PadShortcut) {

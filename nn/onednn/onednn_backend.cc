@@ -84,8 +84,10 @@ void Reorder::run(Context& ctx, const std::string& layer, const void* from, void
 
 namespace {
 
+// ReLU passes NaN on, as the reference, the GPU kernels and PyTorch do (a diverging run shows in
+// its loss, not only in its gradients): !(x <= 0) holds for NaN, and costs what x > 0 did.
 RT_CLONES void relu_kernel(const float* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+  for (size_t i = 0; i < n; ++i) y[i] = !(x[i] <= 0.f) ? x[i] : 0.f;
 }
 RT_CLONES void relu_backward_kernel(const float* y, const float* dy, float* dx, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -99,7 +101,7 @@ RT_CLONES void add_kernel(const float* a, const float* b, float* y, size_t n) {
 RT_CLONES void add_relu_kernel(const float* a, const float* b, float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float s = a[i] + b[i];
-    y[i] = s > 0.f ? s : 0.f;
+    y[i] = !(s <= 0.f) ? s : 0.f;
   }
 }
 RT_CLONES void accumulate_kernel(float* y, const float* x, size_t n) {

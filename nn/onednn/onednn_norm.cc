@@ -52,7 +52,7 @@ inline __attribute__((always_inline)) void normalise_row(const float* x, float* 
   for (int64_t p = 0; p < hw; ++p)
     for (int k = 0; k < L; ++k) {
       const float v = (x[p * L + k] - m[k]) * a[k] + b[k];
-      y[p * L + k] = (!relu || v > 0.f) ? v : 0.f;
+      y[p * L + k] = (!relu || !(v <= 0.f)) ? v : 0.f;  // NaN passes, as in the reference
     }
 }
 
@@ -135,7 +135,7 @@ inline __attribute__((always_inline)) void normalise_rowv(const float* x, float*
   if (relu)
     for (int64_t p = 0; p < hw; ++p) {
       const V v = (loadv<V>(x + p * L) - vm) * va + vb;
-      storev(y + p * L, keep<V, I>(v > zero, v));
+      storev(y + p * L, keep<V, I>(~(v <= zero), v));
     }
   else
     for (int64_t p = 0; p < hw; ++p) storev(y + p * L, (loadv<V>(x + p * L) - vm) * va + vb);
