@@ -18,6 +18,14 @@ namespace {
 
 std::string os_error() { return std::strerror(errno); }
 
+// The step of a file named ckpt-<10 digits>.rtck, else -1.
+int64_t step_of(const fs::path& p) {
+  static const std::regex re(R"(ckpt-(\d{10})\.rtck)");
+  std::smatch m;
+  const std::string name = p.filename().string();
+  return std::regex_match(name, m, re) ? std::stoll(m[1].str()) : -1;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {
@@ -27,15 +35,11 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 }
 
 std::vector<std::string> checkpoint_list(const std::string& dir) {
-  static const std::regex re(R"(ckpt-(\d{10})\.rtck)");
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, re)) found.emplace_back(std::stoll(m[1].str()), e.path().string());
-  }
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (const int64_t step = step_of(e.path()); step >= 0) found.emplace_back(step, e.path().string());
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(std::move(f.second));
@@ -94,13 +98,9 @@ void checkpoint_prune(const std::string& dir, int keep) {
 }
 
 std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved) {
-  static const std::regex re(R"(ckpt-(\d{10})\.rtck)");
   std::vector<std::string> later;
-  for (const std::string& p : checkpoint_list(dir)) {
-    std::smatch m;
-    const std::string name = fs::path(p).filename().string();
-    if (std::regex_match(name, m, re) && std::stoll(m[1].str()) > step) later.push_back(p);
-  }
+  for (const std::string& p : checkpoint_list(dir))
+    if (step_of(p) > step) later.push_back(p);
   const std::string best = checkpoint_best_path(dir);
   std::error_code ec;
   if (fs::exists(best, ec)) {
