@@ -18,6 +18,11 @@ void shard_check(const ShardSpec& spec, int rank) {
   if (spec.n < spec.world)
     throw Error(str_cat("data: ", spec.n, " samples are fewer than the ", spec.world,
                         " ranks: some rank would get no data"));
+  // Each epoch draws n / repeats images: fewer than a global batch would train on the same few.
+  if (spec.train && spec.repeats > 1 && spec.n / spec.repeats < int64_t{spec.world} * spec.batch)
+    throw Error(str_cat("data: repeated_augment ", spec.repeats, " draws ", spec.n / spec.repeats, " of the ", spec.n,
+                        " training samples an epoch, fewer than one global batch (", spec.world, " ranks x ",
+                        spec.batch, "): lower it"));
 }
 
 std::vector<int64_t> epoch_order(uint64_t seed, int64_t epoch, int64_t n, bool shuffle) {

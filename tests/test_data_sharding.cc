@@ -182,6 +182,10 @@ TEST(data_sharding, StepCountsAndBadSpecs) {
   EXPECT_THROW(shard_check({10, 3, 1, false, 0}, 3), Error);
   EXPECT_THROW(shard_check({10, 3, 0, false, 0}, 0), Error);
   EXPECT_NO_THROW(shard_check({3, 3, 8, false, 0}, 2));
+  // Repeated augmentation drawing fewer images an epoch than a global batch: the same few trained.
+  EXPECT_THROW(shard_check({240, 2, 4, true, 0, 1000}, 0), Error);
+  EXPECT_THROW(shard_check({240, 2, 4, true, 0, 31}, 0), Error);  // 7 images < 8
+  EXPECT_NO_THROW(shard_check({240, 2, 4, true, 0, 30}, 0));     // 8 images
 }
 
 }  // namespace

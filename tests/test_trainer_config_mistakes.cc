@@ -74,6 +74,14 @@ TEST(trainer_config_mistakes, CountsNoMachineHas) {
   EXPECT_NE(e.find("--set: key 'train.batch' must be in [1, 16777216]"), std::string::npos) << e;
 }
 
+TEST(trainer_config_mistakes, StallWarningAfterTheStop) {
+  auto e = error_of([] {
+    config_validate(config_parse(kData, "s.yaml", {"comm.stall_warning_s=10", "comm.stall_abort_s=5"}));
+  });
+  EXPECT_NE(e.find("--set: key 'comm.stall_warning_s' must be below comm.stall_abort_s, 5"), std::string::npos) << e;
+  EXPECT_NO_THROW(config_validate(config_parse(kData, "s.yaml", {"comm.stall_warning_s=10", "comm.stall_abort_s=0"})));
+}
+
 TEST(trainer_config_mistakes, ModelKeysThatDifferFromACheckpoints) {
   const Config then = config_parse("model: {name: resnet20, classes: 4, width: 0.25}\n", "a.yaml");
   const std::string saved = config_to_yaml(then);

@@ -198,6 +198,11 @@ void config_validate(const Config& c) {
             "must be >= 0 (0: no warning)", c.comm.stall_warning_s);
   k.require(c.comm.stall_abort_s >= 0 && std::isfinite(c.comm.stall_abort_s), "comm.stall_abort_s",
             "must be >= 0 (0: never stop)", c.comm.stall_abort_s);
+  k.require(c.comm.stall_warning_s == 0 || c.comm.stall_abort_s == 0 ||
+                c.comm.stall_warning_s < c.comm.stall_abort_s,
+            "comm.stall_warning_s", str_cat("must be below comm.stall_abort_s, ", c.comm.stall_abort_s,
+                                            " (the warning would never come before the stop)"),
+            c.comm.stall_warning_s);
   k.require(c.comm.device_path == "auto" || c.comm.device_path == "staged" || c.comm.device_path == "direct",
             "comm.device_path", "must be auto, staged or direct", c.comm.device_path);
   k.require(c.comm.algorithm != "nccl" || c.comm.device_path != "staged", "comm.device_path",

@@ -74,7 +74,12 @@ void Trainer::inject_fault() {
 void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   if (bad_grads == 0) {
     if (std::isfinite(loss)) return;
-    // Only this rank's loss: its gradients were finite, so no other rank knows; it stops the job.
+    // Only this rank's loss: its gradients were finite (or not checked), so no other rank knows;
+    // it stops the job.
+    if (!cfg_.check.finite)
+      throw Error(str_cat("training diverged: the loss is ", loss, " at step ", step_ + 1, " (lr ", lr,
+                          "); the gradients were not checked (check.finite is off: turn it on for a diagnosis "
+                          "naming the rank and layer)"));
     throw Error(str_cat("training diverged: the loss is ", loss, " at step ", step_ + 1, " (lr ", lr,
                         ") while the averaged gradients are finite; try a lower optimizer.lr or a longer warm-up"));
   }
