@@ -74,7 +74,10 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   if (train_loader_->num_classes() > cfg_.model.classes)
     throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes,
                               " but the training data (", data::split_source(cfg_.data, data::Split::train), ") has ",
-                              train_loader_->num_classes(), " classes"));
+                              train_loader_->num_classes(), " classes",
+                              cfg_.data.train_list.empty() ? ""
+                                                           : " (the largest label of data.train_list and "
+                                                             "data.val_list, plus one)"));
   passes_ = cfg_.train.accumulate;
   // Batches left over past the last whole step of an epoch are dropped, as a short batch is.
   steps_per_epoch_ = train_loader_->steps_per_epoch() / passes_;

@@ -96,6 +96,16 @@ void check_data() {
                "shard sets of other class lists");
   expect(!has(r, "epoch 1/"), "... refused at start-up", r);
 
+  // List files: the class count is both lists' largest label plus one, and the message says so.
+  std::string lines;
+  for (int i = 0; i < 8; ++i) lines += good.string() + " " + std::to_string(i % 3) + "\n";
+  const std::string tl = write("train.txt", lines), vl = write("val.txt", good.string() + " 7\n");
+  expect_error(run(1, "--config " + cfg + " --set data.root= --set data.generate.classes=0 --set data.train_list=" +
+                          tl + " --set data.val_list=" + vl),
+               "model.classes is 3 but the training data \\(list file " + tl +
+                   "\\) has 8 classes \\(the largest label of data.train_list and data.val_list, plus one\\)",
+               "a validation list's label past model.classes");
+
   // --predict names classes as the checkpoint's training data did, whatever the folder holds now.
   const auto own = checkpoints("bad-val1");
   if (own.empty()) return;
