@@ -63,6 +63,15 @@ bool jpeg_complete(const uint8_t* d, size_t len) {
   return false;
 }
 
+std::string header_problem(const uint8_t* data, size_t len, int* width, int* height, bool* is_jpeg) {
+  if (!image_dims(data, len, width, height, is_jpeg)) return "not a JPEG or PNG image this build can decode";
+  if (int64_t{*width} * *height > kMaxImagePixels)
+    return "a " + std::to_string(*width) + " x " + std::to_string(*height) + " image, more than the " +
+           std::to_string(kMaxImagePixels) + " pixels this build decodes";
+  if (*is_jpeg && !jpeg_complete(data, len)) return "a JPEG cut short (no end-of-image marker)";
+  return "";
+}
+
 Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng) {
   const double area = double(width) * height;
   const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);

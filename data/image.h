@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "data/autoaugment.h"
 #include "data/rng.h"
@@ -83,6 +84,11 @@ void decode_thread_init();
 
 // Images above this many pixels (by their header) are not decoded.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
+// What the header says of bytes about to be decoded: "" when they may be, else why not (no JPEG
+// or PNG header image_dims can read, more than kMaxImagePixels, a JPEG cut short). Fills the
+// dims image_dims reads.
+std::string header_problem(const uint8_t* data, size_t len, int* width, int* height, bool* is_jpeg);
 
 // Decodes and augments one image. Writes 3 * size * size floats (CHW, RGB, normalized) to
 // out_chw and/or size * size * 3 bytes (HWC, RGB) to out_hwc (either may be null). Returns false

@@ -85,8 +85,7 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
   // Only bytes whose size a JPEG or PNG header states are decoded, and only up to kMaxImagePixels:
   // OpenCV allocates whatever a header claims (a 27-byte PPM header asks for 2.7 GB), and a decode
   // thread must not be made to do that by one bad file.
-  if (!image_dims(data, len, &w, &h, &jpeg) || int64_t{w} * h > kMaxImagePixels) return false;
-  if (jpeg && !jpeg_complete(data, len)) return false;
+  if (!header_problem(data, len, &w, &h, &jpeg).empty()) return false;
   // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
   const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
                              : center_crop_box(w, h, spec.size, spec.resize);

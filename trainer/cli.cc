@@ -179,8 +179,9 @@ namespace {
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
   if (o.predict) {
     if (rank != 0) return 0;  // one process classifies them all
-    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5, o.ema);
-    const std::vector<std::string> names = predict_class_names(cfg, o.eval_file());
+    std::vector<std::string> saved;
+    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5, o.ema, &saved);
+    const std::vector<std::string> names = predict_class_names(cfg, saved, o.eval_file());
     size_t failed = 0;
     for (const Prediction& p : ps) {
       std::printf("%s\n", prediction_line(p, names).c_str());
@@ -250,9 +251,7 @@ int cli_main(int argc, const char* const* argv) {
   Config cfg = o.config.empty() && o.uses_model_file() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
                                                o.eval_file() + " (saved configuration)", o.sets)
                                 : config_load(o.config, o.sets);
-  const auto& d = cfg.data;
-  if (d.root.empty() && d.train_list.empty() && d.val_list.empty() && d.train_shards.empty() &&
-      d.val_shards.empty() && !d.synthetic) {
+  if (config_data_sources(cfg.data) == 0) {
     // A weights file imported from PyTorch names no dataset. --predict needs none (the images are
     // on its command line); --eval does, and the fix is the user's to give.
     if (o.predict) cfg.data.synthetic = true;

@@ -169,6 +169,10 @@ void config_set(Config& cfg, const std::string& assignment);
 // `cuda` throws "not built" in CPU builds.
 void config_validate(const Config& cfg);
 
+// How many data sources the config gives (root; the lists; the shard sets; synthetic): exactly
+// one is valid.
+int config_data_sources(const data::DataConfig& d);
+
 // The resolved configuration as YAML (every key, in declaration order), for printing and for
 // checkpoints; config_parse of it gives the same Config.
 std::string config_to_yaml(const Config& cfg);

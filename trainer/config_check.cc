@@ -57,6 +57,11 @@ std::string config_origin(const Config& c, const std::string& key) {
   return it != c.origin.end() ? it->second : c.source + " (default)";
 }
 
+int config_data_sources(const data::DataConfig& d) {
+  return !d.root.empty() + (!d.train_list.empty() || !d.val_list.empty()) +
+         (!d.train_shards.empty() || !d.val_shards.empty()) + d.synthetic;
+}
+
 void config_validate(const Config& c) {
   Checker k(c);
   k.require(is_resnet_name(c.model.name), "model.name",
@@ -75,8 +80,7 @@ void config_validate(const Config& c) {
 
   // Exactly one data source.
   const auto& d = c.data;
-  int sources = !d.root.empty() + (!d.train_list.empty() || !d.val_list.empty()) +
-                (!d.train_shards.empty() || !d.val_shards.empty()) + d.synthetic;
+  const int sources = config_data_sources(d);
   if (sources != 1) {
     // Where each source key was given, set or emptied: the file's line, or the --set.
     std::string given;

@@ -68,13 +68,12 @@ Metrics::Metrics(const std::string& path) : path_(path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  f_ = std::fopen(path.c_str(), "a");
+  f_ = std::fopen(path.c_str(), "a+");  // a+: the last byte can be read; writes still append
   if (!f_) throw Error(str_cat(path, ": cannot open the metrics file (", std::strerror(errno), ")"));
   // A run killed mid-write leaves half a record: this run's records start on a line of their own.
-  if (FILE* in = std::fopen(path.c_str(), "rb")) {
-    if (std::fseek(in, -1, SEEK_END) == 0 && std::fgetc(in) != '\n') std::fputc('\n', f_);
-    std::fclose(in);
-  }
+  const bool cut = std::fseek(f_, -1, SEEK_END) == 0 && std::fgetc(f_) != '\n';
+  std::fseek(f_, 0, SEEK_END);  // a read is followed by a write only after a seek
+  if (cut) std::fputc('\n', f_);
 }
 
 Metrics::~Metrics() {

@@ -19,7 +19,9 @@ namespace {
 // Every tensor of the network from the file (ema: from its moving average of the weights): by
 // name and shape where the file lists them, else (an older file of this very model) the flat
 // buffers as they are.
-void load_every_tensor(const std::string& path, Net<float>& net, const std::string& model, bool ema) {
+// Returns the file's class names (its "classes" section; empty in older files).
+std::vector<std::string> load_every_tensor(const std::string& path, Net<float>& net, const std::string& model,
+                                           bool ema) {
   Checkpoint ck = checkpoint_read(path, {.weights = true, .optimizer = false, .rank_state = false, .ema = ema});
   if (ema) {  // "ema" holds the parameters laid out like "params", then the statistics
     if (ck.ema.size() != ck.params.size() + ck.state.size())
@@ -36,7 +38,7 @@ void load_every_tensor(const std::string& path, Net<float>& net, const std::stri
                                     arena.params().size(), " (and the file lists no tensors to match by name)"));
     arena.params_from_host(ck.params);
     arena.state_from_host(ck.state);
-    return;
+    return ck.classes;
   }
   HostView<float> params = arena.host_params(), state = arena.host_state();
   const std::vector<std::string> missing = checkpoint_copy_matching(ck, arena, params.span(), state.span());
@@ -46,12 +48,14 @@ void load_every_tensor(const std::string& path, Net<float>& net, const std::stri
                                   ")"));
   params.commit();
   state.commit();
+  return ck.classes;
 }
 
 }  // namespace
 
 std::vector<Prediction> predict_files(const Config& cfg, const std::string& path,
-                                      const std::vector<std::string>& files, int top_k, bool ema) {
+                                      const std::vector<std::string>& files, int top_k, bool ema,
+                                      std::vector<std::string>* saved_classes) {
   std::vector<Prediction> out(files.size());
   for (size_t i = 0; i < files.size(); ++i) out[i].file = files[i];
   if (files.empty()) return out;
@@ -63,7 +67,8 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
   r.batch = std::clamp<int64_t>(int64_t(files.size()), 1, cfg.train.batch);
   r.inference_only = true;
   auto net = build_resnet<float>(r, make_backend<float>(cfg.backend, cfg.cuda));
-  load_every_tensor(path, *net, cfg.model.name, ema);
+  std::vector<std::string> saved = load_every_tensor(path, *net, cfg.model.name, ema);
+  if (saved_classes) *saved_classes = std::move(saved);
 
   data::AugmentSpec spec =
       data::make_augment_spec(side, /*train=*/false, cfg.data.min_scale, cfg.data.max_scale, false, cfg.data.mean,
@@ -113,15 +118,8 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
     if (!data::decode_augment(bytes.data(), bytes.size(), spec, rng, scratch, slot, nullptr)) {
       int w = 0, h = 0;
       bool jpeg = false;
-      if (!data::image_dims(bytes.data(), bytes.size(), &w, &h, &jpeg))
-        p.error = "not a JPEG or PNG image this build can decode";
-      else if (int64_t{w} * h > data::kMaxImagePixels)
-        p.error = str_cat("a ", w, " x ", h, " image, more than the ", data::kMaxImagePixels,
-                          " pixels this build decodes");
-      else if (jpeg && !data::jpeg_complete(bytes.data(), bytes.size()))
-        p.error = "a JPEG cut short (no end-of-image marker)";
-      else
-        p.error = "the image does not decode";
+      p.error = data::header_problem(bytes.data(), bytes.size(), &w, &h, &jpeg);
+      if (p.error.empty()) p.error = "the image does not decode";
       continue;
     }
     slot_of.push_back(i);
@@ -131,9 +129,9 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
   return out;
 }
 
-std::vector<std::string> predict_class_names(const Config& cfg, const std::string& path) {
-  const Checkpoint ck = checkpoint_read(path, CheckpointParts::none());
-  if (!ck.classes.empty()) return ck.classes;
+std::vector<std::string> predict_class_names(const Config& cfg, const std::vector<std::string>& saved,
+                                             const std::string& path) {
+  if (!saved.empty()) return saved;
   // An older file, or one imported from PyTorch: the dataset's folders, where it is here and
   // has as many classes as the model (a folder added or removed since would shift every name).
   if (cfg.data.synthetic || cfg.data.root.empty() || !cfg.data.train_list.empty() || !cfg.data.train_shards.empty())

@@ -277,9 +277,9 @@ void Trainer::train() {
     log_line(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
                      ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",
                      total_steps_));
-  if (omp_get_max_threads() > available_cores())
-    log_line(str_cat("warning: ", omp_get_max_threads(), " threads per rank (threads, set in ",
-                     config_origin(cfg_, "threads"), ") for the ", available_cores(),
+  if (const int threads = omp_get_max_threads(), cores = available_cores(); threads > cores)
+    log_line(str_cat("warning: ", threads, " threads per rank (threads, set in ",
+                     config_origin(cfg_, "threads"), ") for the ", cores,
                      " cores rank 0 may use: threads that share a core wait for each other at every layer"));
   if (timeline_ && timeline_first_ < 0) {
     timeline_first_ = std::min(step_ + cfg_.log.timeline_skip, total_steps_);
