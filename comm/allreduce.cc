@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "comm/mpi_check.h"
+#include "comm/stall.h"
 
 namespace rt::comm {
 
@@ -155,6 +156,16 @@ class MpiAllreducer final : public Allreducer {
       throw CommError(str_cat("allreduce 'mpi': MPI has no ", dtype_name(t), " sum; use ring"));
     auto* p = static_cast<float*>(buf);
     const size_t lim = comm_.max_elems_per_call();
+    // MPI_Allreduce blocks where no wait loop can run the stall check: its watchdog does.
+    struct Watched {
+      StallWatch* w;
+      explicit Watched(StallWatch* s) : w(s) {
+        if (w) w->begin_blocking();
+      }
+      ~Watched() {
+        if (w) w->end_blocking();
+      }
+    } watched(comm_.stall_watch());
     for (size_t off = 0; off < count; off += lim) {
       const int len = static_cast<int>(std::min(lim, count - off));
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off, len, MPI_FLOAT, MPI_SUM, comm_.mpi()));

@@ -75,6 +75,8 @@ class Communicator {
   // Waits then poll `w` (the stall check: warns, then throws naming the ranks that never came);
   // null turns it off. Not owned.
   void set_stall_watch(StallWatch* w) { stall_ = w; }
+  // The stall watch that applies here (this one's or the one it was split from), or null.
+  StallWatch* stall_watch() const { return stall(); }
 
   // Collectives over the whole communicator; counts are 64-bit and split into calls of at most
   // max_elems_per_call() elements.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "comm/communicator.h"
 #include "comm/mpi_check.h"
 
 namespace rt::comm {
@@ -31,6 +32,9 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
   MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  int provided = MPI_THREAD_SINGLE;
+  MPI_CHECK(MPI_Query_thread(&provided));
+  multiple_ = provided >= MPI_THREAD_MULTIPLE;
   const size_t n = size_t(size_);
   seen_.assign(n, 0);
   recv_buf_.assign(n, 0);
@@ -41,6 +45,14 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
 }
 
 StallWatch::~StallWatch() {
+  if (dog_.joinable()) {
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    dog_.join();
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -101,21 +113,63 @@ void StallWatch::poll(int peer) {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_poll_) return;
   next_poll_ = now + kPollEvery;
+  if (const std::string stop = due(now, peer); !stop.empty()) throw CommError(stop);
+}
+
+std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer) {
   const double waited = std::chrono::duration<double>(now - since_).count();
   if (abort_s_ > 0 && waited >= abort_s_)
-    throw CommError(str_cat("stall: ", describe(missing(), waited, peer), "; stopping the job (comm.stall_abort_s: ",
-                            secs(abort_s_), ")"));
+    return str_cat("stall: ", describe(missing(), waited, peer), "; stopping the job (comm.stall_abort_s: ",
+                   secs(abort_s_), ")");
   if (warn_s_ > 0 && !warned_ && waited >= warn_s_) {
     warned_ = true;
     const std::vector<int> miss = missing();
     int reporter = 0;  // the lowest rank that is here to report
     while (reporter < size_ && std::find(miss.begin(), miss.end(), reporter) != miss.end()) ++reporter;
-    if (rank_ != reporter) return;
+    if (rank_ != reporter) return {};
     std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
                  describe(miss, waited, peer).c_str(),
                  abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
                               : " (comm.stall_abort_s is 0: waiting on)");
     std::fflush(stderr);
+  }
+  return {};
+}
+
+void StallWatch::begin_blocking() {
+  if (!multiple_ || (warn_s_ <= 0 && abort_s_ <= 0)) return;
+  if (!dog_.joinable()) dog_ = std::thread([this] { watchdog(); });
+  {
+    std::lock_guard lk(mu_);  // publishes the step arrive() set up to the watchdog
+    blocking_ = true;
+  }
+  cv_.notify_one();
+}
+
+void StallWatch::end_blocking() {
+  if (!dog_.joinable()) return;
+  std::lock_guard lk(mu_);  // waits out a check in progress: the step's state is ours again
+  blocking_ = false;
+}
+
+void StallWatch::watchdog() {
+  using Clock = std::chrono::steady_clock;
+  const auto after = [](double s) {  // capped at 30 years: a longer setting would overflow the clock
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(s, 1e9)));
+  };
+  std::unique_lock lk(mu_);
+  while (!quit_) {
+    Clock::time_point at = Clock::time_point::max();
+    if (blocking_ && warn_s_ > 0 && !warned_) at = since_ + after(warn_s_);
+    if (blocking_ && abort_s_ > 0) at = std::min(at, since_ + after(abort_s_));
+    if (at == Clock::time_point::max()) {
+      cv_.wait(lk);
+      continue;
+    }
+    cv_.wait_until(lk, at);
+    if (quit_ || !blocking_ || Clock::now() < at) continue;  // woken for another reason: look again
+    // The other thread is inside the blocking call and cannot be interrupted: stop the job here.
+    if (const std::string stop = due(Clock::now(), -1); !stop.empty()) comm_abort(stop.c_str());
   }
 }
 

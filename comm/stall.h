@@ -8,12 +8,20 @@
 // waiting for its own, so the blame would land on a healthy rank. The announcements cost each
 // rank N-1 eight-byte eager messages per step, sent on a private communicator and received
 // by receives posted once and reposted as they complete.
+//
+// A blocking collective (MPI_Allreduce: comm.algorithm mpi) has no wait loop to poll from; while
+// one is under way (begin_blocking .. end_blocking) a watchdog thread does poll()'s work and,
+// since nothing can be thrown into the blocked call, stops the job through comm_abort. It needs
+// MPI_THREAD_MULTIPLE (it tests the announcements while the other thread is inside MPI).
 #pragma once
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace rt::comm {
@@ -37,12 +45,20 @@ class StallWatch {
   void poll(int peer = -1);
   // Ranks whose announcement of the current step has not arrived (after draining what has).
   std::vector<int> missing();
+  // Around a blocking call of the current step; the watchdog starts with the first one. Without
+  // MPI_THREAD_MULTIPLE they do nothing (can_watch_blocking() is false).
+  void begin_blocking();
+  void end_blocking();
+  bool can_watch_blocking() const { return multiple_; }
   double warn_s() const { return warn_s_; }
   double abort_s() const { return abort_s_; }
 
  private:
   void drain();
   std::string describe(const std::vector<int>& miss, double waited, int peer) const;
+  // The warning (printed, once a step) and the abort (its message returned; "" if not due) at `now`.
+  std::string due(std::chrono::steady_clock::time_point now, int peer);
+  void watchdog();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
@@ -54,6 +70,12 @@ class StallWatch {
   std::vector<int64_t> recv_buf_;   // one posted receive per peer
   std::vector<MPI_Request> recv_req_, send_req_;
   int64_t send_buf_ = 0;
+
+  bool multiple_ = false;  // MPI_THREAD_MULTIPLE: the watchdog may test requests
+  std::thread dog_;
+  std::mutex mu_;  // blocking_ and quit_; held by the watchdog while it looks at the step
+  std::condition_variable cv_;
+  bool blocking_ = false, quit_ = false;
 };
 
 }  // namespace rt::comm

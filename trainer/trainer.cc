@@ -270,9 +270,14 @@ void Trainer::train() {
                    schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
-  if (cfg_.comm.algorithm == "mpi" && world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0))
-    log_line("note: comm.algorithm mpi waits inside MPI_Allreduce, which the stall check cannot watch: "
-             "comm.stall_warning_s and comm.stall_abort_s apply to ring, hierarchical and reducer only");
+  if (cfg_.comm.algorithm == "mpi" && world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CHECK(MPI_Query_thread(&provided));
+    if (provided < MPI_THREAD_MULTIPLE)  // the watchdog that watches MPI_Allreduce needs it
+      log_line("note: comm.algorithm mpi waits inside MPI_Allreduce, which the stall check can watch only with "
+               "MPI_THREAD_MULTIPLE (this MPI gives less): comm.stall_warning_s and comm.stall_abort_s apply "
+               "to ring, hierarchical and reducer only");
+  }
   if (cfg_.train.steps > total_steps_)
     log_line(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
                      ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",

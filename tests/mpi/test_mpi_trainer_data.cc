@@ -190,10 +190,6 @@ void check_runs() {
              "--set debug.rank=1 --set debug.step=2 --set debug.param=fc.weight");
   expect_error(r, "rank 1 of 2: training diverged: the loss is nan at step 2 .*the gradients were not checked "
                   "\\(check.finite is off", "a NaN loss with check.finite off");
-  // comm.algorithm mpi: the stall check cannot watch MPI_Allreduce, and rank 0 says so.
-  r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/mpi --set comm.algorithm=mpi --set train.steps=1");
-  expect(r.rc == 0 && has(r, "note: comm.algorithm mpi waits inside MPI_Allreduce"), "the mpi algorithm's note", r);
-
   // A checkpoint folder that cannot be made is found before the first step.
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/ro --set checkpoint.dir=" + cfg + "/sub");
   expect_error(r, cfg + "/sub: cannot create the checkpoint folder \\(.*; checkpoint.dir set in --set",

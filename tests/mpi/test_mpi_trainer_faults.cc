@@ -131,6 +131,17 @@ void failing_ranks() {
                {"warning: stall: rank\\(s\\) 3 of 4 have not reached the gradient allreduce of step 4 after 1\\.",
                 "stall: rank\\(s\\) 3 of 4 have not reached .* stopping the job"},
                "the same, naming world rank 3", list(files_in(dir + "/stall-hier/checkpoints")));
+
+  // The same through MPI_Allreduce (comm.algorithm mpi): the healthy ranks block inside MPI,
+  // where no wait loop polls; the watch's watchdog thread warns and stops the job.
+  cfg = config("stall-mpi");
+  r = run(3, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=1 --set debug.step=3"
+             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4 --set comm.algorithm=mpi");
+  expect_fault("rank 1 of 3 stalls, MPI_Allreduce", r, cfg,
+               {"warning: stall: rank\\(s\\) 1 of 3 have not reached the gradient allreduce of step 3 after 1\\.",
+                "stall: rank\\(s\\) 1 of 3 have not reached .* stopping the job"},
+               "the same inside MPI_Allreduce", list(files_in(dir + "/stall-mpi/checkpoints")));
+  expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
 }
 
 void numerical_faults() {
