@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/mpi_check.h"
+#include "comm/stall.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 
@@ -138,10 +139,19 @@ class NcclAllreducer final : public comm::Allreducer {
       check_buffer(buf);
       const ncclRedOp_t nop = op == ReduceOp::average ? ncclAvg : ncclSum;
       NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), nop, nccl_, stream_));
-      wait();
     } catch (...) {
       give_up();
       throw;
+    }
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      // The collective stays on the device, waiting for its peers (a stalled one, or one whose
+      // connection was lost): any later synchronisation with the device, such as freeing pinned
+      // memory while the error unwinds, would wait for it forever, and nothing but NCCL's abort,
+      // which waits for the node's other ranks (give_up), ends it. So the job ends here.
+      give_up();
+      comm::comm_abort(e.what());
     }
   }
 
@@ -163,7 +173,8 @@ class NcclAllreducer final : public comm::Allreducer {
   // error is looked at once more when the stream is done: a collective NCCL gave up on (its
   // kernels leave once the communicator is aborted) ends with the buffer unreduced, and taking
   // that for a result would let this rank run on alone while its peers wait in the collective.
-  // Between polls: as comm.idle_sleep_us (0: yield the core and poll again).
+  // Between polls: as comm.idle_sleep_us (0: yield the core and poll again); the stall check
+  // looks in at each.
   void wait() {
     const auto nap = std::chrono::microseconds(cfg_.idle_sleep_us);
     for (;;) {
@@ -177,6 +188,8 @@ class NcclAllreducer final : public comm::Allreducer {
       if (async != ncclSuccess)
         throw_nccl_error(__FILE__, __LINE__, "ncclAllReduce (asynchronous)", async);
       if (e == cudaSuccess) return;
+      // A peer that never came to this collective: named, and the job stopped (comm.stall_*).
+      if (comm::StallWatch* stall = comm_.stall_watch()) stall->poll();
       if (nap.count() > 0)
         std::this_thread::sleep_for(nap);
       else
@@ -186,8 +199,8 @@ class NcclAllreducer final : public comm::Allreducer {
 
   // After a failure the communicator is left as it is, never aborted or destroyed here: in recent
   // NCCL both wait, within a node, for every rank of it to call them (NVIDIA/nccl#863), and a
-  // peer still in a collective never does, so the rank would hang before its error got out. The
-  // caller's abort (comm_abort: MPI_Abort) ends the process, and NCCL with it.
+  // peer still in a collective never does, so the rank would hang before its error got out. An
+  // abort (comm_abort: MPI_Abort) ends the process, and NCCL with it.
   void give_up() noexcept { nccl_ = nullptr; }
 
   void release_stream() noexcept {

@@ -25,8 +25,11 @@ namespace rt::cuda {
 //
 // After any failure (or while an exception unwinds through its destructor) the NCCL communicator
 // is given up, not aborted or destroyed, which would wait for the node's other ranks, and later
-// calls throw; the caller's abort path (comm_abort) then ends the job. A normal destruction is
-// ncclCommDestroy, which every rank reaches.
+// calls throw. A failure before the collective is queued throws, and the caller's abort path
+// (comm_abort) ends the job; one while it runs (NCCL's asynchronous error, or the stall check of
+// comm.stall_*_s giving up on a peer) ends the job at once through comm_abort, because the
+// collective left on the device would hang any later synchronisation with it. A normal
+// destruction is ncclCommDestroy, which every rank reaches.
 std::unique_ptr<comm::Allreducer> make_nccl_allreducer(comm::Communicator& comm,
                                                        const comm::CommConfig& cfg,
                                                        cudaStream_t stream = nullptr);

@@ -6,8 +6,8 @@
 // join it (the trainer's and the tests' case). Joining checks what NCCL checks: one unique id for
 // all, distinct ranks in range, no two ranks on one GPU (NCCL's "Duplicate GPU detected",
 // ncclInvalidUsage). ncclAllReduce checks its arguments at the call (device or managed buffers,
-// a known type and operation) and queues the collective on the stream: an MPI_Allgather of the
-// inputs, then each rank sums them in rank order, rounding to the element type after each add;
+// a known type and operation) and queues the collective on the stream: an MPI_Iallgather of the
+// inputs (polled, so that the host's queries find the collective running until every peer came), then each rank sums them in rank order, rounding to the element type after each add;
 // ncclAvg first multiplies each input by 1/ranks rounded to the type, as NCCL's pre-multiplied
 // sum. Every rank so computes the same result, as NCCL's allgather phase gives.
 //
@@ -161,14 +161,27 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   // A kernel's launch, then its work: a query right after the call finds the collective still
   // running, as it does on a GPU, so callers' poll loops wait at least once (gpu_nccl).
   rt_emu::enqueue(stream, [] {});
-  rt_emu::enqueue(stream, [=] {
+  // The collective waits for its peers as NCCL's kernel does, on the device: the host's queries
+  // find it still running (a peer that never comes leaves it so for good), its waits spin.
+  struct Gather {
+    std::vector<char> all;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  auto g = std::make_shared<Gather>();
+  rt_emu::enqueue_polled(stream, [=] {
     if (fails) {
       last_error() = "emulated NCCL: the failure RT_EMU_NCCL_FAIL asked for";
       s->async = ncclRemoteError;
-      return;
+      return true;
     }
-    std::vector<char> all(bytes * size_t(s->ranks));
-    MPI_Allgather(send, int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, s->mpi);
+    std::vector<char>& all = g->all;
+    if (all.empty()) {
+      all.resize(bytes * size_t(s->ranks));
+      MPI_Iallgather(send, int(bytes), MPI_BYTE, all.data(), int(bytes), MPI_BYTE, s->mpi, &g->req);
+    }
+    int arrived = 0;
+    MPI_Test(&g->req, &arrived, MPI_STATUS_IGNORE);
+    if (!arrived) return false;
     auto round_to_t = [t](float v) {
       float cell;
       rt_emu::store(t, &cell, 0, v);
@@ -184,6 +197,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
       }
       rt_emu::store(t, recv, int64_t(i), acc);
     }
+    return true;
   });
   return ncclSuccess;
 }

@@ -7,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace rt_emu {
@@ -14,9 +15,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+struct Item {
+  Work work;  // runs once
+  Poll poll;  // or runs until it returns true (enqueue_polled)
+};
+
 struct Stream {
   bool blocking = true;  // waits for, and is waited for by, the legacy default stream
-  std::deque<Work> queue;
+  std::deque<Item> queue;
   uint64_t queued = 0, done = 0;  // items ever queued; items run
 };
 using StreamPtr = std::shared_ptr<Stream>;
@@ -54,19 +60,30 @@ const StreamPtr& stream_of(cudaStream_t s) {
 }
 Event* event_of(cudaEvent_t e) { return reinterpret_cast<Event*>(e); }
 
+// Takes s's next item off its queue and runs its work (a polled item's has nothing left to do).
+void pop_and_run(Stream& s) {
+  Work w = std::move(s.queue.front().work);
+  s.queue.pop_front();
+  ++s.done;  // counted before it runs: an item that throws is not run again
+  ++g_run;
+  w();
+}
 void run_to(Stream& s, uint64_t upto) {
   while (s.done < upto) {
-    Work w = std::move(s.queue.front());
-    s.queue.pop_front();
-    ++s.done;  // counted before it runs: an item that throws is not run again
-    ++g_run;
-    w();
+    if (const Poll& p = s.queue.front().poll)
+      while (!p()) std::this_thread::yield();  // a wait: until the item is done
+    pop_and_run(s);
   }
 }
 void run_to(const Point& p) {
   if (p.stream) run_to(*p.stream, p.upto);
 }
 void run_all(Stream& s) { run_to(s, s.queued); }
+// A query's share of the device's progress: s's next item runs, or a polled one is tried once.
+void try_next(Stream& s) {
+  if (const Poll& p = s.queue.front().poll; p && !p()) return;  // still waiting
+  pop_and_run(s);
+}
 
 // A host wait: the caller blocks until p; counted when there was queued work to wait for, which a
 // device slower than the host would make it wait for.
@@ -93,16 +110,21 @@ std::vector<Point> implicit_waits(const StreamPtr& s) {
   return waits;
 }
 
-void push(const StreamPtr& s, Work w) {
+void push(const StreamPtr& s, Item it) {
   std::vector<Point> waits = implicit_waits(s);
-  if (waits.empty()) {
-    s->queue.push_back(std::move(w));
-  } else {
-    s->queue.push_back([waits = std::move(waits), w = std::move(w)] {
-      for (const Point& p : waits) run_to(p);
-      w();
-    });
+  if (!waits.empty()) {  // the waits first (each try of a polled item: a no-op once reached)
+    if (it.poll)
+      it.poll = [waits, p = std::move(it.poll)] {
+        for (const Point& w : waits) run_to(w);
+        return p();
+      };
+    else
+      it.work = [waits = std::move(waits), w = std::move(it.work)] {
+        for (const Point& p : waits) run_to(p);
+        w();
+      };
   }
+  s->queue.push_back(std::move(it));
   ++s->queued;
   ++g_queued;
 }
@@ -111,13 +133,18 @@ void push(const StreamPtr& s, Work w) {
 
 void enqueue(cudaStream_t s, Work work) {
   std::lock_guard lock(g_mu);
-  push(stream_of(s), std::move(work));
+  push(stream_of(s), {std::move(work), {}});
+}
+
+void enqueue_polled(cudaStream_t s, Poll step) {
+  std::lock_guard lock(g_mu);
+  push(stream_of(s), {[] {}, std::move(step)});
 }
 
 void run_in_order(cudaStream_t s, Work work) {
   std::lock_guard lock(g_mu);
   const StreamPtr& st = stream_of(s);
-  push(st, std::move(work));
+  push(st, {std::move(work), {}});
   wait_all(st);
 }
 
@@ -153,7 +180,7 @@ cudaError_t stream_synchronize(cudaStream_t s) {
 cudaError_t stream_query(cudaStream_t s) {
   std::lock_guard lock(g_mu);
   Stream& st = *stream_of(s);
-  if (st.done < st.queued) run_to(st, st.done + 1);
+  if (st.done < st.queued) try_next(st);
   return st.done == st.queued ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -189,7 +216,7 @@ cudaError_t event_record(cudaEvent_t e, cudaStream_t s) {
   Event& ev = *event_of(e);
   const StreamPtr& st = stream_of(s);
   auto when = std::make_shared<Clock::time_point>();
-  push(st, [when] { *when = Clock::now(); });
+  push(st, {[when] { *when = Clock::now(); }, {}});
   ev.at = {st, st->queued};
   ev.when = std::move(when);
   return cudaSuccess;
@@ -207,7 +234,7 @@ cudaError_t event_query(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
   std::lock_guard lock(g_mu);
   const Point& p = event_of(e)->at;
-  if (!p.reached()) run_to(*p.stream, p.stream->done + 1);
+  if (!p.reached()) try_next(*p.stream);
   return p.reached() ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -215,7 +242,7 @@ cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
   std::lock_guard lock(g_mu);
   const Point p = event_of(e)->at;  // the record as of now; later records do not move it
-  if (!p.reached()) push(stream_of(s), [p] { run_to(p); });
+  if (!p.reached()) push(stream_of(s), {[p] { run_to(p); }, {}});
   return cudaSuccess;
 }
 

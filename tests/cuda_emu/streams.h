@@ -14,9 +14,15 @@
 namespace rt_emu {
 
 using Work = std::function<void()>;
+// A step of work that is done once it returns true: a kernel that waits for something outside the
+// device (a peer's data in a collective), which a GPU keeps running while the host polls.
+using Poll = std::function<bool()>;
 
 // Queues `work` on stream s (nullptr: the legacy default stream).
 void enqueue(cudaStream_t s, Work work);
+// Queues an item that runs `step` until it returns true: a query tries it once (cudaErrorNotReady
+// while it is false), a wait tries it until it is true.
+void enqueue_polled(cudaStream_t s, Poll step);
 // Queues `work` on s and returns once it, and everything before it on s, has run: how a call that
 // is synchronous with the host (cudaMemcpy to pageable memory) keeps the stream's order.
 void run_in_order(cudaStream_t s, Work work);

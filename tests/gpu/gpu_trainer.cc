@@ -272,6 +272,21 @@ TEST(GpuTrainer, NcclFailureEndsTheJob) {
     EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
 }
 
+// A rank that never reaches a step's collective (debug.fault: stall) while the others wait in
+// ncclAllReduce: the stall check names it and stops the job, as with our own allreduces.
+TEST(GpuTrainer, NcclStallIsNamedAndStopsTheJob) {
+  RT_REQUIRE_GPU();
+  if (std::string why; !nccl_runs_here(&why)) GTEST_SKIP() << why;
+  std::string out;
+  EXPECT_NE(run_trainer("cuda", 2, &out,
+                        std::string(kNoEval) + "comm: {algorithm: nccl, stall_warning_s: 1, stall_abort_s: 4}\n"
+                                               "debug: {fault: stall, rank: 1, step: 3}\n"),
+            0) << out;
+  for (const char* want : {"warning: stall: rank(s) 1 of 2 have not reached the gradient allreduce of step 3",
+                           "stopping the job (comm.stall_abort_s: 4.0 s)"})
+    EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
+}
+
 // A model that does not fit the device: every rank stops with an error saying what was asked,
 // what the device had free, and which key of which file to lower; nothing hangs. Only the
 // emulator's device size can be set (RT_EMU_DEVICE_MIB): a real one would need a job too large
