@@ -24,6 +24,11 @@ TEST(trainer_config_mistakes, KeyGivenTwiceOrSecondDocument) {
   EXPECT_NE(e.find("d.yaml:4: key 'train.batch' given twice (first at d.yaml:2)"), std::string::npos) << e;
   e = error_of([] { config_parse("train: {batch: 4}\ntrain: {epochs: 2}\n", "d.yaml"); });
   EXPECT_NE(e.find("d.yaml:2: key 'train' given twice"), std::string::npos) << e;
+  // Inside a mapping of names (yaml-cpp keeps both entries; the first would apply, the second print).
+  e = error_of([] { config_parse("optimizer:\n  lr_mult:\n    fc: 0\n    fc: 5\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:2: key 'optimizer.lr_mult': 'fc' given twice"), std::string::npos) << e;
+  e = error_of([] { config_parse(kData, "d.yaml", {"optimizer.lr_mult={fc: 0, layer4: 1, fc: 5}"}); });
+  EXPECT_NE(e.find("key 'optimizer.lr_mult': 'fc' given twice"), std::string::npos) << e;
   e = error_of([] { config_parse("---\nseed: 1\n---\nseed: 2\n", "m.yaml"); });
   EXPECT_NE(e.find("m.yaml:4: a second YAML document ('---')"), std::string::npos) << e;
   EXPECT_EQ(config_parse("---\nseed: 3\n", "one.yaml").seed, 3u);  // a leading marker is one document

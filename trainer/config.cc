@@ -222,8 +222,13 @@ void read_value(const YAML::Node& n, std::vector<std::pair<std::string, double>>
   }
   if (!n.IsMap()) bad_type(at, k, want, n);
   f.clear();
-  for (auto it = n.begin(); it != n.end(); ++it)
-    f.emplace_back(scalar_as<std::string>(it->first, at, k, want), scalar_as<double>(it->second, at, k, want));
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    std::string name = scalar_as<std::string>(it->first, at, k, want);
+    // yaml-cpp keeps both entries of a name given twice; which would apply is not for us to guess.
+    if (std::any_of(f.begin(), f.end(), [&](const auto& e) { return e.first == name; }))
+      throw ConfigError(str_cat(at, ": key '", k, "': '", name, "' given twice: which factor was meant?"));
+    f.emplace_back(std::move(name), scalar_as<double>(it->second, at, k, want));
+  }
 }
 void read_value(const YAML::Node& n, data::Output& f, const std::string& at, const std::string& k) {
   const std::string s = scalar_as<std::string>(n, at, k, "float or u8");
