@@ -40,6 +40,8 @@ void schedule_validate(const ScheduleConfig& cfg) {
   check_non_negative("base_lr", cfg.base_lr);
   check_non_negative("warmup_epochs", cfg.warmup_epochs);
   check_non_negative("warmup_start_factor", cfg.warmup_start_factor);
+  if (cfg.warmup_start_factor > 1)  // a warm-up that starts above its peak (torch's LinearLR refuses it too)
+    throw Error(str_cat("schedule: warmup_start_factor must be in [0, 1], got ", cfg.warmup_start_factor));
   check_positive("total_epochs", cfg.total_epochs);
   check_non_negative("final_lr", cfg.final_lr);
   if (cfg.warmup_epochs > cfg.total_epochs)

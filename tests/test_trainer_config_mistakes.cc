@@ -57,7 +57,13 @@ TEST(trainer_config_mistakes, LibraryFieldsNamedWhereTheyWereSet) {
   auto e = invalid("optimizer: {momentum: 0.9}\n", {"optimizer.weight_decay=-1"});
   EXPECT_NE(e.find("--set: optimizer: sgd: weight_decay must be finite and >= 0"), std::string::npos) << e;
   e = invalid("train: {epochs: 1}\nschedule:\n  kind: cosine\n  warmup_epochs: 5\n");
-  EXPECT_NE(e.find("v.yaml:5: schedule: warmup_epochs (5) exceeds"), std::string::npos) << e;
+  EXPECT_NE(e.find("v.yaml:5: key 'schedule.warmup_epochs' exceeds train.epochs, 1 (set in v.yaml:2) (got 5)"),
+            std::string::npos) << e;
+  e = invalid("schedule: {warmup_start_factor: 2}\n");
+  EXPECT_NE(e.find("v.yaml:2: schedule: warmup_start_factor must be in [0, 1], got 2"), std::string::npos) << e;
+  e = invalid("optimizer: {lr: 0.1}\nschedule: {kind: cosine, final_lr: 1}\n");
+  EXPECT_NE(e.find("v.yaml:3: key 'schedule.final_lr' exceeds optimizer.lr, 0.1 (set in v.yaml:2; both per 256 "
+                   "images) (got 1)"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {root: /d}\n", "s.yaml", {"data.synthetic=true"})); });
   EXPECT_NE(e.find("(2 set; data.root at s.yaml:1, data.synthetic at --set)"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("seed: 1\n", "s.yaml", {"data.root="})); });

@@ -173,6 +173,16 @@ void config_validate(const Config& c) {
   k.require(c.train.target_top1 == 0 || c.eval.every_epochs > 0, "train.target_top1",
             "needs evaluations during the run (eval.every_epochs > 0)", c.train.target_top1);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
+  // The schedule's checks that involve other sections' keys, in the user's own numbers and
+  // naming both keys (schedule_validate sees total epochs and lrs already scaled to the batch).
+  k.require(!(c.schedule.warmup_epochs > double(c.train.epochs)), "schedule.warmup_epochs",
+            str_cat("exceeds train.epochs, ", c.train.epochs, " (set in ", config_origin(c, "train.epochs"), ")"),
+            c.schedule.warmup_epochs);
+  const bool decays_to_final = c.schedule.kind == ScheduleKind::cosine || c.schedule.kind == ScheduleKind::poly;
+  k.require(!decays_to_final || !(c.schedule.final_lr > c.optimizer.lr), "schedule.final_lr",
+            str_cat("exceeds optimizer.lr, ", c.optimizer.lr, " (set in ", config_origin(c, "optimizer.lr"),
+                    "; both per 256 images)"),
+            c.schedule.final_lr);
   k.library("schedule", "schedule.kind", [&] { schedule_validate(config_schedule(c, 1)); });
 
   const auto& algos = comm::allreduce_algorithms();
