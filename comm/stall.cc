@@ -77,10 +77,12 @@ void StallWatch::drain() {
   }
 }
 
-void StallWatch::arrive(int64_t step) {
+void StallWatch::arrive(int64_t step, std::string what) {
+  std::lock_guard lk(mu_);
   // The previous announcement has long left (eight bytes go eagerly): its buffer can be reused.
   MPI_CHECK(MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE));
   step_ = step;
+  what_ = what.empty() ? str_cat("the gradient allreduce of step ", step) : std::move(what);
   send_buf_ = step;
   seen_[size_t(rank_)] = step;
   for (int p = 0; p < size_; ++p)
@@ -102,10 +104,9 @@ std::vector<int> StallWatch::missing() {
 
 std::string StallWatch::describe(const std::vector<int>& miss, double waited, int peer) const {
   if (!miss.empty())
-    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached the gradient allreduce of step ",
-                   step_, " after ", secs(waited));
-  return str_cat("every rank reached the gradient allreduce of step ", step_, " but it has not completed after ",
-                 secs(waited), peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
+    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what_, " after ", secs(waited));
+  return str_cat("every rank reached ", what_, " but it has not completed after ", secs(waited),
+                 peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
 }
 
 void StallWatch::poll(int peer) {
@@ -113,7 +114,12 @@ void StallWatch::poll(int peer) {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_poll_) return;
   next_poll_ = now + kPollEvery;
-  if (const std::string stop = due(now, peer); !stop.empty()) throw CommError(stop);
+  std::unique_lock lk(mu_, std::try_to_lock);  // the watchdog is looking: it will tell
+  if (!lk.owns_lock()) return;
+  if (std::string stop = due(now, peer); !stop.empty()) {
+    lk.unlock();
+    throw CommError(stop);
+  }
 }
 
 std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer) {

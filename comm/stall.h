@@ -35,7 +35,8 @@ class StallWatch {
   StallWatch& operator=(const StallWatch&) = delete;
 
   // This rank entered step `step`'s collective (steps count up from 1). Starts the clock.
-  void arrive(int64_t step);
+  // `what` names the collective in messages ("" : "the gradient allreduce of step <step>").
+  void arrive(int64_t step, std::string what = {});
   // The step's collective is over: waits no longer count.
   void leave() { active_ = false; }
   // Called from wait loops while a transfer with `peer` (-1: unknown) is pending. Prints the
@@ -64,6 +65,7 @@ class StallWatch {
   int rank_ = 0, size_ = 1;
   double warn_s_, abort_s_;
   int64_t step_ = 0;
+  std::string what_;
   bool active_ = false, warned_ = false;
   std::chrono::steady_clock::time_point since_, next_poll_;
   std::vector<int64_t> seen_;       // latest step each rank announced
@@ -73,7 +75,8 @@ class StallWatch {
 
   bool multiple_ = false;  // MPI_THREAD_MULTIPLE: the watchdog may test requests
   std::thread dog_;
-  std::mutex mu_;  // blocking_ and quit_; held by the watchdog while it looks at the step
+  std::mutex mu_;  // blocking_ and quit_; held while the step's state is looked at (by the
+                   // watchdog, by poll) or changed (arrive)
   std::condition_variable cv_;
   bool blocking_ = false, quit_ = false;
 };

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "comm/allreduce.h"
@@ -92,6 +93,7 @@ void config_fields(C& c, V&& v) {
   v("train.ema", c.train.ema);
   v("train.ema_warmup", c.train.ema_warmup);
   v("train.ema_every", c.train.ema_every);
+  v("train.ema_copy_epochs", c.train.ema_copy_epochs);
   v("train.clip_grad_norm", c.train.clip_grad_norm);
   v("train.target_top1", c.train.target_top1);
   v("loss_scale.mode", c.loss_scale.mode);
@@ -462,16 +464,18 @@ void config_set(Config& cfg, const std::string& assignment) {
   cfg.origin[key] = "--set";
 }
 
-std::string config_model_changes(const std::string& saved_yaml, const Config& now) {
+std::string config_changes(const std::string& other_yaml, const Config& now,
+                           const std::function<bool(const std::string&)>& compared, const std::string& other_label,
+                           const std::string& now_label) {
   Config then;
   try {
-    then = config_parse(saved_yaml, "saved");
+    then = config_parse(other_yaml, "saved");
   } catch (const Error&) {
     return "";
   }
   std::map<std::string, std::string> was;
   config_fields(then, [&](const char* k, auto& f) {
-    if (std::string(k).rfind("model.", 0) == 0) was[k] = YAML::Dump(to_node(f));
+    if (compared(k)) was[k] = YAML::Dump(to_node(f));
   });
   Config cur = now;  // config_fields hands out mutable references
   std::string out;
@@ -479,9 +483,23 @@ std::string config_model_changes(const std::string& saved_yaml, const Config& no
     const auto it = was.find(k);
     if (it == was.end()) return;
     const std::string v = YAML::Dump(to_node(f));
-    if (v != it->second) out += str_cat(out.empty() ? "" : "; ", k, ": ", it->second, " in the file, ", v, " here");
+    if (v != it->second)
+      out += str_cat(out.empty() ? "" : "; ", k, ": ", it->second, " ", other_label, ", ", v, " ", now_label);
   });
   return out;
+}
+
+std::string config_model_changes(const std::string& saved_yaml, const Config& now) {
+  return config_changes(
+      saved_yaml, now, [](const std::string& k) { return k.rfind("model.", 0) == 0; }, "in the file", "here");
+}
+
+bool config_key_per_rank(const std::string& k) {
+  static const std::set<std::string> keys = {
+      "threads",  "data.threads", "data.queue_depth", "data.root", "data.train_list", "data.val_list",
+      "data.train_shards", "data.val_shards", "run_dir", "checkpoint.dir", "cuda.algo_cache"};
+  // comm.* has its own agreement check (comm_check_agreement), with the fields that must agree.
+  return keys.count(k) || k.rfind("log.", 0) == 0 || k.rfind("data.generate.", 0) == 0 || k.rfind("comm.", 0) == 0;
 }
 
 std::string config_to_yaml(const Config& cfg_in) {

@@ -4,6 +4,7 @@
 // rt::ScheduleConfig, rt::comm::CommConfig).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,6 +72,10 @@ struct TrainConfig {                  // key prefix: train.
   double ema = 0.0;                   // >0: also keep a moving average of the weights, this decay
   bool ema_warmup = true;             // decay min(ema, (1 + n) / (10 + n)) after n updates
   int64_t ema_every = 1;              // update the average after every this many optimizer steps
+  int64_t ema_copy_epochs = 0;        // in the first this many epochs (and at the first update
+                                      //   after) the average takes the weights as they are, as
+                                      //   torchvision's reference script resets its average
+                                      //   during the lr warm-up
   double clip_grad_norm = 0.0;        // >0: the step's gradient, when its L2 norm is above this,
                                       //   scaled to it (torch.nn.utils.clip_grad_norm_); 0 = off
   double target_top1 = 0.0;           // >0: stop once a validation top-1 (%) reaches this (the
@@ -186,6 +191,15 @@ std::vector<std::string> config_keys();
 // The model.* keys whose values differ between a checkpoint's saved configuration and `now`,
 // as "model.width: 0.25 in the file, 0.5 here; ..."; "" when none do or the text does not parse.
 std::string config_model_changes(const std::string& saved_yaml, const Config& now);
+// The keys for which `compared(key)` is true whose values differ between `other_yaml` and `now`,
+// as "<key>: <other's value> <other_label>, <now's> <now_label>; ..."; "" when none do or the
+// text does not parse.
+std::string config_changes(const std::string& other_yaml, const Config& now,
+                           const std::function<bool(const std::string&)>& compared, const std::string& other_label,
+                           const std::string& now_label);
+// Whether ranks of one job may hold different values of `key`: how many threads, where the
+// data, the run folder and the logs are (per node); what the data holds is compared apart.
+bool config_key_per_rank(const std::string& key);
 
 // Derived values.
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate

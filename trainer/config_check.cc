@@ -166,6 +166,7 @@ void config_validate(const Config& c) {
   k.require(c.train.ema >= 0 && c.train.ema < 1, "train.ema", "must be in [0, 1) (0: off; e.g. 0.9999)",
             c.train.ema);
   k.require(c.train.ema_every >= 1, "train.ema_every", "must be >= 1", c.train.ema_every);
+  k.require(c.train.ema_copy_epochs >= 0, "train.ema_copy_epochs", "must be >= 0", c.train.ema_copy_epochs);
   k.require(c.train.clip_grad_norm >= 0 && std::isfinite(c.train.clip_grad_norm), "train.clip_grad_norm",
             "must be >= 0 (0: off)", c.train.clip_grad_norm);
   k.require(c.train.target_top1 >= 0 && c.train.target_top1 <= 100, "train.target_top1",
@@ -240,8 +241,8 @@ void config_validate(const Config& c) {
   k.require(c.check.every >= 0, "check.every", "must be >= 0", c.check.every);
   const auto& dbg = c.debug;
   k.require(dbg.fault == "none" || dbg.fault == "nan" || dbg.fault == "inf" || dbg.fault == "stall" ||
-                dbg.fault == "kill" || dbg.fault == "throw",
-            "debug.fault", "must be none, nan, inf, stall, kill or throw", dbg.fault);
+                dbg.fault == "stall_eval" || dbg.fault == "kill" || dbg.fault == "throw",
+            "debug.fault", "must be none, nan, inf, stall, stall_eval, kill or throw", dbg.fault);
   k.require(dbg.rank >= 0, "debug.rank", "must be >= 0", dbg.rank);
   k.require(dbg.step >= 1, "debug.step", "must be >= 1", dbg.step);
   // Far more threads than any machine has cores: OpenMP fails to start a team that size.

@@ -34,6 +34,17 @@ void Trainer::ema_update() {
   // every rank and restored with the optimizer's step count on a resume.
   const int64_t every = cfg_.train.ema_every, steps = opt_->steps();
   if (steps % every != 0) return;
+  // train.ema_copy_epochs: torchvision's script sets the average's update count back to 0 after
+  // each update in its warm-up epochs, so each of those updates, and the first after them, copies
+  // the weights (the previous update taken as `every` steps back: none was skipped for overflow).
+  if (const int64_t copy = cfg_.train.ema_copy_epochs; copy > 0) {
+    const int64_t epoch = step_ / steps_per_epoch_;  // this step's (step_ counts the ones before it)
+    const int64_t previous = std::max<int64_t>(step_ - every, 0) / steps_per_epoch_;
+    if (epoch < copy || previous < copy) {
+      ema_start();
+      return;
+    }
+  }
   const double d = ema_decay(cfg_.train.ema, cfg_.train.ema_warmup, steps / every - 1);
   const float w = float(1.0 - d);
   auto& arena = net_->arena();

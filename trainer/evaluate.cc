@@ -61,6 +61,7 @@ EvalResult Trainer::evaluate() {
   const size_t per_image = pad_images.size() / size_t(batch);
   int64_t counts[4] = {0, 0, 0, 0};  // samples, top1, top5, skipped (undecodable)
   double loss = 0;
+  inject_eval_fault();
   while (loader.next(batch_)) {
     const int n = batch_.n;
     if (n == 0) continue;
@@ -91,8 +92,11 @@ EvalResult Trainer::evaluate() {
     count_correct(logits_.data(), batch_.labels.data(), n, classes, counts[1], counts[2], loss);
   }
   counts[3] = loader.skipped() - skipped_before;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  {
+    const CtlWatch w = watch_ctl("the end of an evaluation (its sums)");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  }
   EvalResult r;
   r.samples = counts[0];
   r.top1 = counts[1];

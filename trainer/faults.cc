@@ -71,6 +71,15 @@ void Trainer::inject_fault() {
   }
 }
 
+void Trainer::inject_eval_fault() {
+  const DebugConfig& d = cfg_.debug;
+  if (d.fault != "stall_eval" || rank_ != d.rank || step_ != d.step) return;
+  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault 'stall_eval' in the evaluation after step %lld\n",
+               rank_, world_, static_cast<long long>(d.step));
+  std::fflush(stderr);
+  for (;;) ::pause();  // as a validation read that never returns
+}
+
 void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   if (bad_grads == 0) {
     if (std::isfinite(loss)) return;
@@ -97,7 +106,10 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
     }
   }
   std::vector<Finding> all(static_cast<size_t>(world_));
-  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  {
+    const CtlWatch w = watch_ctl(str_cat("the diagnosis of step ", step_ + 1, "'s non-finite values"));
+    ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  }
 
   std::string where;
   for (int r = 0; r < world_; ++r) {
@@ -128,7 +140,10 @@ void Trainer::check_consistency() {
   HostView<float> p = net_->arena().host_params();
   const uint64_t mine = checkpoint_hash(p.data(), (p.size() * sizeof(float) / 8) * 8);
   std::vector<uint64_t> all(static_cast<size_t>(world_));
-  ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  {
+    const CtlWatch w = watch_ctl(str_cat("the parameter check of step ", step_));
+    ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
+  }
   std::string bad;
   for (int r = 1; r < world_; ++r)
     if (all[size_t(r)] != all[0]) bad += (bad.empty() ? "" : ", ") + std::to_string(r);

@@ -68,6 +68,8 @@ Metrics::Metrics(const std::string& path) : path_(path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec)  // the cause (a read-only file system, say), not the missing folder it leaves
+    throw Error(str_cat(p.parent_path().string(), ": cannot create the folder of the metrics file (", ec.message(), ")"));
   f_ = std::fopen(path.c_str(), "a+");  // a+: the last byte can be read; writes still append
   if (!f_) throw Error(str_cat(path, ": cannot open the metrics file (", std::strerror(errno), ")"));
   // A run killed mid-write leaves half a record: this run's records start on a line of their own.

@@ -133,8 +133,10 @@ void Trainer::train_step() {
   // divergence to diagnose, not an overflow to skip) must send every rank the same way, as
   // check_finite gathers from all: the ranks agree on it first.
   int losses_finite = std::isfinite(loss);
-  if (bad_grads > 0 && world_ > 1)
+  if (bad_grads > 0 && world_ > 1) {
+    const CtlWatch w = watch_ctl(str_cat("step ", step_ + 1, "'s agreement on finite losses"));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &losses_finite, 1, MPI_INT, MPI_LAND, ctl_comm_->mpi()));
+  }
   const bool apply = losses_finite ? scaler_.update(bad_grads > 0) : true;
   double grad_norm = -1;
   bool clipped = false;

@@ -67,6 +67,12 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   comm::CommConfig ctl_cfg = cfg_.comm;
   ctl_cfg.algorithm = "ring";  // bitwise-identical results on every rank by construction
   ctl_reduce_ = comm::make_allreducer(ctl_cfg, *ctl_comm_);
+  if (world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {
+    ctl_stall_ = std::make_unique<comm::StallWatch>(ctl_comm_->mpi(), cfg_.comm.stall_warning_s,
+                                                    cfg_.comm.stall_abort_s);
+    ctl_comm_->set_stall_watch(ctl_stall_.get());
+  }
+  check_config_agreement();
 
   const int batch = int(cfg_.train.batch);
   auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
@@ -153,7 +159,13 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // Where this run will evaluate, its validation data is opened now: a missing folder, classes
   // that differ from training's or too few samples stop the job before any training is lost.
   if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end) val_loader();
-  metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
+  check_data_agreement();
+  try {
+    metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
+  } catch (const Error& e) {
+    const char* key = cfg_.log.jsonl.empty() ? "run_dir" : "log.jsonl";
+    throw ConfigError(str_cat(e.what(), "; ", key, " set in ", config_origin(cfg_, key)));
+  }
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
   metrics_->write(JsonLine("start")
@@ -354,10 +366,12 @@ void Trainer::train() {
     }
   }
   // The run's end: what it took and the best it reached (that of earlier runs it resumed too).
-  const double secs = now_s() - run_start_s_;
-  const double img_s = double(step_ - first_step) * double(config_global_batch(cfg_, world_)) / std::max(secs, 1e-9);
+  // The rate is training's: the evaluations' time is counted apart.
+  const double secs = now_s() - run_start_s_, train_s = std::max(secs - eval_s_, 0.0);
+  const double img_s = double(step_ - first_step) * double(config_global_batch(cfg_, world_)) / std::max(train_s, 1e-9);
   JsonLine line("end");
-  line.add("step", step_).add("steps_run", step_ - first_step).add("train_s", secs).add("img_s", img_s);
+  line.add("step", step_).add("steps_run", step_ - first_step).add("train_s", train_s).add("eval_s", eval_s_)
+      .add("run_s", secs).add("img_s", img_s);
   std::string best;
   if (best_step_ > 0) {
     line.add("best_val_top1", best_top1_).add("best_step", best_step_);
@@ -365,7 +379,8 @@ void Trainer::train() {
                    (best_step_ - 1) / steps_per_epoch_ + 1, ")");
   }
   report(line, str_cat("finished: ", step_ - first_step, " steps in ", format_duration(secs), " (", fixed(img_s, 1),
-                       " img/s)", best));
+                       " img/s", eval_s_ > 0 ? str_cat(" in the ", format_duration(train_s), " not evaluating") : "",
+                       ")", best));
 }
 
 int Trainer::agreed_stop_signal(bool& save_due) {
@@ -377,7 +392,10 @@ int Trainer::agreed_stop_signal(bool& save_due) {
   if (!stop_handlers_installed() && every_s <= 0) return 0;
   int flags[2] = {stop_handlers_installed() ? stop_signal() : 0,
                   rank_ == 0 && every_s > 0 && now_s() - last_save_s_ >= every_s};
-  if (world_ > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
+  if (world_ > 1) {
+    const CtlWatch w = watch_ctl(str_cat("the end of step ", step_, " (where the ranks compare stop signals)"));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
+  }
   save_due = flags[1] != 0;
   return flags[0];
 }
@@ -393,7 +411,10 @@ BackendOptions Trainer::backend_options() const {
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end, bool stopping) {
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
   double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  {
+    const CtlWatch w = watch_ctl(str_cat("the end of epoch ", epoch + 1, " (its statistics' sums)"));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+  }
   const double n = std::max(1.0, sums[3]), secs = now_s() - epoch_start;
   JsonLine line("epoch");
   line.add("epoch", epoch + 1)
@@ -405,16 +426,20 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
       .add("img_s", sums[3] / secs);
   std::string text = str_cat("epoch ", epoch + 1, "/", cfg_.train.epochs, ": train loss ", fixed(sums[0] / n, 4),
                              " top1 ", fixed(100 * sums[1] / n, 2), "% top5 ", fixed(100 * sums[2] / n, 2), "%");
-  if (epoch_from_ > 0) {  // a resume mid-epoch: the figures are of this run's part of it only
-    line.add("first_step_in_epoch", epoch_from_ + 1);
-    text += str_cat(" (its steps ", epoch_from_ + 1, "-", step_ - epoch * steps_per_epoch_,
-                    " only: resumed mid-epoch)");
+  // Begun by a resume mid-epoch, or cut short (train.steps, a stop): the figures are of this
+  // run's part of the epoch only, and say so.
+  if (const int64_t last = step_ - epoch * steps_per_epoch_; epoch_from_ > 0 || last < steps_per_epoch_) {
+    line.add("first_step_in_epoch", epoch_from_ + 1).add("last_step_in_epoch", last);
+    text += str_cat(" (its steps ", epoch_from_ + 1, "-", last, " of ", steps_per_epoch_, " only: ",
+                    epoch_from_ > 0 ? "resumed mid-epoch" : "", epoch_from_ > 0 && last < steps_per_epoch_ ? ", " : "",
+                    last < steps_per_epoch_ ? "the run ends mid-epoch" : "", ")");
   }
   const int64_t every = cfg_.eval.every_epochs;
   const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);
   if (due && stopping) {
     text += ", evaluation skipped (stopping: --eval the checkpoint)";
   } else if (due) {
+    const double eval_start = now_s();
     EvalResult v = evaluate();
     line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
         .add("val_samples", v.samples).add("val_skipped", v.skipped).add("val_s", v.seconds);
@@ -428,6 +453,7 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
                       fixed(e.top5_pct(), 2), "%");
       score = e.top1_pct();  // as timm: the average is what a run with one is judged by
     }
+    eval_s_ += now_s() - eval_start;
     // The same figures on every rank (evaluate() sums over all), so every rank decides alike.
     if (best_step_ == 0 || score > best_top1_) {
       const bool reached_before = target_reached();

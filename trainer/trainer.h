@@ -124,7 +124,8 @@ class Trainer {
   void setup_threads(MPI_Comm world);
   void train_step();
   void emulate_step(double t0);               // emulate.compute_ms: backward's stand-in
-  void inject_fault();                       // debug.fault, when this rank and step are due
+  void inject_fault();       // debug.fault, when this rank and step are due
+  void inject_eval_fault();  // debug.fault stall_eval: in the evaluation after debug.step
   // Throws naming step, ranks and layers; bad_grads: the non-finite gradient values counted.
   void check_finite(double loss, double lr, size_t bad_grads);
   // Divides the averaged gradients by the loss scale; returns their non-finite values (counted
@@ -150,6 +151,23 @@ class Trainer {
   // Collective: the stop signal any rank caught (stop_signal.h), or 0; save_due: a timed
   // checkpoint is due (checkpoint.every_minutes).
   int agreed_stop_signal(bool& save_due);
+  // Collective (agreement.cc): every rank runs rank 0's configuration (config_key_per_rank aside)
+  // and sees the same number of samples and classes; else every rank throws ConfigError naming
+  // the first rank that differs and how.
+  void check_config_agreement();
+  void check_data_agreement();
+  // The stall check of the trainer's own collectives (the end-of-step agreement, epoch and
+  // evaluation sums, batch-norm averages, checks), as of the gradients' allreduce: while the
+  // returned object lives, a rank that never reaches the collective `what` is named and the job
+  // stopped (comm.stall_*_s; agreement.cc). Every rank must watch the same collectives in order.
+  struct CtlWatch {
+    comm::StallWatch* w;
+    explicit CtlWatch(comm::StallWatch* s) : w(s) {}
+    CtlWatch(const CtlWatch&) = delete;
+    CtlWatch& operator=(const CtlWatch&) = delete;
+    ~CtlWatch();
+  };
+  CtlWatch watch_ctl(const std::string& what);
 
   // Collective: copies this rank's own BN running statistics into `own` and returns their average
   // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.
@@ -185,6 +203,9 @@ class Trainer {
   int rank_ = 0, world_ = 1;
   std::unique_ptr<comm::Communicator> grad_comm_, ctl_comm_;  // gradient traffic; everything else
   std::unique_ptr<comm::Allreducer> ctl_reduce_;              // BN statistics (ring: bitwise equal)
+  std::unique_ptr<comm::StallWatch> ctl_stall_;  // the stall check of ctl_comm_'s collectives
+  int64_t ctl_calls_ = 0;                        // ... which it numbers
+  double eval_s_ = 0;  // this process's time in evaluations during train(): not training's
   std::shared_ptr<comm::BnGroupSync> bn_sync_;  // model.bn_group's groups (null: none, 1 rank each)
   std::unique_ptr<Net<float>> net_;
   std::unique_ptr<Net<float>> eval_net_;  // evaluation's, when its side is not training's

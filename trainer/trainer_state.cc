@@ -325,6 +325,12 @@ std::string Trainer::resume(const std::string& what) {
     std::vector<std::string> skipped;
     path = checkpoint_find_latest(ckpt_dir_, &skipped, &ck, parts_to_load(true));
     for (const auto& s : skipped) log_line("skipping a damaged checkpoint: " + s);
+    // Checkpoints there, none readable: the run's progress is not to be dropped without a word
+    // (this rank's error ends the job, the others waiting below included).
+    if (path.empty() && !skipped.empty())
+      throw CheckpointError(str_cat("--resume auto: every checkpoint in ", ckpt_dir_, " is damaged (", skipped.size(),
+                                    ", listed above); nothing to resume from. To start afresh anyway, move them "
+                                    "away or run without --resume"));
   }
   uint64_t len = path.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, ctl_comm_->mpi()));
@@ -346,7 +352,10 @@ std::vector<float> Trainer::averaged_bn_state(std::vector<float>& own) {
 
 std::vector<float> Trainer::average_over_ranks(const std::vector<float>& own) {
   std::vector<float> avg = own;
-  if (world_ > 1 && !avg.empty()) ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
+  if (world_ > 1 && !avg.empty()) {
+    const CtlWatch w = watch_ctl("the average of the ranks' batch-norm statistics");
+    ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
+  }
   return avg;
 }
 
@@ -362,6 +371,7 @@ std::vector<float> Trainer::gather_to_rank0(const std::vector<float>& own) {
   if (world_ == 1 || own.empty()) return all;
   if (own.size() > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Gather");
   if (rank_ == 0) all.resize(own.size() * size_t(world_));
+  const CtlWatch w = watch_ctl("the gather of the ranks' batch-norm statistics");
   MPI_CHECK(MPI_Gather(own.data(), int(own.size()), MPI_FLOAT, all.data(), int(own.size()), MPI_FLOAT, 0,
                        ctl_comm_->mpi()));
   return all;

@@ -157,6 +157,12 @@ void check_run_eval_resume() {
   expect(r.rc == 0 && r.out.find("skipping a damaged checkpoint") != std::string::npos &&
              r.out.find("loaded " + ck.front()) != std::string::npos,
          "--resume auto passes over a damaged newest checkpoint", r);
+  // All of them damaged: refused, not a fresh start that would drop the run's progress.
+  for (const auto& e : fs::directory_iterator(fs::path(ck.front()).parent_path()))
+    if (e.path().extension() == ".rtck") fs::resize_file(e.path(), 100);
+  expect_error(run(2, "--config " + cfg + " --resume auto"),
+               "--resume auto: every checkpoint in .* is damaged \\([0-9]+, listed above\\); nothing to resume from",
+               "--resume auto with every checkpoint damaged");
 }
 
 // checkpoint.keep_best from the command line: one rank, 3 epochs, every one evaluated; best.rtck
@@ -176,8 +182,17 @@ void check_keep_best() {
   // The run's last line: its steps, time and rate, and the best it reached.
   const std::string end = "; best validation top-1 " + rt::trainer::fixed(c.meta.best_top1, 2) + "% at step " +
                           std::to_string(c.meta.best_step) + " (epoch ";
-  expect(r.out.find("\nfinished: 30 steps in ") != std::string::npos && r.out.find(" img/s)" + end) != std::string::npos,
-         "the closing line with the best top-1, '" + end + "'", r);
+  expect(r.out.find("\nfinished: 30 steps in ") != std::string::npos &&
+             std::regex_search(r.out, std::regex(" img/s in the [0-9:]+ not evaluating\\)" + std::regex_replace(
+                                                     end, std::regex("[()]"), "\\$&"))),
+         "the closing line with the rate while training and the best top-1, '" + end + "'", r);
+  // The end record counts the evaluations apart: the rate is training's.
+  const std::string metrics = read_file(dir + "/best/metrics.jsonl");
+  std::smatch m;
+  const bool parts = std::regex_search(metrics, m, std::regex("\"type\":\"end\".*\"train_s\":([0-9.e+-]+),"
+                                                               "\"eval_s\":([0-9.e+-]+),\"run_s\":([0-9.e+-]+)"));
+  expect(parts && std::stod(m[2]) > 0 && std::abs(std::stod(m[1]) + std::stod(m[2]) - std::stod(m[3])) < 1e-3,
+         "the end record's train_s + eval_s = run_s, eval_s > 0", {0, metrics});
   r = run(1, "--eval --checkpoint " + best + " --set log.progress=false");
   expect(r.rc == 0 && r.out.find(rt::trainer::fixed(c.meta.best_top1, 2) + "%") != std::string::npos,
          "--eval of best.rtck: top-1 " + rt::trainer::fixed(c.meta.best_top1, 2) + "%", r);

@@ -3,7 +3,8 @@
 // any training is lost; shard sets whose classes differ refused; --predict naming classes from the
 // checkpoint; run folders reused by a new run or by a resume from an older checkpoint (the later
 // files set aside, never deleted or taken for the new run's); a resume with another seed refused;
-// train.steps past the epochs; a metrics file on a full disk or left with half a record.
+// train.steps past the epochs; a metrics file on a full disk or left with half a record; ranks
+// launched with different settings or data refused at start-up.
 // Usage: test_mpi_trainer_data MPIEXEC TRAINER [data|runs]   (not itself under mpirun)
 #include <algorithm>
 #include <filesystem>
@@ -146,7 +147,7 @@ void check_runs() {
   for (const auto& e : fs::directory_iterator(ckdir))
     if (e.is_directory()) aside.push_back(e.path());
   expect(r.rc == 0 && has(r, "4 checkpoint file(s) written after step 3, where this run resumes") &&
-             has(r, "epoch 1/2: train loss") && has(r, "% (its steps 4-5 only: resumed mid-epoch)") &&
+             has(r, "epoch 1/2: train loss") && has(r, "% (its steps 4-5 of 5 only: resumed mid-epoch)") &&
              aside.size() == 1 && checkpoints("runs").size() == 1 && checkpoints("runs").back() == first.back(),
          "a resume from an older checkpoint sets the later ones aside", r);
   if (aside.size() == 1) {
@@ -195,13 +196,51 @@ void check_runs() {
   expect_error(r, cfg + "/sub: cannot create the checkpoint folder \\(.*; checkpoint.dir set in --set",
                "an unusable checkpoint folder");
   expect(!has(r, "epoch 1/"), "... found before any training", r);
+  // So is a run folder that cannot be made: the cause named, and the key.
+  r = run(2, "--config " + cfg + " --set run_dir=" + cfg + "/run");
+  expect_error(r, cfg + "/run: cannot create the folder of the metrics file \\(.*\\); run_dir set in --set",
+               "an unusable run folder");
+}
+
+// Two ranks launched with different settings or data (one mpirun, a command line per rank):
+// refused at start-up, naming the rank and what differs, where they used to hang in different
+// collectives or train on overlapping shares.
+void check_ranks() {
+  const std::string cfg = image_config("ranks", "imgs-r", "ranks");
+  Result r = run(1, "--config " + cfg + " --set train.steps=1");  // generates the images
+  expect(r.rc == 0, "a first run on generated images", r);
+  const auto two = [&](const std::string& rank0, const std::string& rank1) {
+    const std::string each = " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer + " --config " + cfg;
+    return shell("timeout 120 " + mpiexec + " -np 1" + each + " " + rank0 + " : -np 1" + each + " " + rank1);
+  };
+  r = two("", "--set train.epochs=1 --set seed=5");
+  expect_error(r, "ranks disagree at start-up \\(2 ranks\\): rank 1's configuration differs from rank 0's: "
+                  "train.epochs: 2 on rank 0, 1 on rank 1; seed: [0-9]+ on rank 0, 5 on rank 1",
+               "another train.epochs and seed on rank 1");
+  // The same images less two training ones, under another root.
+  const fs::path less = fs::path(dir) / "imgs-r-less";
+  fs::remove_all(less);
+  fs::copy(fs::path(dir) / "imgs-r", less, fs::copy_options::recursive);
+  const fs::path cls = *fs::directory_iterator(less / "train");
+  std::vector<fs::path> files(fs::directory_iterator(cls), fs::directory_iterator{});
+  std::sort(files.begin(), files.end());
+  fs::remove(files[0]);
+  fs::remove(files[1]);
+  r = two("", "--set data.root=" + less.string());
+  expect_error(r, "rank 1 sees 22 training samples of 3 classes \\(folder " + less.string() +
+                      "/train\\), 15 validation samples .*, rank 0 24 training samples",
+               "a dataset with two training images fewer on rank 1");
+  // Where the data is, and how many threads read it, may differ.
+  r = two("--set train.steps=2", "--set train.steps=2 --set data.threads=2 --set data.root=" + dir + "/imgs-r/");
+  expect(r.rc == 0, "another data.root holding the same data, and other thread counts, on rank 1", r);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!start(argc, argv, "test_mpi_trainer_data", {"data", "runs"})) return 2;
+  if (!start(argc, argv, "test_mpi_trainer_data", {"data", "runs", "ranks"})) return 2;
   if (wants("data")) check_data();
   if (wants("runs")) check_runs();
+  if (wants("ranks")) check_ranks();
   return finish("test_mpi_trainer_data");
 }

@@ -142,6 +142,16 @@ void failing_ranks() {
                 "stall: rank\\(s\\) 1 of 3 have not reached .* stopping the job"},
                "the same inside MPI_Allreduce", list(files_in(dir + "/stall-mpi/checkpoints")));
   expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
+
+  // A rank stuck in an evaluation (a validation read that never returns): the others wait in the
+  // evaluation's sums, a collective of the trainer's own, which the stall check watches too.
+  cfg = config("stall-eval");
+  r = run(2, "--config " + cfg + " --set eval.every_epochs=1 --set debug.fault=stall_eval --set debug.rank=1"
+             " --set debug.step=5 --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
+  expect_fault("rank 1 of 2 stalls in the evaluation after step 5", r, cfg,
+               {"warning: stall: rank\\(s\\) 1 of 2 have not reached the end of an evaluation \\(its sums\\) after 1\\.",
+                "stall: rank\\(s\\) 1 of 2 have not reached the end of an evaluation .* stopping the job"},
+               "the same, naming the evaluation", list(files_in(dir + "/stall-eval/checkpoints")));
 }
 
 void numerical_faults() {
