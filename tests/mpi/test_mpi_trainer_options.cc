@@ -1,5 +1,5 @@
 // Training options under mpirun, each held to what it promises: train.clip_grad_norm,
-// optimizer.freeze (and freeze_bn_stats), log.timeline, train.ema (and ema_every), mixup and
+// optimizer.freeze (and freeze_bn_stats), log.timeline, train.ema (and ema_every, ema_copy_epochs), mixup and
 // CutMix, model.drop_path.
 #include <mpi.h>
 
@@ -291,6 +291,45 @@ void check_timeline(MpiTest& t, const std::string& dir) {
   }
 }
 
+// train.ema_copy_epochs: every update of the first epoch, and the first update after it, copies
+// the weights (torchvision's reset of its average through the warm-up); later ones average.
+void check_ema_copy(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/ema_copy");
+  c.train.epochs = 3;
+  c.train.ema = 0.9;
+  c.train.ema_warmup = false;
+  c.train.ema_every = 2;
+  c.train.ema_copy_epochs = 1;
+  c.checkpoint.every_steps = 1;
+  c.checkpoint.keep = 1000;
+  Trainer tr(c);
+  auto& arena = tr.net().arena();
+  std::vector<float> p(arena.params().begin(), arena.params().end());
+  std::vector<float> s(arena.state().begin(), arena.state().end());
+  tr.train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const int64_t spe = tr.steps_per_epoch(), ns = int64_t(s.size());
+  int copies = 0, averages = 0;
+  for (int64_t step = 2; step <= 3 * spe; step += 2) {
+    const Checkpoint ck = checkpoint_read(checkpoint_path(tr.config().run_dir + "/checkpoints", step));
+    const float* own = t.size() > 1 ? ck.rank_state.data() + t.rank() * ns : ck.state.data();
+    if ((step - 1) / spe < 1 || std::max<int64_t>(step - 3, 0) / spe < 1) {
+      p = ck.params;
+      s.assign(own, own + ns);
+      ++copies;
+    } else {
+      for (size_t i = 0; i < p.size(); ++i) p[i] = std::fma(0.1f, ck.params[i] - p[i], p[i]);
+      for (int64_t i = 0; i < ns; ++i) s[size_t(i)] = std::fma(0.1f, own[i] - s[size_t(i)], s[size_t(i)]);
+      ++averages;
+    }
+  }
+  std::vector<float> ep, es;
+  tr.ema_to_host(ep, es);
+  MPI_EXPECT(t, copies > 0 && averages > 0 && ep == p && es == s,
+             "train.ema_copy_epochs: the average is not the copies, then the averages, of the steps' weights (",
+             copies, " copies, ", averages, " averages)");
+}
+
 // train.ema: the moving average is exactly the fused update of each step's weights (read back
 // from a checkpoint written after every step), this rank's own BN statistics included; the
 // checkpoint holds it; evaluating it leaves the model as it was and scores the averaged weights.
@@ -397,6 +436,7 @@ int main(int argc, char** argv) {
     check_drop_path(t, dir);
     check_ema(t, dir);
     check_ema(t, dir, 2);
+    check_ema_copy(t, dir);
     check_mixup(t, dir);
   });
 }
