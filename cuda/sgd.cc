@@ -9,7 +9,9 @@
 
 namespace rt::cuda {
 
-DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_(cfg) {
+static_assert(kAdamGroups == kAdamMaxGroups, "the kernel's groups are Adam<T>'s");
+
+DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_(cfg), layout_(layout) {
   const std::vector<SgdSegment> segs = sgd_segments(layout, cfg_);
   size_ = sgd_buffer_elems(layout);
   num_segments_ = segs.size();
@@ -36,6 +38,7 @@ DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_
     segment_scale_ = DeviceBuffer(segs.size() * sizeof(float));
     segment_scale_.upload(ones.data(), ones.size() * sizeof(float));
   }
+  if (has_second_moment()) restore_tensor_steps(std::vector<int64_t>(layout_.size(), 0));
 }
 
 void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t stream) {
@@ -59,11 +62,13 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   a.lars_trust = cfg_.lars_trust;
   a.lars_eps = cfg_.lars_eps;
   if (has_second_moment()) {
-    const AdamScalars<float> s(cfg_, steps_ + 1);
     a.adam = cfg_.kind == OptimizerKind::adamw ? 1 : 2;
     a.second = second_.as<float>();
-    a.w1 = s.w1, a.b2 = s.b2, a.w2 = s.w2, a.bc1 = s.bc1, a.bc2_root = s.bc2_root, a.eps = s.eps;
-    a.bc1_d = s.bc1_d;
+    for (size_t g = 0; g < lags_.size(); ++g) {  // each group's tensors from their own count
+      const AdamScalars<float> s(cfg_, steps_ + 1 - lags_[g]);
+      a.w1 = s.w1, a.b2 = s.b2, a.w2 = s.w2, a.eps = s.eps;
+      a.bias[g] = {s.bc1, s.bc2_root, s.bc1_d};
+    }
   }
   sgd_step_launch(a, stream);
   ++steps_;
@@ -76,6 +81,28 @@ void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
   if (steps < 0) throw Error(str_cat("cuda sgd: restoring a negative step count ", steps));
   momentum_.upload(host_momentum, n * sizeof(float));
   steps_ = steps;
+  if (has_second_moment()) restore_tensor_steps(std::vector<int64_t>(layout_.size(), steps));
+}
+
+std::vector<int64_t> DeviceSgd::tensor_steps() const {
+  if (!has_second_moment()) return {};
+  std::vector<int64_t> out(counts0_);
+  for (size_t t = 0; t < out.size(); ++t)
+    if (!sgd_frozen(cfg_, layout_[t].name)) out[t] += steps_ - steps0_;
+  return out;
+}
+
+void DeviceSgd::restore_tensor_steps(std::span<const int64_t> counts) {
+  if (!has_second_moment()) {
+    if (counts.empty()) return;
+    throw Error("cuda sgd: restoring per-tensor step counts into an optimizer without them (sgd)");
+  }
+  const AdamGroups g = adam_groups(layout_, cfg_, counts, steps_);
+  const std::vector<SgdSegment> segs = sgd_segments(layout_, cfg_, kSgdSegmentElems, g.of_tensor);
+  segments_.upload(segs.data(), segs.size() * sizeof(SgdSegment));  // the same count: the same buffer
+  lags_ = g.lag;
+  counts0_.assign(counts.begin(), counts.end());
+  steps0_ = steps_;
 }
 
 void DeviceSgd::restore_second_moment(const float* host, size_t n) {
@@ -118,6 +145,11 @@ std::span<const float> DeviceSgdOptimizer::second_moment() const {
   CUDA_CHECK(cudaMemcpy(host_second_.data(), const_cast<DeviceSgd&>(sgd_).second_moment(),
                         host_second_.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return {host_second_.data(), host_second_.size()};
+}
+
+void DeviceSgdOptimizer::restore_tensor_steps(std::span<const int64_t> counts) {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // the segment list is read by queued steps
+  sgd_.restore_tensor_steps(counts);
 }
 
 void DeviceSgdOptimizer::restore_second_moment(std::span<const float> v) {

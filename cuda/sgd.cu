@@ -93,28 +93,29 @@ void launch(const SgdStepArgs& a, uint64_t first, uint32_t n, cudaStream_t strea
 }
 
 // Adam's moments moved to g (in place); returns √v / √(1 − β2^t) + eps. adam.cc's moments().
-__device__ inline float adam_moments(float g, float& m, float& v, const SgdStepArgs& a) {
+__device__ inline float adam_moments(float g, float& m, float& v, const SgdStepArgs& a, const SgdStepArgs::Bias& b) {
   m = __fadd_rn(m, __fmul_rn(a.w1, __fsub_rn(g, m)));
   v = __fadd_rn(__fmul_rn(a.b2, v), __fmul_rn(a.w2, __fmul_rn(g, g)));
-  return __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_root), a.eps);
+  return __fadd_rn(__fdiv_rn(__fsqrt_rn(v), b.bc2_root), a.eps);
 }
 
 // LAMB's direction from moved moments: adam.cc's lamb_direction().
-__device__ inline float lamb_direction(float p, float m, float den, float wd, const SgdStepArgs& a) {
-  return __fadd_rn(__fdiv_rn(__fdiv_rn(m, a.bc1), den), __fmul_rn(wd, p));
+__device__ inline float lamb_direction(float p, float m, float den, float wd, const SgdStepArgs::Bias& b) {
+  return __fadd_rn(__fdiv_rn(__fdiv_rn(m, b.bc1), den), __fmul_rn(wd, p));
 }
 
 // AdamW: one block per segment, one pass (adam.cc's adamw_chunk).
 __global__ void adamw_kernel(SgdStepArgs a) {
   const SgdSegment s = a.segments[blockIdx.x];
+  const SgdStepArgs::Bias& b = a.bias[s.group];
   const double lr_t = lars_mul(a.lr_d, s.lr_mult);
   const float decay = float(lars_add(1.0, -lars_mul(lr_t, double(s.weight_decay))));
-  const float step_size = float(__ddiv_rn(lr_t, a.bc1_d));
+  const float step_size = float(__ddiv_rn(lr_t, b.bc1_d));
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
     const float q = __fmul_rn(a.params[i], decay);
     float m = a.momentum[i], v = a.second[i];
-    const float den = adam_moments(a.grads[i], m, v, a);
+    const float den = adam_moments(a.grads[i], m, v, a, b);
     a.momentum[i] = m;
     a.second[i] = v;
     a.params[i] = __fsub_rn(q, __fmul_rn(step_size, __fdiv_rn(m, den)));
@@ -128,14 +129,15 @@ __global__ void lamb_sums_kernel(SgdStepArgs a) {
   const uint32_t lane = threadIdx.x % kLarsLanes;
   if (j >= a.num_segments) return;
   const SgdSegment s = a.segments[j];
+  const SgdStepArgs::Bias& b = a.bias[s.group];
   double w = 0, u2 = 0;
   for (uint32_t k = lane; k < s.count; k += kLarsLanes) {
     const uint64_t i = s.begin + k;
     float m = a.momentum[i], v = a.second[i];
-    const float den = adam_moments(a.grads[i], m, v, a);
+    const float den = adam_moments(a.grads[i], m, v, a, b);
     a.momentum[i] = m;
     a.second[i] = v;
-    const float p = a.params[i], u = lamb_direction(p, m, den, s.weight_decay, a);
+    const float p = a.params[i], u = lamb_direction(p, m, den, s.weight_decay, b);
     w = lars_add(w, lars_mul(double(p), double(p)));
     u2 = lars_add(u2, lars_mul(double(u), double(u)));
   }
@@ -150,13 +152,14 @@ __global__ void lamb_sums_kernel(SgdStepArgs a) {
 // LAMB, the update: the direction again from the moved moments, scaled by the segment's ratio.
 __global__ void lamb_apply_kernel(SgdStepArgs a) {
   const SgdSegment s = a.segments[blockIdx.x];
+  const SgdStepArgs::Bias& b = a.bias[s.group];
   const float ratio = a.segment_scale[blockIdx.x];
   const float lr = float(lars_mul(a.lr_d, s.lr_mult));
   for (uint32_t k = threadIdx.x; k < s.count; k += blockDim.x) {
     const uint64_t i = s.begin + k;
     const float v = a.second[i], p = a.params[i];
-    const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_root), a.eps);
-    a.params[i] = __fsub_rn(p, __fmul_rn(lr, __fmul_rn(ratio, lamb_direction(p, a.momentum[i], den, s.weight_decay, a))));
+    const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), b.bc2_root), a.eps);
+    a.params[i] = __fsub_rn(p, __fmul_rn(lr, __fmul_rn(ratio, lamb_direction(p, a.momentum[i], den, s.weight_decay, b))));
   }
 }
 

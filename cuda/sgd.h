@@ -34,6 +34,11 @@ class DeviceSgd {
   // Restores state saved from the CPU optimizer or a checkpoint (host data, size() elements).
   void restore(const float* host_momentum, size_t n, int64_t steps);
   void restore_second_moment(const float* host, size_t n);
+  // AdamW, LAMB: each tensor's update count (nn/adam.h AdamGroups), as Adam<T>'s. restore()
+  // gives every tensor the restored step count; restore_tensor_steps then sets them apart (it
+  // uploads the segment list again, with their groups).
+  std::vector<int64_t> tensor_steps() const;
+  void restore_tensor_steps(std::span<const int64_t> counts);
   // Σp² and Σgrad² of every segment (sgd_segments' order, two each) as the last LARS step
   // summed them; empty without LARS. Waits for the device. For tests.
   std::vector<double> lars_segment_sums() const;
@@ -46,6 +51,10 @@ class DeviceSgd {
   uint32_t num_lars_ = 0;
   DeviceBuffer lars_, lars_sums_, segment_scale_;
   int64_t steps_ = 0;
+  std::vector<ParamInfo> layout_;
+  std::vector<int64_t> counts0_;  // each tensor's update count at the last restore, and steps_ then
+  int64_t steps0_ = 0;
+  std::vector<int64_t> lags_;     // per group of tensors (AdamGroups::lag)
 };
 
 // DeviceSgd as the trainer's rt::Optimizer<float> (Backend::make_sgd of the CUDA backend): steps
@@ -63,6 +72,8 @@ class DeviceSgdOptimizer final : public Optimizer<float> {
   size_t size() const override { return sgd_.size(); }
   std::span<const float> second_moment() const override;
   void restore_second_moment(std::span<const float> v) override;
+  std::vector<int64_t> tensor_steps() const override { return sgd_.tensor_steps(); }
+  void restore_tensor_steps(std::span<const int64_t> counts) override;
 
  private:
   DeviceSgd sgd_;

@@ -31,8 +31,12 @@ struct SgdStepArgs {
   // LARS's do. The scalars are AdamScalars<float>'s.
   uint8_t adam = 0;
   float* second = nullptr;
-  float w1 = 0, b2 = 0, w2 = 0, bc1 = 0, bc2_root = 0, eps = 0;
-  double bc1_d = 0;  // 1 − β1^t unrounded (AdamW's step size lr_t / bc1_d)
+  float w1 = 0, b2 = 0, w2 = 0, eps = 0;
+  // The bias corrections of each group of tensors (a segment's `group`), from its own count t.
+  struct Bias {
+    float bc1 = 0, bc2_root = 0;  // 1 − β1^t, √(1 − β2^t)
+    double bc1_d = 0;             // 1 − β1^t unrounded (AdamW's step size lr_t / bc1_d)
+  } bias[kAdamGroups];
   // lr unrounded: each segment's rate is lr_d · its lr_mult, rounded once (lr is the plain one).
   double lr_d = 0;
 };

@@ -19,17 +19,20 @@ inline float sgd_weight_decay(const ParamInfo& p, const SgdConfig& cfg) {
 }
 
 // Segments of at most max_elems elements covering exactly [offset, offset + count) of every
-// tensor not frozen (cfg.freeze), in layout order, with its weight decay: Sgd<float>'s chunks,
-// one thread block each.
+// tensor not frozen (cfg.freeze), in layout order, with its weight decay and (AdamW, LAMB) its
+// group of update counts (group_of[tensor], layout order; none: 0): Sgd<float>'s chunks, one
+// thread block each.
 // Throws rt::Error for a layout that is not sorted and disjoint (as Sgd does).
 inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout,
                                             const SgdConfig& cfg,
-                                            uint32_t max_elems = kSgdSegmentElems) {
+                                            uint32_t max_elems = kSgdSegmentElems,
+                                            const std::vector<uint8_t>& group_of = {}) {
   sgd_validate(cfg);
   if (max_elems == 0) throw Error("cuda sgd: segment size must be > 0");
   std::vector<SgdSegment> segs;
   size_t end = 0;
-  for (const ParamInfo& p : layout) {
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const ParamInfo& p = layout[t];
     if (p.offset < end)
       throw Error(str_cat("cuda sgd: parameter ", p.name, " at offset ", p.offset,
                           " overlaps the previous one (ends at ", end,
@@ -38,8 +41,9 @@ inline std::vector<SgdSegment> sgd_segments(const std::vector<ParamInfo>& layout
     if (sgd_frozen(cfg, p.name)) continue;  // no segment: never read or written
     const float wd = sgd_weight_decay(p, cfg);
     const double mult = optimizer_lr_mult(cfg, p.name);
+    const uint32_t group = t < group_of.size() ? group_of[t] : 0;
     for (size_t b = p.offset; b < end; b += max_elems)
-      segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd, mult});
+      segs.push_back({uint64_t(b), uint32_t(std::min<size_t>(max_elems, end - b)), wd, mult, group});
   }
   return segs;
 }

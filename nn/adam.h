@@ -54,6 +54,21 @@ T adamw_step_size(double lr_t, const AdamScalars<T>& s) {
   return T(lr_t / s.bc1_d);
 }
 
+// Bias corrections count each tensor's own updates, as torch.optim's per-parameter "step": a
+// tensor trained only from some resume on (a layer unfrozen) starts its count at 1 while the
+// others go on. Within a run every trained tensor is updated at every step, so each count is the
+// optimizer's step count less a lag fixed at restore; the distinct lags, few, are groups whose
+// scalars each step computes once (the device kernel takes them as arguments).
+constexpr size_t kAdamMaxGroups = 8;
+struct AdamGroups {
+  std::vector<uint8_t> of_tensor;  // per tensor (layout order): its group (0 for frozen ones)
+  std::vector<int64_t> lag;        // per group: the optimizer steps its tensors were not updated
+};
+// From each tensor's update count `counts` (layout order) when the optimizer has taken `steps`
+// steps. Throws rt::Error for a count outside [0, steps] or more than kAdamMaxGroups lags.
+AdamGroups adam_groups(const std::vector<ParamInfo>& layout, const SgdConfig& cfg, std::span<const int64_t> counts,
+                       int64_t steps);
+
 template <class T>
 class Adam final : public Optimizer<T> {
  public:
@@ -66,6 +81,8 @@ class Adam final : public Optimizer<T> {
   int64_t steps() const override { return steps_; }
   void restore(std::span<const T> momentum, int64_t steps) override;
   void restore_second_moment(std::span<const T> v) override;
+  std::vector<int64_t> tensor_steps() const override;
+  void restore_tensor_steps(std::span<const int64_t> counts) override;
   size_t size() const override { return m_.size(); }
   // LAMB's trust ratio s of each tensor (layout order) in the last step; 1 elsewhere.
   std::span<const double> trust_ratios() const { return {trust_.data(), trust_.size()}; }
@@ -81,6 +98,12 @@ class Adam final : public Optimizer<T> {
   std::vector<OptimizerChunk> chunks_;
   std::vector<double> partial_;  // LAMB: per chunk Σp², Σu²
   int64_t steps_ = 0;
+  // Each tensor's update count at the last restore, steps_ then, and the groups they make.
+  std::vector<int64_t> counts0_;
+  int64_t steps0_ = 0;
+  AdamGroups groups_;
+  std::vector<char> frozen_;  // per tensor
+  std::vector<AdamScalars<T>> scalars_;  // per group, this step's
 };
 
 extern template class Adam<float>;

@@ -95,6 +95,13 @@ class Optimizer {
   virtual void restore_second_moment(std::span<const T> v) {
     if (!v.empty()) throw Error("optimizer: restoring a second moment into an optimizer without one (sgd)");
   }
+  // AdamW and LAMB: how many updates each tensor (layout order) has had, which their bias
+  // corrections count (nn/adam.h AdamGroups); empty for SGD. Restored after restore(), which
+  // alone gives every tensor the restored step count.
+  virtual std::vector<int64_t> tensor_steps() const { return {}; }
+  virtual void restore_tensor_steps(std::span<const int64_t> counts) {
+    if (!counts.empty()) throw Error("optimizer: restoring per-tensor step counts into an optimizer without them (sgd)");
+  }
 };
 
 // Σv[k][i]² over i < n for each of K arrays, in double, in a GPU warp's order: 32 interleaved
@@ -195,6 +202,8 @@ class StagedOptimizer final : public Optimizer<T> {
   size_t size() const override { return opt_->size(); }
   std::span<const T> second_moment() const override { return opt_->second_moment(); }
   void restore_second_moment(std::span<const T> v) override { opt_->restore_second_moment(v); }
+  std::vector<int64_t> tensor_steps() const override { return opt_->tensor_steps(); }
+  void restore_tensor_steps(std::span<const int64_t> counts) override { opt_->restore_tensor_steps(counts); }
 
  private:
   std::unique_ptr<Optimizer<T>> opt_;

@@ -201,6 +201,65 @@ TEST(Adam, LearningRateFactorsActAsTheTensorsOwnRate) {
   EXPECT_THROW(sgd_validate(bad), Error);
 }
 
+// A tensor frozen for a while, then trained (a resume without it in optimizer.freeze), counts its
+// own updates as torch.optim's per-parameter "step" does: its first update is a fresh optimizer's
+// first, bit for bit, while the others go on from the steps they had.
+TEST(Adam, UnfrozenTensorsCountTheirOwnUpdates) {
+  for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::lamb}) {
+    const char* name = optimizer_kind_name(kind);
+    SgdConfig frozen = adam_config(kind), open = adam_config(kind);
+    frozen.freeze = {"conv2"};
+    auto a = make_arena<float>(11);
+    Adam<float> before(a.layout(), frozen);
+    for (int s = 0; s < 3; ++s) before.step(a.params().data(), a.grads().data(), 0.05);
+    // Each tensor's count, layout order: `frozen` for conv2's, `others` for the rest.
+    const auto expected = [&](int64_t frozen_count, int64_t others) {
+      std::vector<int64_t> v;
+      for (const ParamInfo& p : a.layout()) v.push_back(p.name == "conv2.weight" ? frozen_count : others);
+      return v;
+    };
+    const std::vector<int64_t> counts = before.tensor_steps();
+    EXPECT_EQ(counts, expected(0, 3)) << name;
+    auto fresh = make_arena<float>(11), plain = make_arena<float>(11);
+    std::copy(a.params().begin(), a.params().end(), fresh.params().begin());
+    std::copy(a.params().begin(), a.params().end(), plain.params().begin());
+    Adam<float> after(a.layout(), open), first(fresh.layout(), open), on(plain.layout(), open);
+    for (Adam<float>* o : {&after, &on}) {
+      o->restore(before.momentum(), before.steps());
+      o->restore_second_moment(before.second_moment());
+    }
+    after.restore_tensor_steps(counts);  // `on` takes every tensor as updated 3 times
+    after.step(a.params().data(), a.grads().data(), 0.05);
+    first.step(fresh.params().data(), fresh.grads().data(), 0.05);
+    on.step(plain.params().data(), plain.grads().data(), 0.05);
+    for (const ParamInfo& p : a.layout()) {
+      const float* want = (p.name == "conv2.weight" ? fresh : plain).params().data() + p.offset;
+      EXPECT_EQ(std::memcmp(a.params().data() + p.offset, want, p.count * sizeof(float)), 0) << name << " " << p.name;
+    }
+    // Without the counts, conv2's first update would be corrected as a fourth (3x larger here).
+    size_t c2 = 0;
+    for (const ParamInfo& p : a.layout())
+      if (p.name == "conv2.weight") c2 = p.offset;
+    EXPECT_NE(std::memcmp(plain.params().data() + c2, fresh.params().data() + c2, sizeof(float)), 0) << name;
+    EXPECT_EQ(after.tensor_steps(), expected(1, 4)) << name;
+    // Counts the steps cannot have made, and more groups of counts than the step computes, are refused.
+    EXPECT_THROW(after.restore_tensor_steps(expected(5, 4)), Error);
+    EXPECT_THROW(after.restore_tensor_steps(std::vector<int64_t>{4, 4, 1}), Error);
+  }
+  Arena<float> many;
+  for (int t = 0; t < 10; ++t) many.add_param("t" + std::to_string(t) + ".weight", {3}, ParamKind::conv_weight);
+  many.finalize();
+  Adam<float> opt(many.layout(), adam_config(OptimizerKind::adamw));
+  opt.restore(std::vector<float>(many.size()), 20);
+  EXPECT_NO_THROW(opt.restore_tensor_steps(std::vector<int64_t>{20, 19, 18, 17, 16, 15, 14, 13, 13, 20}));
+  try {
+    opt.restore_tensor_steps(std::vector<int64_t>{20, 19, 18, 17, 16, 15, 14, 13, 12, 11});
+    ADD_FAILURE() << "nine groups of update counts taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 8 different update counts"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Adam, BadSettingsAndStateAreRefused) {
   auto a = make_arena<float>(1);
   auto err = [&](SgdConfig c) {

@@ -206,7 +206,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> momentum, std::span<const float> rank_state,
                       std::span<const CheckpointTensor> layout, std::span<const float> ema,
                       std::span<const float> ema_rank_state, std::span<const float> moment2,
-                      std::span<const std::string> classes) {
+                      std::span<const std::string> classes, std::span<const int64_t> tensor_steps) {
   const fs::path final_path(path);
   const std::string dir = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
   std::error_code ec;
@@ -233,6 +233,7 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
       const std::string text = checkpoint_layout_text(layout);
       w.section("layout", text.data(), text.size());
     }
+    if (!tensor_steps.empty()) w.section("tsteps", tensor_steps.data(), tensor_steps.size_bytes());
     if (!classes.empty()) {
       std::string names;
       for (const std::string& c : classes) names += c + '\0';
@@ -347,6 +348,10 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
         layout_text.resize(keep.weights ? len : 0);
         take(keep.weights ? layout_text.data() : nullptr);
         seen_layout = true;
+      } else if (t == "tsteps") {
+        if (len % 8) throw bad("corrupt: section 'tsteps' is not whole 64-bit counts");
+        ck.tensor_steps.resize(keep.optimizer ? len / 8 : 0);
+        take(keep.optimizer && len > 0 ? ck.tensor_steps.data() : nullptr);
       } else if (t == "classes") {
         std::string names(len, '\0');
         take(names.data());

@@ -40,6 +40,11 @@
 //               each, "p" (parameter) or "s" (BN statistic), name, offset, count, dims, separated
 //               by tabs, the dims by commas, e.g. "p\tfc.weight\t0\t2048000\t1000,2048"; lets
 //               --weights take tensors by name from a checkpoint of another model
+//   "tsteps"    optional (optimizer.kind adamw, lamb): how many updates each parameter tensor has
+//               had, i64, one per tensor in layout order (torch.optim's per-parameter "step":
+//               their bias corrections count it; a layer frozen for a while has had fewer). A file
+//               without it gives each tensor whose moments are all zero 0, the others the
+//               optimizer's step count
 //   "classes"   optional: the training data's class names in label order, each followed by a NUL
 //               (folder and shard sets name them; list files and synthetic data by number), so
 //               that --predict names classes wherever the file goes
@@ -99,6 +104,7 @@ struct Checkpoint {
   std::string config_yaml;
   std::vector<float> params, state, momentum;
   std::vector<float> moment2;           // "moment2", or empty
+  std::vector<int64_t> tensor_steps;    // "tsteps", or empty
   std::vector<float> rank_state;        // "bn_ranks", or empty
   std::vector<float> ema;               // "ema" (params then state), or empty
   std::vector<float> ema_rank_state;    // "ema_bnr", or empty
@@ -141,13 +147,13 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
                       std::span<const float> momentum, std::span<const float> rank_state = {},
                       std::span<const CheckpointTensor> layout = {}, std::span<const float> ema = {},
                       std::span<const float> ema_rank_state = {}, std::span<const float> moment2 = {},
-                      std::span<const std::string> classes = {});
+                      std::span<const std::string> classes = {}, std::span<const int64_t> tensor_steps = {});
 
 // Which sections checkpoint_read keeps; the others are read and checked (checksum, sizes) but not
 // held, their vectors left empty: a resume's peak memory is what it uses, not the file and more.
 struct CheckpointParts {
   bool weights = true;     // "params", "state", "layout"
-  bool optimizer = true;   // "momentum", "moment2"
+  bool optimizer = true;   // "momentum", "moment2", "tsteps"
   bool rank_state = true;  // "bn_ranks" (and "ema_bnr" with `ema`)
   bool ema = true;         // "ema"
   static CheckpointParts none() { return {false, false, false, false}; }  // meta and config

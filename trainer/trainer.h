@@ -156,6 +156,9 @@ class Trainer {
   // the first rank that differs and how.
   void check_config_agreement();
   void check_data_agreement();
+  // Rank 0, loading AdamW's or LAMB's state (trainer_state.cc): each tensor's update count.
+  std::vector<int64_t> loaded_tensor_steps(const Checkpoint& ck, std::span<const float> m, std::span<const float> v,
+                                           const std::string& path) const;
   // The stall check of the trainer's own collectives (the end-of-step agreement, epoch and
   // evaluation sums, batch-norm averages, checks), as of the gradients' allreduce: while the
   // returned object lives, a rank that never reaches the collective `what` is named and the job

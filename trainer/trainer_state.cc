@@ -70,6 +70,28 @@ void Trainer::prepare_checkpoint_dir() {
                      to, ": --resume auto and pruning keep to this run's"));
 }
 
+// AdamW's and LAMB's update count of each tensor: the file's, or, from a file written before it
+// kept them, none for a tensor whose moments are all zero (frozen so far) and the optimizer's
+// step count for the others.
+std::vector<int64_t> Trainer::loaded_tensor_steps(const Checkpoint& ck, std::span<const float> m,
+                                                  std::span<const float> v, const std::string& path) const {
+  const std::vector<ParamInfo>& layout = net_->arena().layout();
+  if (!ck.tensor_steps.empty()) {
+    if (ck.tensor_steps.size() != layout.size())
+      throw CheckpointError(str_cat(path, ": corrupt: section 'tsteps' holds ", ck.tensor_steps.size(),
+                                    " counts for the model's ", layout.size(), " tensors"));
+    return ck.tensor_steps;
+  }
+  std::vector<int64_t> out;
+  for (const ParamInfo& p : layout) {
+    const auto zero = [&](std::span<const float> x) {
+      return std::all_of(x.begin() + p.offset, x.begin() + p.offset + p.count, [](float e) { return e == 0; });
+    };
+    out.push_back(zero(m) && zero(v) ? 0 : ck.meta.optimizer_steps);
+  }
+  return out;
+}
+
 void Trainer::save_checkpoint() {
   // Collective: the file keeps the ranks' average of the BN statistics (for evaluation, on any
   // rank count) and, where ranks have sets of their own, each rank's (for an exact resume).
@@ -102,7 +124,7 @@ void Trainer::save_checkpoint() {
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
                        checkpoint_layout(arena), ema, ema_rank_state, opt_->second_moment(),
-                       train_loader_->class_names());
+                       train_loader_->class_names(), opt_->tensor_steps());
     } catch (const CheckpointError& e) {
       // checkpoint_write removed its temporary file and touched no finished checkpoint.
       throw CheckpointError(str_cat(e.what(), "; training stopped at step ", step_, ", ",
@@ -146,6 +168,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
   LoadedMeta lm;
   // An evaluation neither reads nor restores the optimizer's state.
   std::vector<float> momentum(for_training ? opt_->size() : 0), rank_state, ema, ema_rank_state, moment2;
+  std::vector<int64_t> tensor_steps;  // AdamW's and LAMB's per-tensor update counts
   // From the settings, not second_moment(), which a device optimizer copies out whole.
   const bool wants_moment2 = cfg_.optimizer.sgd.kind != OptimizerKind::sgd;
   if (rank_ == 0) {
@@ -198,6 +221,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
     if (wants_moment2 && !ck.moment2.empty()) {
       lm.moment2 = 1;
       moment2 = std::move(ck.moment2);
+      if (for_training) tensor_steps = loaded_tensor_steps(ck, momentum, moment2, path);
     }
     lm.step = m.step;
     lm.epoch = m.position.epoch;
@@ -244,6 +268,11 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
     moment2.resize(opt_->size());
     ctl_comm_->broadcast(moment2.data(), moment2.size(), DType::f32, 0);
     opt_->restore_second_moment(moment2);
+    if (for_training) {
+      tensor_steps.resize(arena.layout().size());
+      MPI_CHECK(MPI_Bcast(tensor_steps.data(), int(tensor_steps.size()), MPI_INT64_T, 0, ctl_comm_->mpi()));
+      opt_->restore_tensor_steps(tensor_steps);
+    }
   }
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
   if (for_training) {  // a resumed run goes on beating the record it had, not its own first figure

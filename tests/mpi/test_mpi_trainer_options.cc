@@ -291,6 +291,59 @@ void check_timeline(MpiTest& t, const std::string& dir) {
   }
 }
 
+// AdamW after a resume that unfreezes conv1: conv1's first update is a first update (±lr with
+// no weight decay, torch.optim's per-parameter step count 1), not one corrected as the run's
+// eighth; the same from a file written before checkpoints kept the counts (inferred from its
+// all-zero moments).
+void check_unfreeze_adam(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/unfreeze");
+  c.optimizer.sgd.kind = OptimizerKind::adamw;
+  c.optimizer.sgd.weight_decay = 0;
+  c.optimizer.lr = 0.256;
+  c.schedule.kind = ScheduleKind::constant;
+  c.schedule.warmup_epochs = 0;
+  c.train.steps = 7;
+  c.checkpoint.every_steps = 7;
+  c.optimizer.sgd.freeze = {"conv1"};
+  {
+    Trainer tr(c);
+    tr.train();
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const std::string saved = checkpoint_path(c.run_dir + "/checkpoints", 7);
+  std::string old = dir + "/unfreeze-old.rtck";
+  if (t.rank() == 0) {  // the same file without "tsteps"
+    const Checkpoint ck = checkpoint_read(saved);
+    MPI_EXPECT(t, !ck.tensor_steps.empty(), "an AdamW checkpoint without per-tensor step counts");
+    checkpoint_write(old, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout, {},
+                     {}, ck.moment2);
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  std::vector<float> moved[2];
+  for (int k = 0; k < 2; ++k) {
+    Config open = c;
+    open.optimizer.sgd.freeze.clear();
+    open.train.steps = 8;
+    open.run_dir = dir + "/unfreeze-" + std::to_string(k);
+    Trainer tr(open);
+    tr.load_checkpoint(k == 0 ? saved : old);
+    const ParamInfo* conv1 = nullptr;
+    for (const ParamInfo& p : tr.net().arena().layout())
+      if (p.name == "conv1.weight") conv1 = &p;
+    auto p = tr.net().arena().params();
+    const std::vector<float> before(p.begin() + conv1->offset, p.begin() + conv1->offset + conv1->count);
+    tr.train();
+    p = tr.net().arena().params();
+    for (size_t i = 0; i < before.size(); ++i) moved[k].push_back(p[conv1->offset + i] - before[i]);
+  }
+  const double lr = config_base_lr(c, t.size());
+  double most = 0;
+  for (float d : moved[0]) most = std::max(most, double(std::abs(d)));
+  MPI_EXPECT(t, most > 0.99 * lr && most < 1.0001 * lr, "conv1's first update after unfreezing: |step| up to ", most,
+             ", not lr ", lr);
+  MPI_EXPECT(t, moved[0] == moved[1], "a file without per-tensor counts resumed otherwise");
+}
+
 // train.ema_copy_epochs: every update of the first epoch, and the first update after it, copies
 // the weights (torchvision's reset of its average through the warm-up); later ones average.
 void check_ema_copy(MpiTest& t, const std::string& dir) {
@@ -432,6 +485,7 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_options", [](rt::test::MpiTest& t, const std::string& dir) {
     check_clip_grad_norm(t, dir);
     check_freeze(t, dir);
+    check_unfreeze_adam(t, dir);
     check_timeline(t, dir);
     check_drop_path(t, dir);
     check_ema(t, dir);
