@@ -198,7 +198,7 @@ class ReducerAllreducer final : public Allreducer {
       comm_.wait_all(sends_, cfg_.idle_sleep_us);
     } else {
       send_segments(base, all, seg, t, 0, kReducerTag, sends_);
-      comm_.wait_all(sends_, cfg_.idle_sleep_us);
+      comm_.wait_all(sends_, cfg_.idle_sleep_us, 0);
       wait_recvs(post_recv_segments(base, all, seg, t, 0, kReducerTag), t);
     }
   }

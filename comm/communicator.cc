@@ -121,11 +121,11 @@ void Communicator::wait_recv(MPI_Request& req, size_t n, MPI_Datatype t, int pee
                             ", received ", got, ": the ranks disagree on the buffer size"));
 }
 
-void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
+void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us, int peer) {
   if (reqs.empty()) return;
   statuses_.resize(reqs.size());
   std::vector<MPI_Status>& st = statuses_;
-  const int rc = wait_requests(static_cast<int>(reqs.size()), reqs.data(), st.data(), idle_sleep_us, -1);
+  const int rc = wait_requests(static_cast<int>(reqs.size()), reqs.data(), st.data(), idle_sleep_us, peer);
   if (rc == MPI_ERR_IN_STATUS) {
     for (const MPI_Status& s : st)
       if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
@@ -136,10 +136,10 @@ void Communicator::wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us) {
   reqs.clear();
 }
 
-void Communicator::wait_one(MPI_Request& req, int idle_sleep_us) {
+void Communicator::wait_one(MPI_Request& req, int idle_sleep_us, int peer) {
   if (req == MPI_REQUEST_NULL) return;
   MPI_Status st;
-  int rc = wait_requests(1, &req, &st, idle_sleep_us, -1);
+  int rc = wait_requests(1, &req, &st, idle_sleep_us, peer);
   if (rc == MPI_ERR_IN_STATUS) rc = st.MPI_ERROR;
   if (rc != MPI_SUCCESS)
     throw CommError(str_cat("rank ", outer_rank(rank_), ": transfer failed: ", mpi_error_string(rc)));

@@ -69,9 +69,11 @@ class Communicator {
     wait_recv(req, n, mpi_datatype(t), peer, idle_sleep_us);
   }
   void wait_recv(MPI_Request& req, size_t n, MPI_Datatype t, int peer, int idle_sleep_us = 0);
-  void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0);
+  // peer: the rank these transfers are with, where it is one (-1: several), for the stall
+  // check's message.
+  void wait_all(std::vector<MPI_Request>& reqs, int idle_sleep_us = 0, int peer = -1);
   // Waits for one send (or a receive whose size is not checked); a null request returns at once.
-  void wait_one(MPI_Request& req, int idle_sleep_us = 0);
+  void wait_one(MPI_Request& req, int idle_sleep_us = 0, int peer = -1);
   // Waits then poll `w` (the stall check: warns, then throws naming the ranks that never came);
   // null turns it off. Not owned.
   void set_stall_watch(StallWatch* w) { stall_ = w; }

@@ -166,7 +166,7 @@ class PipelinedRingAllreducer final : public Allreducer {
     size_t posted = 0;
     auto post_ag = [&](size_t upto) {
       for (; posted < std::min(upto, na); ++posted) {
-        comm_.wait_one(sends_[posted], cfg_.idle_sleep_us);
+        comm_.wait_one(sends_[posted], cfg_.idle_sleep_us, next);
         ag_req_[posted] = comm_.irecv(at(ag_[posted]), ag_[posted].len, t, prev, kGatherTag);
       }
     };
@@ -178,7 +178,7 @@ class PipelinedRingAllreducer final : public Allreducer {
       comm_.wait_recv(ag_req_[q], g.len, t, prev, cfg_.idle_sleep_us);
       if (q < last_from) gather_sends_.push_back(comm_.isend(at(g), g.len, t, next, kGatherTag));
     }
-    comm_.wait_all(gather_sends_, cfg_.idle_sleep_us);
+    comm_.wait_all(gather_sends_, cfg_.idle_sleep_us, next);
   }
 
  private:
@@ -237,7 +237,7 @@ Range RingAllreducer::reduce_scatter(char* base, size_t count, DType t) {
     recv_reduce_post(st.recv, seg, t, prev, kReduceTag);
     send_segments(base, st.send, seg, t, next, kReduceTag, sends_);
     recv_reduce_finish(base, st.recv, seg, t, prev, kReduceTag);
-    comm_.wait_all(sends_, cfg_.idle_sleep_us);
+    comm_.wait_all(sends_, cfg_.idle_sleep_us, next);
   }
   return owned;
 }
@@ -258,7 +258,7 @@ void RingAllreducer::allgather(char* base, size_t count, DType t) {
     send_segments(base, ring_step(r, n, count, n - 1 + g).send, seg, t, next, kReduceTag, sends_);
     wait_recvs(posted_[g], t);
   }
-  comm_.wait_all(sends_, cfg_.idle_sleep_us);
+  comm_.wait_all(sends_, cfg_.idle_sleep_us, next);
 }
 
 void RingAllreducer::run(void* buf, size_t count, DType t, ReduceOp op) {
