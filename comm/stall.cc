@@ -143,7 +143,8 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
 }
 
 void StallWatch::begin_blocking() {
-  if (!multiple_ || (warn_s_ <= 0 && abort_s_ <= 0)) return;
+  // Only inside arrive() .. leave(): the clock of a step, not a stale one.
+  if (!multiple_ || !active_ || (warn_s_ <= 0 && abort_s_ <= 0)) return;
   if (!dog_.joinable()) dog_ = std::thread([this] { watchdog(); });
   {
     std::lock_guard lk(mu_);  // publishes the step arrive() set up to the watchdog
@@ -174,8 +175,13 @@ void StallWatch::watchdog() {
     }
     cv_.wait_until(lk, at);
     if (quit_ || !blocking_ || Clock::now() < at) continue;  // woken for another reason: look again
-    // The other thread is inside the blocking call and cannot be interrupted: stop the job here.
-    if (const std::string stop = due(Clock::now(), -1); !stop.empty()) comm_abort(stop.c_str());
+    // The other thread is inside the blocking call and cannot be interrupted: stop the job here
+    // (an MPI error while looking at the announcements too: a peer's death, say).
+    try {
+      if (const std::string stop = due(Clock::now(), -1); !stop.empty()) comm_abort(stop.c_str());
+    } catch (const std::exception& e) {
+      comm_abort(str_cat("stall check: ", e.what()).c_str());
+    }
   }
 }
 

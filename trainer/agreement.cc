@@ -71,18 +71,25 @@ void Trainer::check_config_agreement() {
 void Trainer::check_data_agreement() {
   if (world_ == 1) return;
   const MPI_Comm comm = ctl_comm_->mpi();
-  // What the ranks saw: training samples and classes, validation samples (-1: not opened).
-  std::array<int64_t, 3> mine = {int64_t(train_loader_->size()), int64_t(train_loader_->num_classes()),
-                                 val_loader_ ? int64_t(val_loader_->size()) : -1};
-  std::array<int64_t, 3> first = mine;
-  MPI_CHECK(MPI_Bcast(first.data(), 3, MPI_INT64_T, 0, comm));
+  // What the ranks saw: training samples and classes, validation samples (-1: not opened), and
+  // the classes' names (FNV-1a over them: folders of another dataset with as many images).
+  uint64_t names = 0xcbf29ce484222325ull;
+  for (const std::string& c : train_loader_->class_names())
+    for (const char ch : c + '\0') names = (names ^ uint8_t(ch)) * 0x100000001b3ull;
+  std::array<int64_t, 4> mine = {int64_t(train_loader_->size()), int64_t(train_loader_->num_classes()),
+                                 val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names)};
+  std::array<int64_t, 4> first = mine;
+  MPI_CHECK(MPI_Bcast(first.data(), 4, MPI_INT64_T, 0, comm));
   const auto [bad, count] = first_differing(mine != first, world_, comm);
   if (bad < 0) return;
-  const auto describe = [&](const std::array<int64_t, 3>& d) {
-    return str_cat(d[0], " training samples of ", d[1], " classes (", data::split_source(cfg_.data, data::Split::train),
-                   ")", d[2] >= 0 ? str_cat(", ", d[2], " validation samples (",
-                                             data::split_source(cfg_.data, data::Split::val), ")")
-                                  : std::string());
+  const auto describe = [&](const std::array<int64_t, 4>& d) {
+    const std::vector<std::string>& c = train_loader_->class_names();
+    return str_cat(d[0], " training samples of ", d[1], " classes (",
+                   c.empty() ? "" : str_cat(c.front(), c.size() > 1 ? str_cat(" … ", c.back()) : "", "; "),
+                   data::split_source(cfg_.data, data::Split::train), ")",
+                   d[2] >= 0 ? str_cat(", ", d[2], " validation samples (",
+                                       data::split_source(cfg_.data, data::Split::val), ")")
+                             : std::string());
   };
   const std::string theirs = broadcast_string(describe(mine), bad, comm);
   throw ConfigError(str_cat("ranks disagree at start-up (", world_, " ranks): rank ", bad, " sees ", theirs,

@@ -498,7 +498,10 @@ bool config_key_per_rank(const std::string& k) {
   static const std::set<std::string> keys = {
       "threads",  "data.threads", "data.queue_depth", "data.root", "data.train_list", "data.val_list",
       "data.train_shards", "data.val_shards", "run_dir", "checkpoint.dir", "cuda.algo_cache"};
-  // comm.* has its own agreement check (comm_check_agreement), with the fields that must agree.
+  // comm.* has its own agreement check (comm_check_agreement), with the fields that must agree,
+  // which runs later: the stall check's settings, which decide collectives before it, are
+  // compared here. So is log.timeline*, whose timeline starts with a barrier.
+  if (k.rfind("comm.stall_", 0) == 0 || k.rfind("log.timeline", 0) == 0) return false;
   return keys.count(k) || k.rfind("log.", 0) == 0 || k.rfind("data.generate.", 0) == 0 || k.rfind("comm.", 0) == 0;
 }
 

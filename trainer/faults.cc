@@ -53,7 +53,7 @@ struct Finding {
 
 void Trainer::inject_fault() {
   const DebugConfig& d = cfg_.debug;
-  if (d.fault == "none" || rank_ != d.rank || step_ + 1 != d.step) return;
+  if (d.fault == "none" || d.fault == "stall_eval" || rank_ != d.rank || step_ + 1 != d.step) return;
   std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault '%s' at step %lld\n", rank_, world_,
                d.fault.c_str(), static_cast<long long>(d.step));
   std::fflush(stderr);

@@ -67,12 +67,12 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   comm::CommConfig ctl_cfg = cfg_.comm;
   ctl_cfg.algorithm = "ring";  // bitwise-identical results on every rank by construction
   ctl_reduce_ = comm::make_allreducer(ctl_cfg, *ctl_comm_);
+  check_config_agreement();  // first: what follows makes collectives by the settings
   if (world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {
     ctl_stall_ = std::make_unique<comm::StallWatch>(ctl_comm_->mpi(), cfg_.comm.stall_warning_s,
                                                     cfg_.comm.stall_abort_s);
     ctl_comm_->set_stall_watch(ctl_stall_.get());
   }
-  check_config_agreement();
 
   const int batch = int(cfg_.train.batch);
   auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
@@ -370,8 +370,8 @@ void Trainer::train() {
   const double secs = now_s() - run_start_s_, train_s = std::max(secs - eval_s_, 0.0);
   const double img_s = double(step_ - first_step) * double(config_global_batch(cfg_, world_)) / std::max(train_s, 1e-9);
   JsonLine line("end");
-  line.add("step", step_).add("steps_run", step_ - first_step).add("train_s", train_s).add("eval_s", eval_s_)
-      .add("run_s", secs).add("img_s", img_s);
+  line.add("step", step_).add("steps_run", step_ - first_step).add("train_s", secs).add("eval_s", eval_s_)
+      .add("img_s", img_s);
   std::string best;
   if (best_step_ > 0) {
     line.add("best_val_top1", best_top1_).add("best_step", best_step_);

@@ -10,6 +10,7 @@
 
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
+#include "nn/adam.h"
 #include "nn/clock.h"
 #include "trainer/trainer.h"
 
@@ -80,6 +81,11 @@ std::vector<int64_t> Trainer::loaded_tensor_steps(const Checkpoint& ck, std::spa
     if (ck.tensor_steps.size() != layout.size())
       throw CheckpointError(str_cat(path, ": corrupt: section 'tsteps' holds ", ck.tensor_steps.size(),
                                     " counts for the model's ", layout.size(), " tensors"));
+    try {  // what the optimizer will refuse, refused here, naming the file
+      adam_groups(layout, cfg_.optimizer.sgd, ck.tensor_steps, ck.meta.optimizer_steps);
+    } catch (const Error& e) {
+      throw CheckpointError(str_cat(path, ": ", e.what()));
+    }
     return ck.tensor_steps;
   }
   std::vector<int64_t> out;
@@ -356,10 +362,13 @@ std::string Trainer::resume(const std::string& what) {
     for (const auto& s : skipped) log_line("skipping a damaged checkpoint: " + s);
     // Checkpoints there, none readable: the run's progress is not to be dropped without a word
     // (this rank's error ends the job, the others waiting below included).
-    if (path.empty() && !skipped.empty())
-      throw CheckpointError(str_cat("--resume auto: every checkpoint in ", ckpt_dir_, " is damaged (", skipped.size(),
-                                    ", listed above); nothing to resume from. To start afresh anyway, move them "
-                                    "away or run without --resume"));
+    if (path.empty() && !skipped.empty()) {
+      std::string why;
+      for (const auto& s : skipped) why += (why.empty() ? "" : "; ") + s;
+      throw CheckpointError(str_cat("--resume auto: every checkpoint in ", ckpt_dir_, " is damaged (", why,
+                                    "); nothing to resume from. To start afresh anyway, move them away or run "
+                                    "without --resume"));
+    }
   }
   uint64_t len = path.size();
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, ctl_comm_->mpi()));

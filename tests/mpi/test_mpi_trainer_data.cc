@@ -217,6 +217,10 @@ void check_ranks() {
   expect_error(r, "ranks disagree at start-up \\(2 ranks\\): rank 1's configuration differs from rank 0's: "
                   "train.epochs: 2 on rank 0, 1 on rank 1; seed: [0-9]+ on rank 0, 5 on rank 1",
                "another train.epochs and seed on rank 1");
+  // The stall check on one rank only: its watches are collectives made before the comm check's.
+  r = two("", "--set comm.stall_warning_s=0 --set comm.stall_abort_s=0");
+  expect_error(r, "rank 1's configuration differs from rank 0's: comm.stall_warning_s: 60 on rank 0, 0 on rank 1; "
+                  "comm.stall_abort_s: 600 on rank 0, 0 on rank 1", "the stall check off on rank 1 only");
   // The same images less two training ones, under another root.
   const fs::path less = fs::path(dir) / "imgs-r-less";
   fs::remove_all(less);
@@ -227,9 +231,20 @@ void check_ranks() {
   fs::remove(files[0]);
   fs::remove(files[1]);
   r = two("", "--set data.root=" + less.string());
-  expect_error(r, "rank 1 sees 22 training samples of 3 classes \\(folder " + less.string() +
+  expect_error(r, "rank 1 sees 22 training samples of 3 classes \\([^;]+; folder " + less.string() +
                       "/train\\), 15 validation samples .*, rank 0 24 training samples",
                "a dataset with two training images fewer on rank 1");
+  // As many images in as many classes, of other names (another dataset's folders).
+  const fs::path renamed = fs::path(dir) / "imgs-r-renamed";
+  fs::remove_all(renamed);
+  fs::copy(fs::path(dir) / "imgs-r", renamed, fs::copy_options::recursive);
+  for (const char* split : {"train", "val"}) {
+    std::vector<fs::path> classes(fs::directory_iterator(renamed / split), fs::directory_iterator{});
+    std::sort(classes.begin(), classes.end());
+    fs::rename(classes.back(), renamed / split / "zzz-other");
+  }
+  r = two("", "--set data.root=" + renamed.string());
+  expect_error(r, "rank 1 sees 24 training samples of 3 classes \\([^;]* … zzz-other; folder ", "other class names on rank 1");
   // Where the data is, and how many threads read it, may differ.
   r = two("--set train.steps=2", "--set train.steps=2 --set data.threads=2 --set data.root=" + dir + "/imgs-r/");
   expect(r.rc == 0, "another data.root holding the same data, and other thread counts, on rank 1", r);
