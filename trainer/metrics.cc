@@ -1,6 +1,8 @@
 // JSON-lines metrics and the progress display.
 #include "trainer/metrics.h"
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -63,7 +65,10 @@ JsonLine& JsonLine::add(const char* key, const std::string& v) {
   return *this;
 }
 
-Metrics::Metrics(const std::string& path) : path_(path) {
+Metrics::Metrics(const std::string& path) : path_(path) { open(); }
+
+void Metrics::open() {
+  const std::string& path = path_;
   if (path.empty()) return;
   std::filesystem::path p(path);
   std::error_code ec;
@@ -102,6 +107,24 @@ void Metrics::step(int rank, const StepRecord& r) {
     std::fflush(f_);
     unflushed_ = 0;
     check_written();
+    reopen_if_deleted();
+  }
+}
+
+void Metrics::reopen_if_deleted() {
+  // Deleted under the run (its folder removed, say): the records would go to a file nobody can
+  // see. Made anew, and said.
+  struct stat st;
+  if (!f_ || fstat(fileno(f_), &st) != 0 || st.st_nlink != 0) return;
+  std::fclose(f_);
+  f_ = nullptr;
+  try {
+    open();
+    std::fprintf(stderr, "ringtrain: warning: the metrics file %s was deleted during the run: written anew from "
+                 "here on\n", path_.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ringtrain: warning: the metrics file was deleted during the run and cannot be made "
+                 "again: %s; its records from here on are lost\n", e.what());
   }
 }
 
@@ -114,6 +137,7 @@ void Metrics::check_written() {
 }
 
 void Metrics::write(const JsonLine& line) {
+  reopen_if_deleted();
   if (!f_) return;
   std::fputs(line.str().c_str(), f_);
   std::fputc('\n', f_);

@@ -64,8 +64,11 @@ class Metrics {
 
  private:
   // After a flush: a write that failed (a full disk) is said once on stderr, naming the file, and
-  // the file is closed; training goes on without its records.
+  // the file is closed; training goes on without its records. A file deleted meanwhile is made
+  // again.
   void check_written();
+  void open();  // path_ (its folder made), appending; throws rt::Error naming it
+  void reopen_if_deleted();
   std::FILE* f_ = nullptr;
   std::string path_;
   int64_t unflushed_ = 0;

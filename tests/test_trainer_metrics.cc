@@ -1,0 +1,44 @@
+// The metrics file: records appended as JSON lines, a half record left by a killed run closed on
+// a line of its own, and a file deleted during the run (its run folder removed) made anew.
+#include "trainer/metrics.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace rt::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(trainer_metrics, HalfRecordEndedAndDeletedFileMadeAgain) {
+  const fs::path dir = fs::temp_directory_path() / ("rt_metrics_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path file = dir / "run" / "metrics.jsonl";
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << "{\"type\":\"step\",\"st";  // a run killed mid-record
+  {
+    Metrics m(file.string());
+    m.write(JsonLine("start").add("rank", int64_t(0)));
+    EXPECT_EQ(read(file), "{\"type\":\"step\",\"st\n{\"type\":\"start\",\"rank\":0}\n");
+    fs::remove_all(dir / "run");  // the run folder removed under the run
+    m.write(JsonLine("epoch").add("epoch", int64_t(1)));
+    m.write(JsonLine("epoch").add("epoch", int64_t(2)));
+  }
+  EXPECT_EQ(read(file), "{\"type\":\"epoch\",\"epoch\":1}\n{\"type\":\"epoch\",\"epoch\":2}\n");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rt::trainer
