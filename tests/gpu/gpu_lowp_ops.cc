@@ -71,8 +71,10 @@ TEST_P(GpuLowpOps, ConvForwardBackward) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();
   Backends b(k.dtype);
-  struct Case { Shape in; int64_t out_c, k, s, p; bool bias; int64_t groups = 1; };
-  for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false},    // resnet's first layer: 3 channels
+  struct Case { Shape in; int64_t out_c, k, s, p; bool bias; int64_t groups = 1; bool dx = true; };
+  // resnet's first layer: 3 channels and, as the network builds it, no input gradient (cuDNN has
+  // no 16-bit NHWC backward-data kernel for 3 channels; LowpConv pads such a layer instead)
+  for (Case c : {Case{{2, 3, 8, 8}, 4, 3, 1, 1, false, 1, false},
                  Case{{2, 16, 8, 8}, 32, 3, 2, 1, false},
                  Case{{1, 8, 7, 9}, 8, 1, 1, 0, false},
                  Case{{2, 8, 6, 6}, 16, 1, 2, 0, false},   // 1x1 projection shortcut
@@ -81,6 +83,7 @@ TEST_P(GpuLowpOps, ConvForwardBackward) {
                  Case{{2, 32, 5, 5}, 64, 3, 1, 1, true, 4},
                  Case{{2, 16, 6, 6}, 16, 3, 1, 1, false, 16}}) {  // depthwise
     ConvDesc d{"conv", c.in, c.out_c, c.k, c.k, c.s, c.s, c.p, c.p, c.bias, c.groups};
+    d.input_grad = c.dx;
     const Shape o = d.out();
     SCOPED_TRACE(c.in.str() + " -> " + o.str() + " groups " + std::to_string(c.groups));
     const size_t nx = size_t(c.in.numel()), ny = size_t(o.numel()), nw = size_t(d.weight_count()),
@@ -97,10 +100,10 @@ TEST_P(GpuLowpOps, ConvForwardBackward) {
     DeviceBuffer gy = b.act(o), gdx = b.act(c.in), gdw(nw * 4), gdb(nb * 4);
     auto op = b.gpu->make_conv(d);
     op->forward(gx.as<float>(), gw.as<float>(), gb.as<float>(), gy.as<float>());
-    op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(),
+    op->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), c.dx ? gdx.as<float>() : nullptr,
                  gdw.as<float>(), gdb.as<float>());
     expect_normalised(b.export_act(gy, o), y, tol(k, 1e-2), "y");
-    expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
+    if (c.dx) expect_normalised(b.export_act(gdx, c.in), dx, tol(k, 1e-2), "dx");
     // dw leaves cuDNN in the 16-bit type (one rounding of an fp32 accumulation), then widens:
     // same bound.
     expect_normalised(b.fp32(gdw, nw), dw, tol(k, 1e-2), "dw");
