@@ -73,19 +73,24 @@ void Trainer::check_data_agreement() {
   const MPI_Comm comm = ctl_comm_->mpi();
   // What the ranks saw: training samples and classes, validation samples (-1: not opened), and
   // the classes' names (FNV-1a over them: folders of another dataset with as many images).
+  // (An evaluation opens no training data: the validation data's classes then.)
+  const data::Loader& classes = train_loader_ ? *train_loader_ : *val_loader_;
   uint64_t names = 0xcbf29ce484222325ull;
-  for (const std::string& c : train_loader_->class_names())
+  for (const std::string& c : classes.class_names())
     for (const char ch : c + '\0') names = (names ^ uint8_t(ch)) * 0x100000001b3ull;
-  std::array<int64_t, 4> mine = {int64_t(train_loader_->size()), int64_t(train_loader_->num_classes()),
+  std::array<int64_t, 4> mine = {train_loader_ ? int64_t(train_loader_->size()) : -1, int64_t(classes.num_classes()),
                                  val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names)};
   std::array<int64_t, 4> first = mine;
   MPI_CHECK(MPI_Bcast(first.data(), 4, MPI_INT64_T, 0, comm));
   const auto [bad, count] = first_differing(mine != first, world_, comm);
   if (bad < 0) return;
   const auto describe = [&](const std::array<int64_t, 4>& d) {
-    const std::vector<std::string>& c = train_loader_->class_names();
-    return str_cat(d[0], " training samples of ", d[1], " classes (",
-                   c.empty() ? "" : str_cat(c.front(), c.size() > 1 ? str_cat(" … ", c.back()) : "", "; "),
+    const std::vector<std::string>& c = classes.class_names();
+    const std::string names = c.empty() ? "" : str_cat(c.front(), c.size() > 1 ? str_cat(" … ", c.back()) : "", "; ");
+    if (d[0] < 0)
+      return str_cat(d[2], " validation samples of ", d[1], " classes (", names,
+                     data::split_source(cfg_.data, data::Split::val), ")");
+    return str_cat(d[0], " training samples of ", d[1], " classes (", names,
                    data::split_source(cfg_.data, data::Split::train), ")",
                    d[2] >= 0 ? str_cat(", ", d[2], " validation samples (",
                                        data::split_source(cfg_.data, data::Split::val), ")")

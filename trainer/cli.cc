@@ -199,7 +199,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
       throw ConfigError(str_cat("--weights ", o.weights, " lies in this run's own checkpoint folder (", here.string(),
                                 "): give the new run another run_dir (--set run_dir=...)"));
   }
-  Trainer t(cfg);
+  Trainer t(cfg, MPI_COMM_WORLD, {}, o.eval ? Trainer::Use::evaluate : Trainer::Use::train);
   if (o.eval) {
     const std::string& path = o.eval_file();
     if (o.weights.empty()) t.load_checkpoint(path, /*for_training=*/false);

@@ -133,7 +133,7 @@ data::Loader& Trainer::val_loader() {
   if (!val_loader_) {
     auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
     auto loader = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
-    data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
+    if (train_loader_) data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
     if (loader->num_classes() > cfg_.model.classes)
       throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes, " but the validation data (",
                                 data::split_source(cfg_.data, data::Split::val), ") has ", loader->num_classes(),

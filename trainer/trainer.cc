@@ -47,8 +47,8 @@ DeviceGradsFactory device_grads_factory() { return device_grads_slot().load(); }
 
 void register_device_grads(DeviceGradsFactory make) { device_grads_slot().store(make); }
 
-Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
-    : cfg_(std::move(cfg)), hooks_(std::move(hooks)), scaler_(cfg_.loss_scale) {
+Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
+    : cfg_(std::move(cfg)), hooks_(std::move(hooks)), use_(use), scaler_(cfg_.loss_scale) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   MPI_CHECK(MPI_Comm_size(world, &world_));
   config_validate(cfg_);
@@ -75,25 +75,15 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   }
 
   const int batch = int(cfg_.train.batch);
-  auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
-  train_loader_ = make_loader(cfg_.data, data::Split::train, rank_, world_, batch);
-  if (train_loader_->num_classes() > cfg_.model.classes)
-    throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes,
-                              " but the training data (", data::split_source(cfg_.data, data::Split::train), ") has ",
-                              train_loader_->num_classes(), " classes",
-                              cfg_.data.train_list.empty() ? ""
-                                                           : " (the largest label of data.train_list and "
-                                                             "data.val_list, plus one)"));
   passes_ = cfg_.train.accumulate;
-  // Batches left over past the last whole step of an epoch are dropped, as a short batch is.
-  steps_per_epoch_ = train_loader_->steps_per_epoch() / passes_;
-  if (steps_per_epoch_ < 1)
-    throw Error(str_cat("data: ", train_loader_->size(), " training samples are fewer than one global batch (",
-                        world_, " ranks x ", batch, passes_ > 1 ? str_cat(" x ", passes_, " accumulated") : "",
-                        ")"));
-  // train.steps stops a run early; it never runs past the epochs, where the schedule has ended.
-  total_steps_ = cfg_.train.epochs * steps_per_epoch_;
-  if (cfg_.train.steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.steps);
+  if (use_ == Use::evaluate) {
+    steps_per_epoch_ = 1;  // nothing is trained: no epochs of training data to count
+  } else {
+    open_training_data();
+    // train.steps stops a run early; it never runs past the epochs, where the schedule has ended.
+    total_steps_ = cfg_.train.epochs * steps_per_epoch_;
+    if (cfg_.train.steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.steps);
+  }
   schedule_ = config_schedule(cfg_, world_);
 
   make_bn_sync(world);
@@ -137,7 +127,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   // A device backend copies the next batch while this step computes (not when compute is
   // emulated: nothing is imported then).
   prefetch_ = cfg_.emulate.compute_ms <= 0 && net_->backend().can_stage_input();
-  train_loader_->set_batch_memory(net_->backend().input_memory());  // page-locked for a GPU
+  if (train_loader_) train_loader_->set_batch_memory(net_->backend().input_memory());  // page-locked for a GPU
   comm::broadcast_model(*ctl_comm_, arena, 0);
   if (cfg_.train.ema > 0) ema_start();
 
@@ -158,7 +148,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
   pad_labels_.assign(size_t(batch), 0);
   // Where this run will evaluate, its validation data is opened now: a missing folder, classes
   // that differ from training's or too few samples stop the job before any training is lost.
-  if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end) val_loader();
+  if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end || use_ == Use::evaluate) val_loader();
   check_data_agreement();
   try {
     metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
@@ -209,6 +199,25 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::open_training_data() {
+  const int batch = int(cfg_.train.batch);
+  auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
+  train_loader_ = make_loader(cfg_.data, data::Split::train, rank_, world_, batch);
+  if (train_loader_->num_classes() > cfg_.model.classes)
+    throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes,
+                              " but the training data (", data::split_source(cfg_.data, data::Split::train), ") has ",
+                              train_loader_->num_classes(), " classes",
+                              cfg_.data.train_list.empty() ? ""
+                                                           : " (the largest label of data.train_list and "
+                                                             "data.val_list, plus one)"));
+  // Batches left over past the last whole step of an epoch are dropped, as a short batch is.
+  steps_per_epoch_ = train_loader_->steps_per_epoch() / passes_;
+  if (steps_per_epoch_ < 1)
+    throw Error(str_cat("data: ", train_loader_->size(), " training samples are fewer than one global batch (",
+                        world_, " ranks x ", batch, passes_ > 1 ? str_cat(" x ", passes_, " accumulated") : "",
+                        ")"));
+}
 
 void Trainer::setup_threads(MPI_Comm world) {
   int threads = cfg_.threads;
@@ -262,6 +271,7 @@ void Trainer::log_line(const std::string& s) const {
 }
 
 void Trainer::train() {
+  if (use_ == Use::evaluate) throw Error("train: this trainer was built to evaluate (Trainer::Use::evaluate)");
   if (step_ >= total_steps_) {
     log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done"));
     return;

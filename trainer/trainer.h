@@ -62,7 +62,11 @@ class Trainer {
   // comm settings) and broadcasts rank 0's initial parameters. Sets the OpenMP thread count
   // before the model is built (oneDNN fixes its work split when a primitive is created).
   // MPI must be initialised with MPI_THREAD_SERIALIZED or higher when cfg.comm.overlap is on.
-  Trainer(Config cfg, MPI_Comm world = MPI_COMM_WORLD, TrainerHooks hooks = {});
+  // Use::evaluate (the program's --eval) opens no training loader: the training split need not
+  // hold a global batch (a folder dataset still names its classes by the training folders).
+  // train() is then refused.
+  enum class Use { train, evaluate };
+  Trainer(Config cfg, MPI_Comm world = MPI_COMM_WORLD, TrainerHooks hooks = {}, Use use = Use::train);
   ~Trainer();
 
   // Restores a checkpoint (rank 0 reads it, every rank receives it): parameters, BN statistics,
@@ -156,6 +160,7 @@ class Trainer {
   // the first rank that differs and how.
   void check_config_agreement();
   void check_data_agreement();
+  void open_training_data();  // train_loader_ and steps_per_epoch_; throws naming the data
   // Rank 0, loading AdamW's or LAMB's state (trainer_state.cc): each tensor's update count.
   std::vector<int64_t> loaded_tensor_steps(const Checkpoint& ck, std::span<const float> m, std::span<const float> v,
                                            const std::string& path) const;
@@ -209,6 +214,7 @@ class Trainer {
   std::unique_ptr<comm::StallWatch> ctl_stall_;  // the stall check of ctl_comm_'s collectives
   int64_t ctl_calls_ = 0;                        // ... which it numbers
   double eval_s_ = 0;  // this process's time in evaluations during train(): not training's
+  Use use_ = Use::train;
   std::shared_ptr<comm::BnGroupSync> bn_sync_;  // model.bn_group's groups (null: none, 1 rank each)
   std::unique_ptr<Net<float>> net_;
   std::unique_ptr<Net<float>> eval_net_;  // evaluation's, when its side is not training's

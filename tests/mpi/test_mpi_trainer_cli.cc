@@ -90,6 +90,11 @@ void check_run_eval_resume() {
   expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos &&
              r.out.find("; its moving average of the weights: top1 ") != std::string::npos,
          "--eval on 3 ranks", r);
+  // ... whatever the training split would give a global batch: evaluation opens no training data.
+  r = run(2, "--eval --checkpoint " + ck.back() + " --set log.progress=false --set train.batch=32 "
+             "--set train.accumulate=2");
+  expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos,
+         "--eval with a train.batch the training split could not fill", r);
   r = run(2, "--config " + cfg + " --resume auto");
   expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos &&
              r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos,
