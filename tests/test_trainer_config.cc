@@ -167,7 +167,7 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("v.yaml:2: key 'data.randaugment_magnitude_std' must be in [0, 31] bins"), std::string::npos) << e;
   // Frozen statistics need frozen layers.
   e = invalid("optimizer: {freeze_bn_stats: true}\n");
-  EXPECT_NE(e.find("v.yaml:2: key 'optimizer.freeze_bn_stats' needs frozen layers (optimizer.freeze)"), std::string::npos)
+  EXPECT_NE(e.find("v.yaml:2: key 'optimizer.freeze_bn_stats' needs frozen layers (optimizer.freeze) (got true)"), std::string::npos)
       << e;
   EXPECT_EQ(invalid("optimizer: {freeze: [conv1, bn1], freeze_bn_stats: true}\n"), "");
   // Stochastic depth.

@@ -29,6 +29,10 @@ TEST(trainer_config_mistakes, KeyGivenTwiceOrSecondDocument) {
   EXPECT_NE(e.find("d.yaml:2: key 'optimizer.lr_mult': 'fc' given twice"), std::string::npos) << e;
   e = error_of([] { config_parse(kData, "d.yaml", {"optimizer.lr_mult={fc: 0, layer4: 1, fc: 5}"}); });
   EXPECT_NE(e.find("key 'optimizer.lr_mult': 'fc' given twice"), std::string::npos) << e;
+  // A name inside such a mapping, set as if it were a key of its own.
+  e = error_of([] { config_parse(kData, "d.yaml", {"optimizer.lr_mult.fc=5"}); });
+  EXPECT_NE(e.find("unknown key 'optimizer.lr_mult.fc': 'optimizer.lr_mult' takes its whole value, e.g. --set "
+                   "'optimizer.lr_mult={fc: 5}'"), std::string::npos) << e;
   e = error_of([] { config_parse("---\nseed: 1\n---\nseed: 2\n", "m.yaml"); });
   EXPECT_NE(e.find("m.yaml:4: a second YAML document ('---')"), std::string::npos) << e;
   EXPECT_EQ(config_parse("---\nseed: 3\n", "one.yaml").seed, 3u);  // a leading marker is one document

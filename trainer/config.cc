@@ -450,6 +450,11 @@ void config_set(Config& cfg, const std::string& assignment) {
     throw ConfigError(str_cat(at, ": expected key=value, e.g. --set train.batch=64"));
   const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   if (!is_known(key)) {
+    // Inside a key whose value is a whole mapping or list (optimizer.lr_mult.fc=5): that key is set whole.
+    for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
+      if (const std::string outer = key.substr(0, dot); is_known(outer))
+        throw ConfigError(str_cat(at, ": unknown key '", key, "': '", outer, "' takes its whole value, e.g. --set '",
+                                  outer, "={", key.substr(dot + 1), ": ", text, "}'"));
     const std::string section = key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
     throw ConfigError(str_cat(at, ": unknown key '", key, "' (", section.empty() ? "top level" : section,
                               " takes: ", keys_under(is_section(section) ? section : ""), ")"));

@@ -2,6 +2,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <type_traits>
 
 #include "comm/allreduce.h"
 #include "trainer/config.h"
@@ -16,7 +17,11 @@ class Checker {
   std::string at(const std::string& key) const { return config_origin(c_, key); }
   template <class V>
   void require(bool ok, const std::string& key, const std::string& what, const V& got) const {
-    if (!ok) throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
+    if (ok) return;
+    if constexpr (std::is_same_v<V, bool>)  // as the config writes it, not 1 or 0
+      throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got ? "true" : "false", ")"));
+    else
+      throw ConfigError(str_cat(at(key), ": key '", key, "' ", what, " (got ", got, ")"));
   }
   // Wraps a library validator's message (which names its own field) with the origin of the
   // section's key that it names, where that key was set (else of `key`).
