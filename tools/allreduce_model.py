@@ -161,6 +161,18 @@ def parse_bytes(s):
     return int(v)
 
 
+def load_links(path):
+    """{n: bytes/s} of the links a `costmodel.py fit` file was fitted on, measured per rank count
+    ({} where it records none)."""
+    with open(path, "rb") as f:
+        p = json.loads(f.read())
+    links = p.get("links") if isinstance(p, dict) else None
+    if not isinstance(links, dict):
+        return {}
+    return {int(n): float(v) for n, v in links.items()
+            if str(n).isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0}
+
+
 def load_params(path):
     """{'alpha','beta','gamma'} of a file written by `costmodel.py fit` (or that object alone).
     OSError where the file cannot be read, ValueError where it holds something else."""

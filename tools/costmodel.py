@@ -35,7 +35,7 @@ import os
 import sys
 
 from allreduce_model import (MIB, bound, calibrate_compute, ddl_compute_for, ddl_efficiency, fit,
-                             formula, load_params, parse_bytes, predict, project, read_inputs)
+                             formula, load_links, load_params, parse_bytes, predict, project, read_inputs)
 from costmodel_plot import png_plot, svg_plot
 
 
@@ -298,14 +298,25 @@ def cmd_table(a):
     return 0
 
 
-def params_from(a):
+def params_from(a, n=None):
+    """The model's parameters: --params FILE's, then --alpha/--beta/--gamma/--link-gbit. A fit on
+    links of several speeds (results of runs at several rates) has no one beta: the link measured
+    at rank count n is taken where the file has one, else a link speed must be given."""
+    links = {}
     if a.params:
         try:
             p = load_params(a.params)
+            links = load_links(a.params)
         except OSError as e:
             usage_error(a, f"--params {a.params}: cannot read ({e.strerror})")
         except ValueError as e:
             usage_error(a, f"--params {a.params}: {e}")
+        if len(set(links.values())) > 1 and getattr(a, "beta", None) is None and not getattr(a, "link_gbit", None):
+            if n not in links:
+                speeds = ", ".join(f"N={k}: {v / 1e6:.1f} MB/s" for k, v in sorted(links.items()))
+                sys.exit(f"costmodel: --params {a.params} was fitted on links of several speeds ({speeds}): "
+                         "give the link to model with --link-gbit G")
+            p = dict(p, beta=1.0 / links[n])
     else:
         p = {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}
     for k in ("alpha", "beta", "gamma"):
@@ -320,7 +331,7 @@ def params_from(a):
 
 
 def cmd_predict(a):
-    p = params_from(a)
+    p = params_from(a, a.np)
     s = parse_bytes(a.bytes)
     for kind in ("ring", "reducer"):
         t = predict(p, kind, a.np, s)

@@ -135,6 +135,27 @@ class CostmodelArguments(unittest.TestCase):
         self.assertIn("# fit on results >= 512K bytes", out)
         self.assertGreater(am.load_params(self.path("fit.json"))["beta"], 0)
 
+    def test_a_fit_on_links_of_several_speeds(self):
+        # As a fit of runs at 1 Gbit/s (N = 2) and 250 Mbit/s (N = 8) records them: no one beta.
+        mixed = self.path("mixed.json")
+        with open(mixed, "w") as f:
+            json.dump({"params": {"alpha": 1e-5, "beta": 2e-8, "gamma": 0.0},
+                       "links": {"2": 119.3e6, "8": 29.9e6}}, f)
+        rc, out, err = self.main("predict", "--params", mixed, "--np", "8", "--bytes", "64M")
+        self.assertEqual((rc, err), (0, ""))
+        want = am.predict({"alpha": 1e-5, "beta": 1 / 29.9e6, "gamma": 0.0}, "ring", 8, 64 << 20)
+        self.assertIn(f"ring,np=8,bytes=67108864,time_us={want * 1e6:.1f},", out)  # N = 8's own link
+        # No link measured at N = 4, none at all for a projection: refused (sys.exit's message).
+        rc, out, err = self.main("predict", "--params", mixed, "--np", "4", "--bytes", "64M")
+        self.assertEqual(out, "")
+        self.assertIn("was fitted on links of several speeds (N=2: 119.3 MB/s, N=8: 29.9 MB/s): give the link "
+                      "to model with --link-gbit G", str(rc))
+        rc, out, err = self.main("project", "--params", mixed, "--compute-ms", "100")
+        self.assertEqual(out, "")
+        self.assertIn("links of several speeds", str(rc))
+        rc, out, err = self.main("project", "--params", mixed, "--compute-ms", "100", "--link-gbit", "1")
+        self.assertEqual((rc, err), (0, ""))
+
     def test_model_helpers_refuse_what_they_cannot_use(self):
         for text in ("", "M", "1X", "-1M", "nan", "inf"):
             with self.assertRaises(ValueError):
