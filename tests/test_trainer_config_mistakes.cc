@@ -40,6 +40,17 @@ TEST(trainer_config_mistakes, KeyGivenTwiceOrSecondDocument) {
   EXPECT_NE(e.find(": is a folder, not a config file"), std::string::npos) << e;
 }
 
+// Synthetic data for a config of 10 classes (a benchmark of it, tools/scaling --synthetic) labels
+// 10 classes, not the 1000 that made the model too small for its own data.
+TEST(trainer_config_mistakes, SyntheticDataTakesTheModelsClasses) {
+  Config c = config_parse("model: {classes: 10}\ndata: {synthetic: true}\n", "s.yaml");
+  EXPECT_EQ(c.data.synthetic_classes, 10);
+  EXPECT_NO_THROW(config_validate(c));
+  c = config_parse("model: {classes: 10}\ndata: {synthetic: true, synthetic_classes: 4}\n", "s.yaml");
+  EXPECT_EQ(c.data.synthetic_classes, 4);
+  EXPECT_EQ(config_parse(config_to_yaml(c), "back.yaml").data.synthetic_classes, 4);
+}
+
 TEST(trainer_config_mistakes, OptionWithoutItsValue) {
   auto e = error_of([] {
     const char* a[] = {"trainer", "--config", "--set", "log.progress=false"};

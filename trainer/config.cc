@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -418,6 +419,12 @@ Config config_parse(const std::string& yaml, const std::string& name,
     walk(cfg, root, "", name);
   }
   for (const auto& o : overrides) config_set(cfg, o);
+  // Synthetic data labels as many classes as the model has unless told otherwise: a config for
+  // 10 classes run with data.synthetic=true (a benchmark, tools/scaling --synthetic) just works.
+  if (!cfg.origin.count("data.synthetic_classes")) {
+    cfg.data.synthetic_classes = int(std::min<int64_t>(cfg.model.classes, std::numeric_limits<int>::max()));
+    cfg.origin["data.synthetic_classes"] = name + " (default: model.classes)";
+  }
   // fp16 gradients underflow without loss scaling (fp16's smallest normal is 2^-14), so
   // cuda-fp16 scales dynamically unless loss_scale.mode was given; an explicit none stays none.
   if (cfg.backend == "cuda-fp16" && !cfg.origin.count("loss_scale.mode")) {

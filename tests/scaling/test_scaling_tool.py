@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """tools/scaling end to end on this machine: weak scaling at N = 1, 2 of a tiny model with emulated
-compute (CSV, markdown, PNGs, sane efficiencies), a failed and a refused run reported as rows, and
+compute (CSV, markdown, PNGs, sane efficiencies), train.accumulate's global batch, a sweep without
+N = 1 said to be relative to its smallest N, a failed and a refused run reported as rows, and
 argument errors (exit 2 before anything runs: a bad --timeout, an --out that cannot be made). Usage: test_scaling_tool.py TRAINER (the built build/bin/trainer)."""
 import csv
 import os
@@ -49,6 +50,22 @@ class TestScalingTool(unittest.TestCase):
             with open(os.path.join(out, "scaling.md")) as f:
                 self.assertIn("| weak | ring | 2 | 4 | 8 |", f.read())
 
+    def test_accumulation_and_a_sweep_without_one_rank(self):
+        # The global batch is the trainer's (train.accumulate passes a step), the speed-up is said
+        # to be relative to N = 2, and an earlier sweep's plots do not stay beside this one's table.
+        with tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(out, "scaling.png"), "wb") as f:
+                f.write(b"stale")
+            rc, text, rows = run(["--np", "2", "--batch", "4", "--no-plots", "--set", "train.accumulate=2"] + TINY,
+                                 out)
+            self.assertEqual(rc, 0, text)
+            self.assertEqual([(r["np"], r["status"], r["global_batch"]) for r in rows], [("2", "ok", "16")], text)
+            self.assertAlmostEqual(float(rows[0]["img_s_median"]) * float(rows[0]["step_ms_median"]) / 1e3, 16,
+                                   delta=0.8)
+            with open(os.path.join(out, "scaling.md")) as f:
+                self.assertIn("| 2.00 (vs N = 2) | 1.000 |", f.read())  # speed-up N/N0 by assumption
+            self.assertFalse(os.path.exists(os.path.join(out, "scaling.png")))
+
     def test_failed_and_refused_runs_are_rows(self):
         with tempfile.TemporaryDirectory() as out:
             rc, text, rows = run(TINY + ["--np", "1,4", "--mode", "strong", "--global-batch", "6",
@@ -58,6 +75,9 @@ class TestScalingTool(unittest.TestCase):
             self.assertIn("model.name", rows[0]["reason"])
             self.assertIn("not divisible by 4", rows[1]["reason"])
             self.assertIn("failed: exit 1: ringtrain: rank 0 of 1", text)
+            # A refused row alone fails the sweep too: the rank counts asked for were not all run.
+            rc, text, rows = run(TINY + ["--np", "4", "--mode", "strong", "--global-batch", "6"], out)
+            self.assertEqual((rc, [r["status"] for r in rows]), (1, ["refused"]), text)
 
     def test_bad_arguments(self):
         with tempfile.TemporaryDirectory() as out:
