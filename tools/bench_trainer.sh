@@ -12,6 +12,7 @@
 # the metrics file, median (min-max) over the steps after warm-up; PyTorch's is its script's own
 # median (min-max) over the same number of steps. Needs a built build/ and tools/setup.sh --peers.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) ends the script too, not a row of blanks
 cd "$(dirname "$0")/.."
 rows=resnet20,resnet50 warmup=5 steps=20 out=docs/trainer.md
 while [[ $# -gt 0 ]]; do
@@ -63,6 +64,7 @@ ddp() {
     line=$($py "$peers/torch_ddp.py" "${args[@]}" | grep '^RESULT')
   fi
   echo "$line" >&2
+  [[ $line == *img_per_s_median=* ]] || { echo "bench_trainer: PyTorch DDP ($how) gave no result" >&2; return 1; }
   sed -E 's/.*img_per_s_median=([0-9.]+) min=([0-9.]+) max=([0-9.]+).*/\1 \2 \3/' <<<"$line"
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C++ tools' command lines: --help prints the usage (status 0); an unknown flag, a missing
 # value and a number that is not wholly one, or out of range, are named (status 2); a failure
-# midway leaves no half-made output behind (status 1).
+# midway leaves no half-made output behind (status 1); the emulated cluster's bench.sh checks its
+# arguments before it tears down or writes anything.
 # Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench)
 set -u
 bin=$1
@@ -47,6 +48,20 @@ expect 0 "4 samples, 2 classes" "$p" --root "$tmp/d" --split train --out "$tmp/s
 expect 2 "--batch takes an integer in \[1, 65536\], not '4294967297'" "$bin/bench_data" --root "$tmp/d" \
   --batch 4294967297
 expect 2 "--mixup takes a number >= 0, not 'abc'" "$bin/bench_data" --root "$tmp/d" --mixup abc
+# The emulated cluster's benchmark checks its arguments before it tears anything down or writes:
+# an earlier run's results stay whole (as root only: it needs network namespaces).
+if [[ $(id -u) -eq 0 ]]; then
+  tools=$(dirname "$0")/../../tools/cluster
+  mkdir -p "$tmp/bench" && echo "RESULT,kept" > "$tmp/bench/results.csv"
+  expect 1 "-np 3 is not a multiple of --per-host 2" "$tools/bench.sh" --np 3 --per-host 2 --bin "$bin/allreduce_bench" \
+    --out "$tmp/bench"
+  expect 1 "--np takes positive rank counts \(got 'x'\)" "$tools/bench.sh" --np "2 x" --bin "$bin/allreduce_bench" \
+    --out "$tmp/bench"
+  if [[ "$(cat "$tmp/bench/results.csv")" != "RESULT,kept" ]]; then
+    echo "FAIL: tools/cluster/bench.sh emptied an earlier results.csv on a bad argument"
+    fails=$((fails + 1))
+  fi
+fi
 leftover=$(find "$tmp" /proc/rt-no-such 2>/dev/null | grep -c '\.tmp')
 if [[ $leftover -ne 0 ]]; then
   echo "FAIL: temporary files left: $(find "$tmp" | grep '\.tmp')"

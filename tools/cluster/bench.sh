@@ -29,22 +29,29 @@ done
 rtc_need_root
 [ -x "$bin" ] || rtc_die "$bin not found: build it (cmake --build BUILD --target allreduce_bench) or pass --bin"
 bin=$(realpath "$bin")
+# Every argument checked before anything is torn down or written: a typo must not cost a cluster
+# that was up, nor an earlier run's results.
+[[ "$per_host" =~ ^[1-9][0-9]*$ ]] || rtc_die "--per-host needs a positive integer (got '$per_host')"
+[ -z "$map_by" ] || [ "$map_by" = node ] || [ "$map_by" = slot ] || rtc_die "--map-by takes node or slot (got '$map_by')"
+for n in $nps; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || rtc_die "--np takes positive rank counts (got '$n')"
+  [ $((n % per_host)) = 0 ] || rtc_die "-np $n is not a multiple of --per-host $per_host"
+done
 out=${out:-scaling-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 T="$RTC_TOOLS_DIR"
 trap '"$T/down.sh" >/dev/null 2>&1 || true' EXIT
 "$T/down.sh" >/dev/null
 
-res="$out/results.csv"
+# Written aside and moved over results.csv at the end: a run that fails leaves the earlier
+# results whole (and its own partial ones in results.csv.partial).
+res="$out/results.csv.partial"
 : > "$res"
-[[ "$per_host" =~ ^[1-9][0-9]*$ ]] || rtc_die "--per-host needs a positive integer (got '$per_host')"
-[ -z "$map_by" ] || [ "$map_by" = node ] || [ "$map_by" = slot ] || rtc_die "--map-by takes node or slot (got '$map_by')"
 launch=("$T/mpirun.sh")
 [ "$per_host" = 1 ] || launch+=(--per-host "$per_host")
 place=()
 [ -z "$map_by" ] || place=(--map-by "$map_by")
 for n in $nps; do
-  [ $((n % per_host)) = 0 ] || rtc_die "-np $n is not a multiple of --per-host $per_host"
   hosts=$((n / per_host))
   "$T/up.sh" --hosts "$hosts" --rate "$rate" --latency "$latency" > "$out/up_np$n.txt"
   head -1 "$out/up_np$n.txt"
@@ -65,4 +72,5 @@ for n in $nps; do
   fi
   "$T/down.sh" >/dev/null
 done
-echo "# results in $res"
+mv "$res" "$out/results.csv"
+echo "# results in $out/results.csv"
