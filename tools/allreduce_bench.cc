@@ -76,6 +76,13 @@ size_t parse_bytes(const std::string& s) {
   return static_cast<size_t>(v);
 }
 
+// A buffer size: whole 4-byte floats (a size of 3 measured 0 bytes and called it OK).
+size_t whole_floats(const std::string& s) {
+  const size_t b = parse_bytes(s);
+  if (b % 4) throw Error(str_cat("byte size '", s, "' is not a whole number of 4-byte floats (", b, " bytes)"));
+  return b;
+}
+
 constexpr const char* kUsage =
     "usage: mpirun -np N allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096] [--max-bytes 268435456] "
     "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 1048576] [--recv-depth 4] "
@@ -98,12 +105,12 @@ std::optional<Options> parse(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return std::nullopt;
     if (std::find(std::begin(known), std::end(known), a) == std::end(known)) throw Error("unknown option " + a);
-    if (i + 1 >= argc) throw Error("option " + a + " needs a value");
+    if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw Error("option " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--algos") o.algos = split(v);
-    else if (a == "--sizes") for (const std::string& s : split(v)) o.sizes.push_back(parse_bytes(s));
-    else if (a == "--min-bytes") o.min_bytes = parse_bytes(v);
-    else if (a == "--max-bytes") o.max_bytes = parse_bytes(v);
+    else if (a == "--sizes") for (const std::string& s : split(v)) o.sizes.push_back(whole_floats(s));
+    else if (a == "--min-bytes") o.min_bytes = whole_floats(v);
+    else if (a == "--max-bytes") o.max_bytes = whole_floats(v);
     else if (a == "--factor") o.factor = size_t(int_option(a, v, 2, 1 << 20));
     else if (a == "--budget") {
       const auto b = rt::tools::parse_real(v, 0, 1e6);
@@ -114,14 +121,15 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--max-reps") o.max_reps = int_option(a, v, 1, 1 << 30);
     else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v), o.segment_set = true;
     else if (a == "--idle-sleep-us") o.idle_sleep_us = int_option(a, v, 0, 1000000);
-    else if (a == "--recv-depth") o.recv_depth = int_option(a, v, 1, 1024);
+    else if (a == "--recv-depth") o.recv_depth = int_option(a, v, 2, 64);  // the ring's own bounds
     else o.interleave = int_option(a, v, 0, 1) != 0;
   }
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     throw Error(str_cat("need 1 <= --min-bytes <= --max-bytes (got ", o.min_bytes, " and ", o.max_bytes, ")"));
   if (o.sizes.empty())
     for (size_t b = o.min_bytes; b <= o.max_bytes; b *= std::max<size_t>(2, o.factor)) o.sizes.push_back(b);
-  if (o.min_reps < 1 || o.max_reps < o.min_reps) throw Error("need 1 <= min-reps <= max-reps");
+  if (o.min_reps < 1 || o.max_reps < o.min_reps)
+    throw Error(str_cat("need 1 <= --min-reps <= --max-reps (got ", o.min_reps, " and ", o.max_reps, ")"));
   return o;
 }
 
@@ -276,6 +284,8 @@ int run(int argc, char** argv) {
       cands.push_back(std::move(c));
       continue;
     }
+    if (spec.rfind("openmpi", 0) == 0)  // MPI_Allreduce has no 16-bit sum, segments or depth
+      throw Error(str_cat("algorithm '", spec, "': openmpi takes no suffix (MPI_Allreduce of floats, as the peer)"));
     // spec: algorithm[/ring_order][@segment][^recv_depth][~idle_sleep_us][:bf16|:fp16], e.g.
     // ring@128K^8~20 or ring/rank
     CommConfig cfg;
@@ -286,7 +296,7 @@ int run(int argc, char** argv) {
     std::string head = base.substr(0, tl);
     const size_t caret = head.find('^');
     cfg.recv_depth = caret == std::string::npos ? o.recv_depth
-                                                : int_option(spec + " (^: recv_depth)", head.substr(caret + 1), 1, 1024);
+                                                : int_option(spec + " (^: recv_depth)", head.substr(caret + 1), 2, 64);
     head = head.substr(0, caret);
     const size_t at = head.find('@');
     cfg.algorithm = head.substr(0, at);

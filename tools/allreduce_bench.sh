@@ -11,6 +11,9 @@
 #
 # Usage: tools/allreduce_bench.sh [--build DIR] [--budget S] [--min-reps R] [--np "2 4"]
 #          [--sizes "4096 16384 ..."] [--transports "shm tcp"] [--no-gloo] [--no-wait] [--no-doc]
+# --no-wait drops cpuguard's wait for a quiet machine before each run; the OpenMPI peer
+# (mpi_allreduce.c) still waits inside for quiet on a size it found disturbed, so on a busy machine
+# its runs can take up to their 600 s limit each and leave its columns empty: measure on a quiet one.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-/work/shared/peers}

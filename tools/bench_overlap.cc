@@ -38,6 +38,7 @@
 #include "comm/mpi_check.h"
 #include "nn/clock.h"
 #include "nn/resnet.h"
+#include "tools/cli_args.h"
 
 namespace rt::comm {
 namespace {
@@ -54,39 +55,62 @@ struct Args {
   double emulate_ms = 0;
 };
 
+constexpr const char* kUsage =
+    "usage: mpirun -np N bench_overlap [--model resnet18] [--batch 8] [--size 64] [--threads 1] [--algorithm ring]\n"
+    "         [--bucket-mib 4] [--segment-kib 512] [--idle-sleep-us 0] [--overlap-sleep-us 50[,0,...]]\n"
+    "         [--steps 10] [--warmup 2] [--transport shm] [--emulate-ms 0|T|auto]\n"
+    "Backward alone, the gradient allreduce alone, then training steps with overlap off and on, taking\n"
+    "turns: per-step compute, exposed and total communication (median, min-max) and exposed / total.\n"
+    "--emulate-ms T (or auto: the allreduce's own time) waits T ms in place of backward, handing the\n"
+    "gradients over at an even pace, as a GPU's backward would leave the cores to communication.\n";
+
+// Numbers read whole and in range, the option named otherwise.
+long long int_arg(const std::string& k, const std::string& v, long long lo, long long hi) {
+  const auto x = rt::tools::parse_int(v, lo, hi);
+  if (!x) throw Error(str_cat("option ", k, " takes an integer in [", lo, ", ", hi, "], not '", v, "'"));
+  return *x;
+}
+double real_arg(const std::string& k, const std::string& v, double lo, double hi) {
+  const auto x = rt::tools::parse_real(v, lo, hi);
+  if (!x) throw Error(str_cat("option ", k, " takes a number in [", lo, ", ", hi, "], not '", v, "'"));
+  return *x;
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--help" || k == "-h") {
-      std::printf("see the header of tools/bench_overlap.cc for the options\n");
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      if (rank == 0) std::printf("%s", kUsage);
+      MPI_Finalize();
       std::exit(0);
     }
-    if (i + 1 >= argc) throw Error("option " + k + " needs a value");
+    if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw Error("option " + k + " needs a value");
     const std::string v = argv[++i];
     if (k == "--model") a.model = v;
-    else if (k == "--batch") a.batch = std::stoll(v);
-    else if (k == "--size") a.size = std::stoll(v);
-    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--batch") a.batch = int_arg(k, v, 1, 1 << 20);
+    else if (k == "--size") a.size = int_arg(k, v, 1, 1 << 14);
+    else if (k == "--threads") a.threads = int(int_arg(k, v, 1, 1024));
     else if (k == "--algorithm") a.algorithm = v;
-    else if (k == "--bucket-mib") a.bucket_mib = std::stod(v);
-    else if (k == "--segment-kib") a.segment_kib = std::stod(v);
-    else if (k == "--idle-sleep-us") a.idle_sleep_us = std::stoi(v);
+    else if (k == "--bucket-mib") a.bucket_mib = real_arg(k, v, 0.001, 1e6);
+    else if (k == "--segment-kib") a.segment_kib = real_arg(k, v, 0.001, 1e6);
+    else if (k == "--idle-sleep-us") a.idle_sleep_us = int(int_arg(k, v, 0, 1000000));
     else if (k == "--overlap-sleep-us") {
       a.overlap_sleep_us.clear();
       for (size_t p = 0; p <= v.size();) {
         const size_t e = std::min(v.find(',', p), v.size());
-        a.overlap_sleep_us.push_back(std::stoi(v.substr(p, e - p)));
+        a.overlap_sleep_us.push_back(int(int_arg(k, v.substr(p, e - p), 0, 1000000)));
         p = e + 1;
       }
     }
-    else if (k == "--steps") a.steps = std::stoi(v);
-    else if (k == "--warmup") a.warmup = std::stoi(v);
+    else if (k == "--steps") a.steps = int(int_arg(k, v, 1, 1000000));
+    else if (k == "--warmup") a.warmup = int(int_arg(k, v, 0, 1000000));
     else if (k == "--transport") a.transport = v;
-    else if (k == "--emulate-ms") a.emulate_ms = v == "auto" ? -1 : std::stod(v);
-    else throw Error("unknown option " + k);
+    else if (k == "--emulate-ms") a.emulate_ms = v == "auto" ? -1 : real_arg(k, v, 0, 1e7);
+    else throw Error("unknown option " + k + " (--help lists them)");
   }
-  if (a.steps < 1 || a.warmup < 0) throw Error("need --steps >= 1 and --warmup >= 0");
   return a;
 }
 

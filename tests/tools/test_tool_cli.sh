@@ -3,7 +3,8 @@
 # value and a number that is not wholly one, or out of range, are named (status 2); a failure
 # midway leaves no half-made output behind (status 1); the emulated cluster's bench.sh checks its
 # arguments before it tears down or writes anything.
-# Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench)
+# Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench,
+# bench_overlap)
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -31,6 +32,18 @@ expect 0 "^usage: mpirun -np N allreduce_bench" mpirun -np 1 "$bin/allreduce_ben
 expect 1 "option --min-reps takes an integer in \[1, 1073741824\], not 'abc'" \
   mpirun -np 1 "$bin/allreduce_bench" --min-reps abc
 expect 1 "bad byte size '0'" mpirun -np 1 "$bin/allreduce_bench" --min-bytes 0 --max-bytes 1K
+expect 1 "byte size '5' is not a whole number of 4-byte floats" mpirun -np 1 "$bin/allreduce_bench" --sizes 5
+expect 1 "option --sizes needs a value" mpirun -np 1 "$bin/allreduce_bench" --sizes --budget 1
+expect 1 "need 1 <= --min-reps <= --max-reps \(got 10 and 5\)" mpirun -np 1 "$bin/allreduce_bench" --min-reps 10 \
+  --max-reps 5
+expect 1 "openmpi takes no suffix" mpirun -np 1 "$bin/allreduce_bench" --algos openmpi:bf16 --sizes 4K
+if [[ -x "$bin/bench_overlap" ]]; then
+  expect 0 "^usage: mpirun -np N bench_overlap" mpirun -np 1 "$bin/bench_overlap" --help
+  expect 1 "option --batch takes an integer in \[1, 1048576\], not '4x'" mpirun -np 1 "$bin/bench_overlap" --batch 4x
+  expect 1 "option --emulate-ms takes a number in \[0, 1e\+07\], not '-5'" mpirun -np 1 "$bin/bench_overlap" \
+    --emulate-ms -5
+  expect 1 "option --overlap-sleep-us takes an integer" mpirun -np 1 "$bin/bench_overlap" --overlap-sleep-us 5,x
+fi
 
 m="$bin/make_imagenet_like"
 expect 2 "missing value for --out" "$m" --out
