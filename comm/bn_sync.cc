@@ -30,8 +30,8 @@ std::vector<RdStep> recursive_doubling_steps(int rank, int size) {
 std::string bn_group_error(int group, int world) {
   if (group < 0) return str_cat("must be 0 (all ranks) or a positive rank count, got ", group);
   if (group > 0 && world % group != 0)
-    return str_cat("is ", group, ", which does not divide the job's ", world,
-                   " ranks into groups of consecutive ranks");
+    return str_cat("is ", group, ", which does not divide the job's ", world, world == 1 ? " rank" : " ranks",
+                   " into groups of consecutive ranks");
   return "";
 }
 

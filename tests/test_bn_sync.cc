@@ -72,6 +72,7 @@ TEST(BnSync, GroupSizesMustDivideTheRanks) {
   EXPECT_EQ(comm::bn_group_error(3, 6), "");
   EXPECT_EQ(comm::bn_group_error(6, 6), "");
   EXPECT_NE(comm::bn_group_error(4, 6).find("does not divide the job's 6 ranks"), std::string::npos);
+  EXPECT_NE(comm::bn_group_error(2, 1).find("does not divide the job's 1 rank into"), std::string::npos);
   EXPECT_NE(comm::bn_group_error(8, 4).find("does not divide"), std::string::npos);
   EXPECT_NE(comm::bn_group_error(-1, 4).find("must be 0"), std::string::npos);
 }
