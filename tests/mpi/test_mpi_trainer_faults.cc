@@ -143,6 +143,15 @@ void failing_ranks() {
                "the same inside MPI_Allreduce", list(files_in(dir + "/stall-mpi/checkpoints")));
   expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
 
+  // With synchronised batch norm the others first wait in the forward pass's sums, and are told so.
+  cfg = config("stall-bn");
+  r = run(2, "--config " + cfg + " --set model.bn_group=0 --set debug.fault=stall --set debug.rank=1"
+             " --set debug.step=3 --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
+  expect_fault("rank 1 of 2 stalls, synchronised batch norm", r, cfg,
+               {"warning: stall: rank\\(s\\) 1 of 2 have not reached the batch-norm sums of step 3 \\(model.bn_group\\)",
+                "stopping the job"},
+               "the same, naming the batch norms' sums", list(files_in(dir + "/stall-bn/checkpoints")));
+
   // A rank stuck in an evaluation (a validation read that never returns): the others wait in the
   // evaluation's sums, a collective of the trainer's own, which the stall check watches too.
   cfg = config("stall-eval");
