@@ -113,54 +113,45 @@ void failing_ranks() {
   expect_fault("rank 1 throws in step 4", r, cfg, {"ringtrain: rank 1 of 2: debug: injected failure at step 4"},
                "the rank's message, MPI_Abort stops the others", list(files_in(dir + "/throw/checkpoints")));
 
-  cfg = config("stall");
-  r = run(3, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=2 --set debug.step=4"
-             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
-  expect_fault("rank 2 of 3 stalls before step 4's allreduce", r, cfg,
-               {"warning: stall: rank\\(s\\) 2 of 3 have not reached the gradient allreduce of step 4 after 1\\.",
-                "stall: rank\\(s\\) 2 of 3 have not reached .* stopping the job"},
-               "warning after 1 s naming rank 2, stop after 4 s", list(files_in(dir + "/stall/checkpoints")));
-
-  // The same through the hierarchical allreduce: every rank waits inside one of its node's or
-  // the cross-node rings (sub-communicators), and the stall check still names world rank 3.
-  cfg = config("stall-hier");
-  r = run(4, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=3 --set debug.step=4"
-             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4 --set comm.algorithm=hierarchical"
-             " --set comm.ranks_per_node=2");
-  expect_fault("rank 3 of 4 stalls, hierarchical allreduce", r, cfg,
-               {"warning: stall: rank\\(s\\) 3 of 4 have not reached the gradient allreduce of step 4 after 1\\.",
-                "stall: rank\\(s\\) 3 of 4 have not reached .* stopping the job"},
-               "the same, naming world rank 3", list(files_in(dir + "/stall-hier/checkpoints")));
-
-  // The same through MPI_Allreduce (comm.algorithm mpi): the healthy ranks block inside MPI,
-  // where no wait loop polls; the watch's watchdog thread warns and stops the job.
-  cfg = config("stall-mpi");
-  r = run(3, "--config " + cfg + " --set train.batch=2 --set debug.fault=stall --set debug.rank=1 --set debug.step=3"
-             " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4 --set comm.algorithm=mpi");
-  expect_fault("rank 1 of 3 stalls, MPI_Allreduce", r, cfg,
-               {"warning: stall: rank\\(s\\) 1 of 3 have not reached the gradient allreduce of step 3 after 1\\.",
-                "stall: rank\\(s\\) 1 of 3 have not reached .* stopping the job"},
-               "the same inside MPI_Allreduce", list(files_in(dir + "/stall-mpi/checkpoints")));
-  expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
-
-  // With synchronised batch norm the others first wait in the forward pass's sums, and are told so.
-  cfg = config("stall-bn");
-  r = run(2, "--config " + cfg + " --set model.bn_group=0 --set debug.fault=stall --set debug.rank=1"
-             " --set debug.step=3 --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
-  expect_fault("rank 1 of 2 stalls, synchronised batch norm", r, cfg,
-               {"warning: stall: rank\\(s\\) 1 of 2 have not reached the batch-norm sums of step 3 \\(model.bn_group\\)",
-                "stopping the job"},
-               "the same, naming the batch norms' sums", list(files_in(dir + "/stall-bn/checkpoints")));
-
-  // A rank stuck in an evaluation (a validation read that never returns): the others wait in the
-  // evaluation's sums, a collective of the trainer's own, which the stall check watches too.
-  cfg = config("stall-eval");
-  r = run(2, "--config " + cfg + " --set eval.every_epochs=1 --set debug.fault=stall_eval --set debug.rank=1"
-             " --set debug.step=5 --set comm.stall_warning_s=1 --set comm.stall_abort_s=4");
-  expect_fault("rank 1 of 2 stalls in the evaluation after step 5", r, cfg,
-               {"warning: stall: rank\\(s\\) 1 of 2 have not reached the end of an evaluation \\(its sums\\) after 1\\.",
-                "stall: rank\\(s\\) 1 of 2 have not reached the end of an evaluation .* stopping the job"},
-               "the same, naming the evaluation", list(files_in(dir + "/stall-eval/checkpoints")));
+  // Stalls (debug.fault stall, or stall_eval in an evaluation), warned of after 1 s and stopped
+  // after 4 s, each naming the missing rank and where the others wait.
+  struct Stall {
+    const char* run;
+    int np, rank, step;
+    std::string sets, fault, waits_in, outcome;
+  };
+  const std::string grads = "the gradient allreduce of step ";
+  for (const Stall& st : std::vector<Stall>{
+           {"stall", 3, 2, 4, " --set train.batch=2", "rank 2 of 3 stalls before step 4's allreduce", grads + "4",
+            "warning after 1 s naming rank 2, stop after 4 s"},
+           // Every rank waits inside one of its node's or the cross-node rings (sub-communicators),
+           // and the stall check still names world rank 3.
+           {"stall-hier", 4, 3, 4, " --set train.batch=2 --set comm.algorithm=hierarchical --set comm.ranks_per_node=2",
+            "rank 3 of 4 stalls, hierarchical allreduce", grads + "4", "the same, naming world rank 3"},
+           // The healthy ranks block inside MPI_Allreduce, where no wait loop polls: the watch's
+           // watchdog thread warns and stops the job.
+           {"stall-mpi", 3, 1, 3, " --set train.batch=2 --set comm.algorithm=mpi", "rank 1 of 3 stalls, MPI_Allreduce",
+            grads + "3", "the same inside MPI_Allreduce"},
+           // With synchronised batch norm the others first wait in the forward pass's sums.
+           {"stall-bn", 2, 1, 3, " --set model.bn_group=0", "rank 1 of 2 stalls, synchronised batch norm",
+            "the batch-norm sums of step 3 \\(model.bn_group\\)", "the same, naming the batch norms' sums"},
+           // A validation read that never returns: the others wait in the evaluation's sums, a
+           // collective of the trainer's own.
+           {"stall-eval", 2, 1, 5, " --set eval.every_epochs=1 --set debug.fault=stall_eval",
+            "rank 1 of 2 stalls in the evaluation after step 5", "the end of an evaluation \\(its sums\\)",
+            "the same, naming the evaluation"}}) {
+    cfg = config(st.run);
+    r = run(st.np, "--config " + cfg + " --set debug.fault=stall --set debug.rank=" + std::to_string(st.rank) +
+                       " --set debug.step=" + std::to_string(st.step) +
+                       " --set comm.stall_warning_s=1 --set comm.stall_abort_s=4" + st.sets);
+    const std::string who =
+        "rank\\(s\\) " + std::to_string(st.rank) + " of " + std::to_string(st.np) + " have not reached ";
+    expect_fault(st.fault, r, cfg,
+                 {"warning: stall: " + who + st.waits_in + " after 1\\.", "stall: " + who + ".* stopping the job"},
+                 st.outcome, list(files_in(dir + "/" + st.run + "/checkpoints")));
+    if (std::string(st.run) == "stall-mpi")
+      expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
+  }
 }
 
 void numerical_faults() {
