@@ -11,23 +11,6 @@ namespace rt::comm {
 
 namespace {
 
-class Fnv {
- public:
-  void add(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 1099511628211ull;
-  }
-  void add_u64(uint64_t v) { add(&v, sizeof v); }
-  void add_str(const std::string& s) {
-    add_u64(s.size());
-    add(s.data(), s.size());
-  }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 1469598103934665603ull;
-};
-
 // The record every rank contributes; fixed size so one MPI_Allgather carries it.
 enum Field : int {
   kParamCount, kGradElems, kLayoutHash, kStateElems, kStateHash, kDType, kAlgorithm,

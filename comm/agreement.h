@@ -3,12 +3,31 @@
 // and BN buffers are broadcast so that all replicas start identical.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "comm/allreduce.h"
 #include "comm/communicator.h"
 #include "nn/arena.h"
 
 namespace rt::comm {
+
+// FNV-1a 64 over bytes: the fingerprints' hash (and that of anything else the ranks compare).
+class Fnv {
+ public:
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 1099511628211ull;
+  }
+  void add_u64(uint64_t v) { add(&v, sizeof v); }
+  void add_str(const std::string& s) {
+    add_u64(s.size());
+    add(s.data(), s.size());
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 1469598103934665603ull;
+};
 
 // What identifies a model's flat buffers. Two ranks with equal fingerprints lay out gradients
 // identically, so their buckets pair up element for element.

@@ -62,7 +62,7 @@ BnGroupSync::~BnGroupSync() {
 
 void BnGroupSync::begin_step(int64_t step) {
   seconds_ = 0;
-  if (stall_) stall_->arrive(step, str_cat("the batch-norm sums of step ", step, " (model.bn_group)"));
+  if (stall_) stall_->arrive(step, StallLabel("the batch-norm sums of step ", step, " (model.bn_group)"));
 }
 
 void BnGroupSync::end_step() {

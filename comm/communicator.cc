@@ -162,6 +162,15 @@ void Communicator::allgather_bytes(const void* mine, size_t bytes, void* all) {
                           MPI_BYTE, comm_));
 }
 
+std::string broadcast_string(std::string s, int root, MPI_Comm comm) {
+  uint64_t len = s.size();
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, root, comm));
+  if (len > kMpiMaxCount) throw CommError(str_cat("broadcast_string: ", len, " bytes exceed one MPI call"));
+  s.resize(len);
+  MPI_CHECK(MPI_Bcast(s.data(), int(len), MPI_CHAR, root, comm));
+  return s;
+}
+
 void comm_abort(const char* what, int exit_code) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);

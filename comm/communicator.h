@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/tensor.h"
@@ -104,6 +105,9 @@ class Communicator {
 // The error path of every ringtrain program: prints "ringtrain: rank R of N: <what>" to stderr
 // and takes the whole job down with MPI_Abort, so that no peer waits forever in a receive.
 [[noreturn]] void comm_abort(const char* what, int exit_code = 1);
+
+// Collective over `comm`: rank `root`'s string (its length, then its bytes) on every rank.
+std::string broadcast_string(std::string s, int root, MPI_Comm comm);
 
 // Runs fn() and aborts all ranks (comm_abort) if it throws. Returns fn()'s int result.
 template <class F>

@@ -77,12 +77,12 @@ void StallWatch::drain() {
   }
 }
 
-void StallWatch::arrive(int64_t step, std::string what) {
+void StallWatch::arrive(int64_t step, const StallLabel& what) {
   std::lock_guard lk(mu_);
   // The previous announcement has long left (eight bytes go eagerly): its buffer can be reused.
   MPI_CHECK(MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE));
   step_ = step;
-  what_ = what.empty() ? str_cat("the gradient allreduce of step ", step) : std::move(what);
+  what_ = what;
   send_buf_ = step;
   seen_[size_t(rank_)] = step;
   for (int p = 0; p < size_; ++p)
@@ -103,9 +103,11 @@ std::vector<int> StallWatch::missing() {
 }
 
 std::string StallWatch::describe(const std::vector<int>& miss, double waited, int peer) const {
+  const std::string what =
+      str_cat(what_.text, what_.numbered ? std::to_string(what_.number) : std::string(), what_.after);
   if (!miss.empty())
-    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what_, " after ", secs(waited));
-  return str_cat("every rank reached ", what_, " but it has not completed after ", secs(waited),
+    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what, " after ", secs(waited));
+  return str_cat("every rank reached ", what, " but it has not completed after ", secs(waited),
                  peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
 }
 

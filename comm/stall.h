@@ -26,6 +26,18 @@
 
 namespace rt::comm {
 
+// What a watched collective is called in messages: `text`, then `number` where it has one, then
+// `after`. Static strings and a number: arrive() runs every step and must not allocate.
+struct StallLabel {
+  const char* text = "";
+  int64_t number = 0;
+  const char* after = "";
+  bool numbered = false;
+  StallLabel() = default;
+  explicit StallLabel(const char* t) : text(t) {}
+  StallLabel(const char* t, int64_t n, const char* a = "") : text(t), number(n), after(a), numbered(true) {}
+};
+
 class StallWatch {
  public:
   // Collective over `comm` (duplicates it). warn_s <= 0: no warning; abort_s <= 0: no abort.
@@ -35,8 +47,9 @@ class StallWatch {
   StallWatch& operator=(const StallWatch&) = delete;
 
   // This rank entered step `step`'s collective (steps count up from 1). Starts the clock.
-  // `what` names the collective in messages ("" : "the gradient allreduce of step <step>").
-  void arrive(int64_t step, std::string what = {});
+  // `what` names the collective in messages (by default "the gradient allreduce of step <step>").
+  void arrive(int64_t step) { arrive(step, StallLabel("the gradient allreduce of step ", step)); }
+  void arrive(int64_t step, const StallLabel& what);
   // The step's collective is over: waits no longer count.
   void leave() { active_ = false; }
   // Called from wait loops while a transfer with `peer` (-1: unknown) is pending. Prints the
@@ -47,10 +60,9 @@ class StallWatch {
   // Ranks whose announcement of the current step has not arrived (after draining what has).
   std::vector<int> missing();
   // Around a blocking call of the current step; the watchdog starts with the first one. Without
-  // MPI_THREAD_MULTIPLE they do nothing (can_watch_blocking() is false).
+  // MPI_THREAD_MULTIPLE they do nothing.
   void begin_blocking();
   void end_blocking();
-  bool can_watch_blocking() const { return multiple_; }
   double warn_s() const { return warn_s_; }
   double abort_s() const { return abort_s_; }
 
@@ -65,7 +77,7 @@ class StallWatch {
   int rank_ = 0, size_ = 1;
   double warn_s_, abort_s_;
   int64_t step_ = 0;
-  std::string what_;
+  StallLabel what_;
   bool active_ = false, warned_ = false;
   std::chrono::steady_clock::time_point since_, next_poll_;
   std::vector<int64_t> seen_;       // latest step each rank announced

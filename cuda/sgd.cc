@@ -11,7 +11,8 @@ namespace rt::cuda {
 
 static_assert(kAdamGroups == kAdamMaxGroups, "the kernel's groups are Adam<T>'s");
 
-DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_(cfg), layout_(layout) {
+DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg)
+    : cfg_(cfg), layout_(layout), counts_(layout, cfg) {
   const std::vector<SgdSegment> segs = sgd_segments(layout, cfg_);
   size_ = sgd_buffer_elems(layout);
   num_segments_ = segs.size();
@@ -38,7 +39,6 @@ DeviceSgd::DeviceSgd(const std::vector<ParamInfo>& layout, SgdConfig cfg) : cfg_
     segment_scale_ = DeviceBuffer(segs.size() * sizeof(float));
     segment_scale_.upload(ones.data(), ones.size() * sizeof(float));
   }
-  if (has_second_moment()) restore_tensor_steps(std::vector<int64_t>(layout_.size(), 0));
 }
 
 void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t stream) {
@@ -64,8 +64,8 @@ void DeviceSgd::step(float* params, const float* grads, double lr, cudaStream_t 
   if (has_second_moment()) {
     a.adam = cfg_.kind == OptimizerKind::adamw ? 1 : 2;
     a.second = second_.as<float>();
-    for (size_t g = 0; g < lags_.size(); ++g) {  // each group's tensors from their own count
-      const AdamScalars<float> s(cfg_, steps_ + 1 - lags_[g]);
+    for (size_t g = 0; g < counts_.lags().size(); ++g) {  // each group's tensors from their own count
+      const AdamScalars<float> s(cfg_, steps_ + 1 - counts_.lags()[g]);
       a.w1 = s.w1, a.b2 = s.b2, a.w2 = s.w2, a.eps = s.eps;
       a.bias[g] = {s.bc1, s.bc2_root, s.bc1_d};
     }
@@ -85,11 +85,7 @@ void DeviceSgd::restore(const float* host_momentum, size_t n, int64_t steps) {
 }
 
 std::vector<int64_t> DeviceSgd::tensor_steps() const {
-  if (!has_second_moment()) return {};
-  std::vector<int64_t> out(counts0_);
-  for (size_t t = 0; t < out.size(); ++t)
-    if (!sgd_frozen(cfg_, layout_[t].name)) out[t] += steps_ - steps0_;
-  return out;
+  return has_second_moment() ? counts_.at(steps_) : std::vector<int64_t>{};
 }
 
 void DeviceSgd::restore_tensor_steps(std::span<const int64_t> counts) {
@@ -97,12 +93,9 @@ void DeviceSgd::restore_tensor_steps(std::span<const int64_t> counts) {
     if (counts.empty()) return;
     throw Error("cuda sgd: restoring per-tensor step counts into an optimizer without them (sgd)");
   }
-  const AdamGroups g = adam_groups(layout_, cfg_, counts, steps_);
-  const std::vector<SgdSegment> segs = sgd_segments(layout_, cfg_, kSgdSegmentElems, g.of_tensor);
+  counts_.restore(counts, steps_);
+  const std::vector<SgdSegment> segs = sgd_segments(layout_, cfg_, kSgdSegmentElems, counts_.groups());
   segments_.upload(segs.data(), segs.size() * sizeof(SgdSegment));  // the same count: the same buffer
-  lags_ = g.lag;
-  counts0_.assign(counts.begin(), counts.end());
-  steps0_ = steps_;
 }
 
 void DeviceSgd::restore_second_moment(const float* host, size_t n) {

@@ -10,6 +10,7 @@
 
 #include "cuda/memory.h"
 #include "cuda/sgd_kernel.h"
+#include "nn/adam.h"
 #include "nn/optimizer.h"
 
 namespace rt::cuda {
@@ -34,7 +35,7 @@ class DeviceSgd {
   // Restores state saved from the CPU optimizer or a checkpoint (host data, size() elements).
   void restore(const float* host_momentum, size_t n, int64_t steps);
   void restore_second_moment(const float* host, size_t n);
-  // AdamW, LAMB: each tensor's update count (nn/adam.h AdamGroups), as Adam<T>'s. restore()
+  // AdamW, LAMB: each tensor's update count (nn/adam.h AdamStepCounts), as Adam<T>'s. restore()
   // gives every tensor the restored step count; restore_tensor_steps then sets them apart (it
   // uploads the segment list again, with their groups).
   std::vector<int64_t> tensor_steps() const;
@@ -52,9 +53,7 @@ class DeviceSgd {
   DeviceBuffer lars_, lars_sums_, segment_scale_;
   int64_t steps_ = 0;
   std::vector<ParamInfo> layout_;
-  std::vector<int64_t> counts0_;  // each tensor's update count at the last restore, and steps_ then
-  int64_t steps0_ = 0;
-  std::vector<int64_t> lags_;     // per group of tensors (AdamGroups::lag)
+  AdamStepCounts counts_;  // AdamW's and LAMB's; the segments carry each tensor's group
 };
 
 // DeviceSgd as the trainer's rt::Optimizer<float> (Backend::make_sgd of the CUDA backend): steps

@@ -12,7 +12,7 @@ struct SgdSegment {
   uint32_t count = 0;  // elements (1 .. kSgdSegmentElems)
   float weight_decay = 0;
   double lr_mult = 1;  // the tensor's learning-rate factor (optimizer.lr_mult)
-  uint32_t group = 0;  // AdamW, LAMB: the tensor's group of update counts (nn/adam.h AdamGroups)
+  uint32_t group = 0;  // AdamW, LAMB: the tensor's group of update counts (nn/adam.h AdamStepCounts)
 };
 // Groups of update counts the step takes scalars for (nn/adam.h kAdamMaxGroups).
 constexpr uint32_t kAdamGroups = 8;

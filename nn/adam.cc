@@ -38,34 +38,50 @@ inline T lamb_direction(T p, T m, T v, T wd, const AdamScalars<T>& s) {
 
 }  // namespace
 
-AdamGroups adam_groups(const std::vector<ParamInfo>& layout, const SgdConfig& cfg, std::span<const int64_t> counts,
-                       int64_t steps) {
-  if (counts.size() != layout.size())
-    throw Error(str_cat(optimizer_kind_name(cfg.kind), ": ", counts.size(), " per-tensor step counts for ",
-                        layout.size(), " tensors"));
-  AdamGroups g;
-  g.of_tensor.assign(layout.size(), 0);
-  g.lag.push_back(0);
-  for (size_t t = 0; t < layout.size(); ++t) {
-    if (counts[t] < 0 || counts[t] > steps)
-      throw Error(str_cat(optimizer_kind_name(cfg.kind), ": tensor ", layout[t].name, " has ", counts[t],
-                          " updates, outside [0, ", steps, "] (the optimizer's steps)"));
-    if (sgd_frozen(cfg, layout[t].name)) continue;
-    const int64_t lag = steps - counts[t];
-    auto it = std::find(g.lag.begin(), g.lag.end(), lag);
-    if (it == g.lag.end()) {
-      if (g.lag.size() == kAdamMaxGroups)
-        throw Error(str_cat(optimizer_kind_name(cfg.kind), ": the trained tensors have more than ", kAdamMaxGroups,
-                            " different update counts (each resume that unfroze layers adds one)"));
-      it = g.lag.insert(g.lag.end(), lag);
-    }
-    g.of_tensor[t] = uint8_t(it - g.lag.begin());
+AdamStepCounts::AdamStepCounts(const std::vector<ParamInfo>& layout, const SgdConfig& cfg)
+    : kind_(optimizer_kind_name(cfg.kind)) {
+  for (const ParamInfo& p : layout) {
+    names_.push_back(p.name);
+    frozen_.push_back(sgd_frozen(cfg, p.name));
   }
-  return g;
+  restore(std::vector<int64_t>(layout.size(), 0), 0);
+}
+
+void AdamStepCounts::restore(std::span<const int64_t> counts, int64_t steps) {
+  if (counts.size() != names_.size())
+    throw Error(str_cat(kind_, ": ", counts.size(), " per-tensor step counts for ", names_.size(), " tensors"));
+  std::vector<uint8_t> group(names_.size(), 0);
+  std::vector<int64_t> lag = {0};
+  for (size_t t = 0; t < names_.size(); ++t) {
+    if (counts[t] < 0 || counts[t] > steps)
+      throw Error(str_cat(kind_, ": tensor ", names_[t], " has ", counts[t], " updates, outside [0, ", steps,
+                          "] (the optimizer's steps)"));
+    if (frozen_[t]) continue;
+    auto it = std::find(lag.begin(), lag.end(), steps - counts[t]);
+    if (it == lag.end()) {
+      if (lag.size() == kAdamMaxGroups)
+        throw Error(str_cat(kind_, ": the trained tensors have more than ", kAdamMaxGroups,
+                            " different update counts (each resume that unfroze layers adds one)"));
+      it = lag.insert(lag.end(), steps - counts[t]);
+    }
+    group[t] = uint8_t(it - lag.begin());
+  }
+  group_ = std::move(group);
+  lag_ = std::move(lag);
+  counts0_.assign(counts.begin(), counts.end());
+  steps0_ = steps;
+}
+
+std::vector<int64_t> AdamStepCounts::at(int64_t steps) const {
+  std::vector<int64_t> out(counts0_);
+  for (size_t t = 0; t < out.size(); ++t)
+    if (!frozen_[t]) out[t] += steps - steps0_;
+  return out;
 }
 
 template <class T>
-Adam<T>::Adam(std::vector<ParamInfo> layout, SgdConfig cfg) : layout_(std::move(layout)), cfg_(cfg) {
+Adam<T>::Adam(std::vector<ParamInfo> layout, SgdConfig cfg)
+    : layout_(std::move(layout)), cfg_(cfg), counts_(layout_, cfg_) {
   sgd_validate(cfg_);
   const char* name = optimizer_kind_name(cfg_.kind);
   if (cfg_.kind == OptimizerKind::sgd) throw Error("adam: configured as sgd (make_host_optimizer picks)");
@@ -81,9 +97,7 @@ Adam<T>::Adam(std::vector<ParamInfo> layout, SgdConfig cfg) : layout_(std::move(
   v_.resize(n);
   trust_.assign(layout_.size(), 1.0);
   if (cfg_.kind == OptimizerKind::lamb) partial_.assign(2 * chunks_.size(), 0.0);
-  for (const ParamInfo& p : layout_) frozen_.push_back(sgd_frozen(cfg_, p.name));
   scalars_.reserve(kAdamMaxGroups);
-  restore_tensor_steps(std::vector<int64_t>(layout_.size(), 0));
 }
 
 template <class T>
@@ -92,7 +106,7 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
     throw Error(str_cat(optimizer_kind_name(cfg_.kind), ": learning rate must be finite and >= 0, got ", lr));
   std::vector<AdamScalars<T>>& scalars = scalars_;  // per group: its tensors' own step count
   scalars.clear();                                  // (reserved: no allocation in a step)
-  for (const int64_t lag : groups_.lag) scalars.emplace_back(cfg_, steps_ + 1 - lag);
+  for (const int64_t lag : counts_.lags()) scalars.emplace_back(cfg_, steps_ + 1 - lag);
   T* m = m_.data();
   T* v = v_.data();
   const int64_t nchunks = int64_t(chunks_.size());
@@ -100,7 +114,7 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (int64_t c = 0; c < nchunks; ++c) {
       const OptimizerChunk& ch = chunks_[size_t(c)];
-      const AdamScalars<T>& s = scalars[groups_.of_tensor[ch.tensor]];
+      const AdamScalars<T>& s = scalars[counts_.groups()[ch.tensor]];
       const double lr_t = lr * lr_mult_[ch.tensor];
       adamw_chunk(params + ch.begin, grads + ch.begin, m + ch.begin, v + ch.begin, ch.end - ch.begin,
                   adamw_decay(lr_t, decay_[ch.tensor]), adamw_step_size(lr_t, s), s);
@@ -116,7 +130,7 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
     const size_t n = ch.end - ch.begin;
     T u[kOptimizerChunk];
     const T wd = decay_[ch.tensor];
-    const AdamScalars<T>& s = scalars[groups_.of_tensor[ch.tensor]];
+    const AdamScalars<T>& s = scalars[counts_.groups()[ch.tensor]];
     for (size_t i = 0; i < n; ++i) {
       const size_t k = ch.begin + i;
       moments(grads[k], m[k], v[k], s);
@@ -139,7 +153,7 @@ void Adam<T>::step(T* params, const T* grads, double lr) {
   for (int64_t k = 0; k < nchunks; ++k) {
     const OptimizerChunk& ch = chunks_[size_t(k)];
     const T wd = decay_[ch.tensor], ratio = T(trust_[ch.tensor]), lr_t = T(lr * lr_mult_[ch.tensor]);
-    const AdamScalars<T>& s = scalars[groups_.of_tensor[ch.tensor]];
+    const AdamScalars<T>& s = scalars[counts_.groups()[ch.tensor]];
     for (size_t i = ch.begin; i < ch.end; ++i)
       params[i] = params[i] - lr_t * (ratio * lamb_direction(params[i], m[i], v[i], wd, s));
   }
@@ -155,22 +169,7 @@ void Adam<T>::restore(std::span<const T> momentum, int64_t steps) {
   if (steps < 0) throw Error(str_cat(name, ": restoring a negative step count ", steps));
   std::copy(momentum.begin(), momentum.end(), m_.data());
   steps_ = steps;
-  restore_tensor_steps(std::vector<int64_t>(layout_.size(), steps));
-}
-
-template <class T>
-std::vector<int64_t> Adam<T>::tensor_steps() const {
-  std::vector<int64_t> out(counts0_);
-  for (size_t t = 0; t < out.size(); ++t)
-    if (!frozen_[t]) out[t] += steps_ - steps0_;
-  return out;
-}
-
-template <class T>
-void Adam<T>::restore_tensor_steps(std::span<const int64_t> counts) {
-  groups_ = adam_groups(layout_, cfg_, counts, steps_);
-  counts0_.assign(counts.begin(), counts.end());
-  steps0_ = steps_;
+  counts_.restore(std::vector<int64_t>(layout_.size(), steps), steps);
 }
 
 template <class T>

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "nn/optimizer.h"
@@ -58,16 +59,30 @@ T adamw_step_size(double lr_t, const AdamScalars<T>& s) {
 // tensor trained only from some resume on (a layer unfrozen) starts its count at 1 while the
 // others go on. Within a run every trained tensor is updated at every step, so each count is the
 // optimizer's step count less a lag fixed at restore; the distinct lags, few, are groups whose
-// scalars each step computes once (the device kernel takes them as arguments).
+// scalars each step computes once (the device kernel takes them as arguments). Adam<T> and the
+// device optimizer (cuda/sgd.h) both keep their counts in one of these.
 constexpr size_t kAdamMaxGroups = 8;
-struct AdamGroups {
-  std::vector<uint8_t> of_tensor;  // per tensor (layout order): its group (0 for frozen ones)
-  std::vector<int64_t> lag;        // per group: the optimizer steps its tensors were not updated
+class AdamStepCounts {
+ public:
+  // Every tensor of `layout` (frozen by cfg.freeze or not) at 0 updates, the optimizer at 0 steps.
+  AdamStepCounts(const std::vector<ParamInfo>& layout, const SgdConfig& cfg);
+  // Each tensor's update count (layout order) when the optimizer has taken `steps` steps. Throws
+  // rt::Error for a count outside [0, steps] or more than kAdamMaxGroups lags.
+  void restore(std::span<const int64_t> counts, int64_t steps);
+  // The counts after `steps` steps: a trained tensor has gained those since the restore.
+  std::vector<int64_t> at(int64_t steps) const;
+  const std::vector<uint8_t>& groups() const { return group_; }  // per tensor; 0 for frozen ones
+  const std::vector<int64_t>& lags() const { return lag_; }  // per group: steps not updated
+
+ private:
+  std::vector<std::string> names_;  // for messages
+  std::vector<char> frozen_;
+  const char* kind_;
+  std::vector<int64_t> counts0_;  // at the last restore, and the optimizer's steps then
+  int64_t steps0_ = 0;
+  std::vector<uint8_t> group_;
+  std::vector<int64_t> lag_;
 };
-// From each tensor's update count `counts` (layout order) when the optimizer has taken `steps`
-// steps. Throws rt::Error for a count outside [0, steps] or more than kAdamMaxGroups lags.
-AdamGroups adam_groups(const std::vector<ParamInfo>& layout, const SgdConfig& cfg, std::span<const int64_t> counts,
-                       int64_t steps);
 
 template <class T>
 class Adam final : public Optimizer<T> {
@@ -81,8 +96,8 @@ class Adam final : public Optimizer<T> {
   int64_t steps() const override { return steps_; }
   void restore(std::span<const T> momentum, int64_t steps) override;
   void restore_second_moment(std::span<const T> v) override;
-  std::vector<int64_t> tensor_steps() const override;
-  void restore_tensor_steps(std::span<const int64_t> counts) override;
+  std::vector<int64_t> tensor_steps() const override { return counts_.at(steps_); }
+  void restore_tensor_steps(std::span<const int64_t> counts) override { counts_.restore(counts, steps_); }
   size_t size() const override { return m_.size(); }
   // LAMB's trust ratio s of each tensor (layout order) in the last step; 1 elsewhere.
   std::span<const double> trust_ratios() const { return {trust_.data(), trust_.size()}; }
@@ -98,11 +113,7 @@ class Adam final : public Optimizer<T> {
   std::vector<OptimizerChunk> chunks_;
   std::vector<double> partial_;  // LAMB: per chunk Σp², Σu²
   int64_t steps_ = 0;
-  // Each tensor's update count at the last restore, steps_ then, and the groups they make.
-  std::vector<int64_t> counts0_;
-  int64_t steps0_ = 0;
-  AdamGroups groups_;
-  std::vector<char> frozen_;  // per tensor
+  AdamStepCounts counts_;
   std::vector<AdamScalars<T>> scalars_;  // per group, this step's
 };
 

@@ -96,7 +96,7 @@ class Optimizer {
     if (!v.empty()) throw Error("optimizer: restoring a second moment into an optimizer without one (sgd)");
   }
   // AdamW and LAMB: how many updates each tensor (layout order) has had, which their bias
-  // corrections count (nn/adam.h AdamGroups); empty for SGD. Restored after restore(), which
+  // corrections count (nn/adam.h AdamStepCounts); empty for SGD. Restored after restore(), which
   // alone gives every tensor the restored step count.
   virtual std::vector<int64_t> tensor_steps() const { return {}; }
   virtual void restore_tensor_steps(std::span<const int64_t> counts) {

@@ -88,12 +88,7 @@ constexpr const char* kUsage =
     "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 1048576] [--recv-depth 4] "
     "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n";
 
-// An integer option's value, all of it, in [lo, hi]; else an error naming the option.
-int int_option(const std::string& name, const std::string& v, long long lo, long long hi) {
-  const auto x = rt::tools::parse_int(v, lo, hi);
-  if (!x) throw Error(str_cat("option ", name, " takes an integer in [", lo, ", ", hi, "], not '", v, "'"));
-  return int(*x);
-}
+using rt::tools::int_option;
 
 // Options, or nothing for --help (usage printed by rank 0).
 std::optional<Options> parse(int argc, char** argv) {

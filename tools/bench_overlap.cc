@@ -64,17 +64,7 @@ constexpr const char* kUsage =
     "--emulate-ms T (or auto: the allreduce's own time) waits T ms in place of backward, handing the\n"
     "gradients over at an even pace, as a GPU's backward would leave the cores to communication.\n";
 
-// Numbers read whole and in range, the option named otherwise.
-long long int_arg(const std::string& k, const std::string& v, long long lo, long long hi) {
-  const auto x = rt::tools::parse_int(v, lo, hi);
-  if (!x) throw Error(str_cat("option ", k, " takes an integer in [", lo, ", ", hi, "], not '", v, "'"));
-  return *x;
-}
-double real_arg(const std::string& k, const std::string& v, double lo, double hi) {
-  const auto x = rt::tools::parse_real(v, lo, hi);
-  if (!x) throw Error(str_cat("option ", k, " takes a number in [", lo, ", ", hi, "], not '", v, "'"));
-  return *x;
-}
+using rt::tools::int_option, rt::tools::real_option;
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -90,25 +80,25 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw Error("option " + k + " needs a value");
     const std::string v = argv[++i];
     if (k == "--model") a.model = v;
-    else if (k == "--batch") a.batch = int_arg(k, v, 1, 1 << 20);
-    else if (k == "--size") a.size = int_arg(k, v, 1, 1 << 14);
-    else if (k == "--threads") a.threads = int(int_arg(k, v, 1, 1024));
+    else if (k == "--batch") a.batch = int_option(k, v, 1, 1 << 20);
+    else if (k == "--size") a.size = int_option(k, v, 1, 1 << 14);
+    else if (k == "--threads") a.threads = int(int_option(k, v, 1, 1024));
     else if (k == "--algorithm") a.algorithm = v;
-    else if (k == "--bucket-mib") a.bucket_mib = real_arg(k, v, 0.001, 1e6);
-    else if (k == "--segment-kib") a.segment_kib = real_arg(k, v, 0.001, 1e6);
-    else if (k == "--idle-sleep-us") a.idle_sleep_us = int(int_arg(k, v, 0, 1000000));
+    else if (k == "--bucket-mib") a.bucket_mib = real_option(k, v, 0.001, 1e6);
+    else if (k == "--segment-kib") a.segment_kib = real_option(k, v, 0.001, 1e6);
+    else if (k == "--idle-sleep-us") a.idle_sleep_us = int(int_option(k, v, 0, 1000000));
     else if (k == "--overlap-sleep-us") {
       a.overlap_sleep_us.clear();
       for (size_t p = 0; p <= v.size();) {
         const size_t e = std::min(v.find(',', p), v.size());
-        a.overlap_sleep_us.push_back(int(int_arg(k, v.substr(p, e - p), 0, 1000000)));
+        a.overlap_sleep_us.push_back(int(int_option(k, v.substr(p, e - p), 0, 1000000)));
         p = e + 1;
       }
     }
-    else if (k == "--steps") a.steps = int(int_arg(k, v, 1, 1000000));
-    else if (k == "--warmup") a.warmup = int(int_arg(k, v, 0, 1000000));
+    else if (k == "--steps") a.steps = int(int_option(k, v, 1, 1000000));
+    else if (k == "--warmup") a.warmup = int(int_option(k, v, 0, 1000000));
     else if (k == "--transport") a.transport = v;
-    else if (k == "--emulate-ms") a.emulate_ms = v == "auto" ? -1 : real_arg(k, v, 0, 1e7);
+    else if (k == "--emulate-ms") a.emulate_ms = v == "auto" ? -1 : real_option(k, v, 0, 1e7);
     else throw Error("unknown option " + k + " (--help lists them)");
   }
   return a;

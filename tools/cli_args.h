@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "nn/error.h"
+
 namespace rt::tools {
 
 // The integer all of `text` is, when in [lo, hi]; else nothing.
@@ -37,6 +39,19 @@ inline std::optional<double> parse_real(const std::string& text, double lo, doub
   const double v = std::strtod(text.c_str(), &end);
   if (errno || *end || !std::isfinite(v) || v < lo || v > hi) return std::nullopt;
   return v;
+}
+
+// An option's value by the above, or rt::Error naming the option, its range and the value (the
+// MPI tools' way: the error ends every rank).
+inline long long int_option(const std::string& name, const std::string& v, long long lo, long long hi) {
+  const auto x = parse_int(v, lo, hi);
+  if (!x) throw Error(str_cat("option ", name, " takes an integer in [", lo, ", ", hi, "], not '", v, "'"));
+  return *x;
+}
+inline double real_option(const std::string& name, const std::string& v, double lo, double hi) {
+  const auto x = parse_real(v, lo, hi);
+  if (!x) throw Error(str_cat("option ", name, " takes a number in [", lo, ", ", hi, "], not '", v, "'"));
+  return *x;
 }
 
 }  // namespace rt::tools

@@ -7,6 +7,7 @@
 // overlapping shares without a word.
 #include <array>
 
+#include "comm/agreement.h"
 #include "comm/mpi_check.h"
 #include "comm/stall.h"
 #include "data/dataset.h"
@@ -14,15 +15,6 @@
 
 namespace rt::trainer {
 namespace {
-
-// Rank `root`'s string on every rank.
-std::string broadcast_string(std::string s, int root, MPI_Comm comm) {
-  uint64_t len = s.size();
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, root, comm));
-  s.resize(len);
-  if (len > 0) MPI_CHECK(MPI_Bcast(s.data(), int(len), MPI_CHAR, root, comm));
-  return s;
-}
 
 // The lowest rank for which `differs` holds anywhere, and how many ranks it holds for; -1 if none.
 std::pair<int, int> first_differing(bool differs, int world, MPI_Comm comm) {
@@ -40,7 +32,7 @@ std::pair<int, int> first_differing(bool differs, int world, MPI_Comm comm) {
 
 }  // namespace
 
-Trainer::CtlWatch Trainer::watch_ctl(const std::string& what) {
+Trainer::CtlWatch Trainer::watch_ctl(const comm::StallLabel& what) {
   if (!ctl_stall_) return CtlWatch{nullptr};
   ctl_stall_->arrive(++ctl_calls_, what);
   ctl_stall_->begin_blocking();  // for the MPI collectives; the ring's waits poll it themselves
@@ -56,14 +48,14 @@ Trainer::CtlWatch::~CtlWatch() {
 void Trainer::check_config_agreement() {
   if (world_ == 1) return;
   const MPI_Comm comm = ctl_comm_->mpi();
-  const std::string first = broadcast_string(config_yaml_, 0, comm);
+  const std::string first = comm::broadcast_string(config_yaml_, 0, comm);
   const std::string diff =
       rank_ == 0 ? "" : config_changes(first, cfg_, [](const std::string& k) { return !config_key_per_rank(k); },
                                        "on rank 0", str_cat("on rank ", rank_));
   const auto [bad, count] = first_differing(!diff.empty(), world_, comm);
   if (bad < 0) return;
   throw ConfigError(str_cat("ranks disagree at start-up (", world_, " ranks): rank ", bad,
-                            "'s configuration differs from rank 0's: ", broadcast_string(diff, bad, comm),
+                            "'s configuration differs from rank 0's: ", comm::broadcast_string(diff, bad, comm),
                             count > 1 ? str_cat(" (and ", count - 1, " more rank(s) differ)") : "",
                             "; every rank must run the same configuration (the same file and --set options)"));
 }
@@ -72,14 +64,13 @@ void Trainer::check_data_agreement() {
   if (world_ == 1) return;
   const MPI_Comm comm = ctl_comm_->mpi();
   // What the ranks saw: training samples and classes, validation samples (-1: not opened), and
-  // the classes' names (FNV-1a over them: folders of another dataset with as many images).
+  // the classes' names (hashed: folders of another dataset with as many images).
   // (An evaluation opens no training data: the validation data's classes then.)
   const data::Loader& classes = train_loader_ ? *train_loader_ : *val_loader_;
-  uint64_t names = 0xcbf29ce484222325ull;
-  for (const std::string& c : classes.class_names())
-    for (const char ch : c + '\0') names = (names ^ uint8_t(ch)) * 0x100000001b3ull;
+  comm::Fnv names;
+  for (const std::string& c : classes.class_names()) names.add_str(c);
   std::array<int64_t, 4> mine = {train_loader_ ? int64_t(train_loader_->size()) : -1, int64_t(classes.num_classes()),
-                                 val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names)};
+                                 val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names.value())};
   std::array<int64_t, 4> first = mine;
   MPI_CHECK(MPI_Bcast(first.data(), 4, MPI_INT64_T, 0, comm));
   const auto [bad, count] = first_differing(mine != first, world_, comm);
@@ -96,9 +87,9 @@ void Trainer::check_data_agreement() {
                                        data::split_source(cfg_.data, data::Split::val), ")")
                              : std::string());
   };
-  const std::string theirs = broadcast_string(describe(mine), bad, comm);
+  const std::string theirs = comm::broadcast_string(describe(mine), bad, comm);
   throw ConfigError(str_cat("ranks disagree at start-up (", world_, " ranks): rank ", bad, " sees ", theirs,
-                            ", rank 0 ", broadcast_string(describe(first), 0, comm),
+                            ", rank 0 ", comm::broadcast_string(describe(first), 0, comm),
                             count > 1 ? str_cat(" (and ", count - 1, " more rank(s) differ)") : "",
                             "; every rank must read the same dataset"));
 }

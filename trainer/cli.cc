@@ -29,11 +29,7 @@ namespace {
 std::string checkpoint_config_text(const std::string& path, int rank) {
   std::string text;
   if (rank == 0) text = checkpoint_read(path, CheckpointParts::none()).config_yaml;
-  uint64_t len = text.size();
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
-  text.resize(len);
-  MPI_CHECK(MPI_Bcast(text.data(), int(len), MPI_CHAR, 0, MPI_COMM_WORLD));
-  return text;
+  return comm::broadcast_string(std::move(text), 0, MPI_COMM_WORLD);
 }
 
 // The dataset tool built beside this program (build/bin/make_imagenet_like).

@@ -93,7 +93,7 @@ EvalResult Trainer::evaluate() {
   }
   counts[3] = loader.skipped() - skipped_before;
   {
-    const CtlWatch w = watch_ctl("the end of an evaluation (its sums)");
+    const CtlWatch w = watch_ctl(comm::StallLabel("the end of an evaluation (its sums)"));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
   }

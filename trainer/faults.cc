@@ -107,7 +107,7 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   }
   std::vector<Finding> all(static_cast<size_t>(world_));
   {
-    const CtlWatch w = watch_ctl(str_cat("the diagnosis of step ", step_ + 1, "'s non-finite values"));
+    const CtlWatch w = watch_ctl({"the diagnosis of step ", step_ + 1, "'s non-finite values"});
     ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
   }
 
@@ -141,7 +141,7 @@ void Trainer::check_consistency() {
   const uint64_t mine = checkpoint_hash(p.data(), (p.size() * sizeof(float) / 8) * 8);
   std::vector<uint64_t> all(static_cast<size_t>(world_));
   {
-    const CtlWatch w = watch_ctl(str_cat("the parameter check of step ", step_));
+    const CtlWatch w = watch_ctl({"the parameter check of step ", step_});
     ctl_comm_->allgather_bytes(&mine, sizeof mine, all.data());
   }
   std::string bad;

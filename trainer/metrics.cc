@@ -2,7 +2,6 @@
 #include "trainer/metrics.h"
 
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,15 +67,14 @@ JsonLine& JsonLine::add(const char* key, const std::string& v) {
 Metrics::Metrics(const std::string& path) : path_(path) { open(); }
 
 void Metrics::open() {
-  const std::string& path = path_;
-  if (path.empty()) return;
-  std::filesystem::path p(path);
+  if (path_.empty()) return;
+  std::filesystem::path p(path_);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec)  // the cause (a read-only file system, say), not the missing folder it leaves
     throw Error(str_cat(p.parent_path().string(), ": cannot create the folder of the metrics file (", ec.message(), ")"));
-  f_ = std::fopen(path.c_str(), "a+");  // a+: the last byte can be read; writes still append
-  if (!f_) throw Error(str_cat(path, ": cannot open the metrics file (", std::strerror(errno), ")"));
+  f_ = std::fopen(path_.c_str(), "a+");  // a+: the last byte can be read; writes still append
+  if (!f_) throw Error(str_cat(path_, ": cannot open the metrics file (", std::strerror(errno), ")"));
   // A run killed mid-write leaves half a record: this run's records start on a line of their own.
   const bool cut = std::fseek(f_, -1, SEEK_END) == 0 && std::fgetc(f_) != '\n';
   std::fseek(f_, 0, SEEK_END);  // a read is followed by a write only after a seek

@@ -134,7 +134,7 @@ void Trainer::train_step() {
   // check_finite gathers from all: the ranks agree on it first.
   int losses_finite = std::isfinite(loss);
   if (bad_grads > 0 && world_ > 1) {
-    const CtlWatch w = watch_ctl(str_cat("step ", step_ + 1, "'s agreement on finite losses"));
+    const CtlWatch w = watch_ctl({"step ", step_ + 1, "'s agreement on finite losses"});
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &losses_finite, 1, MPI_INT, MPI_LAND, ctl_comm_->mpi()));
   }
   const bool apply = losses_finite ? scaler_.update(bad_grads > 0) : true;

@@ -403,7 +403,7 @@ int Trainer::agreed_stop_signal(bool& save_due) {
   int flags[2] = {stop_handlers_installed() ? stop_signal() : 0,
                   rank_ == 0 && every_s > 0 && now_s() - last_save_s_ >= every_s};
   if (world_ > 1) {
-    const CtlWatch w = watch_ctl(str_cat("the end of step ", step_, " (where the ranks compare stop signals)"));
+    const CtlWatch w = watch_ctl({"the end of step ", step_, " (where the ranks compare stop signals)"});
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
   }
   save_due = flags[1] != 0;
@@ -422,7 +422,7 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
   double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
   {
-    const CtlWatch w = watch_ctl(str_cat("the end of epoch ", epoch + 1, " (its statistics' sums)"));
+    const CtlWatch w = watch_ctl({"the end of epoch ", epoch + 1, " (its statistics' sums)"});
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
   }
   const double n = std::max(1.0, sums[3]), secs = now_s() - epoch_start;

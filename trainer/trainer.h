@@ -168,6 +168,7 @@ class Trainer {
   // evaluation sums, batch-norm averages, checks), as of the gradients' allreduce: while the
   // returned object lives, a rank that never reaches the collective `what` is named and the job
   // stopped (comm.stall_*_s; agreement.cc). Every rank must watch the same collectives in order.
+  // Some run every step: the label is static text and a number, nothing to allocate.
   struct CtlWatch {
     comm::StallWatch* w;
     explicit CtlWatch(comm::StallWatch* s) : w(s) {}
@@ -175,7 +176,7 @@ class Trainer {
     CtlWatch& operator=(const CtlWatch&) = delete;
     ~CtlWatch();
   };
-  CtlWatch watch_ctl(const std::string& what);
+  CtlWatch watch_ctl(const comm::StallLabel& what);
 
   // Collective: copies this rank's own BN running statistics into `own` and returns their average
   // over the ranks (by the ring, so bitwise the same on every rank). The arena is left as it is.

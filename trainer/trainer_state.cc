@@ -10,7 +10,6 @@
 
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
-#include "nn/adam.h"
 #include "nn/clock.h"
 #include "trainer/trainer.h"
 
@@ -81,11 +80,6 @@ std::vector<int64_t> Trainer::loaded_tensor_steps(const Checkpoint& ck, std::spa
     if (ck.tensor_steps.size() != layout.size())
       throw CheckpointError(str_cat(path, ": corrupt: section 'tsteps' holds ", ck.tensor_steps.size(),
                                     " counts for the model's ", layout.size(), " tensors"));
-    try {  // what the optimizer will refuse, refused here, naming the file
-      adam_groups(layout, cfg_.optimizer.sgd, ck.tensor_steps, ck.meta.optimizer_steps);
-    } catch (const Error& e) {
-      throw CheckpointError(str_cat(path, ": ", e.what()));
-    }
     return ck.tensor_steps;
   }
   std::vector<int64_t> out;
@@ -277,7 +271,11 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
     if (for_training) {
       tensor_steps.resize(arena.layout().size());
       MPI_CHECK(MPI_Bcast(tensor_steps.data(), int(tensor_steps.size()), MPI_INT64_T, 0, ctl_comm_->mpi()));
-      opt_->restore_tensor_steps(tensor_steps);
+      try {  // counts the optimizer cannot take (out of range, too many groups): the file's fault
+        opt_->restore_tensor_steps(tensor_steps);
+      } catch (const Error& e) {
+        throw CheckpointError(str_cat(path, ": ", e.what()));
+      }
     }
   }
   scaler_.restore(lm.loss_scale, lm.loss_scale_good);
@@ -370,10 +368,7 @@ std::string Trainer::resume(const std::string& what) {
                                     "without --resume"));
     }
   }
-  uint64_t len = path.size();
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_UINT64_T, 0, ctl_comm_->mpi()));
-  path.resize(len);
-  MPI_CHECK(MPI_Bcast(path.data(), int(len), MPI_CHAR, 0, ctl_comm_->mpi()));
+  path = comm::broadcast_string(std::move(path), 0, ctl_comm_->mpi());
   if (path.empty()) {
     log_line(str_cat("--resume auto: no checkpoint in ", ckpt_dir_, ": starting fresh"));
     return "";
@@ -391,7 +386,7 @@ std::vector<float> Trainer::averaged_bn_state(std::vector<float>& own) {
 std::vector<float> Trainer::average_over_ranks(const std::vector<float>& own) {
   std::vector<float> avg = own;
   if (world_ > 1 && !avg.empty()) {
-    const CtlWatch w = watch_ctl("the average of the ranks' batch-norm statistics");
+    const CtlWatch w = watch_ctl(comm::StallLabel("the average of the ranks' batch-norm statistics"));
     ctl_reduce_->allreduce(avg, comm::ReduceOp::average);
   }
   return avg;
@@ -409,7 +404,7 @@ std::vector<float> Trainer::gather_to_rank0(const std::vector<float>& own) {
   if (world_ == 1 || own.empty()) return all;
   if (own.size() > comm::kMpiMaxCount) throw Error("BN statistics too large for one MPI_Gather");
   if (rank_ == 0) all.resize(own.size() * size_t(world_));
-  const CtlWatch w = watch_ctl("the gather of the ranks' batch-norm statistics");
+  const CtlWatch w = watch_ctl(comm::StallLabel("the gather of the ranks' batch-norm statistics"));
   MPI_CHECK(MPI_Gather(own.data(), int(own.size()), MPI_FLOAT, all.data(), int(own.size()), MPI_FLOAT, 0,
                        ctl_comm_->mpi()));
   return all;
