@@ -16,9 +16,12 @@ struct CheckOp {
 struct UnscaleCheckOp {
   int* flag;
   float inv;
+  // The product is checked, as the host backends count after scaling: a factor above 1 (a loss
+  // scale below 1) can carry a finite gradient past the largest float.
   __device__ float operator()(float d, float) const {
-    if (!isfinite(d)) *flag = 1;
-    return d * inv;
+    const float r = d * inv;
+    if (!isfinite(r)) *flag = 1;
+    return r;
   }
 };
 

@@ -10,6 +10,15 @@ namespace rt::data {
 namespace {
 uint32_t be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
 uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
+
+// Where the next marker starts at or after p, as libjpeg's next_marker finds it: stray bytes
+// before it (which libjpeg only warns about) and 0xff fill bytes are passed over; 0xff 0x00 is no
+// marker. len when there is none.
+size_t next_marker(const uint8_t* d, size_t len, size_t p) {
+  for (; p + 1 < len; ++p)
+    if (d[p] == 0xff && d[p + 1] != 0xff && d[p + 1] != 0x00) return p;
+  return len;
+}
 }  // namespace
 
 bool image_dims(const uint8_t* d, size_t len, int* width, int* height, bool* is_jpeg) {
@@ -23,10 +32,8 @@ bool image_dims(const uint8_t* d, size_t len, int* width, int* height, bool* is_
   if (len < 4 || d[0] != 0xff || d[1] != 0xd8) return false;
   // Walk the marker segments up to the first start-of-frame (SOF0..SOF15 except DHT, JPG, DAC).
   size_t p = 2;
-  while (p + 4 <= len) {
-    if (d[p] != 0xff) return false;
+  while ((p = next_marker(d, len, p)) + 4 <= len) {
     const uint8_t m = d[p + 1];
-    if (m == 0xff) { ++p; continue; }  // fill byte
     if (m == 0xd8 || (m >= 0xd0 && m <= 0xd7) || m == 0x01) { p += 2; continue; }  // no length
     const size_t seg = be16(d + p + 2);
     if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
@@ -47,10 +54,8 @@ bool jpeg_complete(const uint8_t* d, size_t len) {
   // after its first scan header (inside entropy-coded data 0xff is always followed by 0x00 or a
   // restart marker, so 0xff 0xd9 there is the real EOI; searching backwards finds it at once).
   size_t p = 2;
-  while (p + 4 <= len) {
-    if (d[p] != 0xff) return false;
+  while ((p = next_marker(d, len, p)) + 4 <= len) {
     const uint8_t m = d[p + 1];
-    if (m == 0xff) { ++p; continue; }
     if (m == 0xd8 || (m >= 0xd0 && m <= 0xd7) || m == 0x01) { p += 2; continue; }
     if (m == 0xd9) return false;
     const size_t seg = be16(d + p + 2);

@@ -152,6 +152,28 @@ TEST(data_image, HeaderDimsJpegAndPng) {
   EXPECT_EQ(reduction_for({0, 0, 4000, 3000}, 400), 4);
 }
 
+// Stray bytes between marker segments: libjpeg warns and decodes (as PIL does), so the header
+// walk must pass over them too rather than call the file no image.
+TEST(data_image, StrayBytesBeforeAMarkerAreSkipped) {
+  const std::vector<uint8_t> jpg = encode(coord_image(120, 80), ".jpg");
+  ASSERT_EQ(jpg[2], 0xff);
+  const size_t app0_end = 4 + ((size_t{jpg[4]} << 8) | jpg[5]);  // SOI, then the first segment
+  std::vector<uint8_t> padded(jpg.begin(), jpg.begin() + long(app0_end));
+  padded.insert(padded.end(), {0x00, 0x12, 0x34, 0xff, 0xff});  // stray bytes, then fill bytes
+  padded.insert(padded.end(), jpg.begin() + long(app0_end), jpg.end());
+  int w = 0, h = 0;
+  bool is_jpeg = false;
+  EXPECT_EQ(header_problem(padded.data(), padded.size(), &w, &h, &is_jpeg), "");
+  EXPECT_EQ(w, 120);
+  EXPECT_EQ(h, 80);
+  DecodeScratch scratch;
+  std::vector<float> out(3 * 8 * 8);
+  Rng rng(1);
+  EXPECT_TRUE(decode_augment(padded.data(), padded.size(), raw_spec(8, false), rng, scratch, out.data(), nullptr));
+  // Cut short after the padding: still refused.
+  EXPECT_NE(header_problem(padded.data(), padded.size() / 2, &w, &h, &is_jpeg), "");
+}
+
 TEST(data_image, ReducedDecodeMatchesFullDecodeClosely) {
   // A smooth 1024x768 image: the 1/4-size decode and the full decode give nearly the same crop.
   cv::Mat img(768, 1024, CV_8UC3);

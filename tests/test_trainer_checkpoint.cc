@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -432,6 +433,21 @@ TEST(trainer_eval, CountCorrect) {
   EXPECT_EQ(top5, 2);
   EXPECT_NEAR(loss / 3, 0, 10);
   EXPECT_GT(loss, 0);
+}
+
+TEST(trainer_eval, NonFiniteLogitsAreNeverCorrect) {
+  // NaN compares false with everything, so the label would have nothing ranked above it.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float logits[] = {nan, nan, nan, nan,  // all NaN
+                          0, 3, nan, 1,        // the label's logit is the largest finite one
+                          0, inf, 1, 2};       // +inf on the label
+  const int32_t labels[] = {2, 1, 1};
+  int64_t top1 = 0, top5 = 0;
+  double loss = 0;
+  count_correct(logits, labels, 3, 4, top1, top5, loss);
+  EXPECT_EQ(top1, 0);
+  EXPECT_EQ(top5, 0);
+  EXPECT_FALSE(std::isfinite(loss));
 }
 
 }  // namespace

@@ -21,12 +21,14 @@ void count_correct(const float* logits, const int32_t* labels, int n, int64_t cl
     // only when they come first, as a stable top-k would order them).
     int64_t above = 0;
     float zmax = z[0];
+    bool finite = true;  // a NaN compares false with everything: it would rank the label first
     for (int64_t k = 0; k < classes; ++k) {
       above += z[k] > zl || (z[k] == zl && k < labels[i]);
       zmax = std::max(zmax, z[k]);
+      finite = finite && std::isfinite(z[k]);
     }
-    top1 += above == 0;
-    top5 += above < 5;
+    top1 += finite && above == 0;
+    top5 += finite && above < 5;
     double sum = 0;
     for (int64_t k = 0; k < classes; ++k) sum += std::exp(double(z[k]) - double(zmax));
     loss += std::log(sum) - (double(zl) - double(zmax));
@@ -110,6 +112,10 @@ EvalResult Trainer::evaluate() {
                         " but the validation split has ", loader.size(),
                         " (the loader's shares must cover each sample exactly once)"));
   if (!own.empty()) arena.state_from_host(own);
+  // No figure at all is not a figure of 0 %: it would be logged, compared and kept as a "best".
+  if (r.samples == 0)
+    throw Error(str_cat("data: no image of the validation split (", data::split_source(cfg_.data, data::Split::val),
+                        ") could be read or decoded (", r.skipped, " left out, each named above)"));
   return r;
 }
 

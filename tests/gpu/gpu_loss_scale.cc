@@ -55,5 +55,23 @@ TEST(GpuLossScale, UnscaleMultipliesAndChecksBf16) {
   EXPECT_EQ(read_flag(flag), 1);
 }
 
+// A loss scale below 1 unscales by a factor above 1: a finite gradient can overflow on the way,
+// and that step must be flagged (skipped), as the host backends count after scaling.
+TEST(GpuLossScale, UnscaleFlagsOverflowOfTheProduct) {
+  RT_REQUIRE_GPU();
+  std::vector<float> v(37, 1.0f);
+  v[20] = 2e38f;
+  DeviceBuffer d = to_device(v), flag(sizeof(int));
+  flag.zero();
+  unscale_check(Elem::f32, d.get(), v.size(), 2.0f, flag.as<int>(), nullptr);
+  EXPECT_EQ(read_flag(flag), 1);
+  v[20] = 1e38f;  // 2e38 is still finite
+  d.upload(v.data(), v.size() * sizeof(float));
+  flag.zero();
+  unscale_check(Elem::f32, d.get(), v.size(), 2.0f, flag.as<int>(), nullptr);
+  EXPECT_EQ(read_flag(flag), 0);
+  EXPECT_EQ(to_host<float>(d, v.size())[20], 2e38f);
+}
+
 }  // namespace
 }  // namespace rt::cuda
