@@ -13,6 +13,7 @@
 
 #include "data/shard.h"
 #include "nn/error.h"
+#include "nn/hash.h"
 
 namespace fs = std::filesystem;
 
@@ -229,6 +230,20 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split) {
   if (!cfg.root.empty()) return open_folder(cfg.root, split);
   throw Error(str_cat("data: no ", split_name(split), " data given: set root, ", split_name(split),
                       "_list or ", split_name(split), "_shards (or synthetic)"));
+}
+
+uint64_t order_hash_add(uint64_t h, int32_t label, std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  uint64_t f = 0xcbf29ce484222325ull;  // FNV-1a of the file name
+  for (size_t k = slash == std::string_view::npos ? 0 : slash + 1; k < path.size(); ++k)
+    f = (f ^ uint8_t(path[k])) * 0x100000001b3ull;
+  return hash_key(h, uint32_t(label), f);
+}
+
+uint64_t Dataset::order_hash() const {
+  uint64_t h = kOrderHashSeed;
+  for (int64_t i = 0; i < size(); ++i) h = order_hash_add(h, label(i), name(i));
+  return h + (h == 0);
 }
 
 std::string split_source(const DataConfig& cfg, Split split) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/loader.h"
@@ -25,7 +26,14 @@ class Dataset {
   virtual bool read(int64_t i, std::vector<uint8_t>& buf) const = 0;
   // Where sample i comes from, for messages (a path; a shard file and record for shards).
   virtual std::string name(int64_t i) const = 0;
+  // Loader::order_hash(): the labels and file names (the last part of name(i)) in sample order
+  // (order_hash_add from kOrderHashSeed), never 0. A folder and its shard set hash alike.
+  virtual uint64_t order_hash() const;
 };
+
+constexpr uint64_t kOrderHashSeed = 0x6f72646572ull;
+// One sample's step of order_hash(): its label and the part of `path` after the last '/'.
+uint64_t order_hash_add(uint64_t h, int32_t label, std::string_view path);
 
 // True for .jpg, .jpeg, .png in any letter case.
 bool is_image_file(const std::string& path);

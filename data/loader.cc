@@ -77,6 +77,7 @@ class PipelineLoader final : public Loader {
       size_ = ds_->size();
       classes_ = ds_->class_names();
       bad_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(size_));
+      order_hash_ = ds_->order_hash();
     }
     const bool train = split == Split::train;
     spec_ = ShardSpec{size_, world, batch, train, cfg.seed, train ? cfg.repeated_augment : 1};
@@ -102,6 +103,7 @@ class PipelineLoader final : public Loader {
   int64_t size() const override { return size_; }
   int num_classes() const override { return static_cast<int>(classes_.size()); }
   const std::vector<std::string>& class_names() const override { return classes_; }
+  uint64_t order_hash() const override { return order_hash_; }
   void set_batch_memory(HostMemory* m) override {
     std::lock_guard<std::mutex> lock(mu_);
     batch_memory_ = m;
@@ -313,6 +315,7 @@ class PipelineLoader final : public Loader {
   const DataConfig cfg_;
   const int rank_, batch_;
   std::unique_ptr<Dataset> ds_;  // null in synthetic mode
+  uint64_t order_hash_ = 0;
   std::vector<std::string> classes_;
   int64_t size_ = 0, steps_ = 0;
   ShardSpec spec_;

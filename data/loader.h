@@ -107,6 +107,11 @@ class Loader {
   virtual int64_t skipped() const = 0;
   // Class names in label order (folder and shard sets; "0", "1", ... for lists and synthetic).
   virtual const std::vector<std::string>& class_names() const = 0;
+  // A hash of the split's samples in order, each one's label and file name (not its folder,
+  // which may differ between nodes); 0: not known, as for synthetic data. Tells apart datasets
+  // of as many samples listed in another order, whose epochs would draw other samples at the
+  // same positions.
+  virtual uint64_t order_hash() const { return 0; }
   // Where the batches' images and pixels are allocated (nullptr, the default: the heap), e.g. a
   // backend's input_memory(), which it copies to the device from without the host waiting. Set
   // before start_epoch(): the buffers move there as they are next filled, once. A loader that

@@ -91,6 +91,7 @@ class ShardDataset final : public Dataset {
     const Shard& s = shards_[r.shard];
     return str_cat(s.path, " record ", i - s.first, " (", record_name(s, i - s.first), ")");
   }
+  uint64_t order_hash() const override { return order_hash_ + (order_hash_ == 0); }
 
  private:
   struct Rec {
@@ -135,6 +136,7 @@ class ShardDataset final : public Dataset {
 
   std::vector<Shard> shards_;
   std::vector<Rec> recs_;
+  uint64_t order_hash_ = kOrderHashSeed;  // over the records' names as the index is read
   std::vector<std::string> classes_;
 };
 
@@ -218,6 +220,12 @@ void ShardDataset::open_shard(const std::string& path, int64_t count, int64_t by
       bad(path, str_cat("record ", k, " lies outside the data area"));
     if (r.label < 0 || r.label >= static_cast<int32_t>(classes_.size()))
       bad(path, str_cat("record ", k, " has label ", r.label, " outside the ", classes_.size(), " classes"));
+    // The names block holds each record's path: hashed like a folder's files (no name: "").
+    const uint64_t names = kEntry * static_cast<uint64_t>(count), at = names + get<uint32_t>(e + 20);
+    std::string_view name;
+    if (at < index.size())
+      name = {reinterpret_cast<const char*>(index.data() + at), strnlen(reinterpret_cast<const char*>(index.data() + at), index.size() - at)};
+    order_hash_ = order_hash_add(order_hash_, r.label, name);
     recs_.push_back(r);
   }
 }

@@ -5,6 +5,7 @@
 // nodes) or different copies of the dataset would otherwise run different numbers of steps per
 // epoch, evaluations or checkpoints and end up waiting in different collectives, or train on
 // overlapping shares without a word.
+#include <algorithm>
 #include <array>
 
 #include "comm/agreement.h"
@@ -69,13 +70,17 @@ void Trainer::check_data_agreement() {
   const data::Loader& classes = train_loader_ ? *train_loader_ : *val_loader_;
   comm::Fnv names;
   for (const std::string& c : classes.class_names()) names.add_str(c);
-  std::array<int64_t, 4> mine = {train_loader_ ? int64_t(train_loader_->size()) : -1, int64_t(classes.num_classes()),
-                                 val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names.value())};
-  std::array<int64_t, 4> first = mine;
-  MPI_CHECK(MPI_Bcast(first.data(), 4, MPI_INT64_T, 0, comm));
+  // And the labels in sample order: each rank's list built apart (by `find`, say) may hold the
+  // same files in another order, where sample i is another image on each rank.
+  std::array<int64_t, 6> mine = {train_loader_ ? int64_t(train_loader_->size()) : -1, int64_t(classes.num_classes()),
+                                 val_loader_ ? int64_t(val_loader_->size()) : -1, int64_t(names.value()),
+                                 train_loader_ ? int64_t(train_loader_->order_hash()) : 0,
+                                 val_loader_ ? int64_t(val_loader_->order_hash()) : 0};
+  std::array<int64_t, 6> first = mine;
+  MPI_CHECK(MPI_Bcast(first.data(), 6, MPI_INT64_T, 0, comm));
   const auto [bad, count] = first_differing(mine != first, world_, comm);
   if (bad < 0) return;
-  const auto describe = [&](const std::array<int64_t, 4>& d) {
+  const auto describe = [&](const std::array<int64_t, 6>& d) {
     const std::vector<std::string>& c = classes.class_names();
     const std::string names = c.empty() ? "" : str_cat(c.front(), c.size() > 1 ? str_cat(" … ", c.back()) : "", "; ");
     if (d[0] < 0)
@@ -88,7 +93,16 @@ void Trainer::check_data_agreement() {
                              : std::string());
   };
   const std::string theirs = comm::broadcast_string(describe(mine), bad, comm);
-  throw ConfigError(str_cat("ranks disagree at start-up (", world_, " ranks): rank ", bad, " sees ", theirs,
+  // Counts and names the same, labels not: said apart, as the two descriptions would read alike.
+  std::array<int64_t, 3> why = {std::equal(mine.begin(), mine.begin() + 4, first.begin()), mine[4] != first[4],
+                                mine[5] != first[5]};
+  MPI_CHECK(MPI_Bcast(why.data(), 3, MPI_INT64_T, bad, comm));
+  const std::string order =
+      why[0] ? str_cat(", with other labels or file names in sample order in its ",
+                       why[1] ? (why[2] ? "training and validation" : "training") : "validation",
+                       " data (another copy, or the same files listed in another order)")
+             : "";
+  throw ConfigError(str_cat("ranks disagree at start-up (", world_, " ranks): rank ", bad, " sees ", theirs, order,
                             ", rank 0 ", comm::broadcast_string(describe(first), 0, comm),
                             count > 1 ? str_cat(" (and ", count - 1, " more rank(s) differ)") : "",
                             "; every rank must read the same dataset"));

@@ -234,6 +234,10 @@ void checkpoint_write(const std::string& path, const CheckpointMeta& meta, const
       w.section("layout", text.data(), text.size());
     }
     if (!tensor_steps.empty()) w.section("tsteps", tensor_steps.data(), tensor_steps.size_bytes());
+    if (meta.data_samples > 0) {
+      const int64_t data[3] = {meta.data_samples, meta.data_repeats, int64_t(meta.data_order)};
+      w.section("data", data, sizeof data);
+    }
     if (!classes.empty()) {
       std::string names;
       for (const std::string& c : classes) names += c + '\0';
@@ -302,6 +306,7 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
       ema_ranks{"ema_bnr", &ck.ema_rank_state, keep.ema && keep.rank_state};
   Floats* const float_sections[] = {&params, &state, &mom, &mom2, &ranks, &ema, &ema_ranks};
   bool seen_meta = false, seen_conf = false, seen_layout = false;
+  int64_t data_section[3] = {0, 0, 0};  // into the meta once it is read
   std::string layout_text;
   try {
     for (uint32_t s = 0; s < nsec; ++s) {
@@ -352,6 +357,11 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
         if (len % 8) throw bad("corrupt: section 'tsteps' is not whole 64-bit counts");
         ck.tensor_steps.resize(keep.optimizer ? len / 8 : 0);
         take(keep.optimizer && len > 0 ? ck.tensor_steps.data() : nullptr);
+      } else if (t == "data") {
+        if (len != 24) throw bad("corrupt: section 'data' of the wrong size");
+        int64_t data[3];
+        take(data);
+        data_section[0] = data[0], data_section[1] = data[1], data_section[2] = data[2];
       } else if (t == "classes") {
         std::string names(len, '\0');
         take(names.data());
@@ -375,6 +385,9 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
   if (r.hash() != hash) throw checksum_mismatch();
   if (!(seen_meta && seen_conf && params.seen && state.seen))
     throw bad("corrupt: a section (meta, config, params, state) is missing");
+  ck.meta.data_samples = data_section[0];
+  ck.meta.data_repeats = data_section[1];
+  ck.meta.data_order = uint64_t(data_section[2]);
   // Without momentum it is a weights file (tools/torch_weights.py import): started from, never resumed.
   ck.weights_only = !mom.seen;
   if (params.n != ck.meta.model.grad_elems || (mom.seen && mom.n != params.n) ||

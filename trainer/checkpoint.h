@@ -45,6 +45,10 @@
 //               their bias corrections count it; a layer frozen for a while has had fewer). A file
 //               without it gives each tensor whose moments are all zero 0, the others the
 //               optimizer's step count
+//   "data"      optional (files written since it exists): 3 x i64, the training data the position
+//               counts in: its sample count, data.repeated_augment and a hash of its labels in
+//               sample order (0: not known, as for synthetic data); a mid-epoch resume on other
+//               data is refused, as the rest of the epoch would come from another order
 //   "classes"   optional: the training data's class names in label order, each followed by a NUL
 //               (folder and shard sets name them; list files and synthetic data by number), so
 //               that --predict names classes wherever the file goes
@@ -89,6 +93,9 @@ struct CheckpointMeta {
   int64_t loss_scale_good = 0;   // LossScaler::good_steps()
   double best_top1 = 0;          // the run's best validation top-1 (%) so far ...
   int64_t best_step = 0;         // ... and the step it was measured at (0: none yet)
+  int64_t data_samples = 0;      // section "data" (all 0: a file without it)
+  int64_t data_repeats = 0;
+  uint64_t data_order = 0;
 };
 
 // One line of the "layout" section.

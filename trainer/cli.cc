@@ -255,6 +255,16 @@ int cli_main(int argc, const char* const* argv) {
       throw ConfigError(str_cat(cfg.source, ": names no dataset to evaluate on: give --config FILE or --set "
                                 "data.root=PATH"));
   }
+  // Evaluation and prediction exchange no gradients: the saved run's gradient exchange and BN
+  // groups were set for its rank count and backend (a node size or group that need not divide
+  // this job's ranks, nccl on a GPU), none of which changes a figure here.
+  if (o.uses_model_file()) {
+    comm::CommConfig comm;
+    comm.stall_warning_s = cfg.comm.stall_warning_s;
+    comm.stall_abort_s = cfg.comm.stall_abort_s;
+    cfg.comm = comm;
+    cfg.model.bn_group = 1;
+  }
   config_validate(cfg);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
   if (rank == 0 && cfg.log.print_config && !o.predict) {  // --predict prints its answers alone

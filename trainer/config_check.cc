@@ -199,8 +199,8 @@ void config_validate(const Config& c) {
             algo_rule.c_str(), c.comm.algorithm);
   const bool gpu = c.backend == "cuda" || c.backend == "cuda-tf32" || c.backend == "cuda-bf16" ||
                    c.backend == "cuda-fp16";
-  k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
-            "nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16", c.comm.algorithm);
+  k.require(c.comm.algorithm != "nccl" || gpu, "backend",
+            "must be cuda, cuda-tf32, cuda-bf16 or cuda-fp16 for comm.algorithm nccl", c.backend);
   k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
             "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
   k.require(c.comm.ring_order == "node" || c.comm.ring_order == "rank", "comm.ring_order",

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <utility>
@@ -154,7 +155,12 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
     metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
   } catch (const Error& e) {
     const char* key = cfg_.log.jsonl.empty() ? "run_dir" : "log.jsonl";
-    throw ConfigError(str_cat(e.what(), "; ", key, " set in ", config_origin(cfg_, key)));
+    // An evaluation only adds a record: a run folder it cannot write (read-only storage, another
+    // user's run) is no reason to refuse it.
+    if (use_ != Use::evaluate) throw ConfigError(str_cat(e.what(), "; ", key, " set in ", config_origin(cfg_, key)));
+    std::fprintf(stderr, "ringtrain: warning: %s: the evaluation's record is not kept (%s set in %s; --set log.jsonl=PATH)\n",
+                 e.what(), key, config_origin(cfg_, key).c_str());
+    metrics_ = std::make_unique<Metrics>();
   }
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
@@ -182,7 +188,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
                       .add("emulate_compute_ms", cfg_.emulate.compute_ms)
                       .add("backend", net_->backend().name())
                       .add("setup", net_->backend().setup_note()));
-  if (!cfg_.log.timeline.empty()) {
+  // An evaluation traces no steps: opening the run's timeline would empty its training trace.
+  if (!cfg_.log.timeline.empty() && use_ != Use::evaluate) {
     // One origin for all ranks (their clocks differ across nodes): the end of a barrier.
     ctl_comm_->barrier();
     timeline_origin_ = now_s();

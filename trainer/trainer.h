@@ -103,6 +103,9 @@ class Trainer {
   // aside the files in it written after the step this run starts from (checkpoint_set_aside).
   void prepare_checkpoint_dir();
   std::string model_changes(const Checkpoint& ck) const;
+  // Refuses (CheckpointError naming the file) a checkpoint whose saved class names differ from
+  // the ones this job's data gives its labels, where both name them.
+  void check_checkpoint_classes(const Checkpoint& ck, const std::string& path, bool for_training) const;
   void save_checkpoint();
   // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
   void report(const JsonLine& line, const std::string& text);

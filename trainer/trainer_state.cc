@@ -10,6 +10,7 @@
 
 #include "comm/agreement.h"
 #include "comm/mpi_check.h"
+#include "data/dataset.h"
 #include "nn/clock.h"
 #include "trainer/trainer.h"
 
@@ -38,6 +39,29 @@ std::string Trainer::model_changes(const Checkpoint& ck) const {
   if (ck.meta.model == fingerprint_) return "";
   const std::string changes = config_model_changes(ck.config_yaml, cfg_);
   return changes.empty() ? "" : "; model keys that differ: " + changes;
+}
+
+void Trainer::check_checkpoint_classes(const Checkpoint& ck, const std::string& path, bool for_training) const {
+  const data::Split split = for_training ? data::Split::train : data::Split::val;
+  const data::Loader* loader = for_training ? train_loader_.get() : val_loader_.get();
+  // Lists and synthetic data go by number, and so do their runs' files ("0", "1", ...).
+  const bool named_here = !cfg_.data.synthetic && (for_training ? cfg_.data.train_list : cfg_.data.val_list).empty();
+  bool by_number = true;
+  for (size_t i = 0; i < ck.classes.size() && by_number; ++i) by_number = ck.classes[i] == std::to_string(i);
+  if (!loader || !named_here || by_number) return;
+  const std::vector<std::string>& here = loader->class_names();
+  if (here == ck.classes) return;
+  size_t i = 0;
+  while (i < here.size() && i < ck.classes.size() && here[i] == ck.classes[i]) ++i;
+  const auto name = [](const std::vector<std::string>& v, size_t k) {
+    return k < v.size() ? "'" + v[k] + "'" : std::string("none");
+  };
+  throw CheckpointError(str_cat(path, ": written for other classes than ", data::split_source(cfg_.data, split),
+                                " names (", ck.classes.size(), " and ", here.size(), "; label ", i, " is ",
+                                name(ck.classes, i), " in the file, ", name(here, i),
+                                " here): the same label would mean another class (",
+                                for_training ? "resume" : "evaluate",
+                                " on the classes it was trained on, or fine-tune from its weights: --weights)"));
 }
 
 void Trainer::report(const JsonLine& line, const std::string& text) {
@@ -120,6 +144,9 @@ void Trainer::save_checkpoint() {
     }
     m.best_top1 = best_top1_;
     m.best_step = best_step_;
+    m.data_samples = train_loader_->size();
+    m.data_repeats = cfg_.data.repeated_augment;
+    m.data_order = train_loader_->order_hash();
     HostView<float> params = arena.host_params();
     try {
       checkpoint_write(path, m, config_yaml_, params.span(), state, opt_->momentum(), rank_state,
@@ -177,6 +204,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
                                     "import): ", for_training ? "start a new run from it with --weights PATH"
                                                               : "evaluate it with --eval --weights PATH"));
     checkpoint_check_model(ck, path, fingerprint_, cfg_.model.name, model_changes(ck));
+    check_checkpoint_classes(ck, path, for_training);
     const auto& m = ck.meta;
     if (for_training) {
       // Another rank count is fine at the same global batch: global step s then takes the same
@@ -203,6 +231,28 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
         throw CheckpointError(str_cat(path, ": written by a run with seed ", m.seed, "; this run's seed is ",
                                       cfg_.seed, " (resume with --set seed=", m.seed,
                                       ", or start a new run from its weights: --weights)"));
+      // Mid-epoch, the rest of the epoch is the rest of the permutation of the data it was
+      // written on: other data (as many samples, but not the same, or repeated otherwise) would
+      // draw some samples twice and others never, as another seed would.
+      if (m.position.step > 0 && m.data_samples > 0) {
+        std::string changes;
+        const auto add = [&](const std::string& c) { changes += (changes.empty() ? "" : "; ") + c; };
+        if (m.data_samples != train_loader_->size())
+          add(str_cat(m.data_samples, " training samples in the file, ", train_loader_->size(), " here"));
+        if (m.data_repeats != cfg_.data.repeated_augment)
+          add(str_cat("data.repeated_augment ", m.data_repeats, " in the file, ", cfg_.data.repeated_augment, " here"));
+        if (m.data_samples == train_loader_->size() && m.data_order != 0 && train_loader_->order_hash() != 0 &&
+            m.data_order != train_loader_->order_hash())
+          add("as many samples, with other labels or file names in sample order (another copy or order of the data)");
+        if (!changes.empty())
+          throw CheckpointError(str_cat(path, ": written in the middle of epoch ", m.position.epoch + 1, " (",
+                                        m.position.step / std::max<int64_t>(1, m.accumulate), " of its ",
+                                        steps_per_epoch_, " steps) on other training data (", changes,
+                                        ", from ", data::split_source(cfg_.data, data::Split::train),
+                                        "): the rest of the epoch would take some samples twice and others never "
+                                        "(resume with the data it was written on, or from a checkpoint at the end "
+                                        "of an epoch; or start a new run from its weights: --weights)"));
+      }
       if (m.world != world_)
         log_line(str_cat("resuming on ", shape(world_, cfg_.train.batch, passes_), " from a checkpoint of ",
                          shape(m.world, m.batch, m.accumulate),
@@ -215,6 +265,14 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
           " second moment (", ck.moment2.empty() ? "sgd" : "adamw or lamb", "); this run's optimizer.kind is ",
           optimizer_kind_name(cfg_.optimizer.sgd.kind), " (resume with the optimizer it was written with, "
           "or start a new run from its weights: --weights)"));
+    // Within a family too: LAMB's moments would drive AdamW's steps (and LARS's momentum SGD's)
+    // with no error to show it.
+    if (const std::string kind = config_changes(ck.config_yaml, cfg_, [](const std::string& k) { return k == "optimizer.kind"; },
+                                                "in the file", "here");
+        for_training && !kind.empty())
+      throw CheckpointError(str_cat(path, ": written by a run with another optimizer (", kind,
+                                    "): its state is that optimizer's (resume with the optimizer it was written with, "
+                                    "or start a new run from its weights: --weights)"));
     arena.params_from_host(ck.params);
     arena.state_from_host(ck.state);
     if (for_training) momentum = std::move(ck.momentum);
@@ -298,6 +356,7 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
   auto& arena = net_->arena();
   if (rank_ == 0) {
     const Checkpoint ck = checkpoint_read(path, {.weights = true, .optimizer = false, .rank_state = false, .ema = false});
+    if (for_eval) check_checkpoint_classes(ck, path, false);  // fine-tuning brings classes of its own
     const size_t total = arena.layout().size() + arena.state_layout().size();
     std::vector<std::string> kept;
     if (ck.meta.model == fingerprint_ && !ck.weights_only) {

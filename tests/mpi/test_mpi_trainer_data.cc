@@ -245,6 +245,19 @@ void check_ranks() {
   }
   r = two("", "--set data.root=" + renamed.string());
   expect_error(r, "rank 1 sees 24 training samples of 3 classes \\([^;]* … zzz-other; folder ", "other class names on rank 1");
+  // The same images with one file renamed: as many samples of the same classes, but sample i is
+  // not the same image on both ranks.
+  const fs::path moved = fs::path(dir) / "imgs-r-moved";
+  fs::remove_all(moved);
+  fs::copy(fs::path(dir) / "imgs-r", moved, fs::copy_options::recursive);
+  const fs::path first_class = *fs::directory_iterator(moved / "train");
+  std::vector<fs::path> in_class(fs::directory_iterator(first_class), fs::directory_iterator{});
+  std::sort(in_class.begin(), in_class.end());
+  fs::rename(in_class[0], first_class / ("zzz" + in_class[0].extension().string()));
+  r = two("", "--set data.root=" + moved.string());
+  expect_error(r, "rank 1 sees 24 training samples of 3 classes .*, with other labels or file names in sample order "
+                  "in its training data \\(another copy, or the same files listed in another order\\), rank 0 24 "
+                  "training samples", "a file renamed on rank 1");
   // Where the data is, and how many threads read it, may differ.
   r = two("--set train.steps=2", "--set train.steps=2 --set data.threads=2 --set data.root=" + dir + "/imgs-r/");
   expect(r.rc == 0, "another data.root holding the same data, and other thread counts, on rank 1", r);

@@ -1,7 +1,8 @@
 // The trainer's checkpoints under mpirun: resume is exact (bitwise) at an epoch boundary and
 // mid-epoch (also with accumulated passes, mixup and CutMix with the weights' moving average,
 // decoded images through RandAugment and random erasing, AdamW and LAMB, stochastic depth), and
-// on another rank count at the same global batch; --weights starts from a checkpoint's parameters; checkpoint.keep_best,
+// on another rank count at the same global batch, and refused over other data or optimizers; --weights starts
+// from a checkpoint's parameters; checkpoint.keep_best,
 // train.target_top1 and checkpoint.every_minutes, each also across a resume.
 #include <mpi.h>
 
@@ -141,6 +142,56 @@ void check_exact_resume(MpiTest& t, const std::string& dir, bool mid_epoch, int6
       MPI_EXPECT(t, ta.losses()[i] != tc.losses()[i], "step ", i + 1, " loss ", ta.losses()[i],
                  " augmented equals the plain images' ", tc.losses()[i]);
   }
+}
+
+// A resume that would go on from other state than the file's is refused, naming what differs:
+// another optimizer of Adam's family (whose moments the file holds); mid-epoch, other training
+// data (one image more, repeated augmentation, a file renamed: the rest of the epoch would be
+// another order's) or, at any step, other class names (the labels would mean other classes).
+void check_resume_refusals(MpiTest& t, const std::string& dir) {
+  const std::string images = dir + "/images";
+  Config b = tiny(dir + "/refusals");
+  b.optimizer.sgd.kind = OptimizerKind::adamw;
+  b.optimizer.lr = 0.256;
+  use_augmented_images(b, images, t.rank());
+  b.train.steps = 48 / (b.train.batch * t.size()) + 1;  // one step into the second epoch
+  {
+    Trainer tb(b);
+    tb.train();
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (t.rank() != 0) return;
+  namespace fs = std::filesystem;
+  // Rank 0 alone at the same global batch: the errors are its own, before any collective.
+  const auto refused = [&](Config other, const std::string& want, const char* what) {
+    other.train.batch *= t.size();
+    const std::string e = rt_test::error_of([&] { Trainer(other, MPI_COMM_SELF).resume("auto"); });
+    MPI_EXPECT(t, e.find(want) != std::string::npos, what, ": '", e, "' (expected '", want, "')");
+  };
+  const auto copy = [&](const std::string& name) {
+    const std::string to = dir + "/" + name;
+    fs::remove_all(to);
+    fs::copy(images, to, fs::copy_options::recursive);
+    Config c = b;
+    c.data.root = to;
+    return c;
+  };
+  Config o = b;
+  o.optimizer.sgd.kind = OptimizerKind::lamb;
+  refused(o, "another optimizer (optimizer.kind: adamw in the file, lamb here)", "AdamW's file, LAMB's run");
+  o = b;
+  o.data.repeated_augment = 2;
+  refused(o, "data.repeated_augment 1 in the file, 2 here", "mid-epoch, repeated augmentation");
+  o = copy("images_more");  // 49 images: as many steps per epoch
+  fs::copy_file(o.data.root + "/train/c0/0.png", o.data.root + "/train/c0/extra.png");
+  refused(o, "48 training samples in the file, 49 here", "mid-epoch, one image more");
+  o = copy("images_renamed_file");
+  fs::rename(o.data.root + "/train/c0/0.png", o.data.root + "/train/c0/z.png");
+  refused(o, "as many samples, with other labels or file names in sample order", "mid-epoch, a file renamed");
+  o = copy("images_renamed_class");
+  for (const char* split : {"/train/", "/val/"}) fs::rename(o.data.root + split + "c3", o.data.root + split + "d3");
+  refused(o, "names (4 and 4; label 3 is 'c3' in the file, 'd3' here): the same label would mean another class",
+          "other class names");
 }
 
 // Resuming on another rank count at the same global batch. With one sample per rank and pass,
@@ -365,6 +416,7 @@ int main(int argc, char** argv) {
     check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::lamb);
     check_exact_resume(t, dir, true, 2, 0, 0, false, rt::OptimizerKind::sgd, 0.3);
     check_elastic_resume(t, dir);
+    check_resume_refusals(t, dir);
     check_weights(t, dir);
   });
 }
