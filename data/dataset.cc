@@ -262,9 +262,18 @@ void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& 
   const std::string both = str_cat(" (", split_source(cfg, Split::train), ") and validation (",
                                    split_source(cfg, Split::val), ")");
   if (!named(Split::train) || !named(Split::val)) {
-    if (val.size() > train.size())
-      throw Error(str_cat("data: the validation split has ", val.size(), " classes but the training split only ",
-                          train.size(), "; training", both, " must share their labels"));
+    // Two lists share one class count (the larger largest label plus one): their own are compared.
+    const auto own = [&](Split s, size_t n) {
+      const std::string& list = s == Split::train ? cfg.train_list : cfg.val_list;
+      return cfg.synthetic || list.empty() ? n : size_t(list_max_label(list) + 1);
+    };
+    const size_t t = own(Split::train, train.size()), v = own(Split::val, val.size());
+    if (v > t)
+      throw Error(str_cat("data: the validation split has ", v, " classes but the training split only ", t,
+                          "; training", both, " must share their labels",
+                          !cfg.val_list.empty() ? " (a list's classes are its largest label plus one: are both lists "
+                                                  "numbered from 0?)"
+                                                : ""));
     return;
   }
   if (val == train) return;

@@ -279,13 +279,18 @@ class PipelineLoader final : public Loader {
     std::atomic<uint8_t>& bad = bad_[static_cast<size_t>(index)];
     if (bad.load()) return false;  // known bad: do not read it again
     Rng rng(cfg_.seed, epoch_, index + int64_t{copy} * size_, Stream::augment);
-    const char* why = "cannot be read";
+    std::string why = "cannot be read";
     if (ds_->read(index, bytes)) {
       if (decode_augment(bytes.data(), bytes.size(), aug_, rng, scratch, out_f, out_u8)) return true;
-      why = "cannot be decoded";
+      int w = 0, h = 0;
+      bool jpeg = false;
+      const std::string problem = header_problem(bytes.data(), bytes.size(), &w, &h, &jpeg);
+      why = "cannot be decoded: " + (bytes.empty()            ? std::string("an empty file")
+                                     : problem.empty() ? "the decoder rejected its data"
+                                                       : problem);
     }
     if (bad.exchange(1) == 0)
-      std::fprintf(stderr, "data: warning: skipping %s: %s\n", ds_->name(index).c_str(), why);
+      std::fprintf(stderr, "data: warning: skipping %s: %s\n", ds_->name(index).c_str(), why.c_str());
     return false;
   }
 

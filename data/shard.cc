@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -141,6 +142,8 @@ class ShardDataset final : public Dataset {
 };
 
 void ShardDataset::load(const std::string& index_path, const std::string& expect_split) {
+  if (fs::is_directory(index_path))
+    bad(index_path, "is a folder, not a shard index (the text file PREFIX.index that pack_dataset writes)");
   std::ifstream in(index_path);
   if (!in) bad(index_path, "cannot open the index file");
   const fs::path base = fs::path(index_path).parent_path();
@@ -149,9 +152,16 @@ void ShardDataset::load(const std::string& index_path, const std::string& expect
   auto next = [&](const char* key) -> std::istringstream {
     if (!std::getline(in, line)) bad(index_path, str_cat("ends before \"", key, "\""));
     ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // written on Windows
     std::istringstream ls(line);
-    if (!(ls >> word) || word != key)
-      bad(str_cat(index_path, ":", no), str_cat("expected \"", key, "\", got \"", line, "\""));
+    if (!(ls >> word) || word != key) {
+      // A shard file (or any binary) given as the index: its bytes are no message.
+      const bool text = std::all_of(line.begin(), line.end(), [](char ch) { return ch == '\t' || uint8_t(ch) >= 0x20; });
+      bad(str_cat(index_path, ":", no),
+          text ? str_cat("expected \"", key, "\", got \"", line.substr(0, 200), "\"")
+               : str_cat("expected \"", key, "\", got binary data (the index is the text file PREFIX.index, not a "
+                         ".shard file)"));
+    }
     return ls;
   };
   int version = 0;

@@ -177,6 +177,23 @@ TEST(data_formats, ShardsRoundTripEqualTheFolder) {
   EXPECT_EQ(pack_shards(*folder, "train", (t.path / "packed/train").string(), 1 << 20, root).shards, 1);
   EXPECT_FALSE(fs::exists(t.path / "packed/train-00001.shard"));
   EXPECT_EQ(open_shards(st.index_path, "train")->size(), 21);
+  // Samples in the same order hash alike in both forms (ranks or a resume may read either), and
+  // one file renamed hashes otherwise.
+  EXPECT_EQ(open_shards(st.index_path)->order_hash(), folder->order_hash());
+  fs::rename(t.path / "ds/train/c1/3.jpg", t.path / "ds/train/c1/9.jpg");
+  EXPECT_NE(open_folder(root, Split::train)->order_hash(), folder->order_hash());
+  // An index with Windows line ends reads the same; a folder or a shard file given as the index
+  // is named for what it is.
+  std::ifstream in(st.index_path);
+  std::string crlf, line;
+  while (std::getline(in, line)) crlf += line + "\r\n";
+  write_text(t.path / "packed/crlf.index", crlf);
+  const auto windows = open_shards((t.path / "packed/crlf.index").string());
+  EXPECT_EQ(windows->class_names(), folder->class_names());
+  EXPECT_EQ(windows->size(), 21);
+  expect_error([&] { open_shards((t.path / "packed").string()); }, "packed: is a folder, not a shard index");
+  expect_error([&] { open_shards((t.path / "packed/train-00000.shard").string()); },
+               "train-00000.shard:1: expected \"ringtrain-shards\", got binary data");
 }
 
 TEST(data_formats, DamagedShardsGiveErrorsNamingTheFile) {
@@ -270,12 +287,32 @@ TEST(data_formats, SplitsMustShareTheirClasses) {
                "training (shard set /d/train.index) and validation (shard set /d/val.index) name different "
                "classes (3 and 2; label 1 is 'b' in training, 'c' in validation)");
   expect_error([&] { check_split_classes(cfg, abc, {"a", "b", "c", "d"}); }, "label 3 is none in training, 'd'");
+  TempDir t;
+  const auto list = [&](const char* name, std::initializer_list<int> labels) {
+    std::ofstream f(t.path / name);
+    for (int l : labels) f << "x.jpg " << l << "\n";
+    return (t.path / name).string();
+  };
   cfg.val_shards.clear();
-  cfg.val_list = "/d/val.txt";
+  cfg.val_list = list("val.txt", {0, 1});
   EXPECT_NO_THROW(check_split_classes(cfg, abc, {"0", "1"}));
+  cfg.val_list = list("val4.txt", {3, 0});
   expect_error([&] { check_split_classes(cfg, abc, {"0", "1", "2", "3"}); },
                "the validation split has 4 classes but the training split only 3; training (shard set "
-               "/d/train.index) and validation (list file /d/val.txt) must share their labels");
+               "/d/train.index) and validation (list file " + cfg.val_list + ") must share their labels");
+  // Two lists are given one class count (the larger largest label, plus one): a validation list
+  // numbered from 1 beside a training list numbered from 0 is still found out.
+  cfg.train_shards.clear();
+  cfg.train_list = list("train.txt", {0, 1, 2, 3});
+  cfg.val_list = list("val1.txt", {1, 4});
+  const std::vector<std::string> five = {"0", "1", "2", "3", "4"};
+  expect_error([&] { check_split_classes(cfg, five, five); },
+               "the validation split has 5 classes but the training split only 4; training (list file " +
+                   cfg.train_list + ") and validation (list file " + cfg.val_list +
+                   ") must share their labels (a list's classes are its largest label plus one: are both lists "
+                   "numbered from 0?)");
+  cfg.val_list = list("val0.txt", {0, 3});
+  EXPECT_NO_THROW(check_split_classes(cfg, five, five));
   cfg = DataConfig{};
   cfg.root = "/d";
   EXPECT_EQ(split_source(cfg, Split::val), "folder /d/val");

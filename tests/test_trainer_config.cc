@@ -316,7 +316,13 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = error_of([] { config_validate(config_parse("data: {synthetic: true, root: /x}\n", "v.yaml")); });
   EXPECT_NE(e.find("set exactly one of data.root"), std::string::npos) << e;
   e = error_of([] { config_validate(config_parse("data: {train_list: a.txt}\n", "v.yaml")); });
-  EXPECT_NE(e.find("data.train_list' needs its partner"), std::string::npos) << e;
+  EXPECT_NE(e.find("data.train_list' needs its partner data.val_list where the run evaluates"), std::string::npos) << e;
+  // A run that never evaluates needs no validation data.
+  const auto check = [](const std::string& yaml) { return error_of([&] { config_validate(config_parse(yaml, "v.yaml")); }); };
+  EXPECT_EQ(check("data: {train_shards: a.index}\neval: {every_epochs: 0, at_end: false}\n"), "");
+  e = check("data: {val_list: v.txt}\neval: {every_epochs: 0, at_end: false}\n");
+  EXPECT_NE(e.find("data.val_list' needs its partner (data.train_list and data.val_list go together)"),
+            std::string::npos) << e;
 }
 
 // The cuda backends normalise 8-bit batches on the device unless data.output says otherwise.

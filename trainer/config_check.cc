@@ -96,12 +96,19 @@ void config_validate(const Config& c) {
                               "data.val_list, data.train_shards + data.val_shards, data.synthetic: "
                               "true (", sources, " set", given, ")"));
   }
-  k.require(d.train_list.empty() == d.val_list.empty(), d.train_list.empty() ? "data.val_list" : "data.train_list",
-            "needs its partner (data.train_list and data.val_list go together)",
+  // Training data alone serves a run that never evaluates (as a folder without val/ does).
+  const bool evaluates = c.eval.every_epochs > 0 || c.eval.at_end;
+  k.require(d.train_list.empty() == d.val_list.empty() || (!evaluates && d.val_list.empty()),
+            d.train_list.empty() ? "data.val_list" : "data.train_list",
+            d.train_list.empty() ? "needs its partner (data.train_list and data.val_list go together)"
+                                 : "needs its partner data.val_list where the run evaluates (eval.every_epochs, "
+                                   "eval.at_end)",
             d.train_list.empty() ? d.val_list : d.train_list);
-  k.require(d.train_shards.empty() == d.val_shards.empty(),
+  k.require(d.train_shards.empty() == d.val_shards.empty() || (!evaluates && d.val_shards.empty()),
             d.train_shards.empty() ? "data.val_shards" : "data.train_shards",
-            "needs its partner (data.train_shards and data.val_shards go together)",
+            d.train_shards.empty() ? "needs its partner (data.train_shards and data.val_shards go together)"
+                                   : "needs its partner data.val_shards where the run evaluates (eval.every_epochs, "
+                                     "eval.at_end)",
             d.train_shards.empty() ? d.val_shards : d.train_shards);
   k.require(d.image_size >= 8, "data.image_size", "must be >= 8", d.image_size);
   k.require(d.eval_image_size == 0 || d.eval_image_size >= 8, "data.eval_image_size",
@@ -199,8 +206,10 @@ void config_validate(const Config& c) {
             algo_rule.c_str(), c.comm.algorithm);
   const bool gpu = c.backend == "cuda" || c.backend == "cuda-tf32" || c.backend == "cuda-bf16" ||
                    c.backend == "cuda-fp16";
-  k.require(c.comm.algorithm != "nccl" || gpu, "backend",
-            "must be cuda, cuda-tf32, cuda-bf16 or cuda-fp16 for comm.algorithm nccl", c.backend);
+  k.require(c.comm.algorithm != "nccl" || gpu, "comm.algorithm",
+            str_cat("nccl needs backend: cuda, cuda-tf32, cuda-bf16 or cuda-fp16; backend is ", c.backend, " (",
+                    config_origin(c, "backend"), ")"),
+            c.comm.algorithm);
   k.require(c.comm.ranks_per_node >= 0, "comm.ranks_per_node",
             "must be >= 0 (0: the ranks sharing memory form a node)", c.comm.ranks_per_node);
   k.require(c.comm.ring_order == "node" || c.comm.ring_order == "rank", "comm.ring_order",

@@ -95,6 +95,26 @@ void check_run_eval_resume() {
              "--set train.accumulate=2");
   expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos,
          "--eval with a train.batch the training split could not fill", r);
+  // A run's gradient exchange and BN groups were set for its own ranks: a group of 2, nodes of 2
+  // and its trace must not stop (nor be touched by) an evaluation on 3 ranks; nor must a run
+  // folder the evaluation cannot write in.
+  r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/topo --set model.bn_group=2 --set "
+             "comm.algorithm=hierarchical --set comm.ranks_per_node=2 --set train.epochs=1 --set "
+             "log.timeline=" + dir + "/topo/trace-{rank}.json --set log.timeline_steps=1");
+  const auto topo = checkpoints("topo");
+  const std::string trace = dir + "/topo/trace-0.json";
+  const auto trace_bytes = [&] { return fs::exists(trace) ? fs::file_size(trace) : 0; };
+  const uintmax_t traced = trace_bytes();
+  expect(r.rc == 0 && topo.size() == 1 && traced > 0, "a run with BN groups of 2, nodes of 2 and a trace", r);
+  if (!topo.empty()) {
+    r = run(3, "--eval --checkpoint " + topo.back() + " --set log.progress=false --set log.jsonl=" + dir +
+               "/topo/trace-0.json/metrics.jsonl");
+    expect(r.rc == 0 && r.out.find("over 40 images") != std::string::npos &&
+               r.out.find("the evaluation's record is not kept") != std::string::npos,
+           "--eval on 3 ranks of a run with groups and nodes of 2, its metrics file unwritable", r);
+    expect(trace_bytes() == traced, "--eval left the run's trace as it was (" + std::to_string(traced) + " bytes, now " +
+                                        std::to_string(trace_bytes()) + ")", r);
+  }
   r = run(2, "--config " + cfg + " --resume auto");
   expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos &&
              r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos,
