@@ -86,7 +86,10 @@ size_t whole_floats(const std::string& s) {
 constexpr const char* kUsage =
     "usage: mpirun -np N allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096] [--max-bytes 268435456] "
     "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 1048576] [--recv-depth 4] "
-    "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n";
+    "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n"
+    "--algos: ring, ring_pipelined, hierarchical, mpi, reducer, or openmpi (MPI_Allreduce as the peer calls\n"
+    "  it); all but openmpi may carry, in this order, /rank (MPI's ring order), @SEGMENT (bytes), ^RECV_DEPTH,\n"
+    "  ~IDLE_SLEEP_US and :bf16 or :fp16 (a 16-bit wire), e.g. ring@128K^8~20, ring/rank, ring:bf16\n";
 
 using rt::tools::int_option;
 

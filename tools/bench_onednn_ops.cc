@@ -1,6 +1,6 @@
 // Per-op benchmark of a backend on ResNet layer shapes: median milliseconds of forward and
 // backward per op over repeats (conv, BN with and without ReLU, add+ReLU, max pool, accumulate).
-//   bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock cpu]
+//   bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock wall|cpu]
 //                    [--compare BACKEND_A,BACKEND_B]
 // --clock cpu times process CPU seconds instead of wall time (meaningful with --threads 1 on a
 // machine shared with other work). --compare times the 3x3 stride-1 convolutions of resnet18
@@ -20,8 +20,18 @@
 
 #include "nn/clock.h"
 #include "nn/ops.h"
+#include "tools/cli_args.h"
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter SUBSTRING] [--clock wall|cpu]\n"
+    "                        [--compare BACKEND_A,BACKEND_B]\n";
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "bench_onednn_ops: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
 
 using rt::Shape;
 using Vec = std::vector<float>;
@@ -183,21 +193,39 @@ void compare_conv(rt::Backend<float>& a, rt::Backend<float>& b, rt::Shape in, in
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::string backend = "onednn", filter, compare;
   int reps = 7;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (k != "--backend" && k != "--threads" && k != "--reps" && k != "--filter" && k != "--clock" &&
+        k != "--compare")
+      usage("unknown flag " + k);
+    if (i + 1 >= argc) usage("missing value for " + k);
+    const std::string v = argv[++i];
+    const auto integer = [&](long long lo, long long hi) {
+      const auto x = rt::tools::parse_int(v, lo, hi);
+      if (!x)
+        usage(k + " takes an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], not '" + v + "'");
+      return int(*x);
+    };
     if (k == "--backend") backend = v;
-    else if (k == "--threads") omp_set_num_threads(std::stoi(v));
-    else if (k == "--reps") reps = std::stoi(v);
+    else if (k == "--threads") omp_set_num_threads(integer(1, 1024));
+    else if (k == "--reps") reps = integer(1, 1000000);
     else if (k == "--filter") filter = v;
-    else if (k == "--clock") g_cpu_clock = v == "cpu";
-    else if (k == "--compare") compare = v;
+    else if (k == "--clock") {
+      if (v != "wall" && v != "cpu") usage("--clock must be wall or cpu, not '" + v + "'");
+      g_cpu_clock = v == "cpu";
+    }
     else {
-      std::fprintf(stderr, "usage: bench_onednn_ops [--backend onednn] [--threads N] [--reps 7] [--filter S] [--clock wall|cpu]\n"
-                   "                        [--compare A,B]\n");
-      return 2;
+      const size_t comma = v.find(',');
+      if (comma == std::string::npos || comma == 0 || comma + 1 == v.size())
+        usage("--compare takes two backends, A,B, not '" + v + "'");
+      compare = v;
     }
   }
   const int64_t n = 32;
@@ -242,4 +270,7 @@ int main(int argc, char** argv) {
   for (auto& r : rows)
     if (filter.empty() || r.name.find(filter) != std::string::npos) r.run(*be, reps);
   return 0;
+} catch (const std::exception& e) {  // an unknown backend, an op the backend refuses
+  std::fprintf(stderr, "bench_onednn_ops: error: %s\n", e.what());
+  return 1;
 }

@@ -14,19 +14,37 @@
 
 #include "nn/adam.h"
 #include "nn/resnet.h"
+#include "tools/cli_args.h"
 
-int main(int argc, char** argv) {
+namespace {
+constexpr const char* kUsage = "usage: bench_optimizer [--model resnet50] [--threads 1] [--iters 10]\n";
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "bench_optimizer: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
   std::string model = "resnet50";
   int threads = 1, warmup = 2, iters = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model = v;
-    else if (k == "--threads") threads = std::atoi(v.c_str());
-    else if (k == "--iters") iters = std::atoi(v.c_str());
-    else {
-      std::fprintf(stderr, "usage: bench_optimizer [--model resnet50] [--threads 1] [--iters 10]\n");
-      return 2;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
     }
+    if (k != "--model" && k != "--threads" && k != "--iters") usage("unknown flag " + k);
+    if (i + 1 >= argc) usage("missing value for " + k);
+    const std::string v = argv[++i];
+    if (k == "--model") {
+      model = v;
+      continue;
+    }
+    const long long hi = k == "--threads" ? 1024 : 1000000;
+    const auto x = rt::tools::parse_int(v, 1, hi);
+    if (!x) usage(k + " takes an integer in [1, " + std::to_string(hi) + "], not '" + v + "'");
+    (k == "--threads" ? threads : iters) = int(*x);
   }
   omp_set_num_threads(threads);
   rt::ResNetConfig c;
@@ -56,4 +74,8 @@ int main(int argc, char** argv) {
                 rt::optimizer_kind_name(kind), model.c_str(), a.param_count(), threads, ms[ms.size() / 2], ms.front(),
                 ms.back());
   }
+  return 0;
+} catch (const std::exception& e) {  // an unknown --model
+  std::fprintf(stderr, "bench_optimizer: error: %s\n", e.what());
+  return 1;
 }

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch peer of bench_gpu_step: ResNet training-step throughput on one GPU (synthetic data).
 
 Step = forward + CrossEntropy loss + backward + SGD(momentum=0.9, weight_decay=1e-4) step, with

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "nn/clock.h"
 #include "nn/optimizer.h"
 #include "nn/resnet.h"
+#include "tools/cli_args.h"
 #include "tools/profile_print.h"
 #ifdef RT_HAVE_CUDA
 #include "cuda/backend.h"
@@ -53,48 +55,74 @@ struct Args {
   bool peak = false, profile = false;
 };
 
-[[noreturn]] void usage(int rc) {
-  std::printf(
-      "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
-      "                        [--threads N] [--backend onednn|onednn-direct|reference|cuda] [--warmup 2] [--iters 6]\n"
-      "                        [--time-cap 150] [--drop-path R] [--block 8|16] [--peak] [--profile]\n"
-      "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
-      "during which other processes used the CPU is reported with '*' and left out when at least\n"
-      "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm;\n"
-      "--profile prints each layer's forward and backward time per step, summed by layer kind;\n"
-      "--drop-path adds stochastic depth at that rate (model.drop_path); --block sets the oneDNN\n"
-      "backend's activation layout to nChw8c or nChw16c (default: 16 where the CPU has AVX-512).\n");
-  std::exit(rc);
+constexpr const char* kUsage =
+    "usage: bench_train_step [--model resnet50] [--batch 32] [--size 224] [--classes N]\n"
+    "                        [--threads N] [--backend onednn|onednn-direct|reference|cuda] [--warmup 2] [--iters 6]\n"
+    "                        [--time-cap 150] [--drop-path R] [--block 8|16] [--peak] [--profile]\n";
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "bench_train_step: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
 }
 
 Args parse(int argc, char** argv) {
   Args a;
+  // Integer flags and their ranges (far past any use: a stray digit is refused, not wrapped).
+  static const std::map<std::string, std::pair<long long, long long>> ints = {
+      {"--batch", {1, 1 << 16}},  {"--size", {8, 4096}},     {"--classes", {0, 1 << 20}}, {"--threads", {0, 1024}},
+      {"--warmup", {0, 1 << 20}}, {"--iters", {1, 1 << 20}}, {"--block", {0, 16}}};
   for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_train_step: %s needs a value\n", k.c_str());
-        usage(2);
-      }
-      return argv[++i];
-    };
-    if (k == "--model") a.model = val();
-    else if (k == "--backend") a.backend = val();
-    else if (k == "--batch") a.batch = std::stoll(val());
-    else if (k == "--size") a.size = std::stoll(val());
-    else if (k == "--classes") a.classes = std::stoll(val());
-    else if (k == "--threads") a.threads = std::stoi(val());
-    else if (k == "--warmup") a.warmup = std::stoi(val());
-    else if (k == "--iters") a.iters = std::stoi(val());
-    else if (k == "--time-cap") a.time_cap = std::stod(val());
-    else if (k == "--drop-path") a.drop_path = std::stod(val());
-    else if (k == "--block") a.block = std::stoi(val());
-    else if (k == "--peak") a.peak = true;
-    else if (k == "--profile") a.profile = true;
-    else if (k == "--help" || k == "-h") usage(0);
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      std::fputs(
+          "Times forward + backward + SGD(momentum 0.9, wd 1e-4) on one synthetic batch. An iteration\n"
+          "during which other processes used the CPU is reported with '*' and left out when at least\n"
+          "3 clean ones remain. --peak also measures the fp32 peak with a 3072^3 oneDNN sgemm;\n"
+          "--profile prints each layer's forward and backward time per step, summed by layer kind;\n"
+          "--drop-path adds stochastic depth at that rate (model.drop_path); --block sets the oneDNN\n"
+          "backend's activation layout to nChw8c or nChw16c (default: 16 where the CPU has AVX-512).\n",
+          stdout);
+      std::exit(0);
+    }
+    if (k == "--peak" || k == "--profile") {
+      (k == "--peak" ? a.peak : a.profile) = true;
+      continue;
+    }
+    if (!ints.count(k) && k != "--model" && k != "--backend" && k != "--time-cap" && k != "--drop-path")
+      usage("unknown flag " + k);
+    if (i + 1 >= argc) usage("missing value for " + k);
+    const std::string v = argv[++i];
+    long long n = 0;
+    if (const auto it = ints.find(k); it != ints.end()) {
+      const auto x = rt::tools::parse_int(v, it->second.first, it->second.second);
+      if (!x)
+        usage(k + " takes an integer in [" + std::to_string(it->second.first) + ", " +
+              std::to_string(it->second.second) + "], not '" + v + "'");
+      n = *x;
+    }
+    if (k == "--model") a.model = v;
+    else if (k == "--backend") a.backend = v;
+    else if (k == "--batch") a.batch = n;
+    else if (k == "--size") a.size = n;
+    else if (k == "--classes") a.classes = n;
+    else if (k == "--threads") a.threads = int(n);
+    else if (k == "--warmup") a.warmup = int(n);
+    else if (k == "--iters") a.iters = int(n);
+    else if (k == "--block") {
+      if (n != 0 && n != 8 && n != 16) usage("--block takes 8 or 16 (0: the processor's), not '" + v + "'");
+      a.block = int(n);
+    }
+    else if (k == "--time-cap") {
+      // A cap above 0: the first iteration always runs (there is a time to report).
+      const auto x = rt::tools::parse_real(v, 0, 1e7);
+      if (!x || *x <= 0) usage("--time-cap takes seconds in (0, 1e7], not '" + v + "'");
+      a.time_cap = *x;
+    }
     else {
-      std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
-      usage(2);
+      const auto x = rt::tools::parse_real(v, 0, 1);
+      if (!x || *x >= 1) usage("--drop-path takes a rate in [0, 1), not '" + v + "'");
+      a.drop_path = *x;
     }
   }
   return a;

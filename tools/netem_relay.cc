@@ -29,6 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/error.h"
+#include "tools/cli_args.h"
+
 namespace {
 
 volatile sig_atomic_t g_stop = 0;
@@ -60,25 +63,46 @@ struct Options {
   std::string subnet = "10.77.0", dev = "rtct";
 };
 
+constexpr const char* kUsage =
+    "usage: netem_relay --hosts N --rate BITS_PER_S --latency-us L [--subnet 10.77.0] [--dev rtct] [--queue-ms 20]\n";
+
+// A mistake in the command line: status 2, as the other tools (1 is a failure while running).
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "netem_relay: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc) die("option " + a + " needs a value");
-    const char* v = argv[i + 1];
-    char* end = nullptr;
-    if (a == "--hosts") o.hosts = int(std::strtol(v, &end, 10));
-    else if (a == "--rate") o.rate_bits = std::strtod(v, &end);
-    else if (a == "--latency-us") o.latency_ns = int64_t(std::strtod(v, &end) * 1000);
-    else if (a == "--queue-ms") o.queue_ns = int64_t(std::strtod(v, &end) * 1e6);
-    else if (a == "--subnet") { o.subnet = v; continue; }
-    else if (a == "--dev") { o.dev = v; continue; }
-    else die("unknown option " + a);
-    if (!end || *end) die("bad value '" + std::string(v) + "' for " + a);
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a != "--hosts" && a != "--rate" && a != "--latency-us" && a != "--queue-ms" && a != "--subnet" &&
+        a != "--dev")
+      usage("unknown flag " + a);
+    if (i + 1 >= argc) usage("missing value for " + a);
+    const std::string v = argv[++i];
+    // Real-valued flags and their ranges: up to 1000 Tbit/s, 1000 s of latency, 1000 s of queue.
+    const auto real = [&](double lo, double hi) {
+      const auto x = rt::tools::parse_real(v, lo, hi);
+      if (!x) usage(a + " takes a number in [" + rt::str_cat(lo) + ", " + rt::str_cat(hi) + "], not '" + v + "'");
+      return *x;
+    };
+    if (a == "--hosts") {
+      const auto x = rt::tools::parse_int(v, 1, 250);
+      if (!x) usage("--hosts takes an integer in [1, 250], not '" + v + "'");
+      o.hosts = int(*x);
+    }
+    else if (a == "--rate") o.rate_bits = real(8000, 1e15);
+    else if (a == "--latency-us") o.latency_ns = int64_t(real(0, 1e9) * 1000);
+    else if (a == "--queue-ms") o.queue_ns = int64_t(real(0, 1e6) * 1e6);
+    else if (a == "--subnet") o.subnet = v;
+    else o.dev = v;
   }
-  if (o.hosts < 1 || o.hosts > 250) die("--hosts must be 1 … 250");
-  if (o.rate_bits < 8000) die("--rate must be at least 8000 bit/s");
-  if (o.latency_ns < 0) die("--latency-us must be >= 0");
+  if (!o.hosts || !o.rate_bits) usage("--hosts and --rate are required");
   return o;
 }
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch's side of tools/bench_optimizer.sh: one torch.optim step (SGD with momentum, AdamW;
 their default implementations) over torchvision's ResNet-50 parameters, weight decay off for BN
 and biases, median and spread after warm-up, printed as bench_optimizer prints its own."""

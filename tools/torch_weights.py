@@ -9,7 +9,9 @@
   torch_weights.py import IN.pth OUT.rtck     a torchvision ResNet state dict (for instance
                                               torchvision's pretrained ImageNet weights) as a ringtrain
                                               weights file, for `trainer --weights` (fine-tuning) and
-                                              `trainer --eval --weights` (evaluation)
+                                              `trainer --eval --weights` (evaluation); the
+                                              model (--model, or torchvision's by names and
+                                              shapes) is recorded with its class count and width
   torch_weights.py list FILE                  the tensors of either kind of file
 
 ringtrain names its tensors as torchvision does and keeps them in torchvision's dims order, so
@@ -21,6 +23,7 @@ import argparse
 import collections
 import contextlib
 import io
+import math
 import os
 import re
 import stat
@@ -46,6 +49,8 @@ ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resn
 MODELS = tuple(n for names in ARCHS.values() for n in names) + ("resnet20", "resnet32", "resnet44", "resnet56",
                                                                 "resnet110")
 STATS = (".running_mean", ".running_var")
+CIFAR = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
+BASIC = CIFAR + ("resnet18", "resnet34")
 
 
 class Bad(Exception):
@@ -176,6 +181,56 @@ def torchvision_model(shapes):
     return None, None
 
 
+def scaled(c, width):
+    """A channel count at model.width, as nn/resnet.cc's scaled() computes it: lround, at least 1."""
+    return max(1, math.floor(c * width + 0.5))
+
+
+def model_width(sd, arch, pth):
+    """The model.width that gives `arch` the channels of state dict `sd`, as the shortest decimal
+    text (the trainer reads it back to the same double); "1" for torchvision's own widths. The
+    stem's, each stage's and the classifier's input channels, against their counts at width 1
+    (16, 32, 64 for the CIFAR ResNets, 64 ... 512 else; a bottleneck's output 4 times its stage's):
+    lround(base * width) = c bounds the width to [(c - 1/2) / base, (c + 1/2) / base), and all of
+    them together to one interval, or to none."""
+    expand = 1 if arch in BASIC else 4
+    stages = (16, 32, 64) if arch in CIFAR else (64, 128, 256, 512)
+    seen = []  # (tensor, its channels, its stage's count at width 1, the block's expansion)
+    if "conv1.weight" in sd and sd["conv1.weight"].dim() == 4:
+        seen.append(("conv1.weight", sd["conv1.weight"].shape[0], stages[0], 1))
+    for name, t in sd.items():
+        m = re.fullmatch(r"layer(\d+)\.\d+\.conv(\d)\.weight", name)
+        if not m or not 1 <= int(m.group(1)) <= len(stages) or t.dim() != 4:
+            continue
+        # Basic blocks: conv1 and conv2 have the stage's channels; bottlenecks: conv3 4 times them
+        # (their conv1 and conv2 follow from groups and width_per_group).
+        if expand == 1 and m.group(2) in "12" or expand == 4 and m.group(2) == "3":
+            seen.append((name, t.shape[0], stages[int(m.group(1)) - 1], expand))
+    if "fc.weight" in sd and sd["fc.weight"].dim() == 2:
+        seen.append(("fc.weight", sd["fc.weight"].shape[1], stages[-1], expand))
+    lo, hi, lo_by, hi_by = 0.0, math.inf, None, None
+    for name, c, base, e in seen:
+        what = f"{name} has {c} {'inputs' if name == 'fc.weight' else 'channels'} ({base * e} at width 1)"
+        if c % e:
+            raise Bad(f"{pth}: --model {arch}: {what}: not a multiple of {e}, so no model.width gives them")
+        # lround(base * w) = c for w in [(c - 0.5) / base, (c + 0.5) / base); 1 also for any smaller w > 0.
+        a, b = (0.0 if c == e else (c // e - 0.5) / base), (c // e + 0.5) / base
+        if a > lo:
+            lo, lo_by = a, what
+        if b < hi:
+            hi, hi_by = b, what
+        if lo >= hi:
+            raise Bad(f"{pth}: --model {arch}: its channels fit no model.width: {lo_by}, but {hi_by}")
+    if not seen:
+        return "1"
+    # The shortest decimal above 0 in [lo, hi), checked as the trainer will compute every count with it.
+    for digits in range(1, 18):
+        w = f"{max(1, math.ceil(lo * 10 ** digits)) / 10 ** digits:.{digits}f}".rstrip("0").rstrip(".")
+        if float(w) < hi and all(scaled(base, float(w)) * e == c for _, c, base, e in seen):
+            return w
+    raise Bad(f"{pth}: --model {arch}: its channels fit no model.width")
+
+
 def torch_state_dict(path):
     """A state dict of plain tensors from a .pth file: unwraps {"state_dict": ...} / {"model": ...} and
     DataParallel's "module." prefixes."""
@@ -258,9 +313,13 @@ def import_(pth, out, model=None):
         raise Bad(f"{pth}: --model {model}: no fc.weight of [classes, features] in it, so the class count to "
                   "record with the model is unknown (import it without --model; a job's --config then names both)")
     arch = model or known
+    # model.width too: a job that takes the model from this file builds it with these channels.
+    width = model_width(sd, arch, pth) if arch and classes else "1"
     config = f"# imported from {pth} by tools/torch_weights.py\n"
     if arch and classes:
         config += f"model:\n  name: {arch}\n  classes: {classes}\n"
+        if width != "1":
+            config += f"  width: {width}\n"
     # Weights only: step 0, one rank, no batch, a fingerprint of sizes alone (a trainer takes the
     # tensors by name, never the file as its own checkpoint), no momentum section.
     meta = [0] * META_WORDS
@@ -272,7 +331,8 @@ def import_(pth, out, model=None):
                 ("state", np.concatenate(state).tobytes() if state else b""),
                 ("layout", ("\n".join(layout) + "\n").encode())]
     write_rtck(out, sections)
-    print(f"{out}: {len(layout)} tensors of {pth}" + (f" ({arch}, {classes} classes)" if arch and classes else
+    recorded = f" ({arch}, {classes} classes" + (f", width {width})" if width != "1" else ")")
+    print(f"{out}: {len(layout)} tensors of {pth}" + (recorded if arch and classes else
           " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: --eval needs --config, or --model to record one)"))
 
 
@@ -358,8 +418,8 @@ def main(argv):
     i = sub.add_parser("import", help="PyTorch state dict -> ringtrain weights file")
     i.add_argument("pth"), i.add_argument("out")
     i.add_argument("--model", choices=MODELS, metavar="NAME",
-                   help="model.name to record with the class count of fc.weight (default: recognised from the "
-                        "tensors' names and shapes): " + ", ".join(MODELS))
+                   help="model.name to record with the class count of fc.weight and the model.width of the channels "
+                        "(default: recognised from the tensors' names and shapes): " + ", ".join(MODELS))
     ls = sub.add_parser("list", help="the tensors of a checkpoint or a state dict")
     ls.add_argument("file")
     a = p.parse_args(argv)

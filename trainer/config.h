@@ -120,9 +120,10 @@ struct CheckConfig {                  // key prefix: check.
 
 // Faults injected on purpose, to prove that the job reacts to them (tests, fault drills).
 struct DebugConfig {                  // key prefix: debug.
-  std::string fault = "none";         // none | nan | inf | stall | kill | throw
+  std::string fault = "none";         // none | nan | inf | stall | stall_eval | kill | throw
   int rank = 0;                       // the rank that misbehaves
-  int64_t step = 1;                   // ... at the start of this step (1 = the first)
+  int64_t step = 1;                   // ... at the start of this step (1 = the first;
+                                      //   stall_eval: in the evaluation after this step)
   std::string param;                  // nan/inf: the parameter poisoned ("" = the first
                                       //   convolution's weight), e.g. layer1.0.conv1.weight
 };

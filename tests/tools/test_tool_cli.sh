@@ -3,8 +3,8 @@
 # value and a number that is not wholly one, or out of range, are named (status 2); a failure
 # midway leaves no half-made output behind (status 1); the emulated cluster's bench.sh checks its
 # arguments before it tears down or writes anything.
-# Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench,
-# bench_overlap)
+# Usage: test_tool_cli.sh BIN_DIR   (make_imagenet_like, pack_dataset, bench_data, allreduce_bench;
+# bench_overlap, bench_onednn_ops, bench_optimizer, bench_train_step and netem_relay where built)
 set -u
 bin=$1
 tmp=$(mktemp -d)
@@ -43,6 +43,36 @@ if [[ -x "$bin/bench_overlap" ]]; then
   expect 1 "option --emulate-ms takes a number in \[0, 1e\+07\], not '-5'" mpirun -np 1 "$bin/bench_overlap" \
     --emulate-ms -5
   expect 1 "option --overlap-sleep-us takes an integer" mpirun -np 1 "$bin/bench_overlap" --overlap-sleep-us 5,x
+fi
+# The benchmarks and the cluster's relay: none of them reads "1abc" as 1 or ignores a lone flag
+# (each fails before it measures or creates anything).
+for tool in bench_onednn_ops bench_optimizer bench_train_step netem_relay; do
+  [[ -x "$bin/$tool" ]] || continue
+  expect 0 "^usage: $tool" "$bin/$tool" --help
+  expect 2 "unknown flag --bogus" "$bin/$tool" --bogus
+done
+if [[ -x "$bin/bench_onednn_ops" ]]; then
+  expect 2 "missing value for --reps" "$bin/bench_onednn_ops" --reps
+  expect 2 "--reps takes an integer in \[1, 1000000\], not '7x'" "$bin/bench_onednn_ops" --reps 7x
+  expect 2 "--clock must be wall or cpu, not 'gpu'" "$bin/bench_onednn_ops" --clock gpu
+  expect 2 "--compare takes two backends, A,B, not 'onednn'" "$bin/bench_onednn_ops" --compare onednn
+fi
+if [[ -x "$bin/bench_optimizer" ]]; then
+  expect 2 "missing value for --threads" "$bin/bench_optimizer" --threads
+  expect 2 "--iters takes an integer in \[1, 1000000\], not '1x'" "$bin/bench_optimizer" --iters 1x
+fi
+if [[ -x "$bin/bench_train_step" ]]; then
+  expect 2 "--batch takes an integer in \[1, 65536\], not '1abc'" "$bin/bench_train_step" --batch 1abc
+  expect 2 "missing value for --iters" "$bin/bench_train_step" --peak --iters
+  expect 2 "--drop-path takes a rate in \[0, 1\), not '1'" "$bin/bench_train_step" --drop-path 1
+  expect 2 "--block takes 8 or 16" "$bin/bench_train_step" --block 4
+fi
+if [[ -x "$bin/netem_relay" ]]; then
+  expect 2 "--hosts takes an integer in \[1, 250\], not '2x'" "$bin/netem_relay" --hosts 2x --rate 1e9
+  expect 2 "--latency-us takes a number in \[0, 1e\+09\], not '-5'" "$bin/netem_relay" --hosts 2 --rate 1e9 \
+    --latency-us -5
+  expect 2 "missing value for --rate" "$bin/netem_relay" --hosts 2 --rate
+  expect 2 "--hosts and --rate are required" "$bin/netem_relay" --hosts 2
 fi
 
 m="$bin/make_imagenet_like"

@@ -12,10 +12,13 @@
 - one training step on the imported weights: loss, logits, every gradient and the BN running
   statistics' update equal PyTorch's autograd on the same input (both in double);
 - fine-tuning (`trainer --weights`) from an imported state dict of another class count;
+- model.width: a trained width-0.25 resnet20, exported and imported with --model, records the
+  width its channels give, and `--eval --weights` without --config scores what the checkpoint does;
 - refusals: a damaged file, a weights file given to --resume, --eval of a file that lacks a
   tensor, a state dict holding something other than tensors, one with no tensors or empty ones, a
-  --model the trainer does not build, contradicts the tensors or cannot be recorded with a class
-  count, an output that is a device, folder, pipe or symlink, a full disk (no file left behind).
+  --model the trainer does not build, contradicts the tensors, cannot be recorded with a class
+  count or fits the channels of no model.width, an output that is a device, folder, pipe or
+  symlink, a full disk (no file left behind).
 """
 import contextlib
 import errno
@@ -282,13 +285,47 @@ class TorchWeights(unittest.TestCase):
         self.assertIn("--model resnet18: no fc.weight of [classes, features] in it", p.stderr)
         self.assertFalse(os.path.exists(path("headless.rtck")))
         self.assertIn("100 tensors", run(TOOL, "import", path("headless.pth"), path("headless.rtck")).stdout)
-        # A CIFAR ResNet (torchvision has none) by the name given, with fc's class count.
-        cifar = {"conv1.weight": torch.randn(4, 3, 3, 3), "fc.weight": torch.randn(6, 4), "fc.bias": torch.zeros(6)}
+        # A CIFAR ResNet (torchvision has none) by the name given, with fc's class count and the
+        # width its channels give (a quarter: 4 of 16 in the stem, 16 of 64 into fc).
+        cifar = {"conv1.weight": torch.randn(4, 3, 3, 3), "fc.weight": torch.randn(6, 16), "fc.bias": torch.zeros(6)}
         torch.save(cifar, path("c.pth"))
-        self.assertIn("(resnet20, 6 classes)", run(TOOL, "import", path("c.pth"), path("c.rtck"), "--model",
-                                                   "resnet20").stdout)
+        self.assertIn("(resnet20, 6 classes, width 0.25)", run(TOOL, "import", path("c.pth"), path("c.rtck"),
+                                                               "--model", "resnet20").stdout)
         config = torch_weights.read_rtck(path("c.rtck"))[1]["config"].decode()
-        self.assertIn("model:\n  name: resnet20\n  classes: 6\n", config)
+        self.assertIn("model:\n  name: resnet20\n  classes: 6\n  width: 0.25\n", config)
+        # Channels that no one width gives: refused, naming two that disagree.
+        torch.save(dict(cifar, **{"fc.weight": torch.randn(6, 4)}), path("c2.pth"))
+        p = run(TOOL, "import", path("c2.pth"), path("c2.rtck"), "--model", "resnet20", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--model resnet20: its channels fit no model.width: conv1.weight has 4 channels (16 at width "
+                      "1), but fc.weight has 4 inputs (64 at width 1)", p.stderr)
+        self.assertFalse(os.path.exists(path("c2.rtck")))
+
+    def test_width_is_found_and_recorded(self):
+        # A trained resnet20 at model.width 0.25, exported and imported back: the import finds the
+        # width in the channels and records it, so that --eval of the weights without --config
+        # builds the same model and scores what --eval of the checkpoint does.
+        cfg = path("narrow.yaml")
+        with open(cfg, "w") as f:
+            f.write("model: {name: resnet20, classes: 4, width: 0.25}\n"
+                    "data: {synthetic: true, synthetic_samples: 16, synthetic_classes: 4, image_size: 32, threads: 1}\n"
+                    "train: {epochs: 1, batch: 4}\n"
+                    f"log: {{print_config: false}}\nthreads: 1\nrun_dir: {path('narrow')}\n")
+        run(TRAINER, "--config", cfg)
+        ckdir = path("narrow/checkpoints")
+        ckpt = os.path.join(ckdir, sorted(os.listdir(ckdir))[-1])
+        run(TOOL, "export", ckpt, path("narrow.pth"))
+        weights = path("narrow.rtck")
+        self.assertIn("(resnet20, 4 classes, width 0.25)",
+                      run(TOOL, "import", path("narrow.pth"), weights, "--model", "resnet20").stdout)
+        self.assertIn("model:\n  name: resnet20\n  classes: 4\n  width: 0.25\n",
+                      torch_weights.read_rtck(weights)[1]["config"].decode())
+        figures = lambda out: re.search(r"top1 .* over \d+ images", out).group(0)
+        a = run(TRAINER, "--eval", "--checkpoint", ckpt, "--config", cfg).stdout
+        b = run(TRAINER, "--eval", "--weights", weights, "--set", "data.synthetic=true", "--set",
+                "data.synthetic_samples=16", "--set", "data.synthetic_classes=4", "--set", "data.image_size=32",
+                "--set", "train.batch=4", "--set", "threads=1", "--set", f"run_dir={path('narrow2')}").stdout
+        self.assertEqual(figures(a), figures(b))
 
     def test_outputs_that_are_not_regular_files_are_left_alone(self):
         torch.save({"fc.weight": torch.ones(2, 3)}, path("s.pth"))
