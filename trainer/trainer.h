@@ -116,6 +116,7 @@ class Trainer {
   int rank() const { return rank_; }
   int world() const { return world_; }
   int64_t step() const { return step_; }
+  int64_t best_step() const { return best_step_; }  // of the best validation top-1 so far (0: none)
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t total_steps() const { return total_steps_; }
   // Loss of each step this process ran (this rank's batch), for tests and the golden regression.

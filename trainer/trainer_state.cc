@@ -92,6 +92,22 @@ void Trainer::prepare_checkpoint_dir() {
     log_line(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
                      step_ ? "resumes (the rest of another history)" : "starts (an earlier run's)", ", moved to ",
                      to, ": --resume auto and pruning keep to this run's"));
+  // This history's best (the resumed file's record) is best.rtck again where its checkpoint is
+  // still here: best.rtck may have gone with the later files, or never have been made (keep_best
+  // turned on by this run); pruning would otherwise take the file.
+  const std::string best = checkpoint_best_path(ckpt_dir_);
+  if (cfg_.checkpoint.keep_best && best_step_ > 0 && !std::filesystem::exists(best, ec)) {
+    const std::string record = checkpoint_path(ckpt_dir_, best_step_);
+    if (std::filesystem::exists(record, ec)) {
+      checkpoint_keep_best(record);
+      log_line(str_cat("best checkpoint: ", record, " (validation top-1 ", fixed(best_top1_, 2), "% at step ",
+                       best_step_, ", this run's record), now ", best));
+    } else {
+      log_line(str_cat("warning: the best checkpoint so far, of step ", best_step_, " (validation top-1 ",
+                       fixed(best_top1_, 2), "%), is no longer in ", ckpt_dir_, ": ", best,
+                       " will be the next evaluation to beat it"));
+    }
+  }
 }
 
 // AdamW's and LAMB's update count of each tensor: the file's, or, from a file written before it

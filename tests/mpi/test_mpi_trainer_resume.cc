@@ -342,6 +342,45 @@ void check_keep_best(MpiTest& t, const std::string& dir) {
   }
 }
 
+// A resumed run whose best checkpoint is not best.rtck (keep_best turned on now; or best.rtck set
+// aside with a later history's files) makes it so from the record in the file it resumes from,
+// before pruning could take that checkpoint (the resumed run stops before it evaluates again).
+void check_keep_best_from_the_record(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/best_later");
+  const int64_t per_epoch = 48 / (c.train.batch * t.size());
+  c.train.epochs = 3;
+  c.train.steps = 2 * per_epoch;
+  c.checkpoint.keep = 10;
+  c.log.jsonl = "";
+  Trainer(c).train();
+  c.train.steps = 2 * per_epoch + 1;
+  c.checkpoint.keep = 1;
+  c.checkpoint.keep_best = true;
+  int64_t record = 0;
+  {
+    Trainer tr(c);
+    tr.resume("auto");
+    record = tr.best_step();
+    tr.train();
+  }
+  if (t.rank() != 0) return;
+  std::ifstream f(c.run_dir + "/metrics.jsonl");
+  const std::regex re(R"re("type":"epoch".*"step":(\d+).*"val_top1":([0-9.eE+-]+))re");
+  int64_t best_step = 0;
+  double best = -1;
+  for (std::string line; std::getline(f, line);)
+    if (std::smatch m; std::regex_search(line, m, re) && std::stod(m[2]) > best)
+      best = std::stod(m[2]), best_step = std::stoll(m[1]);
+  const std::string ckdir = c.run_dir + "/checkpoints";
+  const std::string path = checkpoint_best_path(ckdir);
+  MPI_EXPECT(t, record > 0 && record == best_step && std::filesystem::exists(path) &&
+                    checkpoint_read(path).meta.step == best_step &&
+                    checkpoint_list(ckdir) == std::vector<std::string>{checkpoint_path(ckdir, c.train.steps)},
+             "best.rtck after turning keep_best on at a resume: the record was step ", record,
+             ", the best evaluation step ", best_step, ", best.rtck ",
+             std::filesystem::exists(path) ? str_cat("of step ", checkpoint_read(path).meta.step) : "missing");
+}
+
 // train.target_top1: a target the first evaluation reaches ends a 4-epoch run after epoch 1, with
 // a checkpoint of that step and a "target" record; resumed, the record in the checkpoint says the
 // target is reached (nothing to train); with a target no evaluation reaches, the resumed run goes
@@ -405,6 +444,7 @@ int main(int argc, char** argv) {
   using namespace rt::trainer;
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_resume", [](rt::test::MpiTest& t, const std::string& dir) {
     check_keep_best(t, dir);
+    check_keep_best_from_the_record(t, dir);
     check_target_top1(t, dir);
     check_timed_checkpoints(t, dir);
     check_exact_resume(t, dir, false);
