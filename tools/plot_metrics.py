@@ -54,9 +54,13 @@ def read_run(path):
         if not isinstance(r, dict):
             fail(f"{path}:{n}: not a JSON object: {line[:60]!r}")
         kind = r.get("type")
-        if kind not in ("step", "epoch") or not isinstance(r.get("step"), (int, float)):
+        if kind not in ("step", "epoch", "validation") or not isinstance(r.get("step"), (int, float)):
             continue
         s = r["step"]
+        if kind == "validation":  # an epoch's evaluation, made by the resume after a stop skipped it
+            if s in epochs:
+                epochs[s] = {**epochs[s], **{k: v for k, v in r.items() if k.startswith(("val_", "ema_val_"))}}
+            continue
         key = r.get("rank", 0) if kind == "step" else "epoch"
         if key in last and s <= last[key]:
             # A new run, or a resume from an older checkpoint: what was written from step s on

@@ -155,6 +155,7 @@ std::vector<int64_t> meta_words(const CheckpointMeta& m) {
   w[16] = m.accumulate;
   std::memcpy(&w[17], &m.best_top1, 8);
   w[18] = m.best_step;
+  w[19] = m.eval_pending ? 1 : 0;
   return w;
 }
 
@@ -178,6 +179,7 @@ CheckpointMeta meta_from(const int64_t* w) {
   m.accumulate = std::max<int64_t>(1, w[16]);  // 0: written before train.accumulate existed
   std::memcpy(&m.best_top1, &w[17], 8);         // 0, 0: no evaluation yet, or an older file
   m.best_step = w[18];
+  m.eval_pending = (w[19] & 1) != 0;
   return m;
 }
 

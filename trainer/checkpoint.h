@@ -20,7 +20,9 @@
 //               step count, ranks, per-rank batch, the model fingerprint's six fields, seed, the
 //               loss scale as f64 bits and its good-step count (both 0 without loss scaling),
 //               passes per step, the run's best validation top-1 so far as f64 bits and its
-//               step (checkpoint.keep_best, train.target_top1; both 0 before any evaluation), 1 x 0)
+//               step (checkpoint.keep_best, train.target_top1; both 0 before any evaluation), flags
+//               (bit 0: a stop skipped the evaluation due at this step, which a resume makes first;
+//               0 in files written before it existed))
 //   "config"    the run's resolved configuration as YAML text (config_to_yaml)
 //   "params"    the flat parameter buffer, f32, fingerprint.grad_elems values (padding included)
 //   "state"     BN running statistics, f32, fingerprint.state_elems values (averaged over ranks)
@@ -93,6 +95,7 @@ struct CheckpointMeta {
   int64_t loss_scale_good = 0;   // LossScaler::good_steps()
   double best_top1 = 0;          // the run's best validation top-1 (%) so far ...
   int64_t best_step = 0;         // ... and the step it was measured at (0: none yet)
+  bool eval_pending = false;     // a stop skipped the evaluation due at this step: the resume makes it
   int64_t data_samples = 0;      // section "data" (all 0: a file without it)
   int64_t data_repeats = 0;
   uint64_t data_order = 0;

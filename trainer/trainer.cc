@@ -337,6 +337,7 @@ void Trainer::train() {
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
+  if (eval_pending_ && evaluate_pending()) return;
   double epoch_start = now_s();
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
@@ -363,14 +364,8 @@ void Trainer::train() {
     if (stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
         (ck.at_epoch_end && (epoch_end || run_end)))
       save_checkpoint();
-    if (target) {  // as MLPerf's runs: the time to the target is the figure of merit
-      const double secs = now_s() - run_start_s_;
-      report(JsonLine("target").add("step", step_).add("epoch", step_ / steps_per_epoch_)
-                 .add("val_top1", best_top1_).add("target_top1", cfg_.train.target_top1)
-                 .add("train_s", secs).add("checkpoint", last_checkpoint_),
-             str_cat("validation top-1 ", fixed(best_top1_, 2), "% reached train.target_top1 ",
-                     cfg_.train.target_top1, "% at step ", step_, " (epoch ", step_ / steps_per_epoch_, ") after ",
-                     format_duration(secs), " of this run: stopping (", last_checkpoint_, " holds it)"));
+    if (target) {
+      report_target();
       return;
     }
     if (stop) {
@@ -453,33 +448,11 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   }
   const int64_t every = cfg_.eval.every_epochs;
   const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);
-  if (due && stopping) {
-    text += ", evaluation skipped (stopping: --eval the checkpoint)";
+  eval_pending_ = due && stopping;
+  if (eval_pending_) {
+    text += ", evaluation skipped (stopping: a resume makes it first)";
   } else if (due) {
-    const double eval_start = now_s();
-    EvalResult v = evaluate();
-    line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
-        .add("val_samples", v.samples).add("val_skipped", v.skipped).add("val_s", v.seconds);
-    text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
-                    fixed(v.top5_pct(), 2), "% (", v.samples, " images", skipped_note(v), ")");
-    double score = v.top1_pct();
-    if (has_ema()) {
-      const EvalResult e = evaluate_ema();
-      line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
-      text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
-                      fixed(e.top5_pct(), 2), "%");
-      score = e.top1_pct();  // as timm: the average is what a run with one is judged by
-    }
-    eval_s_ += now_s() - eval_start;
-    // The same figures on every rank (evaluate() sums over all), so every rank decides alike.
-    if (best_step_ == 0 || score > best_top1_) {
-      const bool reached_before = target_reached();
-      best_top1_ = score;
-      best_step_ = step_;
-      best_due_ = cfg_.checkpoint.keep_best;
-      if (best_due_) text += ", the best so far";
-      target_due_ = !reached_before && target_reached();
-    }
+    validate(line, text);
   }
   if (cfg_.train.clip_grad_norm > 0) {  // the steps of this epoch in this run: the same on every rank
     line.add("clipped_steps", epoch_clipped_);
@@ -489,6 +462,60 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   line.add("rss_mib", u.rss_mib).add("open_fds", u.open_fds);
   metrics_->write(line);
   log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
+}
+
+void Trainer::validate(JsonLine& line, std::string& text) {
+  const double eval_start = now_s();
+  EvalResult v = evaluate();
+  line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
+      .add("val_samples", v.samples).add("val_skipped", v.skipped).add("val_s", v.seconds);
+  text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
+                  fixed(v.top5_pct(), 2), "% (", v.samples, " images", skipped_note(v), ")");
+  double score = v.top1_pct();
+  if (has_ema()) {
+    const EvalResult e = evaluate_ema();
+    line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
+    text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
+                    fixed(e.top5_pct(), 2), "%");
+    score = e.top1_pct();  // as timm: the average is what a run with one is judged by
+  }
+  eval_s_ += now_s() - eval_start;
+  // The same figures on every rank (evaluate() sums over all), so every rank decides alike.
+  if (best_step_ == 0 || score > best_top1_) {
+    const bool reached_before = target_reached();
+    best_top1_ = score;
+    best_step_ = step_;
+    best_due_ = cfg_.checkpoint.keep_best;
+    if (best_due_) text += ", the best so far";
+    target_due_ = !reached_before && target_reached();
+  }
+}
+
+bool Trainer::evaluate_pending() {
+  eval_pending_ = false;
+  const int64_t epoch = step_ / steps_per_epoch_;
+  JsonLine line("validation");
+  line.add("epoch", epoch).add("step", step_);
+  std::string text = str_cat("epoch ", epoch, "/", cfg_.train.epochs, ": the evaluation the last run's stop skipped");
+  validate(line, text);
+  metrics_->write(line);
+  log_line(text);
+  // Its file again, its meta now holding the record (and keep_best's link made).
+  if (best_due_ || target_due_) save_checkpoint();
+  if (!std::exchange(target_due_, false)) return false;
+  report_target();
+  return true;
+}
+
+void Trainer::report_target() {
+  // As MLPerf's runs: the time to the target is the figure of merit.
+  const double secs = now_s() - run_start_s_;
+  report(JsonLine("target").add("step", step_).add("epoch", step_ / steps_per_epoch_)
+             .add("val_top1", best_top1_).add("target_top1", cfg_.train.target_top1)
+             .add("train_s", secs).add("checkpoint", last_checkpoint_),
+         str_cat("validation top-1 ", fixed(best_top1_, 2), "% reached train.target_top1 ",
+                 cfg_.train.target_top1, "% at step ", step_, " (epoch ", step_ / steps_per_epoch_, ") after ",
+                 format_duration(secs), " of this run: stopping (", last_checkpoint_, " holds it)"));
 }
 
 }  // namespace rt::trainer

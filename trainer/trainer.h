@@ -156,6 +156,13 @@ class Trainer {
   // runs on the device and hands its bytes to the backend (Backend::stage_input).
   void prefetch_next();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end, bool stopping);
+  // Evaluates (and the moving average), adds the figures to `line` and `text`, and keeps the
+  // run's best and target bookkeeping (best_due_, target_due_).
+  void validate(JsonLine& line, std::string& text);
+  // A resume of a checkpoint whose stop skipped the evaluation due at its step makes it first,
+  // as the run would have; true when it reaches train.target_top1 (reported: nothing to train).
+  bool evaluate_pending();
+  void report_target();
   // Collective: the stop signal any rank caught (stop_signal.h), or 0; save_due: a timed
   // checkpoint is due (checkpoint.every_minutes).
   int agreed_stop_signal(bool& save_due);
@@ -277,6 +284,7 @@ class Trainer {
   double best_top1_ = 0;
   int64_t best_step_ = 0;
   bool best_due_ = false, target_due_ = false;
+  bool eval_pending_ = false;  // this step's evaluation was skipped by a stop (kept in the checkpoint)
   bool target_reached() const { return cfg_.train.target_top1 > 0 && best_step_ > 0 && best_top1_ >= cfg_.train.target_top1; }
   double run_start_s_ = 0;  // when train() began, for the time to the target
   double last_save_s_ = 0;  // when the last checkpoint was saved (or train() began)

@@ -29,6 +29,7 @@ struct LoadedMeta {
   int64_t best_step = 0;
   int64_t moment2 = 0;    // 1: the file holds AdamW's or LAMB's second moment, taken up
   int64_t epoch = 0, epoch_steps = 0;  // where the writing run was: whole epochs, then steps
+  int64_t eval_pending = 0;              // 1: its stop skipped this step's evaluation
 };
 
 }  // namespace
@@ -160,6 +161,7 @@ void Trainer::save_checkpoint() {
     }
     m.best_top1 = best_top1_;
     m.best_step = best_step_;
+    m.eval_pending = eval_pending_;
     m.data_samples = train_loader_->size();
     m.data_repeats = cfg_.data.repeated_augment;
     m.data_order = train_loader_->order_hash();
@@ -305,6 +307,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
     lm.loss_scale_good = m.loss_scale_good;
     lm.best_top1 = m.best_top1;
     lm.best_step = m.best_step;
+    lm.eval_pending = m.eval_pending;
     // Training goes on with each rank's own statistics where the file has them and was written by
     // as many ranks as this run's; evaluation, other rank counts and files without them use the
     // average.
@@ -356,6 +359,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
   if (for_training) {  // a resumed run goes on beating the record it had, not its own first figure
     best_top1_ = lm.best_top1;
     best_step_ = lm.best_step;
+    eval_pending_ = lm.eval_pending != 0;
   }
   step_ = lm.step;
   epoch_started_ = false;

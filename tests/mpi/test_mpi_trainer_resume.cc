@@ -381,6 +381,43 @@ void check_keep_best_from_the_record(MpiTest& t, const std::string& dir) {
              std::filesystem::exists(path) ? str_cat("of step ", checkpoint_read(path).meta.step) : "missing");
 }
 
+// A stop at the end of an epoch skips its evaluation (a preemption's notice is short), and the
+// checkpoint says so: the resume makes it first, to the figures the run would have had there
+// (here the file of a run that did evaluate, marked as a stopped one's), in a "validation" record.
+void check_pending_evaluation(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/pending");
+  c.log.jsonl = "";
+  const int64_t per_epoch = 48 / (c.train.batch * t.size());
+  c.train.steps = per_epoch;
+  Trainer(c).train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const std::string path = checkpoint_path(c.run_dir + "/checkpoints", per_epoch);
+  if (t.rank() == 0) {
+    Checkpoint ck = checkpoint_read(path);
+    ck.meta.eval_pending = true;
+    checkpoint_write(path, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout,
+                     ck.ema, ck.ema_rank_state, ck.moment2, ck.classes, ck.tensor_steps);
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  c.train.steps = per_epoch + 1;
+  {
+    Trainer tr(c);
+    tr.resume("auto");
+    tr.train();
+  }
+  if (t.rank() != 0) return;
+  std::ifstream f(c.run_dir + "/metrics.jsonl");
+  const std::regex re(R"re("type":"(epoch|validation)".*"step":(\d+).*"val_top1":([0-9.eE+-]+))re");
+  std::vector<std::string> found;
+  for (std::string line; std::getline(f, line);)
+    if (std::smatch m; std::regex_search(line, m, re) && std::stoll(m[2]) == per_epoch)
+      found.push_back(m[1].str() + " " + m[3].str());
+  MPI_EXPECT(t, found.size() == 2 && found[0].rfind("epoch ", 0) == 0 && found[1].rfind("validation ", 0) == 0 &&
+                    found[0].substr(6) == found[1].substr(11),
+             "the evaluation at step ", per_epoch, " made again by the resume: ", found.size(), " records",
+             found.size() == 2 ? str_cat(" (", found[0], "; ", found[1], ")") : std::string());
+}
+
 // train.target_top1: a target the first evaluation reaches ends a 4-epoch run after epoch 1, with
 // a checkpoint of that step and a "target" record; resumed, the record in the checkpoint says the
 // target is reached (nothing to train); with a target no evaluation reaches, the resumed run goes
@@ -445,6 +482,7 @@ int main(int argc, char** argv) {
   return test_trainer::run_trainer_test(argc, argv, "test_mpi_trainer_resume", [](rt::test::MpiTest& t, const std::string& dir) {
     check_keep_best(t, dir);
     check_keep_best_from_the_record(t, dir);
+    check_pending_evaluation(t, dir);
     check_target_top1(t, dir);
     check_timed_checkpoints(t, dir);
     check_exact_resume(t, dir, false);
