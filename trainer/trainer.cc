@@ -347,6 +347,7 @@ void Trainer::train() {
       epoch_started_ = true;
       epoch_loss_ = 0;
       epoch_top1_ = epoch_top5_ = epoch_samples_ = epoch_clipped_ = 0;
+      epoch_skipped_from_ = train_loader_->skipped();
       epoch_from_ = in_epoch;
       epoch_start = now_s();
     }
@@ -422,10 +423,12 @@ BackendOptions Trainer::backend_options() const {
 
 void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool run_end, bool stopping) {
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
-  double sums[4] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_)};
+  // With the images each rank replaced (undecodable: the next decodable sample of its share).
+  double sums[5] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_),
+                    double(train_loader_->skipped() - epoch_skipped_from_)};
   {
     const CtlWatch w = watch_ctl({"the end of epoch ", epoch + 1, " (its statistics' sums)"});
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
   }
   const double n = std::max(1.0, sums[3]), secs = now_s() - epoch_start;
   JsonLine line("epoch");
@@ -445,6 +448,11 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
     text += str_cat(" (its steps ", epoch_from_ + 1, "-", last, " of ", steps_per_epoch_, " only: ",
                     epoch_from_ > 0 ? "resumed mid-epoch" : "", epoch_from_ > 0 && last < steps_per_epoch_ ? ", " : "",
                     last < steps_per_epoch_ ? "the run ends mid-epoch" : "", ")");
+  }
+  // Said every epoch, not only in the first one's warnings: a share of the data lost for good.
+  if (const int64_t skipped = int64_t(sums[4]); skipped > 0) {
+    line.add("train_skipped", skipped);
+    text += str_cat(" (", skipped, " undecodable image(s) replaced by others of the ranks' shares)");
   }
   const int64_t every = cfg_.eval.every_epochs;
   const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);

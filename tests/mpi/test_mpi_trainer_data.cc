@@ -53,9 +53,22 @@ void check_data() {
   fs::resize_file(cls / "zz-cut.jpg", 300);
   for (const int np : {1, 2}) {
     r = run(np, "--config " + cfg + " --set run_dir=" + dir + "/bad-val" + std::to_string(np));
-    expect(r.rc == 0 && has(r, "(15 images, 2 undecodable left out)") && has(r, "zz-empty.jpg: cannot be") &&
-               has(r, "zz-cut.jpg: cannot be decoded"),
+    expect(r.rc == 0 && has(r, "(15 images, 2 undecodable left out)") &&
+               has(r, "zz-empty.jpg: cannot be decoded: an empty file") &&
+               has(r, "zz-cut.jpg: cannot be decoded: a JPEG cut short (no end-of-image marker)"),
            "training evaluates the 15 decodable validation images on " + std::to_string(np) + " rank(s)", r);
+  }
+  {  // Training's replacements are counted every epoch, not only warned about once.
+    const std::string bad = image_config("bad-train", "imgs-bad-train", "bad-train");
+    expect(run(1, "--config " + bad + " --set train.steps=1").rc == 0, "generated images", {});
+    const fs::path train_cls = *fs::directory_iterator(fs::path(dir) / "imgs-bad-train/train");
+    std::ofstream(train_cls / "zz-empty.jpg").flush();
+    r = run(2, "--config " + bad + " --set run_dir=" + dir + "/bad-train2 --set eval.every_epochs=0 "
+               "--set eval.at_end=false");
+    const std::string metrics = read_file(dir + "/bad-train2/metrics.jsonl");
+    expect(r.rc == 0 && has(r, "undecodable image(s) replaced by others of the ranks' shares)") &&
+               metrics.find("\"train_skipped\":1") != std::string::npos,
+           "an undecodable training image counted in its epoch", r);
   }
   const auto ck = checkpoints("bad-val2");
   if (!ck.empty()) {
