@@ -408,6 +408,9 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
       state.commit();
     }
     std::string text = str_cat("weights from ", path, ": ", total - kept.size(), " of ", total, " tensors");
+    // Shared names (bn1, layer1.0.conv1, ...) can fit most of another architecture: say whose.
+    if (const std::string theirs = checkpoint_model_name(ck); !theirs.empty() && theirs != cfg_.model.name)
+      text += str_cat(" (the file holds ", theirs, ", this model is ", cfg_.model.name, ")");
     if (!kept.empty()) {
       text += "; as initialised: ";
       const size_t shown = std::min<size_t>(kept.size(), 8);

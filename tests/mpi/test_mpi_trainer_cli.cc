@@ -163,6 +163,12 @@ void check_run_eval_resume() {
                           ck.front()),
                "only 1 of the 102 tensors of resnet18 are in it under the same name and shape \\(it holds resnet20; "
                "first left out: ", "--weights of an unrelated model");
+  // A deeper model of the same family takes most tensors by name: the line says whose they are.
+  r = run(1, "--config " + cfg + " --set model.name=resnet32 --set run_dir=" + dir + "/deeper --set train.steps=1 "
+             "--weights " + ck.front());
+  expect(r.rc == 0 && r.out.find("(the file holds resnet20, this model is resnet32); as initialised: ") !=
+                          std::string::npos,
+         "--weights of resnet20 into resnet32", r);
   expect_error(run(1, "--config " + cfg + " --weights " + ck.front() + " --resume " + ck.front()),
                "--weights goes with --resume auto only", "--weights with --resume PATH");
   // A file from before checkpoints listed their tensors serves the same model only, and says why.
