@@ -261,9 +261,13 @@ class PipelineLoader final : public Loader {
     return true;
   }
 
+  // Synthetic validation samples are other draws than training's (epochs from 0 there, from -1
+  // down here): evaluating on training's first epoch would measure memory, not accuracy.
+  int64_t synthetic_split_key(int64_t epoch) const { return spec_.train ? epoch : -1 - epoch; }
+
   int32_t label(int64_t index) const {
     if (ds_) return ds_->label(index);
-    Rng rng(cfg_.seed, 0, index, Stream::synthetic_label);
+    Rng rng(cfg_.seed, synthetic_split_key(0), index, Stream::synthetic_label);
     return static_cast<int32_t>(rng.below(classes_.size()));
   }
 
@@ -272,7 +276,7 @@ class PipelineLoader final : public Loader {
   bool produce(int64_t index, int copy, float* out_f, uint8_t* out_u8, DecodeScratch& scratch,
                std::vector<uint8_t>& bytes) {
     if (!ds_) {
-      Rng rng(cfg_.seed, epoch_, index, Stream::synthetic_image);
+      Rng rng(cfg_.seed, synthetic_split_key(epoch_), index, Stream::synthetic_image);
       synthetic_image(rng, cfg_.image_size, aug_.norm, out_f, out_u8);
       return true;
     }

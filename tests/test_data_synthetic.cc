@@ -1,6 +1,8 @@
 // Synthetic mode: deterministic tensors and labels, step counts, resume, in-order prefetch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "data/loader.h"
 #include "nn/error.h"
 #include "tests/data_u8_check.h"
@@ -57,6 +59,27 @@ TEST(data_synthetic, DeterministicAcrossThreadCountsAndResume) {
   for (size_t s = 0; s < rest.size(); ++s) EXPECT_EQ(rest[s].images, ea[s + 5].images);
   const std::vector<Batch> other = run_epoch(*a, {3, 0});
   EXPECT_NE(other[0].indices, ea[0].indices);
+}
+
+// Validation is not training's first epoch again: sample i has another image (and, across the
+// split, other labels), or it would score what the model memorised.
+TEST(data_synthetic, ValidationSamplesAreNotTrainingOnes) {
+  auto train = make_loader(synthetic_config(64, 1), Split::train, 0, 1, 64);
+  auto val = make_loader(synthetic_config(64, 1), Split::val, 0, 1, 64);
+  const std::vector<Batch> t = run_epoch(*train, {0, 0}), v = run_epoch(*val, {0, 0});
+  ASSERT_EQ(t.size(), 1u);
+  ASSERT_EQ(v.size(), 1u);
+  const size_t per = 3 * 8 * 8;
+  int same_image = 0, same_label = 0;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      if (t[0].indices[size_t(i)] != v[0].indices[size_t(j)]) continue;  // the same sample index
+      same_image += std::equal(t[0].images.begin() + long(per * i), t[0].images.begin() + long(per * (i + 1)),
+                               v[0].images.begin() + long(per * j));
+      same_label += t[0].labels[size_t(i)] == v[0].labels[size_t(j)];
+    }
+  EXPECT_EQ(same_image, 0);
+  EXPECT_LT(same_label, 24);  // 1 in 7 by chance: about 9 of 64
 }
 
 TEST(data_synthetic, EightBitOutputNormalizesToTheFloats) {
