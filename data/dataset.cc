@@ -169,10 +169,11 @@ std::vector<std::string> folder_classes(const std::string& root) {
   return classes;
 }
 
-std::unique_ptr<Dataset> open_folder(const std::string& root, Split split) {
-  std::vector<std::string> classes = folder_classes(root);
-  const fs::path dir = fs::path(root) / split_name(split);
+std::unique_ptr<Dataset> open_folder(const std::string& root, Split split, const std::vector<std::string>& known) {
   std::error_code ec;
+  const bool named_elsewhere = !known.empty() && fs::is_directory(root, ec) && !fs::exists(fs::path(root) / "train", ec);
+  std::vector<std::string> classes = named_elsewhere ? known : folder_classes(root);
+  const fs::path dir = fs::path(root) / split_name(split);
   if (!fs::is_directory(dir, ec)) throw Error(str_cat("data: ", dir.string(), " is not a folder"));
   std::map<std::string, int32_t> index;
   for (size_t c = 0; c < classes.size(); ++c) index[classes[c]] = static_cast<int32_t>(c);
@@ -186,7 +187,7 @@ std::unique_ptr<Dataset> open_folder(const std::string& root, Split split) {
     const auto it = index.find(cls);
     if (it == index.end())
       throw Error(str_cat("data: class folder ", (dir / cls).string(), " has no counterpart in ",
-                          (fs::path(root) / "train").string()));
+                          named_elsewhere ? "the model's classes" : (fs::path(root) / "train").string()));
     const std::vector<std::string> files = list_images(dir / cls);
     if (files.empty()) throw Error(str_cat("data: class folder ", (dir / cls).string(), " has no images"));
     paths.insert(paths.end(), files.begin(), files.end());
@@ -227,7 +228,7 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& cfg, Split split) {
       if (!other->empty() && *other != list) classes = std::max(classes, list_max_label(*other) + 1);
     return open_list(list, classes);
   }
-  if (!cfg.root.empty()) return open_folder(cfg.root, split);
+  if (!cfg.root.empty()) return open_folder(cfg.root, split, cfg.known_classes);
   throw Error(str_cat("data: no ", split_name(split), " data given: set root, ", split_name(split),
                       "_list or ", split_name(split), "_shards (or synthetic)"));
 }
@@ -262,18 +263,9 @@ void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& 
   const std::string both = str_cat(" (", split_source(cfg, Split::train), ") and validation (",
                                    split_source(cfg, Split::val), ")");
   if (!named(Split::train) || !named(Split::val)) {
-    // Two lists share one class count (the larger largest label plus one): their own are compared.
-    const auto own = [&](Split s, size_t n) {
-      const std::string& list = s == Split::train ? cfg.train_list : cfg.val_list;
-      return cfg.synthetic || list.empty() ? n : size_t(list_max_label(list) + 1);
-    };
-    const size_t t = own(Split::train, train.size()), v = own(Split::val, val.size());
-    if (v > t)
-      throw Error(str_cat("data: the validation split has ", v, " classes but the training split only ", t,
-                          "; training", both, " must share their labels",
-                          !cfg.val_list.empty() ? " (a list's classes are its largest label plus one: are both lists "
-                                                  "numbered from 0?)"
-                                                : ""));
+    if (val.size() > train.size())
+      throw Error(str_cat("data: the validation split has ", val.size(), " classes but the training split only ",
+                          train.size(), "; training", both, " must share their labels"));
     return;
   }
   if (val == train) return;

@@ -45,7 +45,10 @@ bool read_file(const std::string& path, std::vector<uint8_t>& buf);
 // (also for val, as torchvision's ImageFolder would see them); files sorted by path within a
 // class. Errors name the path: missing folder, empty class folder, no images, a val class that
 // train lacks.
-std::unique_ptr<Dataset> open_folder(const std::string& root, Split split);
+// Where root has no train/ and `known` names classes, they label the split (evaluating on a
+// validation folder alone; every class folder there must be one of them).
+std::unique_ptr<Dataset> open_folder(const std::string& root, Split split,
+                                     const std::vector<std::string>& known = {});
 
 // The sorted class folder names of root/train (what labels index).
 std::vector<std::string> folder_classes(const std::string& root);

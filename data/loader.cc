@@ -78,6 +78,8 @@ class PipelineLoader final : public Loader {
       classes_ = ds_->class_names();
       bad_ = std::vector<std::atomic<uint8_t>>(static_cast<size_t>(size_));
       order_hash_ = ds_->order_hash();
+      max_label_ = 0;
+      for (int64_t i = 0; i < size_; ++i) max_label_ = std::max(max_label_, ds_->label(i));
     }
     const bool train = split == Split::train;
     spec_ = ShardSpec{size_, world, batch, train, cfg.seed, train ? cfg.repeated_augment : 1};
@@ -104,6 +106,7 @@ class PipelineLoader final : public Loader {
   int num_classes() const override { return static_cast<int>(classes_.size()); }
   const std::vector<std::string>& class_names() const override { return classes_; }
   uint64_t order_hash() const override { return order_hash_; }
+  int32_t max_label() const override { return ds_ ? max_label_ : num_classes() - 1; }
   void set_batch_memory(HostMemory* m) override {
     std::lock_guard<std::mutex> lock(mu_);
     batch_memory_ = m;
@@ -325,6 +328,7 @@ class PipelineLoader final : public Loader {
   const int rank_, batch_;
   std::unique_ptr<Dataset> ds_;  // null in synthetic mode
   uint64_t order_hash_ = 0;
+  int32_t max_label_ = 0;
   std::vector<std::string> classes_;
   int64_t size_ = 0, steps_ = 0;
   ShardSpec spec_;

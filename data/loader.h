@@ -48,6 +48,9 @@ struct DataConfig {
   float random_erasing = 0;     // probability of erasing a random box of a training crop
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too
   Output output = Output::f32;  // f32: Batch::images; u8: Batch::pixels (normalize with norm_params)
+  // Not a config key: a model's class names (its checkpoint's), which label a validation folder
+  // whose root has no train/ to name them (an evaluation on the validation split alone).
+  std::vector<std::string> known_classes;
 };
 
 // The side of the evaluation split's images, and what their short side is resized to first.
@@ -112,6 +115,9 @@ class Loader {
   // of as many samples listed in another order, whose epochs would draw other samples at the
   // same positions.
   virtual uint64_t order_hash() const { return 0; }
+  // The largest label of the split's samples (below num_classes() where two list files share
+  // one class count, or a split lacks the top classes).
+  virtual int32_t max_label() const { return num_classes() - 1; }
   // Where the batches' images and pixels are allocated (nullptr, the default: the heap), e.g. a
   // backend's input_memory(), which it copies to the device from without the host waiting. Set
   // before start_epoch(): the buffers move there as they are next filled, once. A loader that

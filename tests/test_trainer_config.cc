@@ -210,6 +210,9 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_EQ(config_parse("", "d.yaml", {"optimizer.lr_mult={fc: 3}"}).optimizer.sgd.lr_mult.at(0).second, 3);
   e = invalid("optimizer: {lr_mult: [fc]}\n");
   EXPECT_NE(e.find("key 'optimizer.lr_mult' expects a mapping of tensor names to factors"), std::string::npos) << e;
+  e = error_of([] { config_parse("", "d.yaml", {"optimizer.lr_mult={fc:10}"}); });
+  EXPECT_NE(e.find("key 'optimizer.lr_mult': 'fc:10' has no factor (YAML needs a space after the colon: {fc: 10})"),
+            std::string::npos) << e;
   e = invalid("optimizer: {lr_mult: {fc: -2}}\n");
   EXPECT_NE(e.find("optimizer: lr_mult: 'fc' must name tensors and have a finite factor >= 0, got -2"),
             std::string::npos) << e;

@@ -284,7 +284,8 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
   std::memcpy(&hash, header + 24, 8);
   if (version != kVersion) throw bad(str_cat("format version ", version, " (this build reads ", kVersion, ")"));
   if (size - kHeaderBytes < bytes)
-    throw bad(str_cat("truncated: ", size, " bytes, the header promises ", kHeaderBytes + bytes));
+    throw bad(str_cat("truncated: ", size, " bytes, the header promises ", kHeaderBytes + bytes,
+                      " (or the header's length is what was damaged)"));
   if (size - kHeaderBytes > bytes)
     throw bad(str_cat("corrupt: ", size - kHeaderBytes - bytes, " bytes after the payload"));
   const auto checksum_mismatch = [&] {

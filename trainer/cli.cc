@@ -32,6 +32,21 @@ std::string checkpoint_config_text(const std::string& path, int rank) {
   return comm::broadcast_string(std::move(text), 0, MPI_COMM_WORLD);
 }
 
+// The class names a checkpoint keeps (none in older files and PyTorch imports), on every rank.
+std::vector<std::string> checkpoint_classes(const std::string& path, int rank) {
+  std::string names;
+  if (rank == 0)
+    for (const std::string& c : checkpoint_read(path, CheckpointParts::none()).classes) names += c + '\0';
+  names = comm::broadcast_string(std::move(names), 0, MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  for (size_t at = 0; at < names.size();) {
+    const size_t end = names.find('\0', at);
+    out.push_back(names.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
 // The dataset tool built beside this program (build/bin/make_imagenet_like).
 std::string generator_path() {
   std::error_code ec;
@@ -255,17 +270,21 @@ int cli_main(int argc, const char* const* argv) {
       throw ConfigError(str_cat(cfg.source, ": names no dataset to evaluate on: give --config FILE or --set "
                                 "data.root=PATH"));
   }
-  // Evaluation and prediction exchange no gradients: the saved run's gradient exchange and BN
-  // groups were set for its rank count and backend (a node size or group that need not divide
-  // this job's ranks, nccl on a GPU), none of which changes a figure here.
+  // Evaluation and prediction exchange no gradients: the saved run's algorithm, node size,
+  // compression and BN groups were set for its rank count and backend (a node size or group that
+  // need not divide this job's ranks, nccl on a GPU), none of which changes a figure here.
   if (o.uses_model_file()) {
-    comm::CommConfig comm;
-    comm.stall_warning_s = cfg.comm.stall_warning_s;
-    comm.stall_abort_s = cfg.comm.stall_abort_s;
-    cfg.comm = comm;
+    const comm::CommConfig defaults;
+    cfg.comm.algorithm = defaults.algorithm;
+    cfg.comm.ranks_per_node = defaults.ranks_per_node;
+    cfg.comm.compression = defaults.compression;
     cfg.model.bn_group = 1;
   }
   config_validate(cfg);
+  // An evaluation on a validation folder alone: the model's own class list labels it.
+  if (o.eval && !cfg.data.root.empty() && std::filesystem::is_directory(cfg.data.root) &&
+      !std::filesystem::exists(std::filesystem::path(cfg.data.root) / "train"))
+    cfg.data.known_classes = checkpoint_classes(o.eval_file(), rank);
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
   if (rank == 0 && cfg.log.print_config && !o.predict) {  // --predict prints its answers alone
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());

@@ -230,6 +230,11 @@ void read_value(const YAML::Node& n, std::vector<std::pair<std::string, double>>
     // yaml-cpp keeps both entries of a name given twice; which would apply is not for us to guess.
     if (std::any_of(f.begin(), f.end(), [&](const auto& e) { return e.first == name; }))
       throw ConfigError(str_cat(at, ": key '", k, "': '", name, "' given twice: which factor was meant?"));
+    // {fc:10} is one key "fc:10" without a value in YAML's flow style: a space is wanted.
+    if (it->second.IsNull())
+      throw ConfigError(str_cat(at, ": key '", k, "': '", name, "' has no factor",
+                                name.find(':') != std::string::npos ? " (YAML needs a space after the colon: {fc: 10})"
+                                                                    : " (name: factor, e.g. {fc: 10})"));
     f.emplace_back(std::move(name), scalar_as<double>(it->second, at, k, want));
   }
 }

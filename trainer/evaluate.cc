@@ -2,6 +2,7 @@
 // every sample to exactly one rank, and a short last batch), then the counts are summed.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "comm/mpi_check.h"
@@ -137,9 +138,19 @@ Net<float>& Trainer::eval_net() {
 
 data::Loader& Trainer::val_loader() {
   if (!val_loader_) {
-    auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
-    auto loader = make_loader(cfg_.data, data::Split::val, rank_, world_, int(cfg_.train.batch));
-    if (train_loader_) data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
+    auto loader = open_loader(data::Split::val);
+    if (train_loader_) {
+      data::check_split_classes(cfg_.data, train_loader_->class_names(), loader->class_names());
+      // Two lists share one class count, so a list numbered from 1 beside one from 0 passes the
+      // check: said, as a training list without the top classes (a subset) is fine.
+      if (rank_ == 0 && !cfg_.data.val_list.empty() && loader->max_label() > train_loader_->max_label())
+        std::fprintf(stderr, "%s\n",
+                     str_cat("ringtrain: warning: validation labels reach ", loader->max_label(), ", training's only ",
+                             train_loader_->max_label(), " (", data::split_source(cfg_.data, data::Split::val), ", ",
+                             data::split_source(cfg_.data, data::Split::train),
+                             "): classes never trained on are evaluated; are both lists numbered from 0?")
+                         .c_str());
+    }
     if (loader->num_classes() > cfg_.model.classes)
       throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes, " but the validation data (",
                                 data::split_source(cfg_.data, data::Split::val), ") has ", loader->num_classes(),

@@ -134,20 +134,23 @@ std::vector<std::string> predict_class_names(const Config& cfg, const std::vecto
   if (!saved.empty()) return saved;
   // An older file, or one imported from PyTorch: the dataset's folders, where it is here and
   // has as many classes as the model (a folder added or removed since would shift every name).
-  if (cfg.data.synthetic || cfg.data.root.empty() || !cfg.data.train_list.empty() || !cfg.data.train_shards.empty())
-    return {};
+  // List files name classes by number anyway; otherwise numbers are a fallback, and said so.
+  if (!cfg.data.train_list.empty()) return {};
+  const auto by_number = [&](const std::string& why) {
+    std::fprintf(stderr, "ringtrain: --predict: classes by number: %s names none, %s\n", path.c_str(), why.c_str());
+    return std::vector<std::string>{};
+  };
+  if (cfg.data.synthetic || cfg.data.root.empty())
+    return by_number("and no dataset folder is given to name them (--set data.root=PATH: its train/ class folders)");
   std::vector<std::string> names;
   try {
     names = data::folder_classes(cfg.data.root);
-  } catch (const Error&) {  // no dataset here: the classes go by number
-    return {};
+  } catch (const Error& e) {
+    return by_number(str_cat("and data.root cannot name them (", e.what(), ")"));
   }
   if (int64_t(names.size()) == cfg.model.classes) return names;
-  std::fprintf(stderr,
-               "ringtrain: --predict: classes by number: %s names none, and %s/train has %zu class folders for "
-               "the model's %lld classes\n",
-               path.c_str(), cfg.data.root.c_str(), names.size(), static_cast<long long>(cfg.model.classes));
-  return {};
+  return by_number(str_cat("and ", cfg.data.root, "/train has ", names.size(), " class folders for the model's ",
+                           cfg.model.classes, " classes"));
 }
 
 std::string prediction_line(const Prediction& p, const std::vector<std::string>& names) {

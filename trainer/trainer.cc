@@ -207,10 +207,32 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
 
 Trainer::~Trainer() = default;
 
+std::unique_ptr<data::Loader> Trainer::open_loader(data::Split split) {
+  auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
+  try {
+    return make_loader(cfg_.data, split, rank_, world_, int(cfg_.train.batch));
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    if (cfg_.data.synthetic) throw;
+    // Where the path came from: a checkpoint's saved configuration names its own machine's data.
+    const bool train = split == data::Split::train;
+    const auto& d = cfg_.data;
+    std::string key = "data.root";
+    if (!(train ? d.train_shards : d.val_shards).empty()) key = train ? "data.train_shards" : "data.val_shards";
+    else if (!(train ? d.train_list : d.val_list).empty()) key = train ? "data.train_list" : "data.val_list";
+    const std::string origin = config_origin(cfg_, key);
+    throw Error(str_cat(e.what(), " (", key, " set in ", origin,
+                        origin.find("saved configuration") != std::string::npos
+                            ? str_cat("; --set ", key, "=PATH where the data is here")
+                            : std::string(),
+                        ")"));
+  }
+}
+
 void Trainer::open_training_data() {
   const int batch = int(cfg_.train.batch);
-  auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
-  train_loader_ = make_loader(cfg_.data, data::Split::train, rank_, world_, batch);
+  train_loader_ = open_loader(data::Split::train);
   if (train_loader_->num_classes() > cfg_.model.classes)
     throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes,
                               " but the training data (", data::split_source(cfg_.data, data::Split::train), ") has ",
@@ -337,17 +359,23 @@ void Trainer::train() {
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
-  if (eval_pending_ && evaluate_pending()) return;
+  if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
+    if (evaluate_pending()) return;
+  } else if (std::exchange(eval_pending_, false)) {
+    log_line(str_cat("the evaluation the last run's stop skipped at step ", step_,
+                     " is not made: this run does not evaluate (eval.every_epochs 0, eval.at_end false)"));
+  }
   double epoch_start = now_s();
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
     if (!epoch_started_) {
+      // Before the decode threads start: a known bad image is counted as soon as they do.
+      epoch_skipped_from_ = train_loader_->skipped();
       train_loader_->start_epoch({epoch, in_epoch * passes_});  // the loader counts batches
       has_next_ = false;
       epoch_started_ = true;
       epoch_loss_ = 0;
       epoch_top1_ = epoch_top5_ = epoch_samples_ = epoch_clipped_ = 0;
-      epoch_skipped_from_ = train_loader_->skipped();
       epoch_from_ = in_epoch;
       epoch_start = now_s();
     }

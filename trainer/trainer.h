@@ -171,7 +171,9 @@ class Trainer {
   // the first rank that differs and how.
   void check_config_agreement();
   void check_data_agreement();
-  void open_training_data();  // train_loader_ and steps_per_epoch_; throws naming the data
+  void open_training_data();
+  // make_loader (or the hook's), its data errors naming the key that gave the path and where.
+  std::unique_ptr<data::Loader> open_loader(data::Split split);  // train_loader_ and steps_per_epoch_; throws naming the data
   // Rank 0, loading AdamW's or LAMB's state (trainer_state.cc): each tensor's update count.
   std::vector<int64_t> loaded_tensor_steps(const Checkpoint& ck, std::span<const float> m, std::span<const float> v,
                                            const std::string& path) const;

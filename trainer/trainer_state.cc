@@ -91,13 +91,21 @@ void Trainer::prepare_checkpoint_dir() {
   const std::string to = checkpoint_set_aside(ckpt_dir_, step_, &moved);
   if (!to.empty())
     log_line(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
-                     step_ ? "resumes (the rest of another history)" : "starts (an earlier run's)", ", moved to ",
+                     step_ ? "resumes (another history's, or damaged files passed over)" : "starts (an earlier run's)",
+                     ", moved to ",
                      to, ": --resume auto and pruning keep to this run's"));
   // This history's best (the resumed file's record) is best.rtck again where its checkpoint is
-  // still here: best.rtck may have gone with the later files, or never have been made (keep_best
-  // turned on by this run); pruning would otherwise take the file.
+  // still here: best.rtck may have gone with the later files, never have been made, or be an
+  // older best (keep_best turned on by this run); pruning would otherwise take the file.
   const std::string best = checkpoint_best_path(ckpt_dir_);
-  if (cfg_.checkpoint.keep_best && best_step_ > 0 && !std::filesystem::exists(best, ec)) {
+  const auto best_is_record = [&] {
+    try {  // kept by an earlier stretch with keep_best on, before the record moved on without it
+      return checkpoint_read(best, CheckpointParts::none()).meta.step == best_step_;
+    } catch (const CheckpointError&) {
+      return false;
+    }
+  };
+  if (cfg_.checkpoint.keep_best && best_step_ > 0 && (!std::filesystem::exists(best, ec) || !best_is_record())) {
     const std::string record = checkpoint_path(ckpt_dir_, best_step_);
     if (std::filesystem::exists(record, ec)) {
       checkpoint_keep_best(record);
@@ -283,8 +291,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
           " second moment (", ck.moment2.empty() ? "sgd" : "adamw or lamb", "); this run's optimizer.kind is ",
           optimizer_kind_name(cfg_.optimizer.sgd.kind), " (resume with the optimizer it was written with, "
           "or start a new run from its weights: --weights)"));
-    // Within a family too: LAMB's moments would drive AdamW's steps (and LARS's momentum SGD's)
-    // with no error to show it.
+    // Within a family too: LAMB's moments would drive AdamW's steps with no error to show it.
     if (const std::string kind = config_changes(ck.config_yaml, cfg_, [](const std::string& k) { return k == "optimizer.kind"; },
                                                 "in the file", "here");
         for_training && !kind.empty())

@@ -119,6 +119,14 @@ void check_data() {
                "model.classes is 3 but the training data \\(list file " + tl +
                    "\\) has 8 classes \\(the largest label of data.train_list and data.val_list, plus one\\)",
                "a validation list's label past model.classes");
+  // A validation list numbered from 1 beside a training list numbered from 0: one class count
+  // serves both, so it is only said, on rank 0.
+  r = run(2, "--config " + cfg + " --set data.root= --set data.generate.classes=0 --set model.classes=4 --set "
+             "train.steps=1 --set train.batch=2 --set data.train_list=" + tl + " --set data.val_list=" +
+             write("val1.txt", good.string() + " 3\n" + good.string() + " 1\n"));
+  expect(r.rc == 0 && has(r, "warning: validation labels reach 3, training's only 2 (list file ") &&
+             has(r, "are both lists numbered from 0?"),
+         "a validation list's labels past the training list's", r);
 
   // --predict names classes as the checkpoint's training data did, whatever the folder holds now.
   const auto own = checkpoints("bad-val1");
@@ -127,6 +135,30 @@ void check_data() {
   r = run(1, "--predict --checkpoint " + own.back() + " " + good.string());
   const bool named = r.rc == 0 && has(r, good.string() + ": ") && has(r, name);
   expect(named, "--predict names the classes", r);
+  // --eval on the validation folder alone (no train/ beside it): the checkpoint's class list
+  // labels it, to the same figures.
+  const fs::path valonly = fs::path(dir) / "valonly";
+  fs::remove_all(valonly);
+  fs::create_directories(valonly);
+  fs::copy(fs::path(dir) / "imgs/val", valonly / "val", fs::copy_options::recursive);
+  const auto figures = [](const Result& x) {
+    const size_t at = x.out.find(": top1 ");
+    return at == std::string::npos ? std::string() : x.out.substr(at, x.out.find(" (", at) - at);  // not the time
+  };
+  const Result full = run(1, "--eval --checkpoint " + own.back());
+  const Result alone = run(1, "--eval --checkpoint " + own.back() + " --set data.root=" + valonly.string());
+  expect(full.rc == 0 && alone.rc == 0 && !figures(full).empty() && figures(full) == figures(alone),
+         "--eval of the validation folder alone: '" + figures(alone) + "', with train/ beside it '" + figures(full) + "'",
+         alone);
+  // ... and a dataset whose classes are named otherwise is refused, not scored by other labels.
+  const fs::path renamed = fs::path(dir) / "imgs-renamed";
+  fs::remove_all(renamed);
+  fs::copy(fs::path(dir) / "imgs", renamed, fs::copy_options::recursive);
+  for (const char* split : {"train", "val"}) fs::rename(renamed / split / name, renamed / split / "aaa");
+  expect_error(run(1, "--eval --checkpoint " + own.back() + " --set data.root=" + renamed.string()),
+               own.back() + ": written for other classes than folder .*/imgs-renamed/val names \\(3 and 3; label [0-2] "
+                            "is '[^']+' in the file, '[^']+' here\\): the same label would mean another class",
+               "--eval of a dataset whose classes are named otherwise");
   fs::create_directories(dir + "/imgs/train/aaa");
   fs::copy_file(good, dir + "/imgs/train/aaa/x.jpg");
   const Result later = run(1, "--predict --checkpoint " + own.back() + " " + good.string());
@@ -139,7 +171,9 @@ void check_data() {
   rt::trainer::checkpoint_write(bare, c.meta, "model:\n  name: resnet20\n  classes: 3\n  width: 0.25\n", c.params,
                                 c.state, {}, {}, c.layout);
   r = run(1, "--predict --weights " + bare + " " + good.string());
-  expect(r.rc == 0 && has(r, good.string() + ": "), "--predict --weights of a file that names no dataset", r);
+  expect(r.rc == 0 && has(r, good.string() + ": ") &&
+             has(r, "classes by number: " + bare + " names none, and no dataset folder is given to name them"),
+         "--predict --weights of a file that names no dataset: classes by number, said", r);
   expect_error(run(1, "--eval --weights " + bare), bare + " \\(saved configuration\\): names no dataset to evaluate "
                                                           "on: give --config FILE or --set data.root=PATH",
                "--eval --weights of a file that names no dataset");

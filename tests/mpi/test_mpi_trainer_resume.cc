@@ -354,6 +354,7 @@ void check_keep_best_from_the_record(MpiTest& t, const std::string& dir) {
   c.log.jsonl = "";
   Trainer(c).train();
   c.train.steps = 2 * per_epoch + 1;
+  c.eval.at_end = false;  // no third evaluation: best.rtck can only be the record's
   c.checkpoint.keep = 1;
   c.checkpoint.keep_best = true;
   int64_t record = 0;
