@@ -120,7 +120,8 @@ struct CheckConfig {                  // key prefix: check.
 
 // Faults injected on purpose, to prove that the job reacts to them (tests, fault drills).
 struct DebugConfig {                  // key prefix: debug.
-  std::string fault = "none";         // none | nan | inf | stall | stall_eval | kill | throw
+  std::string fault = "none";         // none | nan | inf | stall | stall_eval | kill | throw |
+                                      //   stop (SIGUSR1 to itself, as a batch system's notice)
   int rank = 0;                       // the rank that misbehaves
   int64_t step = 1;                   // ... at the start of this step (1 = the first;
                                       //   stall_eval: in the evaluation after this step)

@@ -13,6 +13,7 @@
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
+#include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -68,6 +69,10 @@ void Trainer::inject_fault() {
     ::raise(SIGKILL);
   } else if (d.fault == "throw") {
     throw Error(str_cat("debug: injected failure at step ", d.step));
+  } else if (d.fault == "stop") {
+    // A notice at a chosen step (an epoch's end, say): the run stops after it as after any.
+    if (!stop_handlers_installed()) throw ConfigError("debug.fault stop: no stop handlers here (the trainer program installs them)");
+    ::raise(SIGUSR1);
   }
 }
 

@@ -144,12 +144,39 @@ void check_stop(const std::string& job, int sig, bool to_mpirun) {
          job + ": --resume auto continues from the stop", resumed);
 }
 
+// A notice that comes in the last step of an epoch (debug.fault stop: SIGUSR1 to rank 1 itself
+// at step 5 of 5) stops the job after it without that epoch's evaluation, which the resume makes
+// before its first step, to the figures of the run that was not stopped.
+void check_stop_at_an_epochs_end() {
+  const std::string cfg = tiny_config("epoch_end");  // 40 samples, 2 ranks x 4: 5 steps an epoch
+  const Result straight = run(2, "--config " + cfg + " --set run_dir=" + dir + "/epoch_end_straight --set train.steps=6");
+  const Result r = run(2, "--config " + cfg + " --set debug.fault=stop --set debug.rank=1 --set debug.step=5");
+  expect(r.rc == 128 + SIGUSR1 && r.out.find("epoch 1/2: ") != std::string::npos &&
+             r.out.find("evaluation skipped (stopping: a resume makes it first)") != std::string::npos &&
+             r.out.find("stopped by SIGUSR1 after step 5 of 10") != std::string::npos,
+         "a stop in the last step of epoch 1", r);
+  const Result resumed = run(2, "--config " + cfg + " --set train.steps=6 --resume auto");
+  const auto figures = [](const std::string& out, const std::string& after) {
+    const size_t at = out.find(after);
+    const size_t val = at == std::string::npos ? at : out.find(", val loss ", at);
+    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
+  };
+  const std::string want = figures(straight.out, "epoch 1/2: "),
+                    got = figures(resumed.out, "the evaluation the last run's stop skipped");
+  expect(straight.rc == 0 && resumed.rc == 0 && !want.empty() && got == want,
+         "the resume makes epoch 1's evaluation first: '" + got + "', the straight run's '" + want + "'", resumed);
+  const std::string metrics = read_file(dir + "/epoch_end/metrics.jsonl");
+  expect(metrics.find("{\"type\":\"validation\",\"epoch\":1,\"step\":5,") != std::string::npos,
+         "a validation record for epoch 1", {0, metrics});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!start(argc, argv, "test_mpi_trainer_stop")) return 2;
   check_stop("usr1", SIGUSR1, true);
   check_stop("term", SIGTERM, false);
+  check_stop_at_an_epochs_end();
   check_killed_run();
   check_orphaned_ranks();
   return finish("test_mpi_trainer_stop");
