@@ -88,6 +88,19 @@ class PlotMetrics(unittest.TestCase):
         self.assertEqual(r.stderr, "")
         self.assertIn("resumed: 8 steps", r.stdout)
 
+    def test_a_pending_evaluation_joins_its_epoch(self):
+        # Stopped at the end of epoch 1 without its evaluation; the resume made it first.
+        m = self.path("pending", "metrics.jsonl")
+        write(m, [step(1), step(2), dict(type="epoch", epoch=1, step=2, train_loss=1.5, train_top1=30.0),
+                  dict(type="stop", step=2), dict(type="resume", step=2, path="ckpt"),
+                  dict(type="validation", epoch=1, step=2, val_loss=1.2, val_top1=40.0, val_top5=90.0), step(3)])
+        r = self.run_tool(m, "-o", self.path("x.png"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")  # no fork: the validation record's step is its epoch's
+        run = plot_metrics.read_run(m)
+        self.assertEqual([(e["step"], e["train_loss"], e["val_top1"]) for e in run["epochs"]], [(2, 1.5, 40.0)])
+        self.assertEqual([s["step"] for s in run["steps"]], [1, 2, 3])
+
     def test_lines_cut_short_mid_file_are_skipped_with_one_warning(self):
         # Killed mid-write twice, each time resumed after the half line (one with half a UTF-8
         # character): the half lines are skipped, the records after them read.
