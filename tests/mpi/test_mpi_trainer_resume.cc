@@ -25,6 +25,8 @@
 #include "tests/error_of.h"
 #include "tests/mpi/mpi_test_util.h"
 #include "tests/mpi/trainer_test_util.h"
+#include "data/dataset.h"
+#include "data/shard.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -188,6 +190,21 @@ void check_resume_refusals(MpiTest& t, const std::string& dir) {
   o = copy("images_renamed_file");
   fs::rename(o.data.root + "/train/c0/0.png", o.data.root + "/train/c0/z.png");
   refused(o, "as many samples, with other labels or file names in sample order", "mid-epoch, a file renamed");
+  // The same data elsewhere, or packed into shard sets, goes on.
+  const auto accepted = [&](Config other, const char* what) {
+    other.train.batch *= t.size();
+    const std::string e = rt_test::error_of([&] { Trainer(other, MPI_COMM_SELF).resume("auto"); });
+    MPI_EXPECT(t, e.empty(), what, ": '", e, "'");
+  };
+  accepted(copy("images_same"), "mid-epoch, the same images under another root");
+  o = b;
+  o.data.root.clear();
+  for (const auto split : {data::Split::train, data::Split::val}) {
+    const std::string name = split == data::Split::train ? "train" : "val";
+    data::pack_shards(*data::open_folder(images, split), name, dir + "/shards/" + name, 1 << 20, images);
+    (split == data::Split::train ? o.data.train_shards : o.data.val_shards) = dir + "/shards/" + name + ".index";
+  }
+  accepted(o, "mid-epoch, the same images packed into shard sets");
   o = copy("images_renamed_class");
   for (const char* split : {"/train/", "/val/"}) fs::rename(o.data.root + split + "c3", o.data.root + split + "d3");
   refused(o, "names (4 and 4; label 3 is 'c3' in the file, 'd3' here): the same label would mean another class",
