@@ -302,7 +302,8 @@ void Trainer::log_line(const std::string& s) const {
 void Trainer::train() {
   if (use_ == Use::evaluate) throw Error("train: this trainer was built to evaluate (Trainer::Use::evaluate)");
   if (step_ >= total_steps_) {
-    log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done"));
+    log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done",
+                     eval_pending_ ? " (the evaluation the last run's stop skipped there: --eval the checkpoint)" : ""));
     return;
   }
   if (target_reached()) {
