@@ -36,7 +36,8 @@ bool LossScaler::update(bool overflow) {
     if (next < cfg_.min)
       throw Error(str_cat("loss scale: gradients are still non-finite at scale ", scale_, " (", skipped_,
                           " step(s) skipped so far); backing off further would pass loss_scale.min = ",
-                          cfg_.min, ": this is not an overflow but non-finite values in the model"));
+                          cfg_.min, ": more likely non-finite values in the model than an overflow (else lower "
+                          "loss_scale.min)"));
     scale_ = next;
     return false;
   }
@@ -50,7 +51,9 @@ bool LossScaler::update(bool overflow) {
 }
 
 void LossScaler::restore(double scale, int64_t good_steps) {
-  if (!enabled()) return;
+  // A static scale is the configuration's, always: a resume with a lower init after an overflow
+  // must get it, not the file's.
+  if (!dynamic()) return;
   if (std::isfinite(scale) && scale > 0) scale_ = scale;
   good_ = good_steps < 0 ? 0 : good_steps;
 }

@@ -257,6 +257,12 @@ void register_backend(const std::string& name, BackendFactory make) {
   r.factories[name] = make;
 }
 
+bool backend_registered(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  return r.factories.count(name) != 0;
+}
+
 template <>
 std::unique_ptr<Backend<float>> make_backend<float>(const std::string& name, const BackendOptions& options) {
   if (name == "reference") return make_reference_backend<float>();

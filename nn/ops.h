@@ -479,5 +479,7 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& name, const BackendO
 // their name; a program linking them calls their registration once (rt::cuda::register_backend).
 using BackendFactory = std::unique_ptr<Backend<float>> (*)(const BackendOptions&);
 void register_backend(const std::string& name, BackendFactory make);
+// Whether register_backend has been called for `name` in this program.
+bool backend_registered(const std::string& name);
 
 }  // namespace rt

@@ -81,6 +81,15 @@ TEST(LossScaler, RestoreKeepsInitWhenNothingWasSaved) {
   EXPECT_EQ(s.scale(), 512);
 }
 
+TEST(LossScaler, RestoreLeavesAStaticScaleAsConfigured) {
+  LossScaleConfig c;
+  c.mode = "static";
+  c.init = 128;
+  LossScaler s(c);
+  s.restore(32768, 5);  // a dynamic run's file, or a static one's with another init
+  EXPECT_EQ(s.scale(), 128);
+}
+
 TEST(LossScaler, ValidationNamesTheField) {
   auto message = [](LossScaleConfig c) {
     try {

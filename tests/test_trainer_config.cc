@@ -293,7 +293,7 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   e = invalid("cuda: {conv_algos: timed, deterministic: true}\n");
   EXPECT_NE(e.find("key 'cuda.conv_algos' cannot be timed with cuda.deterministic: true"), std::string::npos) << e;
   e = invalid("", {"cuda.workspace_mib=-1"});
-  EXPECT_NE(e.find("--set: key 'cuda.workspace_mib' must be >= 0 (got -1)"), std::string::npos) << e;
+  EXPECT_NE(e.find("--set: key 'cuda.workspace_mib' must be in [0, 1073741824] (MiB) (got -1)"), std::string::npos) << e;
   EXPECT_EQ(invalid("cuda: {conv_algos: heuristic, deterministic: true, workspace_mib: 0}\n"), "");
   e = invalid("cuda: {algo_cache: /tmp}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'cuda.algo_cache' must be a file, not a directory (got /tmp)"),

@@ -279,6 +279,15 @@ int cli_main(int argc, const char* const* argv) {
     cfg.comm.ranks_per_node = defaults.ranks_per_node;
     cfg.comm.compression = defaults.compression;
     cfg.model.bn_group = 1;
+    // A GPU run's file in the CPU program: the way out is one --set away.
+    if (cfg.backend.rfind("cuda", 0) == 0 && !backend_registered(cfg.backend) &&
+        config_origin(cfg, "backend").find("(saved configuration)") != std::string::npos)
+      throw ConfigError(str_cat(config_origin(cfg, "backend"), ": backend ", cfg.backend,
+                                ", the training run's, is not in this program: --set backend=onednn evaluates the "
+                                "checkpoint on the CPU (or run build/bin/trainer_cuda on a GPU)"));
+    // The training machine's algorithm cache is that machine's path: used only where given here.
+    if (config_origin(cfg, "cuda.algo_cache").find("(saved configuration)") != std::string::npos)
+      cfg.cuda.algo_cache.clear();
   }
   config_validate(cfg);
   // An evaluation on a validation folder alone: the model's own class list labels it.
@@ -294,9 +303,16 @@ int cli_main(int argc, const char* const* argv) {
 
   // Memory is what a job most often runs out of: say which key to lower.
   auto hint = [&](const char* what) {
-    return OutOfMemory(str_cat(what, "; ", cfg.source, ": ", cfg.model.name, " with train.batch ", cfg.train.batch,
-                               " per rank (also the evaluation batch) on backend ", cfg.backend,
-                               " does not fit in memory: lower train.batch"));
+    const int64_t side = data::eval_image_size(cfg.data);
+    const std::string sides = side == cfg.data.image_size
+                                  ? str_cat(cfg.data.image_size, " px")
+                                  : str_cat(cfg.data.image_size, " px (evaluation: ", side, " px)");
+    return OutOfMemory(str_cat(what, "; ", cfg.model.name, " (model.width ", cfg.model.width, ") with train.batch ",
+                               cfg.train.batch, " per rank (", config_origin(cfg, "train.batch"),
+                               "; also the evaluation batch) at ", sides, " on backend ", cfg.backend,
+                               " does not fit in memory: lower ",
+                               cfg.train.batch > 1 ? "train.batch (train.accumulate keeps the global batch)"
+                                                   : "data.image_size, data.eval_image_size or model.width"));
   };
   try {
     return run_job(cfg, o, rank);

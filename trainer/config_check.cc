@@ -275,7 +275,8 @@ void config_validate(const Config& c) {
   k.require(!cu.deterministic_but_timed(), "cuda.conv_algos",
             "cannot be timed with cuda.deterministic: true (timing may choose other algorithms on the "
             "next run; use auto or heuristic)", cu.conv_algos);
-  k.require(cu.workspace_mib >= 0, "cuda.workspace_mib", "must be >= 0", cu.workspace_mib);
+  k.require(cu.workspace_mib >= 0 && cu.workspace_mib <= (int64_t(1) << 30), "cuda.workspace_mib",
+            "must be in [0, 1073741824] (MiB)", cu.workspace_mib);
   k.require(cu.algo_cache.empty() || !std::filesystem::is_directory(cu.algo_cache), "cuda.algo_cache",
             "must be a file, not a directory", cu.algo_cache);
 

@@ -76,6 +76,16 @@ TEST(ConvAlgoFile, LinesReadBackForTheirIdentityOnly) {
   EXPECT_TRUE(same(det.choices.begin()->second, sample(2)));
   EXPECT_TRUE(read_algo_file(f, "another GPU").choices.empty());
   EXPECT_TRUE(read_algo_file(f, id.substr(0, 20)).choices.empty());  // a prefix is not the identity
+  // A line cut short by a kill: the next run's first choice starts a line of its own.
+  {
+    std::ofstream(f, std::ios::app) << id << "\tcut short 1x1 out_c";
+  }
+  prepare_algo_file(f);
+  append_algo_file(f, algo_file_line(id, "fma 1x1x8x8 out_c 4", sample(2)));
+  const AlgoFileContents cut = read_algo_file(f, id);
+  EXPECT_EQ(cut.malformed, 1);
+  ASSERT_EQ(cut.choices.count("fma 1x1x8x8 out_c 4"), 1u);
+  EXPECT_TRUE(same(cut.choices.at("fma 1x1x8x8 out_c 4"), sample(2)));
 }
 
 TEST(ConvAlgoFile, TabsAndNewlinesInNamesDoNotBreakTheLine) {

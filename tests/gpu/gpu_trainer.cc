@@ -299,7 +299,7 @@ TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
   std::string out;
   EXPECT_NE(run_trainer("cuda-bf16", 2, &out, "", "RT_EMU_DEVICE_MIB=1"), 0) << out;
   for (const char* want : {"ringtrain: rank ", "out of memory", " free of 1.00 MiB",
-                           "job.yaml: resnet20 with train.batch 8 per rank",
+                           "resnet20 (model.width ", "with train.batch 8 per rank (", "job.yaml:",
                            "backend cuda-bf16 does not fit in memory: lower train.batch"})
     EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
 }

@@ -56,9 +56,9 @@ void check_errors() {
                                 "threads: 1\n"
                                 "run_dir: " + dir + "/big\n");
   expect_error(shell("ulimit -v 2000000 && " + mpiexec + " -np 1 --bind-to none " + trainer + " --config " + big),
-               "ringtrain: rank 0 of 1: host memory exhausted \\(std::bad_alloc\\); " + big +
-                   ": resnet50 with train.batch 512 per rank \\(also the evaluation batch\\) on backend onednn "
-                   "does not fit in memory: lower train.batch",
+               "ringtrain: rank 0 of 1: host memory exhausted \\(std::bad_alloc\\); resnet50 \\(model.width 1\\) "
+               "with train.batch 512 per rank \\(" + big + ":[0-9]+; also the evaluation batch\\) at 224 px on "
+               "backend onednn does not fit in memory: lower train.batch \\(train.accumulate keeps the global batch\\)",
                "out of memory");
 }
 
@@ -171,6 +171,21 @@ void check_run_eval_resume() {
          "--weights of resnet20 into resnet32", r);
   expect_error(run(1, "--config " + cfg + " --weights " + ck.front() + " --resume " + ck.front()),
                "--weights goes with --resume auto only", "--weights with --resume PATH");
+  // A GPU run's file in the CPU program: the way out is named (or, without CUDA, why not).
+  {
+    rt::trainer::Checkpoint g = rt::trainer::checkpoint_read(ck.front());
+    const size_t at = g.config_yaml.find("backend: onednn");
+    expect(at != std::string::npos, "the saved configuration names its backend", {0, g.config_yaml});
+    if (at != std::string::npos) g.config_yaml.replace(at, 15, "backend: cuda-bf16");
+    const std::string gpu = dir + "/gpu-run.rtck";
+    rt::trainer::checkpoint_write(gpu, g.meta, g.config_yaml, g.params, g.state, g.momentum, g.rank_state, g.layout);
+    expect_error(run(1, "--eval --checkpoint " + gpu),
+                 "(backend cuda-bf16, the training run's, is not in this program: --set backend=onednn evaluates the "
+                 "checkpoint on the CPU|built without CUDA)",
+                 "--eval of a GPU run's checkpoint by the CPU program");
+    r = run(1, "--eval --checkpoint " + gpu + " --set backend=onednn");
+    expect(r.rc == 0 && r.out.find(": top1 ") != std::string::npos, "... with --set backend=onednn", r);
+  }
   // A file from before checkpoints listed their tensors serves the same model only, and says why.
   const std::string old = dir + "/old.rtck";
   const rt::trainer::Checkpoint c = rt::trainer::checkpoint_read(ck.front());
