@@ -290,10 +290,19 @@ int cli_main(int argc, const char* const* argv) {
       cfg.cuda.algo_cache.clear();
   }
   config_validate(cfg);
-  // An evaluation on a validation folder alone: the model's own class list labels it.
-  if (o.eval && !cfg.data.root.empty() && std::filesystem::is_directory(cfg.data.root) &&
-      !std::filesystem::exists(std::filesystem::path(cfg.data.root) / "train"))
-    cfg.data.known_classes = checkpoint_classes(o.eval_file(), rank);
+  // An evaluation on a validation folder alone: the model's own class list labels it. Each rank
+  // looks at its own file system (data.root may differ between nodes); rank 0 reads the list
+  // where any rank needs it.
+  if (o.eval) {
+    int need = !cfg.data.root.empty() && std::filesystem::is_directory(cfg.data.root) &&
+               !std::filesystem::exists(std::filesystem::path(cfg.data.root) / "train");
+    int any = need;
+    MPI_CHECK(MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (any) {
+      std::vector<std::string> classes = checkpoint_classes(o.eval_file(), rank);
+      if (need) cfg.data.known_classes = std::move(classes);
+    }
+  }
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it
   if (rank == 0 && cfg.log.print_config && !o.predict) {  // --predict prints its answers alone
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
