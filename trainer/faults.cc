@@ -126,7 +126,14 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
       if (f.bad_params) where += str_cat(" (whose parameters hold ", f.bad_params, " non-finite value(s))");
     }
   }
-  if (where.empty()) where = "every rank's forward pass and loss are finite: they arose in backward";
+  if (where.empty()) {
+    where = "every rank's forward pass and loss are finite: they arose in backward";
+    // A static scale does not back off: the likeliest cause is the scale itself.
+    if (scaler_.enabled() && !scaler_.dynamic())
+      where += str_cat(" (with the loss multiplied by loss_scale.init ", scaler_.scale(),
+                       ", static: backward's values may pass the element type's range, fp16's at 65504; lower "
+                       "loss_scale.init, or loss_scale.mode dynamic skips such steps)");
+  }
   HostView<float> g = net_->arena().host_grads();
   std::string first_grad;  // lowest offset = the first parameter backward finished
   for (const ParamInfo& pi : net_->arena().layout())

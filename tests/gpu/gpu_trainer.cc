@@ -291,6 +291,18 @@ TEST(GpuTrainer, NcclStallIsNamedAndStopsTheJob) {
 // what the device had free, and which key of which file to lower; nothing hangs. Only the
 // emulator's device size can be set (RT_EMU_DEVICE_MIB): a real one would need a job too large
 // to be worth its time here (tests/gpu/gpu_memory.cc checks the message on a real device).
+// A static loss scale too large for fp16 overflows backward on every step, and does not back
+// off: the diagnosis says the scale is the likely cause.
+TEST(GpuTrainer, StaticLossScaleOverflowIsNamed) {
+  RT_REQUIRE_GPU();
+  std::string out;
+  EXPECT_NE(run_trainer("cuda-fp16", 1, &out, "loss_scale: {mode: static, init: 1048576}\n"), 0) << out;
+  for (const char* want : {"non-finite gradients at step 1", "they arose in backward (with the loss multiplied by "
+                                                              "loss_scale.init ",
+                           ", static: backward's values may pass the element type's range"})
+    EXPECT_NE(out.find(want), std::string::npos) << "no '" << want << "' in:\n" << out;
+}
+
 TEST(GpuTrainer, OutOfDeviceMemoryNamesTheKeyToLower) {
   RT_REQUIRE_GPU();
 #ifndef RT_CUDA_EMULATOR
