@@ -2,6 +2,7 @@
 #include "cuda/conv_algo_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -111,15 +112,13 @@ void prepare_algo_file(const std::string& path) {
     return;
   }
   if (errno != EEXIST) throw Error(str_cat("algorithm cache ", path, ": cannot create: ", errno_text()));
-  const int existing = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  const int existing = open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
   if (existing < 0) throw Error(str_cat("algorithm cache ", path, ": cannot append: ", errno_text()));
   // A run killed mid-append leaves a last line without its end: the next line appended would be
   // glued to it, and the choice it holds read as another's. A blank line is harmless.
   char last = '\n';
-  if (const int r = open(path.c_str(), O_RDONLY | O_CLOEXEC); r >= 0) {
-    if (lseek(r, -1, SEEK_END) >= 0 && read(r, &last, 1) != 1) last = '\n';
-    close(r);
-  }
+  struct stat st;
+  if (fstat(existing, &st) == 0 && st.st_size > 0 && pread(existing, &last, 1, st.st_size - 1) != 1) last = '\n';
   if (last != '\n') {
     write_and_close(existing, path, "\n");
     return;

@@ -269,14 +269,19 @@ void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& 
     return;
   }
   if (val == train) return;
+  throw Error(str_cat("data: training", both, " name different classes (", train.size(), " and ", val.size(), "; ",
+                      first_class_difference(train, val, "in training", "in validation"),
+                      "): the same label would mean another class"));
+}
+
+std::string first_class_difference(const std::vector<std::string>& a, const std::vector<std::string>& b,
+                                   const std::string& in_a, const std::string& in_b) {
   size_t i = 0;
-  while (i < train.size() && i < val.size() && train[i] == val[i]) ++i;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
   const auto name = [](const std::vector<std::string>& v, size_t k) {
     return k < v.size() ? "'" + v[k] + "'" : std::string("none");
   };
-  throw Error(str_cat("data: training", both, " name different classes (", train.size(), " and ", val.size(),
-                      "; label ", i, " is ", name(train, i), " in training, ", name(val, i),
-                      " in validation): the same label would mean another class"));
+  return str_cat("label ", i, " is ", name(a, i), " ", in_a, ", ", name(b, i), " ", in_b);
 }
 
 }  // namespace rt::data

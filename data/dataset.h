@@ -76,5 +76,9 @@ std::string split_source(const DataConfig& cfg, Split split);
 // Throws rt::Error naming both sources and the first difference.
 void check_split_classes(const DataConfig& cfg, const std::vector<std::string>& train,
                          const std::vector<std::string>& val);
+// Where two class lists first differ, for messages: "label 3 is 'c3' <in_a>, 'd3' <in_b>" ('none'
+// past a list's end).
+std::string first_class_difference(const std::vector<std::string>& a, const std::vector<std::string>& b,
+                                   const std::string& in_a, const std::string& in_b);
 
 }  // namespace rt::data

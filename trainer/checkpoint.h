@@ -205,8 +205,9 @@ void checkpoint_keep_best(const std::string& path);
 // folder, or goes back to an older checkpoint, would otherwise have --resume auto and pruning take
 // those later files of another history for its own. Nothing is deleted. Returns the new folder
 // ("" when nothing was moved), the files moved through `moved`; throws CheckpointError naming
-// the file it cannot move.
-std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved = nullptr);
+// the file it cannot move. `best_step`: the step of the best.rtck left in place (-1: none).
+std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved = nullptr,
+                                 int64_t* best_step = nullptr);
 // fsync of a folder, so that the renames in it last; throws CheckpointError naming it.
 void checkpoint_fsync_dir(const std::string& dir);
 

@@ -97,19 +97,22 @@ void checkpoint_prune(const std::string& dir, int keep) {
   }
 }
 
-std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved) {
+std::string checkpoint_set_aside(const std::string& dir, int64_t step, std::vector<std::string>* moved,
+                                 int64_t* best_step) {
   std::vector<std::string> later;
   for (const std::string& p : checkpoint_list(dir))
     if (step_of(p) > step) later.push_back(p);
   const std::string best = checkpoint_best_path(dir);
   std::error_code ec;
+  if (best_step) *best_step = -1;
   if (fs::exists(best, ec)) {
-    bool stale = true;  // unreadable: set aside too, it cannot be this run's
+    int64_t at = -1;  // unreadable: set aside too, it cannot be this run's
     try {
-      stale = checkpoint_read(best, CheckpointParts::none()).meta.step > step;
+      at = checkpoint_read(best, CheckpointParts::none()).meta.step;
     } catch (const CheckpointError&) {
     }
-    if (stale) later.push_back(best);
+    if (at < 0 || at > step) later.push_back(best);
+    else if (best_step) *best_step = at;
   }
   if (later.empty()) return "";
   char stamp[32];

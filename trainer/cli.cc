@@ -25,26 +25,32 @@ extern char** environ;
 namespace rt::trainer {
 namespace {
 
-// Rank 0 reads the configuration stored in a checkpoint and every rank receives it.
-std::string checkpoint_config_text(const std::string& path, int rank) {
-  std::string text;
-  if (rank == 0) text = checkpoint_read(path, CheckpointParts::none()).config_yaml;
-  return comm::broadcast_string(std::move(text), 0, MPI_COMM_WORLD);
-}
+// What --eval and --predict take from a checkpoint before the job is built: the configuration
+// it keeps and its class names (none in older files and PyTorch imports).
+struct SavedRun {
+  bool read = false;
+  std::string config_yaml;
+  std::vector<std::string> classes;
+};
 
-// The class names a checkpoint keeps (none in older files and PyTorch imports), on every rank.
-std::vector<std::string> checkpoint_classes(const std::string& path, int rank) {
+// Rank 0 reads the checkpoint (once: the caller keeps it) and every rank receives it. Collective.
+SavedRun read_saved_run(const std::string& path, int rank) {
+  SavedRun s;
   std::string names;
-  if (rank == 0)
-    for (const std::string& c : checkpoint_read(path, CheckpointParts::none()).classes) names += c + '\0';
+  if (rank == 0) {
+    Checkpoint ck = checkpoint_read(path, CheckpointParts::none());
+    s.config_yaml = std::move(ck.config_yaml);
+    for (const std::string& c : ck.classes) names += c + '\0';
+  }
+  s.config_yaml = comm::broadcast_string(std::move(s.config_yaml), 0, MPI_COMM_WORLD);
   names = comm::broadcast_string(std::move(names), 0, MPI_COMM_WORLD);
-  std::vector<std::string> out;
   for (size_t at = 0; at < names.size();) {
     const size_t end = names.find('\0', at);
-    out.push_back(names.substr(at, end - at));
+    s.classes.push_back(names.substr(at, end - at));
     at = end + 1;
   }
-  return out;
+  s.read = true;
+  return s;
 }
 
 // The dataset tool built beside this program (build/bin/make_imagenet_like).
@@ -259,9 +265,14 @@ int cli_main(int argc, const char* const* argv) {
     if (rank == 0) std::fputs(cli_usage(), stdout);
     return 0;
   }
-  Config cfg = o.config.empty() && o.uses_model_file() ? config_parse(checkpoint_config_text(o.eval_file(), rank),
-                                               o.eval_file() + " (saved configuration)", o.sets)
-                                : config_load(o.config, o.sets);
+  SavedRun saved;  // read where the job needs it, at most once
+  const auto saved_run = [&]() -> const SavedRun& {
+    if (!saved.read) saved = read_saved_run(o.eval_file(), rank);
+    return saved;
+  };
+  Config cfg = o.config.empty() && o.uses_model_file()
+                   ? config_parse(saved_run().config_yaml, o.eval_file() + " (saved configuration)", o.sets)
+                   : config_load(o.config, o.sets);
   if (config_data_sources(cfg.data) == 0) {
     // A weights file imported from PyTorch names no dataset. --predict needs none (the images are
     // on its command line); --eval does, and the fix is the user's to give.
@@ -298,9 +309,9 @@ int cli_main(int argc, const char* const* argv) {
                !std::filesystem::exists(std::filesystem::path(cfg.data.root) / "train");
     int any = need;
     MPI_CHECK(MPI_Allreduce(&need, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (any) {
-      std::vector<std::string> classes = checkpoint_classes(o.eval_file(), rank);
-      if (need) cfg.data.known_classes = std::move(classes);
+    if (any) {  // collective: rank 0 reads where any rank needs it
+      const SavedRun& s = saved_run();
+      if (need) cfg.data.known_classes = s.classes;
     }
   }
   cfg.run_dir = config_run_dir(cfg);  // printed resolved, as the checkpoints will hold it

@@ -98,18 +98,15 @@ void config_validate(const Config& c) {
   }
   // Training data alone serves a run that never evaluates (as a folder without val/ does).
   const bool evaluates = c.eval.every_epochs > 0 || c.eval.at_end;
-  k.require(d.train_list.empty() == d.val_list.empty() || (!evaluates && d.val_list.empty()),
-            d.train_list.empty() ? "data.val_list" : "data.train_list",
-            d.train_list.empty() ? "needs its partner (data.train_list and data.val_list go together)"
-                                 : "needs its partner data.val_list where the run evaluates (eval.every_epochs, "
-                                   "eval.at_end)",
-            d.train_list.empty() ? d.val_list : d.train_list);
-  k.require(d.train_shards.empty() == d.val_shards.empty() || (!evaluates && d.val_shards.empty()),
-            d.train_shards.empty() ? "data.val_shards" : "data.train_shards",
-            d.train_shards.empty() ? "needs its partner (data.train_shards and data.val_shards go together)"
-                                   : "needs its partner data.val_shards where the run evaluates (eval.every_epochs, "
-                                     "eval.at_end)",
-            d.train_shards.empty() ? d.val_shards : d.train_shards);
+  const auto partners = [&](const std::string& train, const std::string& val, const std::string& kind) {
+    const std::string t = "data.train_" + kind, v = "data.val_" + kind;
+    k.require(train.empty() == val.empty() || (!evaluates && val.empty()), train.empty() ? v : t,
+              train.empty() ? str_cat("needs its partner (", t, " and ", v, " go together)")
+                            : str_cat("needs its partner ", v, " where the run evaluates (eval.every_epochs, eval.at_end)"),
+              train.empty() ? val : train);
+  };
+  partners(d.train_list, d.val_list, "list");
+  partners(d.train_shards, d.val_shards, "shards");
   k.require(d.image_size >= 8, "data.image_size", "must be >= 8", d.image_size);
   k.require(d.eval_image_size == 0 || d.eval_image_size >= 8, "data.eval_image_size",
             "must be >= 8 (0: data.image_size)", d.eval_image_size);

@@ -52,15 +52,10 @@ void Trainer::check_checkpoint_classes(const Checkpoint& ck, const std::string& 
   if (!loader || !named_here || by_number) return;
   const std::vector<std::string>& here = loader->class_names();
   if (here == ck.classes) return;
-  size_t i = 0;
-  while (i < here.size() && i < ck.classes.size() && here[i] == ck.classes[i]) ++i;
-  const auto name = [](const std::vector<std::string>& v, size_t k) {
-    return k < v.size() ? "'" + v[k] + "'" : std::string("none");
-  };
   throw CheckpointError(str_cat(path, ": written for other classes than ", data::split_source(cfg_.data, split),
-                                " names (", ck.classes.size(), " and ", here.size(), "; label ", i, " is ",
-                                name(ck.classes, i), " in the file, ", name(here, i),
-                                " here): the same label would mean another class (",
+                                " names (", ck.classes.size(), " and ", here.size(), "; ",
+                                data::first_class_difference(ck.classes, here, "in the file", "here"),
+                                "): the same label would mean another class (",
                                 for_training ? "resume" : "evaluate",
                                 " on the classes it was trained on, or fine-tune from its weights: --weights)"));
 }
@@ -88,7 +83,8 @@ void Trainer::prepare_checkpoint_dir() {
   ::close(fd);
   ::unlink(probe.c_str());
   std::vector<std::string> moved;
-  const std::string to = checkpoint_set_aside(ckpt_dir_, step_, &moved);
+  int64_t best_kept = -1;  // the step of the best.rtck left in place
+  const std::string to = checkpoint_set_aside(ckpt_dir_, step_, &moved, &best_kept);
   if (!to.empty())
     log_line(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
                      step_ ? "resumes (another history's, or damaged files passed over)" : "starts (an earlier run's)",
@@ -98,14 +94,7 @@ void Trainer::prepare_checkpoint_dir() {
   // still here: best.rtck may have gone with the later files, never have been made, or be an
   // older best (keep_best turned on by this run); pruning would otherwise take the file.
   const std::string best = checkpoint_best_path(ckpt_dir_);
-  const auto best_is_record = [&] {
-    try {  // kept by an earlier stretch with keep_best on, before the record moved on without it
-      return checkpoint_read(best, CheckpointParts::none()).meta.step == best_step_;
-    } catch (const CheckpointError&) {
-      return false;
-    }
-  };
-  if (cfg_.checkpoint.keep_best && best_step_ > 0 && (!std::filesystem::exists(best, ec) || !best_is_record())) {
+  if (cfg_.checkpoint.keep_best && best_step_ > 0 && best_kept != best_step_) {
     const std::string record = checkpoint_path(ckpt_dir_, best_step_);
     if (std::filesystem::exists(record, ec)) {
       checkpoint_keep_best(record);
