@@ -140,11 +140,11 @@ int node_local_size(const BackendOptions& o) {
   return std::max(launcher_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1), 1);
 }
 
-int local_rank_device(const BackendOptions& o) {
+int local_rank_device(const BackendOptions& o, bool note) {
   // Rank k of a node takes GPU k (modulo the GPUs it sees), as Horovod and torchrun place ranks.
   const int local = node_local_rank(o), n = device_count();
   static std::once_flag noted;
-  if (local == 0)
+  if (note && local == 0)
     std::call_once(noted, [n, size = node_local_size(o)] {
       const std::string note = shared_device_note(size, n, std::getenv("CUDA_VISIBLE_DEVICES"));
       if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
@@ -154,7 +154,9 @@ int local_rank_device(const BackendOptions& o) {
 
 void select_launcher_device() {
   // A failure (which the backend will report in its own words) must not stay the last error.
-  if (device_count() > 0 && cudaSetDevice(local_rank_device(BackendOptions{})) != cudaSuccess)
+  // No note about shared GPUs here: the run may not use one (backend: onednn); making a cuda
+  // backend gives it.
+  if (device_count() > 0 && cudaSetDevice(local_rank_device(BackendOptions{}, false)) != cudaSuccess)
     (void)cudaGetLastError();
 }
 

@@ -18,9 +18,9 @@ std::unique_ptr<Backend<float>> make_cuda_backend(const ContextConfig& cfg = {})
 int node_local_rank(const BackendOptions& o);
 int node_local_size(const BackendOptions& o);
 // The device for this process: node_local_rank modulo the visible devices. The registered
-// backends use it. Where the node has more ranks than devices, local rank 0 prints
-// shared_device_note once to stderr.
-int local_rank_device(const BackendOptions& o);
+// backends use it, with `note`: where the node has more ranks than devices, local rank 0 then
+// prints shared_device_note once to stderr.
+int local_rank_device(const BackendOptions& o, bool note = true);
 // "" when each of a node's local_size ranks has a device of its own; else a one-line note that
 // they share them. Sharing works (the tests run two ranks on one GPU) but each rank then gets a
 // fraction of a device, which is rarely what a launch meant. `visible` is CUDA_VISIBLE_DEVICES

@@ -118,5 +118,21 @@ TEST(trainer_config_mistakes, ModelKeysThatDifferFromACheckpoints) {
   EXPECT_EQ(config_model_changes("not: [valid", now), "");
 }
 
+TEST(trainer_config_mistakes, CudaKeysOnACpuBackendAreNamed) {
+  // A GPU job's options carried over to a CPU run do nothing; the trainer's start-up says so.
+  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml")), "");
+  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml", {"cuda.conv_algos=timed", "cuda.algo_cache=/tmp/a.tsv"})),
+            "cuda.conv_algos, cuda.algo_cache");
+  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml", {"cuda.deterministic=true", "cuda.workspace_mib=64"})),
+            "cuda.deterministic, cuda.workspace_mib");
+  // A saved configuration writes every key at its default: nothing to say.
+  const Config c = config_parse(kData, "d.yaml");
+  EXPECT_EQ(ignored_cuda_keys(config_parse(config_to_yaml(c), "saved")), "");
+  // The cuda backends read them.
+  Config g = config_parse(kData, "d.yaml", {"cuda.conv_algos=timed"});
+  g.backend = "cuda-bf16";
+  EXPECT_EQ(ignored_cuda_keys(g), "");
+}
+
 }  // namespace
 }  // namespace rt::trainer

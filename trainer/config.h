@@ -204,6 +204,9 @@ std::string config_changes(const std::string& other_yaml, const Config& now,
 bool config_key_per_rank(const std::string& key);
 
 // Derived values.
+// The cuda.* keys set away from their defaults while backend is a CPU one ("cuda.conv_algos,
+// cuda.algo_cache"), which then have no effect; "" when none are or the backend is a cuda one.
+std::string ignored_cuda_keys(const Config& cfg);
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
 double config_base_lr(const Config& cfg, int world);          // lr * global batch / 256
 ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total_epochs filled

@@ -287,6 +287,21 @@ void config_validate(const Config& c) {
   // runtime's reason, when the model is built.
 }
 
+std::string ignored_cuda_keys(const Config& c) {
+  if (c.backend.rfind("cuda", 0) == 0) return "";
+  // Compared with the defaults, not by origin: a saved configuration sets every key.
+  const BackendOptions d;
+  std::string keys;
+  const auto add = [&](bool differs, const char* key) {
+    if (differs) keys += (keys.empty() ? "" : ", ") + std::string(key);
+  };
+  add(c.cuda.conv_algos != d.conv_algos, "cuda.conv_algos");
+  add(c.cuda.deterministic != d.deterministic, "cuda.deterministic");
+  add(c.cuda.workspace_mib != d.workspace_mib, "cuda.workspace_mib");
+  add(!c.cuda.algo_cache.empty(), "cuda.algo_cache");
+  return keys;
+}
+
 double config_global_batch(const Config& c, int world) {
   return double(world) * double(c.train.batch) * double(c.train.accumulate);
 }
