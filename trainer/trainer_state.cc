@@ -325,6 +325,12 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
     } else if (has_ema() && for_training) {
       log_line(str_cat(path, ": no moving average of the weights in it: train.ema starts from its weights"));
     }
+    // A scale the file saved that this run does not take: say so, as a resume that changed it.
+    if (for_training && lm.loss_scale > 0 && !scaler_.dynamic() && lm.loss_scale != scaler_.scale())
+      log_line(str_cat(path, ": its loss scale ", lm.loss_scale, " is not continued (loss_scale.mode ",
+                       cfg_.loss_scale.mode, ", set in ", config_origin(cfg_, "loss_scale.mode"),
+                       scaler_.enabled() ? str_cat(": the static scale ", scaler_.scale(), " applies") : std::string(),
+                       ")"));
   }
   // Everyone receives rank 0's state: ranks need not see the checkpoint folder themselves.
   MPI_CHECK(MPI_Bcast(&lm, int(sizeof lm), MPI_BYTE, 0, ctl_comm_->mpi()));

@@ -65,8 +65,9 @@ void check_errors() {
 void check_run_eval_resume() {
   const std::string cfg = tiny_config("run");
   // With a moving average of the weights, evaluated beside the model and kept in the checkpoints,
-  // and a gradient norm limit that every step is above.
-  Result r = run(2, "--config " + cfg + " --set train.ema=0.99 --set train.clip_grad_norm=1e-4");
+  // and a gradient norm limit that every step is above; with a loss scale (a power of two: exact).
+  Result r = run(2, "--config " + cfg + " --set train.ema=0.99 --set train.clip_grad_norm=1e-4 "
+                    "--set loss_scale.mode=dynamic --set loss_scale.init=1024");
   expect(r.rc == 0 && r.out.find("epoch 2/2: train loss") != std::string::npos &&
              r.out.find("val loss") != std::string::npos && r.out.find(", EMA loss ") != std::string::npos &&
              r.out.find(", gradients clipped in ") != std::string::npos,
@@ -117,7 +118,8 @@ void check_run_eval_resume() {
   }
   r = run(2, "--config " + cfg + " --resume auto");
   expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos &&
-             r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos,
+             r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos &&
+             r.out.find("its loss scale 1024 is not continued (loss_scale.mode none") != std::string::npos,
          "--resume auto after the end", r);
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/fresh --resume auto");
   expect(r.rc == 0 && r.out.find("starting fresh") != std::string::npos, "--resume auto without checkpoints", r);
