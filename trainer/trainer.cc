@@ -164,7 +164,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   }
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
-  metrics_->write(JsonLine("start")
+  // Written with the run's first record (metrics()): a start that fails later (a refused resume)
+  // leaves no record of a run that never was.
+  start_record_ = std::make_unique<JsonLine>(JsonLine("start")
                       .add("rank", rank_)
                       .add("world", world_)
                       .add("nodes", grad_comm_->nodes())
@@ -188,6 +190,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
                       .add("emulate_compute_ms", cfg_.emulate.compute_ms)
                       .add("backend", net_->backend().name())
                       .add("setup", net_->backend().setup_note()));
+
   // An evaluation traces no steps: opening the run's timeline would empty its training trace.
   if (!cfg_.log.timeline.empty() && use_ != Use::evaluate) {
     // One origin for all ranks (their clocks differ across nodes): the end of a barrier.
@@ -293,6 +296,11 @@ std::unique_ptr<Net<float>> Trainer::build_net(const Config& c, bool inference_o
   r.inference_only = inference_only;
   if (!inference_only) r.bn_sync = bn_sync_;
   return build_resnet<float>(r, make_backend<float>(cfg_.backend, backend_options()));
+}
+
+Metrics& Trainer::metrics() {
+  if (start_record_) metrics_->write(*std::exchange(start_record_, nullptr));
+  return *metrics_;
 }
 
 void Trainer::log_line(const std::string& s) const {
@@ -500,7 +508,7 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   }
   const ProcessUsage u = process_usage();
   line.add("rss_mib", u.rss_mib).add("open_fds", u.open_fds);
-  metrics_->write(line);
+  metrics().write(line);
   log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
 }
 
@@ -538,7 +546,7 @@ bool Trainer::evaluate_pending() {
   line.add("epoch", epoch).add("step", step_);
   std::string text = str_cat("epoch ", epoch, "/", cfg_.train.epochs, ": the evaluation the last run's stop skipped");
   validate(line, text);
-  metrics_->write(line);
+  metrics().write(line);
   log_line(text);
   // Its file again, its meta now holding the record (and keep_best's link made).
   if (best_due_ || target_due_) save_checkpoint();

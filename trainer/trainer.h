@@ -216,6 +216,7 @@ class Trainer {
   data::Loader& val_loader();
   BackendOptions backend_options() const;  // cuda.* and this rank's place on its node
   Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
+  Metrics& metrics();  // the metrics file, the start record written before the first record
   void log_line(const std::string& s) const;
   void make_bn_sync(MPI_Comm world);
   std::unique_ptr<Net<float>> build_net(const Config& c, bool inference_only);
@@ -237,6 +238,7 @@ class Trainer {
   std::unique_ptr<comm::GradientReducer> reducer_;
   std::unique_ptr<data::Loader> train_loader_, val_loader_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<JsonLine> start_record_;  // until the first record: metrics() writes it then
   std::unique_ptr<Progress> progress_;
   std::function<void(size_t)> ready_;  // the reducer's callback, made once
   std::vector<size_t> emulate_points_;  // emulated backward's progress reports (emulate.compute_ms)

@@ -61,7 +61,7 @@ void Trainer::check_checkpoint_classes(const Checkpoint& ck, const std::string& 
 }
 
 void Trainer::report(const JsonLine& line, const std::string& text) {
-  metrics_->write(line);
+  metrics().write(line);
   log_line(text);
 }
 

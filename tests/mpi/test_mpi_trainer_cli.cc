@@ -132,12 +132,24 @@ void check_run_eval_resume() {
                "truncated checkpoint");
   expect_error(run(2, "--eval --checkpoint " + ck.back() + " --config " + cfg + " --set model.width=0.5"),
                ck.back() + ": written for another model \\(resnet20", "checkpoint of another model");
+  const auto starts = [&] {
+    const std::string text = read_file(dir + "/run/metrics.jsonl");
+    size_t n = 0;
+    for (size_t at = text.find("{\"type\":\"start\""); at != std::string::npos; at = text.find("{\"type\":\"start\"", at + 1))
+      ++n;
+    return n;
+  };
+  const size_t started = starts();
   expect_error(run(2, "--config " + cfg + " --set train.batch=2 --resume " + ck.front()),
                "written by 2 rank\\(s\\) x batch 4 = 8 images a step; this run has 2 rank\\(s\\) x batch 2 = 4 "
                "\\(resume with the same global batch",
                "resume with another global batch");
   expect_error(run(2, "--config " + cfg + " --set train.accumulate=2 --resume " + ck.front()),
                "this run has 2 rank\\(s\\) x batch 4 x 2 accumulated = 16", "resume with passes accumulated");
+  // A start that a refused resume ends writes no record of a run that never was.
+  expect(starts() == started && started > 0,
+         "refused resumes added start records (" + std::to_string(started) + " before, " + std::to_string(starts()) + ")",
+         {0, ""});
   // Another rank count at the same global batch goes on (test_mpi_trainer_resume checks the arithmetic).
   r = run(1, "--config " + cfg + " --set train.accumulate=2 --set run_dir=" + dir + "/elastic --resume " + ck.front());
   expect(r.rc == 0 &&
