@@ -116,8 +116,9 @@ class Net {
   int logits() const { return logits_; }
   // Diagnosis after a non-finite loss or gradient: runs forward again in training mode, as the
   // step did, node by node, and returns the first node whose output holds a non-finite value
-  // (the loss node when only the loss does), or -1 when all stays finite. Allocates; not for
-  // the step itself.
+  // (the loss node when only the loss does), kNonFiniteInput when the input as imported already
+  // holds one, or -1 when all stays finite. Allocates; not for the step itself.
+  static constexpr int kNonFiniteInput = -2;
   int first_nonfinite_node(const T* input_nchw, const Targets& targets);
   int first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams& norm, const Targets& targets);
 

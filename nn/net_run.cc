@@ -1,6 +1,7 @@
 // Running a built Net: forward and backward (with per-node profiling), the gradient buffer
 // slots they reuse, partial backward and frozen statistics, the search for the first
 // non-finite output, tensor export.
+#include <algorithm>
 #include <cmath>
 
 #include "nn/clock.h"
@@ -233,8 +234,12 @@ int Net<T>::first_nonfinite_node_u8(const uint8_t* pixels_nhwc, const NormParams
 template <class T>
 int Net<T>::run_nonfinite_search(const Targets& targets) {
   targets_ = targets;
-  std::vector<T> out;
+  // The input as the backend holds it: 16-bit storage, or a data.std near 0, can make it
+  // non-finite before any layer; the first layer is then not at fault.
+  std::vector<T> out(size_t(shapes_[0].numel()));
+  export_tensor(0, out.data());
   int first = -1;
+  const bool input_bad = std::any_of(out.begin(), out.end(), [](T v) { return !std::isfinite(double(v)); });
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node<T>& n = *nodes_[i];
     n.forward(*this, true);
@@ -251,7 +256,7 @@ int Net<T>::run_nonfinite_search(const Targets& targets) {
         break;
       }
   }
-  return first;
+  return input_bad ? kNonFiniteInput : first;
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "nn/resnet.h"
@@ -409,6 +410,10 @@ TEST(Net, FirstNonfiniteNodeNamesThePoisonedLayer) {
     ASSERT_GE(node, 0) << layer;
     EXPECT_EQ(again->node(size_t(node)).name, layer);
   }
+  // A non-finite input (normalisation beyond the element type's range) is the input's doing,
+  // not the first layer's.
+  x[7] = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(net->first_nonfinite_node(x.data(), labels.data()), Net<double>::kNonFiniteInput);
 }
 
 TEST(Net, OnednnResNetStepMatchesReference) {

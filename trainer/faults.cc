@@ -45,7 +45,7 @@ const ParamInfo& fault_param(const Arena<float>& a, const std::string& name) {
 // What one rank saw, for the collective diagnosis.
 struct Finding {
   double loss = 0;
-  int32_t node = -1;       // first node whose forward output is non-finite (-1: none)
+  int32_t node = -1;       // first node whose forward output is non-finite (-1: none; -2: the input)
   int32_t pad = 0;
   uint64_t bad_params = 0; // non-finite parameter values of that node
 };
@@ -103,7 +103,7 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   mine.node = cfg_.data.output == data::Output::u8
                   ? net_->first_nonfinite_node_u8(batch_.pixels.data(), norm_, data::targets(batch_))
                   : net_->first_nonfinite_node(batch_.images.data(), data::targets(batch_));
-  if (mine.node >= 0) {
+  if (mine.node >= 0) {  // (not the input: no parameters made it)
     HostView<float> p = net_->arena().host_params();
     for (int id : net_->node(size_t(mine.node)).params) {
       const ParamInfo& pi = net_->arena().info(id);
@@ -119,9 +119,12 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
   std::string where;
   for (int r = 0; r < world_; ++r) {
     const Finding& f = all[size_t(r)];
-    if (f.node < 0 && std::isfinite(f.loss)) continue;
+    if (f.node == -1 && std::isfinite(f.loss)) continue;
     where += str_cat(where.empty() ? "" : "; ", "rank ", r, ": loss ", f.loss);
-    if (f.node >= 0) {
+    if (f.node == Net<float>::kNonFiniteInput) {
+      where += str_cat(", the input itself is non-finite as backend ", cfg_.backend, " holds it (data.mean and "
+                       "data.std, set in ", config_origin(cfg_, "data.std"), ", normalise pixels beyond its range)");
+    } else if (f.node >= 0) {
       where += str_cat(", first non-finite output in forward: ", net_->node(size_t(f.node)).name);
       if (f.bad_params) where += str_cat(" (whose parameters hold ", f.bad_params, " non-finite value(s))");
     }
