@@ -99,10 +99,78 @@ TEST(trainer_config, SetOverrides) {
   auto e = error_of([] { config_parse("", "s.yaml", {"train.batch=abc"}); });
   EXPECT_NE(e.find("--set train.batch=abc: key 'train.batch' expects an integer, got 'abc'"), std::string::npos) << e;
   e = error_of([] { config_parse("", "s.yaml", {"train.bacth=4"}); });
-  EXPECT_NE(e.find("--set train.bacth=4: unknown key 'train.bacth' (train takes: epochs, steps, batch"),
+  EXPECT_NE(e.find("--set train.bacth=4: unknown key 'train.bacth' (did you mean 'train.batch'? train takes: "
+                   "epochs, steps, batch"),
             std::string::npos) << e;
   e = error_of([] { config_parse("", "s.yaml", {"train.batch"}); });
   EXPECT_NE(e.find("expected key=value"), std::string::npos) << e;
+}
+
+TEST(trainer_config, SetWholeSections) {
+  // A section's keys in one --set, the others kept; each named --set.
+  Config c = config_parse("model: {name: resnet18, classes: 7}\n", "s.yaml", {"model={name: resnet20, width: 0.5}"});
+  EXPECT_EQ(c.model.name, "resnet20");
+  EXPECT_DOUBLE_EQ(c.model.width, 0.5);
+  EXPECT_EQ(c.model.classes, 7);
+  EXPECT_EQ(c.origin.at("model.name"), "--set");
+  EXPECT_EQ(c.origin.at("model.classes"), "s.yaml:1");
+  auto e = error_of([] { config_parse("", "s.yaml", {"train=4"}); });
+  EXPECT_NE(e.find("--set train=4: key 'train' is a section and expects a mapping (epochs, steps, batch"),
+            std::string::npos) << e;
+  e = error_of([] { config_parse("", "s.yaml", {"model={nmae: resnet20}"}); });
+  EXPECT_NE(e.find("unknown key 'model.nmae' (did you mean 'model.name'?"), std::string::npos) << e;
+  // Below a single value: no section there (the mapping form is for lr_mult only).
+  e = error_of([] { config_parse("", "s.yaml", {"train.batch.x=4"}); });
+  EXPECT_NE(e.find("'train.batch' is one value, not a section (--set train.batch=VALUE)"), std::string::npos) << e;
+  e = error_of([] { config_parse("", "s.yaml", {"optimizer.lr_mult.fc=5"}); });
+  EXPECT_NE(e.find("e.g. --set 'optimizer.lr_mult={fc: 5}'"), std::string::npos) << e;
+}
+
+TEST(trainer_config, UnknownKeysGetTheNearestKnownOne) {
+  auto e = error_of([] { config_parse("", "s.yaml", {"TRAIN.batch=4"}); });
+  EXPECT_NE(e.find("unknown key 'TRAIN.batch' (did you mean 'train.batch'? top level takes: model, data"),
+            std::string::npos) << e;
+  e = error_of([] { config_parse("", "s.yaml", {"train..batch=4"}); });
+  EXPECT_NE(e.find("unknown key 'train..batch' (did you mean 'train.batch'? train takes: epochs"), std::string::npos) << e;
+  // A dotted key in a file: the list is its section's, not the top level's.
+  e = error_of([] { config_parse("train.bacth: 3\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:1: unknown key 'train.bacth' (did you mean 'train.batch'? train takes:"), std::string::npos)
+      << e;
+  e = error_of([] { config_parse("trian: {batch: 3}\n", "d.yaml"); });
+  EXPECT_NE(e.find("unknown key 'trian' (did you mean 'train'? top level takes:"), std::string::npos) << e;
+  // Nothing near: no guess.
+  e = error_of([] { config_parse("colour: blue\n", "d.yaml"); });
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+}
+
+TEST(trainer_config, DottedKeysMeetTheirNestedTwins) {
+  Config c = config_parse("train.batch: 3\nmodel: {classes: 5}\n", "d.yaml");
+  EXPECT_EQ(c.train.batch, 3);
+  auto e = error_of([] { config_parse("train: {batch: 8}\ntrain.batch: 3\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:2: key 'train.batch' given twice (first at d.yaml:1)"), std::string::npos) << e;
+  e = error_of([] { config_parse("train.batch: 3\ntrain:\n  batch: 8\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:3: key 'train.batch' given twice (first at d.yaml:1)"), std::string::npos) << e;
+  e = error_of([] { config_parse("train:\n  <<: {batch: 4}\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:2: YAML merge keys ('<<') are not read here"), std::string::npos) << e;
+}
+
+TEST(trainer_config, EmptyFileIsRefused) {
+  for (const char* text : {"", "# only a comment\n", "{}\n"}) {
+    const std::string path = write_temp("rt_cfg_empty.yaml", text);
+    const std::string e = error_of([&] { config_load(path); });
+    EXPECT_NE(e.find(path + ": the configuration is empty (no keys)"), std::string::npos) << e;
+  }
+}
+
+TEST(trainer_config, PrintedFloatsAreTheirShortestText) {
+  Config c = config_parse("data: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n", "f.yaml");
+  const std::string y = config_to_yaml(c);
+  EXPECT_NE(y.find("mean: [0.485, 0.456, 0.406]"), std::string::npos) << y;
+  EXPECT_NE(y.find("std: [0.229, 0.224, 0.225]"), std::string::npos) << y;
+  const Config back = config_parse(y, "saved");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(back.data.mean[i], c.data.mean[i]);
+  auto e = error_of([] { config_parse("", "s.yaml", {"data.mean=[0.5, 0.5]"}); });
+  EXPECT_NE(e.find("expects a list of 3 numbers, got a list of 2"), std::string::npos) << e;
 }
 
 // "data: {<source>}" before the yaml; a test's own "data: {...}" on line 2 becomes part of it (a
@@ -449,6 +517,21 @@ TEST(trainer_cli, Arguments) {
   EXPECT_NE(e.find("--eval needs --checkpoint PATH or --weights PATH (one of them)"), std::string::npos) << e;
   const char* ew[] = {"trainer", "--eval", "--weights", "w.rtck"};
   EXPECT_EQ(cli_parse(4, ew).weights, "w.rtck");
+}
+
+TEST(trainer_cli, OptionEqualsValueAndFilesGivenOnce) {
+  const char* eq[] = {"trainer", "--config=c.yaml", "--set=train.batch=4", "--resume=auto"};
+  CliOptions o = cli_parse(4, eq);
+  EXPECT_EQ(o.config, "c.yaml");
+  EXPECT_EQ(o.sets, (std::vector<std::string>{"train.batch=4"}));
+  EXPECT_EQ(o.resume, "auto");
+  // A second --config would replace the first without a word: files do not merge.
+  auto e = error_of([] { const char* a[] = {"trainer", "--config", "a.yaml", "--config", "b.yaml"}; cli_parse(5, a); });
+  EXPECT_NE(e.find("--config given twice ('a.yaml' and 'b.yaml')"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--eval=yes", "--checkpoint", "x"}; cli_parse(4, a); });
+  EXPECT_NE(e.find("--eval takes no value"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--confg=x.yaml"}; cli_parse(2, a); });
+  EXPECT_NE(e.find("unknown argument '--confg'"), std::string::npos) << e;
 }
 
 }  // namespace

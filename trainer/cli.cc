@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <new>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "comm/mpi_check.h"
@@ -145,8 +147,15 @@ const char* cli_usage() {
 CliOptions cli_parse(int argc, const char* const* argv) {
   CliOptions o;
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    std::string a = argv[i];
+    // --option=value, as GNU tools take it, for every option with a value.
+    std::optional<std::string> inline_value;
+    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = a.substr(eq + 1);
+      a.resize(eq);
+    }
     auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
       if (i + 1 >= argc) throw ConfigError(str_cat("command line: ", a, " needs a value (see --help)"));
       // Its value forgotten, an option would take the next option for it.
       if (std::string(argv[i + 1]).rfind("--", 0) == 0)
@@ -154,16 +163,25 @@ CliOptions cli_parse(int argc, const char* const* argv) {
                                   "' (see --help)"));
       return argv[++i];
     };
-    if (a == "--config") o.config = value();
+    // A second file for an option that takes one would silently replace the first.
+    auto once = [&](std::string& field) {
+      std::string v = value();
+      if (!field.empty())
+        throw ConfigError(str_cat("command line: ", a, " given twice ('", field, "' and '", v,
+                                  "'): one file (files do not merge: --set adds keys)"));
+      field = std::move(v);
+    };
+    const bool flag = a == "--eval" || a == "--predict" || a == "--ema" || a == "--help" || a == "-h";
+    if (flag && inline_value) throw ConfigError(str_cat("command line: ", a, " takes no value (see --help)"));
+    if (a == "--config") once(o.config);
     else if (a == "--set") o.sets.push_back(value());
-    else if (a == "--resume") o.resume = value();
-    else if (a == "--weights") o.weights = value();
-    else if (a == "--checkpoint") o.checkpoint = value();
+    else if (a == "--resume") once(o.resume);
+    else if (a == "--weights") once(o.weights);
+    else if (a == "--checkpoint") once(o.checkpoint);
     else if (a == "--eval") o.eval = true;
     else if (a == "--predict") o.predict = true;
     else if (a == "--ema") o.ema = true;
     else if (a == "--help" || a == "-h") o.help = true;
-    else if (a.rfind("--set=", 0) == 0) o.sets.push_back(a.substr(6));
     else if (a.rfind("-", 0) != 0) o.files.push_back(a);
     else throw ConfigError(str_cat("command line: unknown argument '", a, "' (see --help)"));
   }

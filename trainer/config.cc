@@ -4,6 +4,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -155,8 +157,10 @@ void config_fields(C& c, V&& v) {
 
 [[noreturn]] void bad_type(const std::string& at, const std::string& key, const char* want,
                            const YAML::Node& n) {
-  std::string got = n.IsScalar() ? "'" + n.Scalar() + "'" : n.IsSequence() ? "a list"
-                    : n.IsMap() ? "a mapping" : "nothing";
+  std::string got = n.IsScalar()     ? "'" + n.Scalar() + "'"
+                    : n.IsSequence() ? str_cat("a list of ", n.size())
+                    : n.IsMap()      ? "a mapping"
+                                     : "nothing";
   throw ConfigError(str_cat(at, ": key '", key, "' expects ", want, ", got ", got));
 }
 
@@ -300,7 +304,17 @@ YAML::Node to_node(int f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(int64_t f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(uint64_t f) { return YAML::Node(std::to_string(f)); }
 YAML::Node to_node(double f) { return YAML::Node(number_text(f)); }
-YAML::Node to_node(float f) { return YAML::Node(number_text(f)); }
+// A float's shortest text that reads back as the same float (0.485, not 0.48500001430511475).
+std::string float_text(float v) {
+  if (!std::isfinite(v)) return number_text(v);
+  char buf[40];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+YAML::Node to_node(float f) { return YAML::Node(float_text(f)); }
 YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
 YAML::Node to_node(OptimizerKind f) { return YAML::Node(optimizer_kind_name(f)); }
 YAML::Node to_node(LossKind f) { return YAML::Node(loss_kind_name(f)); }
@@ -320,7 +334,12 @@ YAML::Node to_node(const std::vector<std::string>& f) {
   s.SetStyle(YAML::EmitterStyle::Flow);
   return s;
 }
-YAML::Node to_node(const float (&f)[3]) { return seq_node(f, 3); }
+YAML::Node to_node(const float (&f)[3]) {
+  YAML::Node s(YAML::NodeType::Sequence);
+  for (float v : f) s.push_back(float_text(v));
+  s.SetStyle(YAML::EmitterStyle::Flow);
+  return s;
+}
 YAML::Node to_node(const std::vector<std::pair<std::string, double>>& f) {
   YAML::Node m(YAML::NodeType::Map);
   for (const auto& [name, factor] : f) m[name] = number_text(factor);
@@ -355,6 +374,42 @@ std::string keys_under(const std::string& prefix) {
   return out;
 }
 
+// Edits (insertions, deletions, substitutions, swaps of neighbours) between a and b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "unknown key 'train.bacth' (did you mean 'train.batch'? train takes: ...)": the list is of the
+// longest section the key starts with, and the suggestion the known key (or section) nearest to
+// it, case aside, if any is within two edits.
+std::string unknown_key(const std::string& key) {
+  std::string section;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
+    if (is_section(key.substr(0, dot))) section = key.substr(0, dot);
+  std::string lower = key;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  std::string best;
+  size_t best_d = 3;
+  std::vector<std::string> names = config_keys();
+  for (const auto& k : config_keys())  // the sections too ("trian: {...}")
+    for (size_t dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1)) names.push_back(k.substr(0, dot));
+  for (const auto& k : names)
+    if (const size_t d = edit_distance(lower, k); d < best_d) {
+      best = k;
+      best_d = d;
+    }
+  return str_cat("unknown key '", key, "' (", best.empty() ? "" : str_cat("did you mean '", best, "'? "),
+                 section.empty() ? "top level" : section, " takes: ", keys_under(section), ")");
+}
+
 void assign(Config& cfg, const std::string& key, const YAML::Node& value, const std::string& at) {
   bool done = false;
   config_fields(cfg, [&](const char* k, auto& field) {
@@ -369,11 +424,17 @@ std::string mark_at(const std::string& name, const YAML::Mark& m) {
   return str_cat(name, ":", m.line + 1);
 }
 
-void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& name) {
-  std::map<std::string, std::string> seen;  // key -> where: YAML forbids a key twice in a mapping
+// key -> where it was given, over the whole tree: YAML forbids a key twice in a mapping, and a
+// dotted key (train.batch: 8, as on the command line) must not silently meet its nested twin.
+using Seen = std::map<std::string, std::string>;
+
+void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& name, Seen& seen) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string at = mark_at(name, it->first.Mark());
     if (!it->first.IsScalar()) throw ConfigError(str_cat(at, ": a key must be plain text"));
+    if (it->first.Scalar() == "<<")
+      throw ConfigError(str_cat(at, ": YAML merge keys ('<<') are not read here: write the keys out (an alias, *name, "
+                                    "may stand for a whole section)"));
     const std::string key = (prefix.empty() ? "" : prefix + ".") + it->first.Scalar();
     if (const auto [first, fresh] = seen.emplace(key, at); !fresh)
       throw ConfigError(str_cat(at, ": key '", key, "' given twice (first at ", first->second,
@@ -384,10 +445,9 @@ void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const s
       if (!it->second.IsMap() && !it->second.IsNull())
         throw ConfigError(str_cat(at, ": key '", key, "' is a section and expects a mapping (",
                                   keys_under(key), ")"));
-      if (it->second.IsMap()) walk(cfg, it->second, key, name);
+      if (it->second.IsMap()) walk(cfg, it->second, key, name, seen);
     } else {
-      throw ConfigError(str_cat(at, ": unknown key '", key, "' (", prefix.empty() ? "top level" : prefix,
-                                " takes: ", keys_under(prefix), ")"));
+      throw ConfigError(str_cat(at, ": ", unknown_key(key)));
     }
   }
 }
@@ -421,7 +481,8 @@ Config config_parse(const std::string& yaml, const std::string& name,
   }
   if (!root.IsNull()) {
     if (!root.IsMap()) throw ConfigError(str_cat(name, ": the configuration must be a mapping of keys"));
-    walk(cfg, root, "", name);
+    Seen seen;
+    walk(cfg, root, "", name, seen);
   }
   for (const auto& o : overrides) config_set(cfg, o);
   // Synthetic data labels as many classes as the model has unless told otherwise: a config for
@@ -452,6 +513,13 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
   if (!f) throw ConfigError(str_cat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   std::stringstream ss;
   ss << f.rdbuf();
+  // An empty file (a failed copy, the wrong path's twin) would train ResNet-50 on the defaults.
+  try {
+    const YAML::Node root = YAML::Load(ss.str());
+    if (root.IsNull() || (root.IsMap() && root.size() == 0))
+      throw ConfigError(str_cat(path, ": the configuration is empty (no keys): is this the file meant?"));
+  } catch (const YAML::Exception&) {  // config_parse names the syntax error
+  }
   return config_parse(ss.str(), path, overrides);
 }
 
@@ -461,21 +529,34 @@ void config_set(Config& cfg, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0)
     throw ConfigError(str_cat(at, ": expected key=value, e.g. --set train.batch=64"));
   const std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  if (!is_known(key)) {
-    // Inside a key whose value is a whole mapping or list (optimizer.lr_mult.fc=5): that key is set whole.
+  const bool section = !is_known(key) && is_section(key);
+  if (!is_known(key) && !section) {
+    // Inside a key whose value is a whole mapping (optimizer.lr_mult.fc=5): that key is set whole.
     for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1))
-      if (const std::string outer = key.substr(0, dot); is_known(outer))
-        throw ConfigError(str_cat(at, ": unknown key '", key, "': '", outer, "' takes its whole value, e.g. --set '",
-                                  outer, "={", key.substr(dot + 1), ": ", text, "}'"));
-    const std::string section = key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
-    throw ConfigError(str_cat(at, ": unknown key '", key, "' (", section.empty() ? "top level" : section,
-                              " takes: ", keys_under(is_section(section) ? section : ""), ")"));
+      if (const std::string outer = key.substr(0, dot); is_known(outer)) {
+        if (outer == "optimizer.lr_mult")
+          throw ConfigError(str_cat(at, ": unknown key '", key, "': '", outer, "' takes its whole value, e.g. --set '",
+                                    outer, "={", key.substr(dot + 1), ": ", text, "}'"));
+        throw ConfigError(str_cat(at, ": unknown key '", key, "': '", outer, "' is one value, not a section (--set ",
+                                  outer, "=VALUE)"));
+      }
+    throw ConfigError(str_cat(at, ": ", unknown_key(key)));
   }
   YAML::Node value;
   try {
     value = text.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw ConfigError(str_cat(at, ": the value is not valid YAML: ", e.msg));
+  }
+  if (section) {  // --set 'model={name: resnet18, classes: 100}': the keys it names, the others kept
+    if (!value.IsMap())
+      throw ConfigError(str_cat(at, ": key '", key, "' is a section and expects a mapping (", keys_under(key), ")"));
+    Seen seen;
+    const auto before = cfg.origin;
+    walk(cfg, value, key, at, seen);
+    for (auto& [k, where] : cfg.origin)
+      if (auto was = before.find(k); was == before.end() || was->second != where) where = "--set";
+    return;
   }
   assign(cfg, key, value, at);
   cfg.origin[key] = "--set";
