@@ -63,11 +63,12 @@ void sgd_validate(const SgdConfig& cfg) {
   for (const auto& [entry, factor] : cfg.lr_mult)
     if (!(factor >= 0) || !std::isfinite(factor) || entry.empty())
       throw Error(str_cat("lr_mult: '", entry, "' must name tensors and have a finite factor >= 0, got ", factor));
-  if (cfg.kind == OptimizerKind::sgd) return;
+  // Adam's values are checked under SGD too: a wrong one is a mistake whichever kind runs.
   const char* name = optimizer_kind_name(cfg.kind);
   for (auto [field, v] : {std::pair<const char*, double>{"beta1", cfg.beta1}, {"beta2", cfg.beta2}})
     if (!(v >= 0 && v < 1)) throw Error(str_cat(name, ": ", field, " must be in [0, 1), got ", v));
   if (!(cfg.eps > 0) || !std::isfinite(cfg.eps)) throw Error(str_cat(name, ": eps must be finite and > 0, got ", cfg.eps));
+  if (cfg.kind == OptimizerKind::sgd) return;
   if (cfg.lars) throw Error(str_cat(name, ": lars is SGD's layer-wise scaling (LAMB is Adam's)"));
   if (cfg.nesterov) throw Error(str_cat(name, ": nesterov is SGD's"));
 }

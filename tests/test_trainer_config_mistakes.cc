@@ -118,20 +118,58 @@ TEST(trainer_config_mistakes, ModelKeysThatDifferFromACheckpoints) {
   EXPECT_EQ(config_model_changes("not: [valid", now), "");
 }
 
-TEST(trainer_config_mistakes, CudaKeysOnACpuBackendAreNamed) {
-  // A GPU job's options carried over to a CPU run do nothing; the trainer's start-up says so.
-  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml")), "");
-  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml", {"cuda.conv_algos=timed", "cuda.algo_cache=/tmp/a.tsv"})),
-            "cuda.conv_algos, cuda.algo_cache");
-  EXPECT_EQ(ignored_cuda_keys(config_parse(kData, "d.yaml", {"cuda.deterministic=true", "cuda.workspace_mib=64"})),
-            "cuda.deterministic, cuda.workspace_mib");
+TEST(trainer_config_mistakes, KeysWithoutEffectAreNamed) {
+  // Set, but read by another backend, optimizer, schedule or model: the start-up names them.
+  const auto unread = [](std::vector<std::string> sets) { return inapplicable_keys(config_parse(kData, "d.yaml", sets)); };
+  EXPECT_EQ(unread({}), "");
+  EXPECT_EQ(unread({"cuda.conv_algos=timed", "cuda.algo_cache=/tmp/a.tsv"}),
+            "cuda.conv_algos (read with the cuda backends only); cuda.algo_cache (read with the cuda backends only)");
+  EXPECT_EQ(unread({"optimizer.beta1=0.8"}), "optimizer.beta1 (read with optimizer.kind adamw and lamb only)");
+  EXPECT_EQ(unread({"optimizer.kind=adamw", "optimizer.beta1=0.8", "optimizer.momentum=0.5"}),
+            "optimizer.momentum (read with optimizer.kind sgd only)");
+  EXPECT_EQ(unread({"train.ema_every=4", "optimizer.lars_trust=0.01"}),
+            "optimizer.lars_trust (read with optimizer.lars: true only); train.ema_every (read with train.ema > 0 only)");
+  EXPECT_EQ(unread({"train.ema=0.999", "train.ema_every=4"}), "");
+  EXPECT_EQ(unread({"data.randaugment_magnitude=5"}),
+            "data.randaugment_magnitude (read with data.auto_augment: randaugment only)");
+  EXPECT_EQ(unread({"model.name=resnet50", "model.cifar_shortcut=B"}),
+            "model.cifar_shortcut (read with the CIFAR ResNets (resnet20/32/44/56/110) only)");
+  EXPECT_EQ(unread({"model.name=resnet20", "model.cifar_shortcut=B"}), "");
+  EXPECT_EQ(unread({"schedule.kind=step", "schedule.final_lr=0.05"}),
+            "schedule.final_lr (read with schedule.kind cosine and poly only)");
+  EXPECT_EQ(unread({"loss_scale.init=1024"}), "loss_scale.init (read with loss_scale.mode static and dynamic only)");
   // A saved configuration writes every key at its default: nothing to say.
-  const Config c = config_parse(kData, "d.yaml");
-  EXPECT_EQ(ignored_cuda_keys(config_parse(config_to_yaml(c), "saved")), "");
-  // The cuda backends read them.
+  EXPECT_EQ(inapplicable_keys(config_parse(config_to_yaml(config_parse(kData, "d.yaml")), "saved")), "");
+  // The cuda backends read cuda.*.
   Config g = config_parse(kData, "d.yaml", {"cuda.conv_algos=timed"});
   g.backend = "cuda-bf16";
-  EXPECT_EQ(ignored_cuda_keys(g), "");
+  EXPECT_EQ(inapplicable_keys(g), "");
+}
+
+TEST(trainer_config_mistakes, ValuesOnAnotherScaleOrKeyAreBlamedOnTheirOwnKey) {
+  const auto invalid = [](std::vector<std::string> sets) {
+    return error_of([&] { config_validate(config_parse(kData, "d.yaml", sets)); });
+  };
+  // mmcv-style normalisation on the 0-255 scale.
+  auto e = invalid({"data.mean=[123.675, 116.28, 103.53]"});
+  EXPECT_NE(e.find("--set: key 'data.mean' must be in [0, 1]: pixels are in [0, 1] when normalised"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("divide by 255"), std::string::npos) << e;
+  e = invalid({"data.std=[58.395, 57.12, 57.375]"});
+  EXPECT_NE(e.find("key 'data.std' must be in (0, 1]"), std::string::npos) << e;
+  // The key that is out of range, where it was set, and its own value.
+  e = invalid({"data.max_scale=1.5"});
+  EXPECT_NE(e.find("--set: key 'data.max_scale' must be in [data.min_scale, 1] (min_scale 0.08, set in d.yaml "
+                   "(default)) (got 1.5)"),
+            std::string::npos) << e;
+  e = invalid({"data.min_scale=0"});
+  EXPECT_NE(e.find("key 'data.min_scale' must be in (0, 1] (got 0)"), std::string::npos) << e;
+  // Adam's values are checked whichever optimizer runs.
+  e = invalid({"optimizer.beta1=5"});
+  EXPECT_NE(e.find("beta1 must be in [0, 1), got 5"), std::string::npos) << e;
+  EXPECT_NE(e.find("--set"), std::string::npos) << e;
+  e = invalid({"optimizer.eps=-1"});
+  EXPECT_NE(e.find("eps must be finite and > 0, got -1"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -587,6 +587,17 @@ std::string config_changes(const std::string& other_yaml, const Config& now,
   return out;
 }
 
+std::vector<std::string> config_changed_keys(const Config& now) {
+  Config defaults, cur = now;  // config_fields hands out mutable references
+  std::map<std::string, std::string> was;
+  config_fields(defaults, [&](const char* k, auto& f) { was[k] = YAML::Dump(to_node(f)); });
+  std::vector<std::string> out;
+  config_fields(cur, [&](const char* k, auto& f) {
+    if (YAML::Dump(to_node(f)) != was[k]) out.emplace_back(k);
+  });
+  return out;
+}
+
 std::string config_model_changes(const std::string& saved_yaml, const Config& now) {
   return config_changes(
       saved_yaml, now, [](const std::string& k) { return k.rfind("model.", 0) == 0; }, "in the file", "here");

@@ -204,9 +204,13 @@ std::string config_changes(const std::string& other_yaml, const Config& now,
 bool config_key_per_rank(const std::string& key);
 
 // Derived values.
-// The cuda.* keys set away from their defaults while backend is a CPU one ("cuda.conv_algos,
-// cuda.algo_cache"), which then have no effect; "" when none are or the backend is a cuda one.
-std::string ignored_cuda_keys(const Config& cfg);
+// The keys whose values differ from a default Config's, in table order.
+std::vector<std::string> config_changed_keys(const Config& cfg);
+// The keys set away from their defaults that have no effect with the rest of the configuration,
+// each with what reads it: "optimizer.beta1 (read by optimizer.kind adamw and lamb only); ...";
+// "" when there are none. Compared with the defaults, not by origin: a saved configuration sets
+// every key.
+std::string inapplicable_keys(const Config& cfg);
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
 double config_base_lr(const Config& cfg, int world);          // lr * global batch / 256
 ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total_epochs filled

@@ -2,6 +2,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <type_traits>
 
 #include "comm/allreduce.h"
@@ -122,8 +123,11 @@ void config_validate(const Config& c) {
             d.queue_depth);
   k.require(d.synthetic_samples >= 1, "data.synthetic_samples", "must be >= 1", d.synthetic_samples);
   k.require(d.synthetic_classes >= 2, "data.synthetic_classes", "must be >= 2", d.synthetic_classes);
-  k.require(d.min_scale > 0 && d.min_scale <= d.max_scale && d.max_scale <= 1, "data.min_scale",
-            "and data.max_scale must satisfy 0 < min_scale <= max_scale <= 1", d.min_scale);
+  k.require(d.min_scale > 0 && d.min_scale <= 1, "data.min_scale", "must be in (0, 1]", d.min_scale);
+  k.require(d.max_scale >= d.min_scale && d.max_scale <= 1, "data.max_scale",
+            str_cat("must be in [data.min_scale, 1] (min_scale ", d.min_scale, ", set in ",
+                    config_origin(c, "data.min_scale"), ")"),
+            d.max_scale);
   const auto& aa = d.auto_augment;
   k.require(aa.ops >= 1 && aa.ops <= data::kMaxAugSteps, "data.randaugment_ops",
             str_cat("must be in [1, ", data::kMaxAugSteps, "]"), aa.ops);
@@ -138,8 +142,12 @@ void config_validate(const Config& c) {
   k.require(d.random_erasing == 0 || !d.synthetic, "data.random_erasing",
             "works on decoded images; data.synthetic has none", d.random_erasing);
   for (int i = 0; i < 3; ++i) {
-    k.require(std::isfinite(d.mean[i]), "data.mean", "must be finite", d.mean[i]);
-    k.require(finite_pos(d.std[i]), "data.std", "must be finite and > 0", d.std[i]);
+    // Pixels are scaled to [0, 1] before normalising: values on the 0-255 scale (mmcv's
+    // [123.675, ...]) would make every input nearly constant.
+    const char* scale = "pixels are in [0, 1] when normalised (ImageNet's: mean [0.485, 0.456, 0.406], std "
+                        "[0.229, 0.224, 0.225]; values on the 0-255 scale divide by 255)";
+    k.require(d.mean[i] >= 0 && d.mean[i] <= 1, "data.mean", str_cat("must be in [0, 1]: ", scale), d.mean[i]);
+    k.require(finite_pos(d.std[i]) && d.std[i] <= 1, "data.std", str_cat("must be in (0, 1]: ", scale), d.std[i]);
   }
 
   const auto& g = c.generate;
@@ -287,19 +295,42 @@ void config_validate(const Config& c) {
   // runtime's reason, when the model is built.
 }
 
-std::string ignored_cuda_keys(const Config& c) {
-  if (c.backend.rfind("cuda", 0) == 0) return "";
-  // Compared with the defaults, not by origin: a saved configuration sets every key.
-  const BackendOptions d;
-  std::string keys;
-  const auto add = [&](bool differs, const char* key) {
-    if (differs) keys += (keys.empty() ? "" : ", ") + std::string(key);
+std::string inapplicable_keys(const Config& c) {
+  const bool adam = c.optimizer.sgd.kind != OptimizerKind::sgd;
+  const auto& n = c.model.name;
+  const bool cifar = n == "resnet20" || n == "resnet32" || n == "resnet44" || n == "resnet56" || n == "resnet110";
+  const ScheduleKind kind = c.schedule.kind;
+  const auto policy = c.data.auto_augment.policy;
+  // key prefix or key, whether it applies, and what reads it
+  const std::tuple<std::string, bool, const char*> rules[] = {
+      {"cuda.", c.backend.rfind("cuda", 0) == 0, "the cuda backends"},
+      {"optimizer.beta1", adam, "optimizer.kind adamw and lamb"},
+      {"optimizer.beta2", adam, "optimizer.kind adamw and lamb"},
+      {"optimizer.eps", adam, "optimizer.kind adamw and lamb"},
+      {"optimizer.momentum", !adam, "optimizer.kind sgd"},
+      {"optimizer.lars_", c.optimizer.sgd.lars, "optimizer.lars: true"},
+      {"train.ema_", c.train.ema > 0, "train.ema > 0"},
+      {"data.randaugment_", policy == data::AutoAugment::randaugment, "data.auto_augment: randaugment"},
+      {"model.cifar_shortcut", cifar, "the CIFAR ResNets (resnet20/32/44/56/110)"},
+      {"schedule.final_lr", kind == ScheduleKind::cosine || kind == ScheduleKind::poly, "schedule.kind cosine and poly"},
+      {"schedule.power", kind == ScheduleKind::poly, "schedule.kind poly"},
+      {"schedule.step_size", kind == ScheduleKind::step, "schedule.kind step"},
+      {"schedule.milestones", kind == ScheduleKind::multistep, "schedule.kind multistep"},
+      {"schedule.gamma", kind == ScheduleKind::step || kind == ScheduleKind::multistep, "schedule.kind step and multistep"},
+      {"schedule.warmup_start_factor", c.schedule.warmup_epochs > 0, "schedule.warmup_epochs > 0"},
+      {"loss_scale.init", c.loss_scale.mode != "none", "loss_scale.mode static and dynamic"},
+      {"loss_scale.growth_", c.loss_scale.mode == "dynamic", "loss_scale.mode dynamic"},
+      {"loss_scale.backoff_factor", c.loss_scale.mode == "dynamic", "loss_scale.mode dynamic"},
+      {"loss_scale.min", c.loss_scale.mode == "dynamic", "loss_scale.mode dynamic"},
   };
-  add(c.cuda.conv_algos != d.conv_algos, "cuda.conv_algos");
-  add(c.cuda.deterministic != d.deterministic, "cuda.deterministic");
-  add(c.cuda.workspace_mib != d.workspace_mib, "cuda.workspace_mib");
-  add(!c.cuda.algo_cache.empty(), "cuda.algo_cache");
-  return keys;
+  std::string out;
+  for (const std::string& key : config_changed_keys(c))
+    for (const auto& [prefix, applies, reader] : rules)
+      if (!applies && key.rfind(prefix, 0) == 0) {
+        out += str_cat(out.empty() ? "" : "; ", key, " (read with ", reader, " only)");
+        break;
+      }
+  return out;
 }
 
 double config_global_batch(const Config& c, int world) {

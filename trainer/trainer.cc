@@ -338,9 +338,8 @@ void Trainer::train() {
                "MPI_THREAD_MULTIPLE (this MPI gives less): comm.stall_warning_s and comm.stall_abort_s apply "
                "to ring, hierarchical and reducer only");
   }
-  if (const std::string ignored = ignored_cuda_keys(cfg_); !ignored.empty())
-    log_line(str_cat("note: backend ", cfg_.backend, " ignores ", ignored, ": only the cuda backends read ",
-                     ignored.find(',') == std::string::npos ? "it" : "them"));
+  if (const std::string unread = inapplicable_keys(cfg_); !unread.empty())
+    log_line(str_cat("note: set but without effect in this configuration: ", unread));
   if (cfg_.train.steps > total_steps_)
     log_line(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
                      ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",
