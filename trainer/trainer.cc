@@ -181,6 +181,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
                       .add("total_steps", total_steps_)
                       .add("base_lr", schedule_.base_lr)
                       .add("optimizer", std::string(optimizer_kind_name(cfg_.optimizer.sgd.kind)))
+                      .add("lars", int64_t(cfg_.optimizer.sgd.lars))
                       .add("loss", std::string(loss_kind_name(cfg_.train.loss)))
                       .add("eval_image_size", int64_t(data::eval_image_size(cfg_.data)))
                       .add("comm", std::string(reducer_->algorithm()))
@@ -326,7 +327,8 @@ void Trainer::train() {
                    " rank(s) x batch ", cfg_.train.batch,
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
                    steps_per_epoch_, " steps/epoch, ",
-                   total_steps_ - step_, " steps to go, ", optimizer_kind_name(cfg_.optimizer.sgd.kind), " base lr ",
+                   total_steps_ - step_, " steps to go, ", optimizer_kind_name(cfg_.optimizer.sgd.kind),
+                   cfg_.optimizer.sgd.lars ? " with LARS" : "", " base lr ",
                    schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
