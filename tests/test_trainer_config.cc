@@ -519,6 +519,30 @@ TEST(trainer_cli, Arguments) {
   EXPECT_EQ(cli_parse(4, ew).weights, "w.rtck");
 }
 
+TEST(trainer_cli, RanksMustAgreeOnTheCommandLinesShape) {
+  const auto shape = [](std::vector<const char*> args) {
+    args.insert(args.begin(), "trainer");
+    return cli_shape(cli_parse(int(args.size()), args.data()));
+  };
+  const CliShape train = shape({"--config", "a.yaml"}), resume = shape({"--config", "b.yaml", "--resume", "auto"}),
+                 eval = shape({"--eval", "--checkpoint", "x.rtck"});
+  EXPECT_EQ(cli_disagreement({train, train, train}), "");
+  // Paths may differ (rank 0 reads the files): only their kinds are compared.
+  EXPECT_EQ(cli_disagreement({resume, shape({"--config", "c.yaml", "--resume", "auto"})}), "");
+  EXPECT_EQ(cli_disagreement({shape({"--config", "a", "--resume", "p1"}), shape({"--config", "a", "--resume", "p2"})}), "");
+  EXPECT_NE(cli_disagreement({train, train, resume}).find("command line: rank 2 has --resume auto, rank 0 no --resume"),
+            std::string::npos);
+  EXPECT_NE(cli_disagreement({train, eval}).find("rank 1 has --eval, rank 0 training"), std::string::npos);
+  EXPECT_NE(cli_disagreement({train, shape({"--config", "a", "--weights", "w.rtck"})})
+                .find("rank 1 has --weights, rank 0 no --weights"),
+            std::string::npos);
+  EXPECT_NE(cli_disagreement({eval, shape({"--eval", "--weights", "w.rtck"})}).find("rank 1 has --weights, rank 0 no --weights"),
+            std::string::npos);
+  EXPECT_NE(cli_disagreement({eval, shape({"--eval", "--checkpoint", "x", "--config", "a"})})
+                .find("rank 1 has --config, rank 0 no --config"),
+            std::string::npos);
+}
+
 TEST(trainer_cli, OptionEqualsValueAndFilesGivenOnce) {
   const char* eq[] = {"trainer", "--config=c.yaml", "--set=train.batch=4", "--resume=auto"};
   CliOptions o = cli_parse(4, eq);

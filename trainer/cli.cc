@@ -209,6 +209,39 @@ CliOptions cli_parse(int argc, const char* const* argv) {
   return o;
 }
 
+CliShape cli_shape(const CliOptions& o) {
+  CliShape s;
+  s.mode = o.help ? 3 : o.predict ? 2 : o.eval ? 1 : 0;
+  s.config = !o.config.empty();
+  s.resume = o.resume.empty() ? 0 : o.resume == "auto" ? 1 : 2;
+  s.weights = !o.weights.empty();
+  s.checkpoint = !o.checkpoint.empty();
+  s.ema = o.ema;
+  return s;
+}
+
+std::string cli_disagreement(const std::vector<CliShape>& all) {
+  static const char* const modes[] = {"training", "--eval", "--predict", "--help"};
+  static const char* const resumes[] = {"no --resume", "--resume auto", "--resume FILE"};
+  const auto given = [](const char* option, int32_t v) { return str_cat(v ? "" : "no ", option); };
+  for (size_t r = 1; r < all.size(); ++r) {
+    const CliShape &a = all[r], &z = all[0];
+    std::string mine, root;
+    if (a.mode != z.mode) mine = modes[a.mode & 3], root = modes[z.mode & 3];
+    else if (a.config != z.config) mine = given("--config", a.config), root = given("--config", z.config);
+    else if (a.resume != z.resume) mine = resumes[a.resume % 3], root = resumes[z.resume % 3];
+    else if (a.weights != z.weights) mine = given("--weights", a.weights), root = given("--weights", z.weights);
+    else if (a.checkpoint != z.checkpoint)
+      mine = given("--checkpoint", a.checkpoint), root = given("--checkpoint", z.checkpoint);
+    else if (a.ema != z.ema) mine = given("--ema", a.ema), root = given("--ema", z.ema);
+    else continue;
+    return str_cat("command line: rank ", r, " has ", mine, ", rank 0 ", root,
+                   " (every rank must be given the same mode, --config, --resume, --weights, --checkpoint and "
+                   "--ema; --set may differ where config keys may)");
+  }
+  return "";
+}
+
 namespace {
 // The job itself, once the configuration is known: evaluation of a checkpoint, or training.
 int run_job(const Config& cfg, const CliOptions& o, int rank) {
@@ -279,6 +312,13 @@ int cli_main(int argc, const char* const* argv) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
   const CliOptions o = cli_parse(argc, argv);
+  // Before anything collective, or any file moved: ranks launched with other options (an MPMD
+  // line, a wrapper script per node) would wait in different collectives until the stall
+  // check, or for ever.
+  std::vector<CliShape> shapes(static_cast<size_t>(world));
+  const CliShape mine = cli_shape(o);
+  MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, shapes.data(), sizeof mine, MPI_BYTE, MPI_COMM_WORLD));
+  if (const std::string why = cli_disagreement(shapes); !why.empty()) throw ConfigError(why);
   if (o.help) {
     if (rank == 0) std::fputs(cli_usage(), stdout);
     return 0;

@@ -40,6 +40,14 @@ void check_errors() {
   expect_error(run(2, "--config " + cfg + " --set data.synthetic=false --set data.root=" + dir + "/no-data"),
                "no-data", "missing data root");
   expect_error(run(2, "--config " + cfg + " --frobnicate"), "unknown argument '--frobnicate'", "bad argument");
+  // Ranks launched with other options (an MPMD line) are refused before any collective: this
+  // hung in different collectives until the stall check.
+  const std::string each = " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer + " --config " + cfg;
+  expect_error(shell("timeout 120 " + mpiexec + " -np 1" + each + " : -np 1" + each + " --resume auto"),
+               "rank [01] of 2: command line: rank 1 has --resume auto, rank 0 no --resume \\(every rank must",
+               "--resume on one rank only");
+  expect_error(shell("timeout 120 " + mpiexec + " -np 1" + each + " : -np 1" + each + " --eval --checkpoint x.rtck"),
+               "command line: rank 1 has --eval, rank 0 training", "--eval on one rank only");
   // A job too large for the memory there is says which key to lower: ResNet-50's activations at
   // batch 512 need tens of GiB, and the ranks' address space is capped at 2 GB. (Not in sanitizer
   // builds: their shadow memory alone is terabytes of address space.)
