@@ -156,9 +156,10 @@ void GradientReducer::fence_upto(size_t n) {
   fenced_ = covered;
 }
 
-void GradientReducer::begin_step() {
+void GradientReducer::begin_step(int64_t step) {
   std::lock_guard<std::mutex> lk(mu_);
   if (active_) throw CommError("GradientReducer: begin_step() before the previous step's wait()");
+  label_step_ = step;
   start_step_locked();
 }
 
@@ -191,7 +192,11 @@ void GradientReducer::reduce_bucket(size_t b) {
   if (staged()) dev_->download_wait(ticket_[b]);
   else if (dev_) dev_->wait(fence_[b]);
   if (dev_) bt.fenced = Clock::now();
-  if (stall_ && b == 0) stall_->arrive(++steps_);
+  if (stall_ && b == 0) {
+    ++steps_;
+    stall_->arrive(steps_, StallLabel("the gradient allreduce of step ", label_step_ > 0 ? label_step_ : steps_));
+    label_step_ = 0;  // a step without begin_step(): the reducer's count
+  }
   if (wire_on_device_) {  // already divided by the ranks and rounded, on the device
     allreducer_->allreduce(work_ + r.offset * dtype_size(wire_), r.len, wire_, ReduceOp::sum);
   } else if (wire_ == dtype_) {

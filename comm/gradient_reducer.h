@@ -70,7 +70,11 @@ class GradientReducer {
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   // Starts a step (the compute clock). Optional: the first on_ready() of a step starts one too.
-  void begin_step();
+  // `step` (> 0) is the caller's number for it, which stall messages use (a resumed run's steps
+  // do not start at 1); else the reducer counts its own.
+  void begin_step(int64_t step = 0);
+  // The stall check of the steps' allreduces (null without comm.stall_*_s), for fault drills.
+  StallWatch* stall_watch() { return stall_.get(); }
   // grads[0, n) is final (n grows within a step). Wakes the communication thread when a bucket
   // is complete. Cheap; called from Net::backward's on_ready.
   void on_ready(size_t n);
@@ -125,6 +129,7 @@ class GradientReducer {
   std::vector<Range> buckets_;  // contiguous slices in buffer (= backward) order
   std::unique_ptr<StallWatch> stall_;  // names the ranks a step waits for (cfg stall_*_s)
   int64_t steps_ = 0;                  // steps whose reduction has begun
+  int64_t label_step_ = 0;             // the current step's number in messages
   // Device buffers, per bucket: the fence of the report that completed it, and (staged) its
   // download. Written by the reporting thread before it publishes ready_, read after.
   std::vector<uint64_t> fence_, ticket_;

@@ -1,7 +1,11 @@
 // The stall check's announcements and its warning and abort.
 #include "comm/stall.h"
 
+#include <signal.h>
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "comm/communicator.h"
@@ -11,6 +15,7 @@ namespace rt::comm {
 
 namespace {
 constexpr int kArriveTag = 0x5354;
+constexpr int kBeatTag = 0x5355;
 // How often a waiting loop really looks at the clock-driven checks.
 constexpr auto kPollEvery = std::chrono::milliseconds(50);
 
@@ -25,7 +30,52 @@ std::string rank_list(const std::vector<int>& r) {
   for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
   return s;
 }
+
+// A SIGCONT reaches a stopped process when it is continued, but also a running one (an MPI
+// launcher's teardown sends it to every rank). Only one that had not been looking at its waits
+// for a while (last_active_ns: the watches' polls, beats and arrivals, on steady_clock's base,
+// CLOCK_MONOTONIC) counts as stopped; `continued_gap_ns` is how long it had not been.
+std::atomic<int> continued{0};  // lock-free: safe in a handler
+std::atomic<int64_t> last_active_ns{0}, continued_gap_ns{0};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+extern "C" void on_continue(int) {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  continued_gap_ns.store(now - last_active_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  continued.fetch_add(1, std::memory_order_relaxed);
+}
+void mark_active(std::chrono::steady_clock::time_point now) {
+  last_active_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                       std::memory_order_relaxed);
+}
+
+// Receives completed on `reqs` (one per peer but `self`) go to `got(peer, value)`, each reposted.
+template <class F>
+void drain_into(std::vector<MPI_Request>& reqs, std::vector<int64_t>& bufs, int self, int tag, MPI_Comm comm, F&& got) {
+  for (int p = 0; p < int(reqs.size()); ++p) {
+    if (p == self) continue;
+    MPI_Request& r = reqs[size_t(p)];
+    for (int done = 1; r != MPI_REQUEST_NULL;) {
+      MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+      if (!done) break;
+      got(p, bufs[size_t(p)]);
+      MPI_CHECK(MPI_Irecv(&bufs[size_t(p)], 1, MPI_INT64_T, p, tag, comm, &r));
+    }
+  }
+}
 }  // namespace
+
+void install_continue_counter() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_handler = on_continue;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCONT, &sa, nullptr);
+  });
+}
 
 StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(warn_s), abort_s_(abort_s) {
   MPI_CHECK(MPI_Comm_dup(comm, &comm_));
@@ -40,8 +90,21 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
   recv_buf_.assign(n, 0);
   recv_req_.assign(n, MPI_REQUEST_NULL);
   send_req_.assign(n, MPI_REQUEST_NULL);
+  heard_.assign(n, {});
+  beat_buf_.assign(n, 0);
+  beat_req_.assign(n, MPI_REQUEST_NULL);
+  beat_send_req_.assign(n, MPI_REQUEST_NULL);
+  // A quarter of the first deadline: a silent rank is two beats behind well before it.
+  double first = 0;
+  for (double t : {warn_s, abort_s})
+    if (t > 0) first = first > 0 ? std::min(first, t) : t;
+  beat_every_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::clamp(first / 4, 0.05, 5.0)));
   for (int p = 0; p < size_; ++p)
-    if (p != rank_) MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &recv_req_[size_t(p)]));
+    if (p != rank_) {
+      MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &recv_req_[size_t(p)]));
+      MPI_CHECK(MPI_Irecv(&beat_buf_[size_t(p)], 1, MPI_INT64_T, p, kBeatTag, comm_, &beat_req_[size_t(p)]));
+    }
 }
 
 StallWatch::~StallWatch() {
@@ -56,29 +119,60 @@ StallWatch::~StallWatch() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Request& r : recv_req_)
-    if (r != MPI_REQUEST_NULL) {
-      MPI_Cancel(&r);
-      MPI_Wait(&r, MPI_STATUS_IGNORE);
-    }
+  for (auto* reqs : {&recv_req_, &beat_req_})
+    for (MPI_Request& r : *reqs)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+      }
   MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE);
+  MPI_Waitall(int(beat_send_req_.size()), beat_send_req_.data(), MPI_STATUSES_IGNORE);
   MPI_Comm_free(&comm_);
 }
 
 void StallWatch::drain() {
-  for (int p = 0; p < size_; ++p) {
-    MPI_Request& r = recv_req_[size_t(p)];
-    for (int done = 1; r != MPI_REQUEST_NULL;) {
-      MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
-      if (!done) break;
-      seen_[size_t(p)] = std::max(seen_[size_t(p)], recv_buf_[size_t(p)]);
-      MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &r));
-    }
-  }
+  const auto now = std::chrono::steady_clock::now();
+  // A rank is heard from when its announcement of this step or a later one comes in, or its
+  // beat from there: stale beats (an earlier step's, queued) say nothing about now.
+  drain_into(recv_req_, recv_buf_, rank_, kArriveTag, comm_, [&](int p, int64_t step) {
+    seen_[size_t(p)] = std::max(seen_[size_t(p)], step);
+    if (step >= step_) heard_[size_t(p)] = now;
+  });
+  drain_into(beat_req_, beat_buf_, rank_, kBeatTag, comm_, [&](int p, int64_t step) {
+    if (step >= step_) heard_[size_t(p)] = now;
+  });
+}
+
+void StallWatch::beat(std::chrono::steady_clock::time_point now) {
+  drain();
+  if (now < since_ + beat_every_ || now < next_beat_) return;
+  int sent = 0;  // the last beat's sends (eight bytes, eager) are long done; else next time
+  MPI_CHECK(MPI_Testall(int(beat_send_req_.size()), beat_send_req_.data(), &sent, MPI_STATUSES_IGNORE));
+  if (!sent) return;
+  next_beat_ = now + beat_every_;
+  beat_send_buf_ = step_;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_)
+      MPI_CHECK(MPI_Isend(&beat_send_buf_, 1, MPI_INT64_T, p, kBeatTag, comm_, &beat_send_req_[size_t(p)]));
+}
+
+std::vector<int> StallWatch::silent(std::chrono::steady_clock::time_point now) const {
+  std::vector<int> out;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_ && seen_[size_t(p)] >= step_ && now - heard_[size_t(p)] > 2 * beat_every_ + kPollEvery)
+      out.push_back(p);
+  return out;
 }
 
 void StallWatch::arrive(int64_t step, const StallLabel& what) {
-  std::lock_guard lk(mu_);
+  {
+    std::lock_guard lk(mu_);
+    arrive_locked(step, what);
+  }
+  if (on_arrive_) on_arrive_(step);
+}
+
+void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
   // The previous announcement has long left (eight bytes go eagerly): its buffer can be reused.
   MPI_CHECK(MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE));
   step_ = step;
@@ -87,11 +181,14 @@ void StallWatch::arrive(int64_t step, const StallLabel& what) {
   seen_[size_t(rank_)] = step;
   for (int p = 0; p < size_; ++p)
     if (p != rank_) MPI_CHECK(MPI_Isend(&send_buf_, 1, MPI_INT64_T, p, kArriveTag, comm_, &send_req_[size_t(p)]));
+  since_ = std::chrono::steady_clock::now();
+  mark_active(since_);
   drain();  // keeps the queue of unexpected announcements short
   active_ = true;
   warned_ = false;
-  since_ = std::chrono::steady_clock::now();
   next_poll_ = since_ + kPollEvery;
+  next_beat_ = since_ + beat_every_;
+  continued_ = continued.load(std::memory_order_relaxed);
 }
 
 std::vector<int> StallWatch::missing() {
@@ -102,22 +199,38 @@ std::vector<int> StallWatch::missing() {
   return out;
 }
 
-std::string StallWatch::describe(const std::vector<int>& miss, double waited, int peer) const {
+std::string StallWatch::describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited,
+                                 int peer) const {
   const std::string what =
       str_cat(what_.text, what_.numbered ? std::to_string(what_.number) : std::string(), what_.after);
-  if (!miss.empty())
-    return str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what, " after ", secs(waited));
-  return str_cat("every rank reached ", what, " but it has not completed after ", secs(waited),
-                 peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
+  const std::string unheard =
+      quiet.empty() ? ""
+                    : str_cat("rank(s) ", rank_list(quiet), " reached it but have not been heard from there since (stopped: "
+                              "SIGSTOP, a debugger; or busy outside the exchange: their own compute, a device, the file "
+                              "system)");
+  std::string out =
+      !miss.empty()
+          ? str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what, " after ", secs(waited),
+                    quiet.empty() ? "" : "; ", unheard)
+          : str_cat("every rank reached ", what, " but it has not completed after ", secs(waited),
+                    quiet.empty() ? "" : ": ", unheard,
+                    peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
+  if (continued.load(std::memory_order_relaxed) != continued_ &&
+      std::chrono::nanoseconds(continued_gap_ns.load(std::memory_order_relaxed)) > 2 * beat_every_ + kPollEvery)
+    out += str_cat("; rank ", rank_, " was itself stopped and continued (SIGCONT) during the wait: the stall may be "
+                   "its own");
+  return out;
 }
 
 void StallWatch::poll(int peer) {
   if (!active_ || (warn_s_ <= 0 && abort_s_ <= 0)) return;
   const auto now = std::chrono::steady_clock::now();
+  mark_active(now);
   if (now < next_poll_) return;
   next_poll_ = now + kPollEvery;
   std::unique_lock lk(mu_, std::try_to_lock);  // the watchdog is looking: it will tell
   if (!lk.owns_lock()) return;
+  beat(now);
   if (std::string stop = due(now, peer); !stop.empty()) {
     lk.unlock();
     throw CommError(stop);
@@ -126,17 +239,23 @@ void StallWatch::poll(int peer) {
 
 std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer) {
   const double waited = std::chrono::duration<double>(now - since_).count();
-  if (abort_s_ > 0 && waited >= abort_s_)
-    return str_cat("stall: ", describe(missing(), waited, peer), "; stopping the job (comm.stall_abort_s: ",
+  if (abort_s_ > 0 && waited >= abort_s_) {
+    const std::vector<int> miss = missing();
+    return str_cat("stall: ", describe(miss, silent(now), waited, peer), "; stopping the job (comm.stall_abort_s: ",
                    secs(abort_s_), ")");
+  }
   if (warn_s_ > 0 && !warned_ && waited >= warn_s_) {
     warned_ = true;
-    const std::vector<int> miss = missing();
-    int reporter = 0;  // the lowest rank that is here to report
-    while (reporter < size_ && std::find(miss.begin(), miss.end(), reporter) != miss.end()) ++reporter;
+    const std::vector<int> miss = missing(), quiet = silent(now);
+    // The lowest rank that is here and heard from reports: not one that is stuck itself.
+    const auto absent = [&](int r) {
+      return std::find(miss.begin(), miss.end(), r) != miss.end() || std::find(quiet.begin(), quiet.end(), r) != quiet.end();
+    };
+    int reporter = 0;
+    while (reporter < size_ && absent(reporter)) ++reporter;
     if (rank_ != reporter) return {};
     std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
-                 describe(miss, waited, peer).c_str(),
+                 describe(miss, quiet, waited, peer).c_str(),
                  abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
                               : " (comm.stall_abort_s is 0: waiting on)");
     std::fflush(stderr);
@@ -171,6 +290,7 @@ void StallWatch::watchdog() {
     Clock::time_point at = Clock::time_point::max();
     if (blocking_ && warn_s_ > 0 && !warned_) at = since_ + after(warn_s_);
     if (blocking_ && abort_s_ > 0) at = std::min(at, since_ + after(abort_s_));
+    if (blocking_) at = std::min(at, std::max(since_ + beat_every_, next_beat_));  // beats, as poll() sends them
     if (at == Clock::time_point::max()) {
       cv_.wait(lk);
       continue;
@@ -180,7 +300,10 @@ void StallWatch::watchdog() {
     // The other thread is inside the blocking call and cannot be interrupted: stop the job here
     // (an MPI error while looking at the announcements too: a peer's death, say).
     try {
-      if (const std::string stop = due(Clock::now(), -1); !stop.empty()) comm_abort(stop.c_str());
+      const auto now = Clock::now();
+      mark_active(now);
+      beat(now);
+      if (const std::string stop = due(now, -1); !stop.empty()) comm_abort(stop.c_str());
     } catch (const std::exception& e) {
       comm_abort(str_cat("stall check: ", e.what()).c_str());
     }

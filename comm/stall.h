@@ -9,6 +9,14 @@
 // rank N-1 eight-byte eager messages per step, sent on a private communicator and received
 // by receives posted once and reposted as they complete.
 //
+// Every rank may have announced the step while it still does not complete: one of them stopped
+// inside it (SIGSTOP, a debugger) or stuck there. A ring rank then waits for its neighbour, who
+// may be healthy and waiting for its own. So a rank that has waited in a step for a beat interval
+// (a quarter of the warning's time, 0.05-5 s) tells the others, once a beat, that it still waits
+// there; a rank that announced the step but has not been heard from for two beats is "silent",
+// and the warning and the stop name it. Beats are sent only by ranks that wait that long: none
+// in a healthy job.
+//
 // A blocking collective (MPI_Allreduce: comm.algorithm mpi) has no wait loop to poll from; while
 // one is under way (begin_blocking .. end_blocking) a watchdog thread does poll()'s work and,
 // since nothing can be thrown into the blocked call, stops the job through comm_abort. It needs
@@ -19,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,6 +47,12 @@ struct StallLabel {
   StallLabel(const char* t, int64_t n, const char* a = "") : text(t), number(n), after(a), numbered(true) {}
 };
 
+// A process that was stopped and continued (SIGSTOP, then SIGCONT: a debugger, Ctrl-Z, or the
+// launcher's teardown of a frozen rank) finds its own wait long: counted by a SIGCONT handler,
+// which this installs (once; the trainer program does, not library users), the watch says that
+// the stall may be the rank's own.
+void install_continue_counter();
+
 class StallWatch {
  public:
   // Collective over `comm` (duplicates it). warn_s <= 0: no warning; abort_s <= 0: no abort.
@@ -52,6 +67,8 @@ class StallWatch {
   void arrive(int64_t step, const StallLabel& what);
   // The step's collective is over: waits no longer count.
   void leave() { active_ = false; }
+  // Fault drills: `f(step)` runs on the arriving thread after each announcement, outside the lock.
+  void on_arrive(std::function<void(int64_t)> f) { on_arrive_ = std::move(f); }
   // Called from wait loops while a transfer with `peer` (-1: unknown) is pending. Prints the
   // warning once per step after warn_s (from the lowest rank that is not missing, so a stall is
   // reported once, not by every rank) and throws rt::CommError naming the missing ranks after
@@ -67,8 +84,13 @@ class StallWatch {
   double abort_s() const { return abort_s_; }
 
  private:
+  void arrive_locked(int64_t step, const StallLabel& what);
   void drain();
-  std::string describe(const std::vector<int>& miss, double waited, int peer) const;
+  // Beats: sends one where due (this rank waits in the step), and takes in the others'.
+  void beat(std::chrono::steady_clock::time_point now);
+  // Ranks that announced the step but have not been heard from for two beats (at `now`).
+  std::vector<int> silent(std::chrono::steady_clock::time_point now) const;
+  std::string describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited, int peer) const;
   // The warning (printed, once a step) and the abort (its message returned; "" if not due) at `now`.
   std::string due(std::chrono::steady_clock::time_point now, int peer);
   void watchdog();
@@ -84,6 +106,15 @@ class StallWatch {
   std::vector<int64_t> recv_buf_;   // one posted receive per peer
   std::vector<MPI_Request> recv_req_, send_req_;
   int64_t send_buf_ = 0;
+  // Beats: when each rank's announcement of the current step and its latest beat for it came in.
+  std::chrono::steady_clock::duration beat_every_{};
+  std::vector<std::chrono::steady_clock::time_point> heard_;
+  std::vector<int64_t> beat_buf_;
+  std::vector<MPI_Request> beat_req_, beat_send_req_;
+  int64_t beat_send_buf_ = 0;
+  std::chrono::steady_clock::time_point next_beat_;
+  int continued_ = 0;  // SIGCONTs counted when the step began
+  std::function<void(int64_t)> on_arrive_;
 
   bool multiple_ = false;  // MPI_THREAD_MULTIPLE: the watchdog may test requests
   std::thread dog_;

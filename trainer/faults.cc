@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
@@ -65,6 +66,14 @@ void Trainer::inject_fault() {
     net_->arena().params_from_host({&bad, 1}, p.offset);
   } else if (d.fault == "stall") {
     for (;;) ::pause();  // never reaches the allreduce; only a signal ends it
+  } else if (d.fault == "freeze") {
+    // The whole process stops (as SIGSTOP from outside, a debugger) just after announcing this
+    // step's gradient allreduce: the others see it arrive, then never hear from it again.
+    comm::StallWatch* w = reducer_->stall_watch();
+    if (!w) throw ConfigError("debug.fault freeze: needs the stall check (comm.stall_warning_s or comm.stall_abort_s)");
+    w->on_arrive([frozen = false](int64_t) mutable {
+      if (!std::exchange(frozen, true)) ::raise(SIGSTOP);
+    });
   } else if (d.fault == "kill") {
     ::raise(SIGKILL);
   } else if (d.fault == "throw") {
@@ -74,6 +83,15 @@ void Trainer::inject_fault() {
     if (!stop_handlers_installed()) throw ConfigError("debug.fault stop: no stop handlers here (the trainer program installs them)");
     ::raise(SIGUSR1);
   }
+}
+
+void Trainer::inject_ctl_fault() {
+  const DebugConfig& d = cfg_.debug;
+  if (d.fault != "freeze_ctl" || rank_ != d.rank || step_ != d.step) return;
+  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault 'freeze_ctl' at the end of step %lld\n", rank_,
+               world_, static_cast<long long>(d.step));
+  std::fflush(stderr);
+  ::raise(SIGSTOP);  // inside the end-of-step agreement, announced: as a process stopped there
 }
 
 void Trainer::inject_eval_fault() {

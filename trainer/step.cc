@@ -74,7 +74,7 @@ void Trainer::train_step() {
   double pass_wait = 0, earlier_loss = 0;  // the later passes' data waits; the earlier passes' losses
   prefetch_t0_ = prefetch_t1_ = 0;
   inject_fault();
-  reducer_->begin_step();
+  reducer_->begin_step(step_ + 1);
   if (bn_sync_) bn_sync_->begin_step(step_ + 1);
   // Nothing below waits for a device until the reducer does: forward, the logits' copy and
   // backward are queued back to back, and the loss and logits are read once they are long done.

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdio>
 
+#include "comm/stall.h"
+
 namespace rt::trainer {
 namespace {
 
@@ -30,6 +32,7 @@ void install_stop_handlers() {
     sa.sa_flags = SA_RESTART | (sig == SIGUSR1 ? 0 : SA_RESETHAND);
     sigaction(sig, &sa, nullptr);
   }
+  comm::install_continue_counter();  // a rank stopped and continued says so in stall messages
   installed = true;
 }
 

@@ -448,6 +448,7 @@ int Trainer::agreed_stop_signal(bool& save_due) {
                   rank_ == 0 && every_s > 0 && now_s() - last_save_s_ >= every_s};
   if (world_ > 1) {
     const CtlWatch w = watch_ctl({"the end of step ", step_, " (where the ranks compare stop signals)"});
+    inject_ctl_fault();
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
   }
   save_due = flags[1] != 0;

@@ -133,6 +133,7 @@ class Trainer {
   void train_step();
   void emulate_step(double t0);               // emulate.compute_ms: backward's stand-in
   void inject_fault();       // debug.fault, when this rank and step are due
+  void inject_ctl_fault();   // debug.fault freeze_ctl: in the end-of-step agreement of debug.step
   void inject_eval_fault();  // debug.fault stall_eval: in the evaluation after debug.step
   // Throws naming step, ranks and layers; bad_grads: the non-finite gradient values counted.
   void check_finite(double loss, double lr, size_t bad_grads);

@@ -152,6 +152,41 @@ void failing_ranks() {
     if (std::string(st.run) == "stall-mpi")
       expect(!matches(r, "note: comm.algorithm mpi"), "no note that the stall check cannot watch MPI_Allreduce", r);
   }
+
+  // A rank stopped (SIGSTOP) just after announcing a collective: every rank has reached it, so
+  // only its silence names it. The warning comes from the lowest rank still heard from (rank 0's
+  // own stop left nobody to warn); the stopped rank, continued by the launcher's teardown, says
+  // that the wait was its own.
+  struct Freeze {
+    const char* run;
+    int np, rank;
+    std::string sets, fault, waits_in, outcome;
+  };
+  for (const Freeze& fz : std::vector<Freeze>{
+           {"freeze", 3, 0, " --set debug.fault=freeze", "rank 0 of 3 stopped inside step 4's ring allreduce",
+            grads + "4", "rank 1 warns after 1 s, every rank stops after 4 s, naming rank 0"},
+           {"freeze-reducer", 3, 1, " --set debug.fault=freeze --set comm.algorithm=reducer",
+            "rank 1 of 3 stopped inside step 4's reducer allreduce", grads + "4",
+            "the same, naming rank 1 (not the root, which waits on it)"},
+           {"freeze-ctl", 3, 1, " --set debug.fault=freeze_ctl",
+            "rank 1 of 3 stopped inside the end-of-step agreement (MPI_Allreduce)",
+            "the end of step 4 \\(where the ranks compare stop signals\\)", "the same, from the watchdog"}}) {
+    cfg = config(fz.run);
+    r = run(fz.np, "--config " + cfg + " --set debug.rank=" + std::to_string(fz.rank) +
+                       " --set debug.step=4 --set comm.stall_warning_s=1 --set comm.stall_abort_s=4 --set train.batch=2" +
+                       fz.sets);
+    const std::string reached = "every rank reached " + fz.waits_in + " but it has not completed after ",
+                      silent = "rank\\(s\\) " + std::to_string(fz.rank) + " reached it but have not been heard from";
+    const std::string reporter = std::to_string(fz.rank == 0 ? 1 : 0);
+    expect_fault(fz.fault, r, cfg,
+                 {"rank " + reporter + " of 3: warning: stall: " + reached + "1\\.[0-9] s: " + silent,
+                  "stall: " + reached + "4\\.[0-9] s: " + silent + ".* stopping the job",
+                  "rank " + std::to_string(fz.rank) + " was itself stopped and continued \\(SIGCONT\\)"},
+                 fz.outcome, list(files_in(dir + "/" + fz.run + "/checkpoints")));
+    expect(!matches(r, "rank [0-9] of 3: warning: stall: .*rank\\(s\\) [0-9, ]*" + std::to_string(fz.rank == 0 ? 1 : 0) +
+                           "[0-9, ]* reached it but"),
+           fz.fault + ": no healthy rank named as silent", r);
+  }
 }
 
 void numerical_faults() {
