@@ -1,0 +1,110 @@
+// The stall check's naming when every rank has announced a collective: a rank that then goes
+// quiet (stopped, or stuck outside the exchange) is named as silent by the others, who keep
+// beating while they wait; ranks that all wait are never called silent; and a rank that was
+// itself stopped and continued (SIGCONT after a gap in its polling) says the stall may be its
+// own, while a SIGCONT to a rank that was polling all along (a launcher's teardown) does not.
+#include <mpi.h>
+#include <signal.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "comm/mpi_check.h"
+#include "comm/stall.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace rt::comm {
+namespace {
+
+using rt::test::MpiTest;
+using Clock = std::chrono::steady_clock;
+
+// Polls `w` until it throws (its abort); the message, or "" if it never did within `limit_s`.
+std::string poll_until_abort(StallWatch& w, double limit_s, const std::function<void(double)>& meanwhile = {}) {
+  const auto t0 = Clock::now();
+  for (;;) {
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (t > limit_s) return "";
+    if (meanwhile) meanwhile(t);
+    try {
+      w.poll();
+    } catch (const CommError& e) {
+      return e.what();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void check_self_continued(MpiTest& t) {
+  install_continue_counter();
+  {  // no polling for longer than two beats (0.1 s each), then SIGCONT: stopped and continued
+    StallWatch w(MPI_COMM_SELF, 0, 0.4);
+    w.arrive(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));
+    ::raise(SIGCONT);
+    const std::string e = poll_until_abort(w, 5);
+    if (!has(e, "every rank reached the gradient allreduce of step 1 but it has not completed after 0.4 s") ||
+        !has(e, "was itself stopped and continued (SIGCONT) during the wait"))
+      t.fail("a rank stopped and continued: " + e);
+  }
+  {  // SIGCONT while polling all along: not a stop
+    StallWatch w(MPI_COMM_SELF, 0, 0.4);
+    w.arrive(1);
+    bool sent = false;
+    const std::string e = poll_until_abort(w, 5, [&](double s) {
+      if (s > 0.2 && !std::exchange(sent, true)) ::raise(SIGCONT);
+    });
+    if (e.empty() || has(e, "itself stopped")) t.fail("SIGCONT to a polling rank taken for a stop: " + e);
+  }
+}
+
+void check_silent_rank(MpiTest& t) {
+  if (t.size() < 2) return;
+  const int quiet = t.size() - 1;
+  StallWatch w(MPI_COMM_WORLD, 0, 1.0);  // beats every 0.25 s; silent after 0.55 s unheard
+  w.arrive(1);
+  if (t.rank() == quiet) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));  // as if stopped: no polls
+  } else {
+    const std::string e = poll_until_abort(w, 10);
+    const std::string named = "rank(s) " + std::to_string(quiet) + " reached it but have not been heard from there since";
+    if (!has(e, "every rank reached the gradient allreduce of step 1 but it has not completed after 1.0 s: " + named))
+      t.fail("the quiet rank " + std::to_string(quiet) + " not named alone: " + e);
+  }
+  w.leave();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void check_no_false_silence(MpiTest& t) {
+  StallWatch w(MPI_COMM_WORLD, 0, 0.8);
+  w.arrive(1);
+  const std::string e = poll_until_abort(w, 10);  // every rank waits, and says so
+  if (!has(e, "every rank reached the gradient allreduce of step 1 but it has not completed after 0.8 s") ||
+      has(e, "heard from"))
+    t.fail("ranks that all wait: " + e);
+  w.leave();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+}  // namespace rt::comm
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rc = 0;
+  {
+    rt::test::MpiTest t;
+    rt::comm::check_self_continued(t);
+    rt::comm::check_silent_rank(t);
+    rt::comm::check_no_false_silence(t);
+    rc = t.finish("test_mpi_stall");
+  }
+  MPI_Finalize();
+  return rc;
+}
