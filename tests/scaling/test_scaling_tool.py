@@ -85,7 +85,11 @@ class TestScalingTool(unittest.TestCase):
                               (["--mode", "sideways"], "--mode"), (["--warmup", "9", "--steps", "8"], "--warmup"),
                               (["--set", "novalue"], "--set"), (["--bogus"], "bad arguments"),
                               (["--timeout", "0"], "--timeout"), (["--timeout", "-1"], "--timeout"),
-                              (["--timeout", "nan"], "--timeout")):
+                              (["--timeout", "nan"], "--timeout"),
+                              # The tool's own keys would be overridden: said, not run as something else.
+                              (["--set", "comm.algorithm=hierarchical"], "comm.algorithm is the tool's to set (use --algorithms)"),
+                              (["--set", "train.batch=8"], "train.batch is the tool's to set"),
+                              (["--set", "run_dir=x"], "run_dir is the tool's to set (use --out)")):
                 rc, text, rows = run(args, out)
                 self.assertEqual(rc, 2, (args, text))
                 self.assertIn(msg, text)
