@@ -19,9 +19,9 @@ enum Field : int {
 };
 constexpr const char* kFieldNames[kNumFields] = {
     "parameter count", "gradient buffer length", "model layout hash", "state length",
-    "state layout hash", "gradient type", "algorithm", "bucket_bytes", "overlap",
-    "segment_bytes", "check_counts", "MPI elements per call", "stall check", "network_segment_bytes",
-    "device_path", "compression", "ranks_per_node", "ring_order"};
+    "state layout hash", "gradient type", "comm.algorithm", "comm.bucket_bytes", "comm.overlap",
+    "comm.segment_bytes", "check_counts", "MPI elements per call", "the stall check (comm.stall_*)",
+    "comm.network_segment_bytes", "comm.device_path", "comm.compression", "comm.ranks_per_node", "comm.ring_order"};
 
 struct Record {
   uint64_t field[kNumFields];

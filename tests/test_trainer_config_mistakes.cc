@@ -138,6 +138,10 @@ TEST(trainer_config_mistakes, KeysWithoutEffectAreNamed) {
   EXPECT_EQ(unread({"schedule.kind=step", "schedule.final_lr=0.05"}),
             "schedule.final_lr (read with schedule.kind cosine and poly only)");
   EXPECT_EQ(unread({"loss_scale.init=1024"}), "loss_scale.init (read with loss_scale.mode static and dynamic only)");
+  EXPECT_EQ(unread({"comm.ranks_per_node=3", "comm.device_path=direct"}),
+            "comm.ranks_per_node (read with comm.algorithm hierarchical only); comm.device_path (read with the cuda "
+            "backends (gradients in GPU memory) only)");
+  EXPECT_EQ(unread({"comm.algorithm=hierarchical", "comm.ranks_per_node=2"}), "");
   // A saved configuration writes every key at its default: nothing to say.
   EXPECT_EQ(inapplicable_keys(config_parse(config_to_yaml(config_parse(kData, "d.yaml")), "saved")), "");
   // The cuda backends read cuda.*.

@@ -305,6 +305,8 @@ std::string inapplicable_keys(const Config& c) {
   // key prefix or key, whether it applies, and what reads it
   const std::tuple<std::string, bool, const char*> rules[] = {
       {"cuda.", c.backend.rfind("cuda", 0) == 0, "the cuda backends"},
+      {"comm.device_path", c.backend.rfind("cuda", 0) == 0, "the cuda backends (gradients in GPU memory)"},
+      {"comm.ranks_per_node", c.comm.algorithm == "hierarchical", "comm.algorithm hierarchical"},
       {"optimizer.beta1", adam, "optimizer.kind adamw and lamb"},
       {"optimizer.beta2", adam, "optimizer.kind adamw and lamb"},
       {"optimizer.eps", adam, "optimizer.kind adamw and lamb"},

@@ -62,19 +62,19 @@ int run_checks() {
 
   CommConfig other;
   other.bucket_bytes = 1 << 20;
-  expect_comm_error(t, "bucket size", {str_cat("rank ", last, " has bucket_bytes 1048576"), "rank 0: 26214400"},
+  expect_comm_error(t, "bucket size", {str_cat("rank ", last, " has comm.bucket_bytes 1048576"), "rank 0: 26214400"},
                     [&] { GradientReducer gr(comm, t.rank() == last ? other : CommConfig{}, g, fp); });
   CommConfig algo;
   algo.algorithm = "reducer";
-  expect_comm_error(t, "algorithm", {"rank 1 has algorithm 'reducer'", "rank 0: 'ring'"},
+  expect_comm_error(t, "algorithm", {"rank 1 has comm.algorithm 'reducer'", "rank 0: 'ring'"},
                     [&] { GradientReducer gr(comm, t.rank() == 1 ? algo : CommConfig{}, g, fp); });
   CommConfig no_overlap;
   no_overlap.overlap = false;
-  expect_comm_error(t, "overlap", {str_cat("rank ", last, " has overlap false")},
+  expect_comm_error(t, "overlap", {str_cat("rank ", last, " has comm.overlap false")},
                     [&] { GradientReducer gr(comm, t.rank() == last ? no_overlap : CommConfig{}, g, fp); });
   CommConfig staged;
   staged.device_path = "staged";
-  expect_comm_error(t, "device path", {str_cat("rank ", last, " has device_path 'staged'"), "rank 0: 'auto'"},
+  expect_comm_error(t, "device path", {str_cat("rank ", last, " has comm.device_path 'staged'"), "rank 0: 'auto'"},
                     [&] { GradientReducer gr(comm, t.rank() == last ? staged : CommConfig{}, g, fp); });
 
   // Another gradient buffer length on one rank: caught before a single element is summed.
