@@ -255,9 +255,11 @@ class PipelineLoader final : public Loader {
         if (!bad_[static_cast<size_t>(index)].load())
           ok = produce(index, share_.copy(other), out_f, out_u8, scratch, bytes);
       }
-      if (!ok)
+      if (!ok) {
+        std::lock_guard lk(why_mu_);
         throw Error(str_cat("data: rank ", rank_, ": no image of its share of epoch ", epoch_,
-                            " could be decoded"));
+                            " could be read and decoded (the last one skipped ", last_why_, ")"));
+      }
     }
     slot.batch.labels[static_cast<size_t>(j)] = label(index);
     slot.batch.indices[static_cast<size_t>(j)] = index;
@@ -296,8 +298,17 @@ class PipelineLoader final : public Loader {
                                      : problem.empty() ? "the decoder rejected its data"
                                                        : problem);
     }
-    if (bad.exchange(1) == 0)
-      std::fprintf(stderr, "data: warning: skipping %s: %s\n", ds_->name(index).c_str(), why.c_str());
+    if (bad.exchange(1) == 0) {
+      // A folder gone mid-run would otherwise print a line for every file of the share.
+      const int n = warned_.fetch_add(1);
+      if (n < kListedSkips)
+        std::fprintf(stderr, "data: warning: rank %d: skipping %s: %s\n", rank_, ds_->name(index).c_str(), why.c_str());
+      else if (n == kListedSkips)
+        std::fprintf(stderr, "data: warning: rank %d: more files skipped (%s, the last listed too): counted, not listed\n",
+                     rank_, why.c_str());
+      std::lock_guard lk(why_mu_);
+      last_why_ = why;
+    }
     return false;
   }
 
@@ -336,6 +347,10 @@ class PipelineLoader final : public Loader {
   int threads_ = 1;
   std::vector<std::atomic<uint8_t>> bad_;  // samples known not to decode (skipped without reading)
   std::atomic<int64_t> skipped_{0};
+  static constexpr int kListedSkips = 20;  // files named on stderr before the rest are only counted
+  std::atomic<int> warned_{0};
+  std::mutex why_mu_;
+  std::string last_why_;  // why the last file skipped was
 
   // Epoch state; guarded by mu_ while workers run.
   EpochShare share_;

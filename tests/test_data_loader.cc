@@ -405,6 +405,31 @@ TEST(data_loader_bad, WorkerErrorsAreRethrownFromNext) {
   ::testing::internal::GetCapturedStderr();
 }
 
+TEST(data_loader_bad, ManySkippedFilesAreCountedNotListedAndTheLastReasonGiven) {
+  // A folder removed mid-run: a line per file would bury the log. The first ones are named (with
+  // the rank), the rest counted; with nothing left to substitute, the error says why.
+  TempDir t;
+  make_folder(t.path, 1, 30, 1);
+  auto l = make_loader(folder_config(t.path, 2), Split::train, 0, 1, 2);
+  for (int i = 0; i < 30; ++i) fs::remove(t.path / "train/c0" / (std::to_string(i) + ".jpg"));
+  l->start_epoch({0, 0});
+  Batch b;
+  ::testing::internal::CaptureStderr();
+  const std::string e = rt_test::error_of<Error>([&] { l->next(b); });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(e.find("data: rank 0: no image of its share of epoch 0 could be read and decoded (the last one skipped "
+                   "cannot be read)"),
+            std::string::npos) << e;
+  size_t listed = 0;
+  for (size_t at = err.find("data: warning: rank 0: skipping "); at != std::string::npos;
+       at = err.find("data: warning: rank 0: skipping ", at + 1))
+    ++listed;
+  EXPECT_EQ(listed, 20u) << err;
+  EXPECT_NE(err.find("data: warning: rank 0: more files skipped (cannot be read, the last listed too): counted, not "
+                     "listed"),
+            std::string::npos) << err;
+}
+
 TEST(data_loader_bad, TooFewSamplesAndBadPositions) {
   TempDir t;
   make_folder(t.path, 1, 3, 2);
