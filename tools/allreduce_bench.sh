@@ -19,7 +19,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-/work/shared/peers}
 BUILD=$ROOT/build BUDGET=2 MINREPS=5 NPS="2 4" TRANSPORTS="shm tcp" GLOO=1 WAIT=--wait-quiet DOC=1
 SIZES="4096 16384 65536 262144 1048576 4194304 16777216 67108864 268435456"
+usage() { sed -n 's/^# \{0,1\}//; /^Usage:/,/^--no-wait/p' "$0" | sed '$d' >&2; exit 2; }
 while [ $# -gt 0 ]; do
+  case $1 in
+    --build|--budget|--min-reps|--np|--sizes|--transports)
+      [ $# -ge 2 ] || { echo "$1 needs a value" >&2; usage; } ;;
+  esac
   case $1 in
     --build) BUILD=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -30,7 +35,8 @@ while [ $# -gt 0 ]; do
     --no-gloo) GLOO=0 ;;
     --no-wait) WAIT= ;;
     --no-doc) DOC=0 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
+    -h|--help) usage ;;
+    *) echo "unknown option $1" >&2; usage ;;
   esac
   shift
 done

@@ -37,6 +37,10 @@ expect 1 "option --sizes needs a value" mpirun -np 1 "$bin/allreduce_bench" --si
 expect 1 "need 1 <= --min-reps <= --max-reps \(got 10 and 5\)" mpirun -np 1 "$bin/allreduce_bench" --min-reps 10 \
   --max-reps 5
 expect 1 "openmpi takes no suffix" mpirun -np 1 "$bin/allreduce_bench" --algos openmpi:bf16 --sizes 4K
+# Its side-by-side script: a missing value or an unknown option prints the usage (status 2).
+here=$(cd "$(dirname "$0")/../.." && pwd)
+expect 2 "--np needs a value" bash "$here/tools/allreduce_bench.sh" --np
+expect 2 "^Usage: tools/allreduce_bench.sh" bash "$here/tools/allreduce_bench.sh" --bogus
 if [[ -x "$bin/bench_overlap" ]]; then
   expect 0 "^usage: mpirun -np N bench_overlap" mpirun -np 1 "$bin/bench_overlap" --help
   expect 1 "option --batch takes an integer in \[1, 1048576\], not '4x'" mpirun -np 1 "$bin/bench_overlap" --batch 4x
