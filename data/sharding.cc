@@ -15,9 +15,12 @@ void shard_check(const ShardSpec& spec, int rank) {
   if (spec.batch < 1) throw Error(str_cat("data: batch size must be >= 1, got ", spec.batch));
   if (spec.repeats < 1 || (!spec.train && spec.repeats != 1))
     throw Error(str_cat("data: repeated_augment must be >= 1 (1: off) and 1 for evaluation, got ", spec.repeats));
-  if (spec.n < spec.world)
-    throw Error(str_cat("data: ", spec.n, " samples are fewer than the ", spec.world,
-                        " ranks: some rank would get no data"));
+  // Evaluation visits each sample once wherever it is: ranks past the last get none and add
+  // nothing to the sums. Training needs a share on every rank.
+  if (spec.train ? spec.n < spec.world : spec.n < 1)
+    throw Error(spec.train ? str_cat("data: ", spec.n, " samples are fewer than the ", spec.world,
+                                     " ranks: some rank would get no data")
+                           : std::string("data: no samples to evaluate"));
   // Each epoch draws n / repeats images: fewer than a global batch would train on the same few.
   if (spec.train && spec.repeats > 1 && spec.n / spec.repeats < int64_t{spec.world} * spec.batch)
     throw Error(str_cat("data: repeated_augment ", spec.repeats, " draws ", spec.n / spec.repeats, " of the ", spec.n,

@@ -30,7 +30,8 @@ struct ShardSpec {
   int repeats = 1;    // training: each drawn sample used this many times an epoch (see above)
 };
 
-// Throws rt::Error when n < world (some rank would get nothing), or batch/world/rank are invalid.
+// Throws rt::Error when training has n < world (some rank would get nothing; evaluation gives
+// ranks past the last sample an empty share), or batch/world/rank are invalid.
 void shard_check(const ShardSpec& spec, int rank);
 
 // The permutation of epoch e (Fisher–Yates driven by (seed, e)), or 0..n-1 when !shuffle.

@@ -433,7 +433,15 @@ TEST(data_loader_bad, ManySkippedFilesAreCountedNotListedAndTheLastReasonGiven) 
 TEST(data_loader_bad, TooFewSamplesAndBadPositions) {
   TempDir t;
   make_folder(t.path, 1, 3, 2);
-  EXPECT_THROW(make_loader(folder_config(t.path, 1), Split::val, 0, 3, 1), Error);   // 2 samples, 3 ranks
+  // 2 validation samples on 3 ranks: the third rank evaluates none (and adds nothing to the sums).
+  for (int r = 0; r < 3; ++r) {
+    auto v = make_loader(folder_config(t.path, 1), Split::val, r, 3, 1);
+    const auto e = run_epoch(*v, {0, 0});
+    int64_t n = 0;
+    for (const Batch& b : e) n += b.n;
+    EXPECT_EQ(n, r < 2 ? 1 : 0) << "rank " << r;
+  }
+  EXPECT_THROW(make_loader(folder_config(t.path, 1), Split::train, 0, 4, 1), Error);  // 3 samples, 4 ranks
   EXPECT_THROW(make_loader(folder_config(t.path, 1), Split::train, 0, 2, 2), Error);  // no full batch
   auto l = make_loader(folder_config(t.path, 1), Split::train, 0, 1, 1);
   EXPECT_THROW(l->start_epoch({0, 4}), Error);

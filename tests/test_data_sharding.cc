@@ -178,7 +178,11 @@ TEST(data_sharding, StepCountsAndBadSpecs) {
   EXPECT_EQ(steps_per_epoch({10, 3, 4, false, 0}, 0), 1);  // 0, 3, 6, 9
   EXPECT_EQ(steps_per_epoch({10, 3, 2, false, 0}, 0), 2);
   EXPECT_EQ(steps_per_epoch({10, 3, 2, false, 0}, 2), 2);  // 2, 5, 8
-  EXPECT_THROW(shard_check({2, 3, 1, false, 0}, 0), Error);
+  EXPECT_THROW(shard_check({2, 3, 1, true, 0}, 0), Error);  // a training rank without a share
+  // Evaluation of 2 samples on 3 ranks: rank 2's share is empty (no steps), not an error.
+  EXPECT_NO_THROW(shard_check({2, 3, 1, false, 0}, 2));
+  EXPECT_EQ(steps_per_epoch({2, 3, 1, false, 0}, 2), 0);
+  EXPECT_THROW(shard_check({0, 3, 1, false, 0}, 0), Error);
   EXPECT_THROW(shard_check({10, 3, 1, false, 0}, 3), Error);
   EXPECT_THROW(shard_check({10, 3, 0, false, 0}, 0), Error);
   EXPECT_NO_THROW(shard_check({3, 3, 8, false, 0}, 2));
