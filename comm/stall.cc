@@ -42,7 +42,11 @@ extern "C" void on_continue(int) {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
   const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  continued_gap_ns.store(now - last_active_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  // The longest gap since the step began: a teardown's SIGCONT after a real one must not hide it.
+  const int64_t gap = now - last_active_ns.load(std::memory_order_relaxed);
+  for (int64_t was = continued_gap_ns.load(std::memory_order_relaxed);
+       gap > was && !continued_gap_ns.compare_exchange_weak(was, gap, std::memory_order_relaxed);) {
+  }
   continued.fetch_add(1, std::memory_order_relaxed);
 }
 void mark_active(std::chrono::steady_clock::time_point now) {
@@ -63,6 +67,13 @@ void drain_into(std::vector<MPI_Request>& reqs, std::vector<int64_t>& bufs, int 
       MPI_CHECK(MPI_Irecv(&bufs[size_t(p)], 1, MPI_INT64_T, p, tag, comm, &r));
     }
   }
+}
+
+// Every watch of the process, for beats: a rank alive in one collective is alive in all.
+std::mutex registry_mu;
+std::vector<StallWatch*>& registry() {
+  static std::vector<StallWatch*> r;
+  return r;
 }
 }  // namespace
 
@@ -94,6 +105,7 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
   beat_buf_.assign(n, 0);
   beat_req_.assign(n, MPI_REQUEST_NULL);
   beat_send_req_.assign(n, MPI_REQUEST_NULL);
+  beat_send_buf_.assign(n, 0);
   // A quarter of the first deadline: a silent rank is two beats behind well before it.
   double first = 0;
   for (double t : {warn_s, abort_s})
@@ -105,9 +117,16 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
       MPI_CHECK(MPI_Irecv(&recv_buf_[size_t(p)], 1, MPI_INT64_T, p, kArriveTag, comm_, &recv_req_[size_t(p)]));
       MPI_CHECK(MPI_Irecv(&beat_buf_[size_t(p)], 1, MPI_INT64_T, p, kBeatTag, comm_, &beat_req_[size_t(p)]));
     }
+  std::lock_guard lk(registry_mu);
+  registry().push_back(this);
 }
 
 StallWatch::~StallWatch() {
+  {
+    std::lock_guard lk(registry_mu);  // no other watch's beat reaches this one from here on
+    auto& r = registry();
+    r.erase(std::remove(r.begin(), r.end(), this), r.end());
+  }
   if (dog_.joinable()) {
     {
       std::lock_guard lk(mu_);
@@ -126,7 +145,8 @@ StallWatch::~StallWatch() {
         MPI_Wait(&r, MPI_STATUS_IGNORE);
       }
   MPI_Waitall(int(send_req_.size()), send_req_.data(), MPI_STATUSES_IGNORE);
-  MPI_Waitall(int(beat_send_req_.size()), beat_send_req_.data(), MPI_STATUSES_IGNORE);
+  for (MPI_Request& r : beat_send_req_)  // one to a stopped peer may never complete: let it go
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   MPI_Comm_free(&comm_);
 }
 
@@ -146,14 +166,29 @@ void StallWatch::drain() {
 void StallWatch::beat(std::chrono::steady_clock::time_point now) {
   drain();
   if (now < since_ + beat_every_ || now < next_beat_) return;
-  int sent = 0;  // the last beat's sends (eight bytes, eager) are long done; else next time
-  MPI_CHECK(MPI_Testall(int(beat_send_req_.size()), beat_send_req_.data(), &sent, MPI_STATUSES_IGNORE));
-  if (!sent) return;
   next_beat_ = now + beat_every_;
-  beat_send_buf_ = step_;
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_)
-      MPI_CHECK(MPI_Isend(&beat_send_buf_, 1, MPI_INT64_T, p, kBeatTag, comm_, &beat_send_req_[size_t(p)]));
+  send_beats_locked();
+  // The other watches too, each at its latest step: a rank done with one of their collectives
+  // and waiting in this one is not silent there. One busy (its own thread polling it) beats
+  // for itself.
+  std::lock_guard reg(registry_mu);
+  for (StallWatch* w : registry())
+    if (w != this && w->mu_.try_lock()) {
+      if (w->step_ > 0) w->send_beats_locked();
+      w->mu_.unlock();
+    }
+}
+
+void StallWatch::send_beats_locked() {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    MPI_Request& r = beat_send_req_[size_t(p)];
+    int done = 1;  // the last beat's eight bytes went eagerly; one to a stopped peer may not have
+    if (r != MPI_REQUEST_NULL) MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+    if (!done) continue;
+    beat_send_buf_[size_t(p)] = step_;
+    MPI_CHECK(MPI_Isend(&beat_send_buf_[size_t(p)], 1, MPI_INT64_T, p, kBeatTag, comm_, &r));
+  }
 }
 
 std::vector<int> StallWatch::silent(std::chrono::steady_clock::time_point now) const {
@@ -188,7 +223,9 @@ void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
   warned_ = false;
   next_poll_ = since_ + kPollEvery;
   next_beat_ = since_ + beat_every_;
+  next_warn_check_ = since_;
   continued_ = continued.load(std::memory_order_relaxed);
+  continued_gap_ns.store(0, std::memory_order_relaxed);
 }
 
 std::vector<int> StallWatch::missing() {
@@ -244,8 +281,10 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
     return str_cat("stall: ", describe(miss, silent(now), waited, peer), "; stopping the job (comm.stall_abort_s: ",
                    secs(abort_s_), ")");
   }
-  if (warn_s_ > 0 && !warned_ && waited >= warn_s_) {
-    warned_ = true;
+  if (warn_s_ > 0 && !warned_ && waited >= warn_s_ && now >= next_warn_check_) {
+    // Looked at again each beat until this rank is the one to print: a reporter that stopped
+    // just now is silent two beats later, and the next one prints.
+    next_warn_check_ = now + beat_every_;
     const std::vector<int> miss = missing(), quiet = silent(now);
     // The lowest rank that is here and heard from reports: not one that is stuck itself.
     const auto absent = [&](int r) {
@@ -254,6 +293,7 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
     int reporter = 0;
     while (reporter < size_ && absent(reporter)) ++reporter;
     if (rank_ != reporter) return {};
+    warned_ = true;
     std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
                  describe(miss, quiet, waited, peer).c_str(),
                  abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
@@ -288,7 +328,7 @@ void StallWatch::watchdog() {
   std::unique_lock lk(mu_);
   while (!quit_) {
     Clock::time_point at = Clock::time_point::max();
-    if (blocking_ && warn_s_ > 0 && !warned_) at = since_ + after(warn_s_);
+    if (blocking_ && warn_s_ > 0 && !warned_) at = std::max(since_ + after(warn_s_), next_warn_check_);
     if (blocking_ && abort_s_ > 0) at = std::min(at, since_ + after(abort_s_));
     if (blocking_) at = std::min(at, std::max(since_ + beat_every_, next_beat_));  // beats, as poll() sends them
     if (at == Clock::time_point::max()) {

@@ -12,10 +12,11 @@
 // Every rank may have announced the step while it still does not complete: one of them stopped
 // inside it (SIGSTOP, a debugger) or stuck there. A ring rank then waits for its neighbour, who
 // may be healthy and waiting for its own. So a rank that has waited in a step for a beat interval
-// (a quarter of the warning's time, 0.05-5 s) tells the others, once a beat, that it still waits
-// there; a rank that announced the step but has not been heard from for two beats is "silent",
-// and the warning and the stop name it. Beats are sent only by ranks that wait that long: none
-// in a healthy job.
+// (a quarter of the first deadline, 0.05-5 s) tells the others, once a beat, that it is alive:
+// on every watch of the process (a rank done with one collective may wait in the next, watched
+// by another); a rank that announced the step but has not been heard from for two beats is
+// "silent", and the warning and the stop name it. Beats are sent only by ranks that wait longer
+// than a beat in a collective.
 //
 // A blocking collective (MPI_Allreduce: comm.algorithm mpi) has no wait loop to poll from; while
 // one is under way (begin_blocking .. end_blocking) a watchdog thread does poll()'s work and,
@@ -88,6 +89,7 @@ class StallWatch {
   void drain();
   // Beats: sends one where due (this rank waits in the step), and takes in the others'.
   void beat(std::chrono::steady_clock::time_point now);
+  void send_beats_locked();  // to every peer whose last beat has left (mu_ held)
   // Ranks that announced the step but have not been heard from for two beats (at `now`).
   std::vector<int> silent(std::chrono::steady_clock::time_point now) const;
   std::string describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited, int peer) const;
@@ -100,7 +102,8 @@ class StallWatch {
   double warn_s_, abort_s_;
   int64_t step_ = 0;
   StallLabel what_;
-  bool active_ = false, warned_ = false;
+  bool active_ = false, warned_ = false;  // warned_: this rank printed the step's warning
+  std::chrono::steady_clock::time_point next_warn_check_;
   std::chrono::steady_clock::time_point since_, next_poll_;
   std::vector<int64_t> seen_;       // latest step each rank announced
   std::vector<int64_t> recv_buf_;   // one posted receive per peer
@@ -111,7 +114,7 @@ class StallWatch {
   std::vector<std::chrono::steady_clock::time_point> heard_;
   std::vector<int64_t> beat_buf_;
   std::vector<MPI_Request> beat_req_, beat_send_req_;
-  int64_t beat_send_buf_ = 0;
+  std::vector<int64_t> beat_send_buf_;  // one per peer: a send to a stopped peer may stay pending
   std::chrono::steady_clock::time_point next_beat_;
   int continued_ = 0;  // SIGCONTs counted when the step began
   std::function<void(int64_t)> on_arrive_;

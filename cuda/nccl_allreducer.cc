@@ -2,6 +2,7 @@
 // place on the caller's device buffer, and a wait that can notice a failed peer.
 #include "cuda/nccl_allreducer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -176,7 +177,9 @@ class NcclAllreducer final : public comm::Allreducer {
   // Between polls: as comm.idle_sleep_us (0: yield the core and poll again); the stall check
   // looks in at each.
   void wait() {
-    const auto nap = std::chrono::microseconds(cfg_.idle_sleep_us);
+    // At most 10 ms while watched: the stall check's beats go out from its polls.
+    const auto nap = std::chrono::microseconds(comm_.stall_watch() ? std::min(cfg_.idle_sleep_us, 10000)
+                                                                   : cfg_.idle_sleep_us);
     for (;;) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e != cudaSuccess && e != cudaErrorNotReady)

@@ -1,6 +1,7 @@
 // The stall check's naming when every rank has announced a collective: a rank that then goes
 // quiet (stopped, or stuck outside the exchange) is named as silent by the others, who keep
-// beating while they wait; ranks that all wait are never called silent; and a rank that was
+// beating while they wait; ranks that all wait, or one done with it and waiting in the next
+// collective, are never called silent; and a rank that was
 // itself stopped and continued (SIGCONT after a gap in its polling) says the stall may be its
 // own, while a SIGCONT to a rank that was polling all along (a launcher's teardown) does not.
 #include <mpi.h>
@@ -80,6 +81,32 @@ void check_silent_rank(MpiTest& t) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Rank 0 done with the collective (as a ring rank can be whose last pieces came in) and waiting
+// in the next one, watched by another watch: its beats from there reach the first watch too, so
+// the others name only the stopped rank.
+void check_done_rank_is_not_silent(MpiTest& t) {
+  if (t.size() < 3) return;
+  const int quiet = t.size() - 1;
+  StallWatch a(MPI_COMM_WORLD, 0, 1.0), b(MPI_COMM_WORLD, 0, 2.0);
+  a.arrive(1);
+  if (t.rank() == quiet) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  } else if (t.rank() == 0) {
+    a.leave();
+    b.arrive(1, StallLabel("the next collective"));
+    poll_until_abort(b, 10);  // the others never come: its own stop at 2 s
+    b.leave();
+  } else {
+    const std::string e = poll_until_abort(a, 10);
+    if (!has(e, "rank(s) " + std::to_string(quiet) + " reached it but have not been heard from there since"))
+      t.fail("the stopped rank not named: " + e);
+    if (has(e, "rank(s) 0") || has(e, "rank(s) 0,"))
+      t.fail("rank 0, waiting in the next collective, named silent: " + e);
+  }
+  a.leave();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 void check_no_false_silence(MpiTest& t) {
   StallWatch w(MPI_COMM_WORLD, 0, 0.8);
   w.arrive(1);
@@ -102,6 +129,7 @@ int main(int argc, char** argv) {
     rt::test::MpiTest t;
     rt::comm::check_self_continued(t);
     rt::comm::check_silent_rank(t);
+    rt::comm::check_done_rank_is_not_silent(t);
     rt::comm::check_no_false_silence(t);
     rc = t.finish("test_mpi_stall");
   }
