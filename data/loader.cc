@@ -304,8 +304,8 @@ class PipelineLoader final : public Loader {
       if (n < kListedSkips)
         std::fprintf(stderr, "data: warning: rank %d: skipping %s: %s\n", rank_, ds_->name(index).c_str(), why.c_str());
       else if (n == kListedSkips)
-        std::fprintf(stderr, "data: warning: rank %d: more files skipped (%s, the last listed too): counted, not listed\n",
-                     rank_, why.c_str());
+        std::fprintf(stderr, "data: warning: rank %d: %d files skipped; more are counted, not listed (the next: %s: %s)\n",
+                     rank_, kListedSkips, ds_->name(index).c_str(), why.c_str());
       std::lock_guard lk(why_mu_);
       last_why_ = why;
     }

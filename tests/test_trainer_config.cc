@@ -150,6 +150,12 @@ TEST(trainer_config, DottedKeysMeetTheirNestedTwins) {
   EXPECT_NE(e.find("d.yaml:2: key 'train.batch' given twice (first at d.yaml:1)"), std::string::npos) << e;
   e = error_of([] { config_parse("train.batch: 3\ntrain:\n  batch: 8\n", "d.yaml"); });
   EXPECT_NE(e.find("d.yaml:3: key 'train.batch' given twice (first at d.yaml:1)"), std::string::npos) << e;
+  // A section in parts, dotted and nested, is one section; its values each once.
+  c = config_parse("data.generate: {classes: 5}\ndata: {generate: {size: 12}, synthetic: true}\n", "d.yaml");
+  EXPECT_EQ(c.generate.classes, 5);
+  EXPECT_EQ(c.generate.size, 12);
+  e = error_of([] { config_parse("data.generate: {size: 5}\ndata: {generate: {size: 12}}\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml:2: key 'data.generate.size' given twice (first at d.yaml:1)"), std::string::npos) << e;
   e = error_of([] { config_parse("train:\n  <<: {batch: 4}\n", "d.yaml"); });
   EXPECT_NE(e.find("d.yaml:2: YAML merge keys ('<<') are not read here"), std::string::npos) << e;
 }
@@ -160,6 +166,12 @@ TEST(trainer_config, EmptyFileIsRefused) {
     const std::string e = error_of([&] { config_load(path); });
     EXPECT_NE(e.find(path + ": the configuration is empty (no keys)"), std::string::npos) << e;
   }
+  // /dev/null: no file, every key from --set (tools/bench_trainer.sh).
+  EXPECT_EQ(config_load("/dev/null", {"train.batch=3"}).train.batch, 3);
+  // Documents after an empty first one: named as such, not as an empty file.
+  const std::string path = write_temp("rt_cfg_docs.yaml", "---\n---\ntrain: {batch: 4}\n");
+  const std::string e = error_of([&] { config_load(path); });
+  EXPECT_NE(e.find("a second YAML document"), std::string::npos) << e;
 }
 
 TEST(trainer_config, PrintedFloatsAreTheirShortestText) {
@@ -555,7 +567,16 @@ TEST(trainer_cli, OptionEqualsValueAndFilesGivenOnce) {
   e = error_of([] { const char* a[] = {"trainer", "--eval=yes", "--checkpoint", "x"}; cli_parse(4, a); });
   EXPECT_NE(e.find("--eval takes no value"), std::string::npos) << e;
   e = error_of([] { const char* a[] = {"trainer", "--confg=x.yaml"}; cli_parse(2, a); });
-  EXPECT_NE(e.find("unknown argument '--confg'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown argument '--confg=x.yaml'"), std::string::npos) << e;
+  // An empty value (an unset variable) is not "none": --resume= would start afresh.
+  for (const char* opt : {"--resume=", "--config=", "--weights=", "--checkpoint="}) {
+    e = error_of([&] { const char* a[] = {"trainer", "--config", "c.yaml", opt}; cli_parse(4, a); });
+    EXPECT_NE(e.find("has an empty value (an unset variable?)"), std::string::npos) << opt << ": " << e;
+  }
+  e = error_of([] { const char* a[] = {"trainer", "--config", "c.yaml", "--resume", ""}; cli_parse(5, a); });
+  EXPECT_NE(e.find("--resume has an empty value"), std::string::npos) << e;
+  e = error_of([] { const char* a[] = {"trainer", "--config", "c.yaml", "--resume", "auto", "--resume=x"}; cli_parse(6, a); });
+  EXPECT_NE(e.find("--resume given twice ('auto' and 'x')"), std::string::npos) << e;
 }
 
 }  // namespace

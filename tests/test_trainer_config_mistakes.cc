@@ -130,6 +130,10 @@ TEST(trainer_config_mistakes, KeysWithoutEffectAreNamed) {
   EXPECT_EQ(unread({"train.ema_every=4", "optimizer.lars_trust=0.01"}),
             "optimizer.lars_trust (read with optimizer.lars: true only); train.ema_every (read with train.ema > 0 only)");
   EXPECT_EQ(unread({"train.ema=0.999", "train.ema_every=4"}), "");
+  // LAMB's trust ratio reads the exclusion too.
+  EXPECT_EQ(unread({"optimizer.kind=lamb", "optimizer.lars_exclude_bn_and_bias=false"}), "");
+  EXPECT_EQ(unread({"optimizer.lars_exclude_bn_and_bias=false"}),
+            "optimizer.lars_exclude_bn_and_bias (read with optimizer.lars: true and optimizer.kind lamb only)");
   EXPECT_EQ(unread({"data.randaugment_magnitude=5"}),
             "data.randaugment_magnitude (read with data.auto_augment: randaugment only)");
   EXPECT_EQ(unread({"model.name=resnet50", "model.cifar_shortcut=B"}),

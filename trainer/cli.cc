@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -146,6 +147,7 @@ const char* cli_usage() {
 
 CliOptions cli_parse(int argc, const char* const* argv) {
   CliOptions o;
+  std::set<std::string> given;  // the options given once
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     // --option=value, as GNU tools take it, for every option with a value.
@@ -163,12 +165,15 @@ CliOptions cli_parse(int argc, const char* const* argv) {
                                   "' (see --help)"));
       return argv[++i];
     };
-    // A second file for an option that takes one would silently replace the first.
+    // A second value would silently replace the first; an empty one (--resume=$CKPT with CKPT
+    // unset) would mean "none": a fresh run, the last one's checkpoints set aside.
     auto once = [&](std::string& field) {
       std::string v = value();
-      if (!field.empty())
-        throw ConfigError(str_cat("command line: ", a, " given twice ('", field, "' and '", v,
-                                  "'): one file (files do not merge: --set adds keys)"));
+      if (v.empty())
+        throw ConfigError(str_cat("command line: ", a, " has an empty value (an unset variable?); see --help"));
+      if (!given.insert(a).second)
+        throw ConfigError(str_cat("command line: ", a, " given twice ('", field, "' and '", v, "')",
+                                  a == "--config" ? ": files do not merge (--set adds keys)" : ""));
       field = std::move(v);
     };
     const bool flag = a == "--eval" || a == "--predict" || a == "--ema" || a == "--help" || a == "-h";
@@ -183,7 +188,7 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     else if (a == "--ema") o.ema = true;
     else if (a == "--help" || a == "-h") o.help = true;
     else if (a.rfind("-", 0) != 0) o.files.push_back(a);
-    else throw ConfigError(str_cat("command line: unknown argument '", a, "' (see --help)"));
+    else throw ConfigError(str_cat("command line: unknown argument '", argv[i], "' (see --help)"));
   }
   if (o.help) return o;
   if (o.eval && o.predict) throw ConfigError("command line: --eval and --predict exclude each other");

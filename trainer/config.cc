@@ -421,14 +421,16 @@ void assign(Config& cfg, const std::string& key, const YAML::Node& value, const 
 }
 
 std::string mark_at(const std::string& name, const YAML::Mark& m) {
+  if (name.rfind("--set ", 0) == 0) return name;  // a --set's value is one line
   return str_cat(name, ":", m.line + 1);
 }
 
-// key -> where it was given, over the whole tree: YAML forbids a key twice in a mapping, and a
-// dotted key (train.batch: 8, as on the command line) must not silently meet its nested twin.
+// key -> where it was given, over the whole tree for values: a dotted key (train.batch: 8, as on
+// the command line) must not silently meet its nested twin.
 using Seen = std::map<std::string, std::string>;
 
 void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const std::string& name, Seen& seen) {
+  Seen here;  // this mapping's own keys, sections included: YAML forbids one twice
   for (auto it = map.begin(); it != map.end(); ++it) {
     const std::string at = mark_at(name, it->first.Mark());
     if (!it->first.IsScalar()) throw ConfigError(str_cat(at, ": a key must be plain text"));
@@ -436,7 +438,9 @@ void walk(Config& cfg, const YAML::Node& map, const std::string& prefix, const s
       throw ConfigError(str_cat(at, ": YAML merge keys ('<<') are not read here: write the keys out (an alias, *name, "
                                     "may stand for a whole section)"));
     const std::string key = (prefix.empty() ? "" : prefix + ".") + it->first.Scalar();
-    if (const auto [first, fresh] = seen.emplace(key, at); !fresh)
+    // A section may be given in parts (data.generate.classes: 5, then data: {generate: {...}});
+    // a value only once.
+    if (const auto [first, fresh] = (is_known(key) ? seen : here).emplace(key, at); !fresh)
       throw ConfigError(str_cat(at, ": key '", key, "' given twice (first at ", first->second,
                                 "): which one was meant?"));
     if (is_known(key)) {
@@ -513,14 +517,14 @@ Config config_load(const std::string& path, const std::vector<std::string>& over
   if (!f) throw ConfigError(str_cat(path, ": cannot read the config file (", std::strerror(errno), ")"));
   std::stringstream ss;
   ss << f.rdbuf();
-  // An empty file (a failed copy, the wrong path's twin) would train ResNet-50 on the defaults.
-  try {
-    const YAML::Node root = YAML::Load(ss.str());
-    if (root.IsNull() || (root.IsMap() && root.size() == 0))
-      throw ConfigError(str_cat(path, ": the configuration is empty (no keys): is this the file meant?"));
-  } catch (const YAML::Exception&) {  // config_parse names the syntax error
-  }
-  return config_parse(ss.str(), path, overrides);
+  Config cfg = config_parse(ss.str(), path, overrides);  // its errors first (a second document, say)
+  // An empty file (a failed copy, the wrong path's twin) would train ResNet-50 on the defaults;
+  // /dev/null is the way to say "no file, only --set".
+  const YAML::Node root = YAML::Load(ss.str());
+  if (path != "/dev/null" && (root.IsNull() || (root.IsMap() && root.size() == 0)))
+    throw ConfigError(str_cat(path, ": the configuration is empty (no keys): is this the file meant? (--config "
+                              "/dev/null for none, every key from --set)"));
+  return cfg;
 }
 
 void config_set(Config& cfg, const std::string& assignment) {

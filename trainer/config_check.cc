@@ -311,6 +311,8 @@ std::string inapplicable_keys(const Config& c) {
       {"optimizer.beta2", adam, "optimizer.kind adamw and lamb"},
       {"optimizer.eps", adam, "optimizer.kind adamw and lamb"},
       {"optimizer.momentum", !adam, "optimizer.kind sgd"},
+      {"optimizer.lars_exclude_bn_and_bias", c.optimizer.sgd.lars || c.optimizer.sgd.kind == OptimizerKind::lamb,
+       "optimizer.lars: true and optimizer.kind lamb"},
       {"optimizer.lars_", c.optimizer.sgd.lars, "optimizer.lars: true"},
       {"train.ema_", c.train.ema > 0, "train.ema > 0"},
       {"data.randaugment_", policy == data::AutoAugment::randaugment, "data.auto_augment: randaugment"},
@@ -329,8 +331,8 @@ std::string inapplicable_keys(const Config& c) {
   std::string out;
   for (const std::string& key : config_changed_keys(c))
     for (const auto& [prefix, applies, reader] : rules)
-      if (!applies && key.rfind(prefix, 0) == 0) {
-        out += str_cat(out.empty() ? "" : "; ", key, " (read with ", reader, " only)");
+      if (key.rfind(prefix, 0) == 0) {  // the first rule for the key decides
+        if (!applies) out += str_cat(out.empty() ? "" : "; ", key, " (read with ", reader, " only)");
         break;
       }
   return out;

@@ -140,8 +140,9 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
     if (f.node == -1 && std::isfinite(f.loss)) continue;
     where += str_cat(where.empty() ? "" : "; ", "rank ", r, ": loss ", f.loss);
     if (f.node == Net<float>::kNonFiniteInput) {
-      where += str_cat(", the input itself is non-finite as backend ", cfg_.backend, " holds it (data.mean and "
-                       "data.std, set in ", config_origin(cfg_, "data.std"), ", normalise pixels beyond its range)");
+      where += str_cat(", the input itself is non-finite as backend ", cfg_.backend, " holds it (data.mean, set in ",
+                       config_origin(cfg_, "data.mean"), ", and data.std, set in ", config_origin(cfg_, "data.std"),
+                       ", normalise pixels beyond its range)");
     } else if (f.node >= 0) {
       where += str_cat(", first non-finite output in forward: ", net_->node(size_t(f.node)).name);
       if (f.bad_params) where += str_cat(" (whose parameters hold ", f.bad_params, " non-finite value(s))");

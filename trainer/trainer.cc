@@ -164,8 +164,8 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   }
   progress_ = std::make_unique<Progress>(rank_ == 0 && cfg_.log.progress, stdout_is_terminal(),
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
-  // Written with the run's first record (metrics()): a start that fails later (a refused resume)
-  // leaves no record of a run that never was.
+  // Written when training starts or with the first record (metrics()): a start that fails
+  // before (a refused resume) leaves no record of a run that never was.
   start_record_ = std::make_unique<JsonLine>(JsonLine("start")
                       .add("rank", rank_)
                       .add("world", world_)
@@ -321,6 +321,7 @@ void Trainer::train() {
     return;
   }
   prepare_checkpoint_dir();
+  metrics();  // the start record now: a run that fails in its first step still has one
   run_start_s_ = last_save_s_ = now_s();
   const int64_t first_step = step_;
   log_line(str_cat("training ", cfg_.model.name, " (", net_->arena().param_count(), " parameters) on ", world_,

@@ -89,7 +89,8 @@ class TestScalingTool(unittest.TestCase):
                               # The tool's own keys would be overridden: said, not run as something else.
                               (["--set", "comm.algorithm=hierarchical"], "comm.algorithm is the tool's to set (use --algorithms)"),
                               (["--set", "train.batch=8"], "train.batch is the tool's to set"),
-                              (["--set", "run_dir=x"], "run_dir is the tool's to set (use --out)")):
+                              (["--set", "run_dir=x"], "run_dir is the tool's to set (use --out)"),
+                              (["--set", "train={batch: 8}"], "train.batch is the tool's to set")):
                 rc, text, rows = run(args, out)
                 self.assertEqual(rc, 2, (args, text))
                 self.assertIn(msg, text)
