@@ -39,8 +39,8 @@ void append_number(std::string& s, double v) {
     s += "null";
     return;
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  char buf[32];  // 9 digits: a float's exact value, and a learning rate to check against its formula
+  std::snprintf(buf, sizeof buf, "%.9g", v);
   s += buf;
 }
 
@@ -89,7 +89,7 @@ void Metrics::step(int rank, const StepRecord& r) {
   if (!f_) return;
   std::fprintf(f_,
                "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%lld,\"epoch_step\":%lld,"
-               "\"loss\":%.6g,\"lr\":%.6g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
+               "\"loss\":%.9g,\"lr\":%.9g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
                "\"exposed_comm_s\":%.6f,\"total_comm_s\":%.6f,\"optimizer_s\":%.6f,\"img_s\":%.2f,"
                "\"loss_scale\":%.6g,\"skipped\":%d",
                rank, (long long)r.step, (long long)r.epoch, (long long)r.epoch_step,
