@@ -87,6 +87,10 @@ int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, i
 }  // namespace
 
 bool is_resnet_name(const std::string& name) { return archs().count(name) > 0; }
+bool is_cifar_resnet(const std::string& name) {
+  const auto it = archs().find(name);
+  return it != archs().end() && it->second.cifar;
+}
 
 template <class T>
 std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Backend<T>> backend) {

@@ -44,5 +44,7 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual);
 
 // True for the names build_resnet knows.
 bool is_resnet_name(const std::string& name);
+// True for the CIFAR ResNets (resnet20/32/44/56/110), which read ResNetConfig::cifar_shortcut.
+bool is_cifar_resnet(const std::string& name);
 
 }  // namespace rt

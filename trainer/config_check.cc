@@ -298,8 +298,7 @@ void config_validate(const Config& c) {
 
 std::string inapplicable_keys(const Config& c) {
   const bool adam = c.optimizer.sgd.kind != OptimizerKind::sgd;
-  const auto& n = c.model.name;
-  const bool cifar = n == "resnet20" || n == "resnet32" || n == "resnet44" || n == "resnet56" || n == "resnet110";
+  const bool cifar = is_cifar_resnet(c.model.name);
   const ScheduleKind kind = c.schedule.kind;
   const auto policy = c.data.auto_augment.policy;
   // key prefix or key, whether it applies, and what reads it
