@@ -34,20 +34,23 @@ std::string rank_list(const std::vector<int>& r) {
 // A SIGCONT reaches a stopped process when it is continued, but also a running one (an MPI
 // launcher's teardown sends it to every rank). Only one that had not been looking at its waits
 // for a while (last_active_ns: the watches' polls, beats and arrivals, on steady_clock's base,
-// CLOCK_MONOTONIC) counts as stopped; `continued_gap_ns` is how long it had not been.
-std::atomic<int> continued{0};  // lock-free: safe in a handler
-std::atomic<int64_t> last_active_ns{0}, continued_gap_ns{0};
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+// CLOCK_MONOTONIC) counts as stopped: `continued_ns` is when the last SIGCONT came,
+// `continued_gap_ns` how long the process had not been looking then (the longest of a burst: a
+// teardown's SIGCONT right after a real one must not hide it).
+std::atomic<int64_t> last_active_ns{0}, continued_ns{0}, continued_gap_ns{0};  // lock-free: safe in a handler
+static_assert(std::atomic<int64_t>::is_always_lock_free);
 extern "C" void on_continue(int) {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
   const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  // The longest gap since the step began: a teardown's SIGCONT after a real one must not hide it.
-  const int64_t gap = now - last_active_ns.load(std::memory_order_relaxed);
-  for (int64_t was = continued_gap_ns.load(std::memory_order_relaxed);
-       gap > was && !continued_gap_ns.compare_exchange_weak(was, gap, std::memory_order_relaxed);) {
-  }
-  continued.fetch_add(1, std::memory_order_relaxed);
+  int64_t gap = now - last_active_ns.load(std::memory_order_relaxed);
+  if (now - continued_ns.load(std::memory_order_relaxed) < 1000000000)
+    gap = std::max(gap, continued_gap_ns.load(std::memory_order_relaxed));
+  continued_gap_ns.store(gap, std::memory_order_relaxed);
+  continued_ns.store(now, std::memory_order_relaxed);
+}
+int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 void mark_active(std::chrono::steady_clock::time_point now) {
   last_active_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
@@ -102,6 +105,7 @@ StallWatch::StallWatch(MPI_Comm comm, double warn_s, double abort_s) : warn_s_(w
   recv_req_.assign(n, MPI_REQUEST_NULL);
   send_req_.assign(n, MPI_REQUEST_NULL);
   heard_.assign(n, {});
+  alive_.assign(n, {});
   beat_buf_.assign(n, 0);
   beat_req_.assign(n, MPI_REQUEST_NULL);
   beat_send_req_.assign(n, MPI_REQUEST_NULL);
@@ -154,13 +158,20 @@ void StallWatch::drain() {
   const auto now = std::chrono::steady_clock::now();
   // A rank is heard from when its announcement of this step or a later one comes in, or its
   // beat from there: stale beats (an earlier step's, queued) say nothing about now.
+  // Any message says the process runs (a rank still waiting in an earlier collective, say).
   drain_into(recv_req_, recv_buf_, rank_, kArriveTag, comm_, [&](int p, int64_t step) {
     seen_[size_t(p)] = std::max(seen_[size_t(p)], step);
     if (step >= step_) heard_[size_t(p)] = now;
+    alive_[size_t(p)] = now;
   });
   drain_into(beat_req_, beat_buf_, rank_, kBeatTag, comm_, [&](int p, int64_t step) {
     if (step >= step_) heard_[size_t(p)] = now;
+    alive_[size_t(p)] = now;
   });
+}
+
+bool StallWatch::unheard(int p, std::chrono::steady_clock::time_point now) const {
+  return now - alive_[size_t(p)] > 2 * beat_every_ + kPollEvery;
 }
 
 void StallWatch::beat(std::chrono::steady_clock::time_point now) {
@@ -174,7 +185,7 @@ void StallWatch::beat(std::chrono::steady_clock::time_point now) {
   std::lock_guard reg(registry_mu);
   for (StallWatch* w : registry())
     if (w != this && w->mu_.try_lock()) {
-      if (w->step_ > 0) w->send_beats_locked();
+      w->send_beats_locked();  // at step 0 too: any beat says the process runs
       w->mu_.unlock();
     }
 }
@@ -224,8 +235,7 @@ void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
   next_poll_ = since_ + kPollEvery;
   next_beat_ = since_ + beat_every_;
   next_warn_check_ = since_;
-  continued_ = continued.load(std::memory_order_relaxed);
-  continued_gap_ns.store(0, std::memory_order_relaxed);
+  named_.clear();
 }
 
 std::vector<int> StallWatch::missing() {
@@ -237,25 +247,41 @@ std::vector<int> StallWatch::missing() {
 }
 
 std::string StallWatch::describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited,
-                                 int peer) const {
+                                 int peer, std::chrono::steady_clock::time_point now) const {
   const std::string what =
       str_cat(what_.text, what_.numbered ? std::to_string(what_.number) : std::string(), what_.after);
-  const std::string unheard =
+  const std::string silent_text =
       quiet.empty() ? ""
                     : str_cat("rank(s) ", rank_list(quiet), " reached it but have not been heard from there since (stopped: "
                               "SIGSTOP, a debugger; or busy outside the exchange: their own compute, a device, the file "
                               "system)");
+  // Of the missing, those still heard from wait in an earlier collective (a neighbour of the one
+  // stuck, say): named apart from the ones not heard from at all.
+  // (Those the warning's look found unheard stay so: a stopped rank continued by the launcher's
+  // teardown runs again just before this rank's own stop.)
+  const auto named = [&](int p) { return std::find(named_.begin(), named_.end(), p) != named_.end(); };
+  std::vector<int> gone, here;
+  for (int p : miss) (unheard(p, now) || named(p) ? gone : here).push_back(p);
+  const std::string which =
+      here.empty() ? ""
+                   : str_cat(": rank(s) ", rank_list(here), " alive, still in an earlier collective",
+                             gone.empty() ? "" : str_cat("; rank(s) ", rank_list(gone), " not heard from (stopped, "
+                                                         "or busy outside the collectives)"));
   std::string out =
       !miss.empty()
           ? str_cat("rank(s) ", rank_list(miss), " of ", size_, " have not reached ", what, " after ", secs(waited),
-                    quiet.empty() ? "" : "; ", unheard)
+                    which, quiet.empty() ? "" : "; ", silent_text)
           : str_cat("every rank reached ", what, " but it has not completed after ", secs(waited),
-                    quiet.empty() ? "" : ": ", unheard,
+                    quiet.empty() ? "" : ": ", silent_text,
                     peer >= 0 ? str_cat(" (rank ", rank_, " waits for rank ", peer, ")") : std::string());
-  if (continued.load(std::memory_order_relaxed) != continued_ &&
-      std::chrono::nanoseconds(continued_gap_ns.load(std::memory_order_relaxed)) > 2 * beat_every_ + kPollEvery)
-    out += str_cat("; rank ", rank_, " was itself stopped and continued (SIGCONT) during the wait: the stall may be "
-                   "its own");
+  // Said first: what this rank saw while it was stopped is not the others' doing.
+  // ... stopped during this wait, or just before it began (a rank stopped before the collective
+  // and continued by the teardown enters it at once).
+  const int64_t slack = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * beat_every_ + kPollEvery).count();
+  if (continued_gap_ns.load(std::memory_order_relaxed) > slack &&
+      continued_ns.load(std::memory_order_relaxed) >= steady_ns(since_) - slack)
+    out = str_cat("rank ", rank_, " was itself stopped and continued (SIGCONT) during the wait, so the stall may be "
+                  "its own; ", out);
   return out;
 }
 
@@ -278,7 +304,12 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
   const double waited = std::chrono::duration<double>(now - since_).count();
   if (abort_s_ > 0 && waited >= abort_s_) {
     const std::vector<int> miss = missing();
-    return str_cat("stall: ", describe(miss, silent(now), waited, peer), "; stopping the job (comm.stall_abort_s: ",
+    std::vector<int> quiet = silent(now);
+    for (int p : named_)  // silent at the warning's look, whatever they did since (see describe)
+      if (std::find(miss.begin(), miss.end(), p) == miss.end() && std::find(quiet.begin(), quiet.end(), p) == quiet.end())
+        quiet.push_back(p);
+    std::sort(quiet.begin(), quiet.end());
+    return str_cat("stall: ", describe(miss, quiet, waited, peer, now), "; stopping the job (comm.stall_abort_s: ",
                    secs(abort_s_), ")");
   }
   if (warn_s_ > 0 && !warned_ && waited >= warn_s_ && now >= next_warn_check_) {
@@ -286,6 +317,11 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
     // just now is silent two beats later, and the next one prints.
     next_warn_check_ = now + beat_every_;
     const std::vector<int> miss = missing(), quiet = silent(now);
+    std::vector<int> absent_now = quiet;
+    for (int p : miss)
+      if (unheard(p, now)) absent_now.push_back(p);
+    std::sort(absent_now.begin(), absent_now.end());
+    if (!absent_now.empty()) named_ = absent_now;
     // The lowest rank that is here and heard from reports: not one that is stuck itself.
     const auto absent = [&](int r) {
       return std::find(miss.begin(), miss.end(), r) != miss.end() || std::find(quiet.begin(), quiet.end(), r) != quiet.end();
@@ -295,7 +331,7 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
     if (rank_ != reporter) return {};
     warned_ = true;
     std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
-                 describe(miss, quiet, waited, peer).c_str(),
+                 describe(miss, quiet, waited, peer, now).c_str(),
                  abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
                               : " (comm.stall_abort_s is 0: waiting on)");
     std::fflush(stderr);

@@ -92,7 +92,10 @@ class StallWatch {
   void send_beats_locked();  // to every peer whose last beat has left (mu_ held)
   // Ranks that announced the step but have not been heard from for two beats (at `now`).
   std::vector<int> silent(std::chrono::steady_clock::time_point now) const;
-  std::string describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited, int peer) const;
+  // Not heard from at all (no announcement or beat, of any step) for two beats.
+  bool unheard(int p, std::chrono::steady_clock::time_point now) const;
+  std::string describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited, int peer,
+                       std::chrono::steady_clock::time_point now) const;
   // The warning (printed, once a step) and the abort (its message returned; "" if not due) at `now`.
   std::string due(std::chrono::steady_clock::time_point now, int peer);
   void watchdog();
@@ -112,11 +115,12 @@ class StallWatch {
   // Beats: when each rank's announcement of the current step and its latest beat for it came in.
   std::chrono::steady_clock::duration beat_every_{};
   std::vector<std::chrono::steady_clock::time_point> heard_;
+  std::vector<std::chrono::steady_clock::time_point> alive_;  // the latest message of any step
+  std::vector<int> named_;  // ranks missing and unheard, or silent, when the warning was looked at
   std::vector<int64_t> beat_buf_;
   std::vector<MPI_Request> beat_req_, beat_send_req_;
   std::vector<int64_t> beat_send_buf_;  // one per peer: a send to a stopped peer may stay pending
   std::chrono::steady_clock::time_point next_beat_;
-  int continued_ = 0;  // SIGCONTs counted when the step began
   std::function<void(int64_t)> on_arrive_;
 
   bool multiple_ = false;  // MPI_THREAD_MULTIPLE: the watchdog may test requests

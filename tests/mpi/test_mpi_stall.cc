@@ -43,6 +43,15 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 
 void check_self_continued(MpiTest& t) {
   install_continue_counter();
+  {  // SIGCONT while polling all along: not a stop
+    StallWatch w(MPI_COMM_SELF, 0, 0.4);
+    w.arrive(1);
+    bool sent = false;
+    const std::string e = poll_until_abort(w, 5, [&](double s) {
+      if (s > 0.2 && !std::exchange(sent, true)) ::raise(SIGCONT);
+    });
+    if (e.empty() || has(e, "itself stopped")) t.fail("SIGCONT to a polling rank taken for a stop: " + e);
+  }
   {  // no polling for longer than two beats (0.1 s each), then SIGCONT: stopped and continued
     StallWatch w(MPI_COMM_SELF, 0, 0.4);
     w.arrive(1);
@@ -53,14 +62,14 @@ void check_self_continued(MpiTest& t) {
         !has(e, "was itself stopped and continued (SIGCONT) during the wait"))
       t.fail("a rank stopped and continued: " + e);
   }
-  {  // SIGCONT while polling all along: not a stop
+  {  // stopped before the collective, continued, then entering it (as after a teardown's SIGCONT)
     StallWatch w(MPI_COMM_SELF, 0, 0.4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));
+    ::raise(SIGCONT);
     w.arrive(1);
-    bool sent = false;
-    const std::string e = poll_until_abort(w, 5, [&](double s) {
-      if (s > 0.2 && !std::exchange(sent, true)) ::raise(SIGCONT);
-    });
-    if (e.empty() || has(e, "itself stopped")) t.fail("SIGCONT to a polling rank taken for a stop: " + e);
+    const std::string e = poll_until_abort(w, 5);
+    if (!has(e, "stall: rank 0 was itself stopped and continued (SIGCONT) during the wait, so the stall may be its own; "))
+      t.fail("a rank stopped before the collective: " + e);
   }
 }
 
@@ -107,6 +116,29 @@ void check_done_rank_is_not_silent(MpiTest& t) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Rank 0 waiting in the next collective for ranks that have not reached it: rank 1, alive and
+// still waiting in the earlier one (for the stopped rank 2), is named apart from rank 2.
+void check_missing_but_alive(MpiTest& t) {
+  if (t.size() != 3) return;
+  StallWatch a(MPI_COMM_WORLD, 0, 2.0), b(MPI_COMM_WORLD, 0, 1.0);
+  a.arrive(1);
+  if (t.rank() == 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2400));
+  } else if (t.rank() == 1) {
+    poll_until_abort(a, 10);  // beats (on b too) until its own stop at 2 s
+  } else {
+    a.leave();
+    b.arrive(1, StallLabel("the next collective"));
+    const std::string e = poll_until_abort(b, 10);
+    if (!has(e, "rank(s) 1, 2 of 3 have not reached the next collective after 1.0 s: rank(s) 1 alive, still in an "
+                "earlier collective; rank(s) 2 not heard from"))
+      t.fail("missing ranks not told apart: " + e);
+    b.leave();
+  }
+  a.leave();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 void check_no_false_silence(MpiTest& t) {
   StallWatch w(MPI_COMM_WORLD, 0, 0.8);
   w.arrive(1);
@@ -130,6 +162,7 @@ int main(int argc, char** argv) {
     rt::comm::check_self_continued(t);
     rt::comm::check_silent_rank(t);
     rt::comm::check_done_rank_is_not_silent(t);
+    rt::comm::check_missing_but_alive(t);
     rt::comm::check_no_false_silence(t);
     rc = t.finish("test_mpi_stall");
   }
