@@ -95,9 +95,7 @@ int Communicator::wait_requests(int count, MPI_Request* reqs, MPI_Status* st, in
   StallWatch* const stall = this->stall();
   if (idle_sleep_us <= 0 && !stall) return MPI_Waitall(count, reqs, st);
   const auto start = std::chrono::steady_clock::now();
-  // Watched waits sleep at most 10 ms at a time: the stall check's beats (0.05 s apart at the
-  // least) go out from here.
-  const auto pause = std::chrono::microseconds(stall ? std::min(idle_sleep_us, 10000) : idle_sleep_us);
+  const auto pause = std::chrono::microseconds(stall ? watched_idle_sleep_us(idle_sleep_us) : idle_sleep_us);
   const int who = outer_rank(peer);  // the stall watch names ranks of the outermost communicator
   for (;;) {
     int done = 0;

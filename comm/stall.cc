@@ -170,8 +170,10 @@ void StallWatch::drain() {
   });
 }
 
+std::chrono::steady_clock::duration StallWatch::quiet_after() const { return 2 * beat_every_ + kPollEvery; }
+
 bool StallWatch::unheard(int p, std::chrono::steady_clock::time_point now) const {
-  return now - alive_[size_t(p)] > 2 * beat_every_ + kPollEvery;
+  return now - alive_[size_t(p)] > quiet_after();
 }
 
 void StallWatch::beat(std::chrono::steady_clock::time_point now) {
@@ -205,7 +207,7 @@ void StallWatch::send_beats_locked() {
 std::vector<int> StallWatch::silent(std::chrono::steady_clock::time_point now) const {
   std::vector<int> out;
   for (int p = 0; p < size_; ++p)
-    if (p != rank_ && seen_[size_t(p)] >= step_ && now - heard_[size_t(p)] > 2 * beat_every_ + kPollEvery)
+    if (p != rank_ && seen_[size_t(p)] >= step_ && now - heard_[size_t(p)] > quiet_after())
       out.push_back(p);
   return out;
 }
@@ -277,7 +279,7 @@ std::string StallWatch::describe(const std::vector<int>& miss, const std::vector
   // Said first: what this rank saw while it was stopped is not the others' doing.
   // ... stopped during this wait, or just before it began (a rank stopped before the collective
   // and continued by the teardown enters it at once).
-  const int64_t slack = std::chrono::duration_cast<std::chrono::nanoseconds>(2 * beat_every_ + kPollEvery).count();
+  const int64_t slack = std::chrono::duration_cast<std::chrono::nanoseconds>(quiet_after()).count();
   if (continued_gap_ns.load(std::memory_order_relaxed) > slack &&
       continued_ns.load(std::memory_order_relaxed) >= steady_ns(since_) - slack)
     out = str_cat("rank ", rank_, " was itself stopped and continued (SIGCONT) during the wait, so the stall may be "

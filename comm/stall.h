@@ -54,6 +54,10 @@ struct StallLabel {
 // the stall may be the rank's own.
 void install_continue_counter();
 
+// The longest sleep of a watched wait (comm.idle_sleep_us is cut to it): the stall check's beats
+// go out from its polls.
+inline int watched_idle_sleep_us(int idle_sleep_us) { return idle_sleep_us < 10000 ? idle_sleep_us : 10000; }
+
 class StallWatch {
  public:
   // Collective over `comm` (duplicates it). warn_s <= 0: no warning; abort_s <= 0: no abort.
@@ -92,7 +96,9 @@ class StallWatch {
   void send_beats_locked();  // to every peer whose last beat has left (mu_ held)
   // Ranks that announced the step but have not been heard from for two beats (at `now`).
   std::vector<int> silent(std::chrono::steady_clock::time_point now) const;
-  // Not heard from at all (no announcement or beat, of any step) for two beats.
+  // How long without a word makes a rank silent: two beats and a poll.
+  std::chrono::steady_clock::duration quiet_after() const;
+  // Not heard from at all (no announcement or beat, of any step) for quiet_after().
   bool unheard(int p, std::chrono::steady_clock::time_point now) const;
   std::string describe(const std::vector<int>& miss, const std::vector<int>& quiet, double waited, int peer,
                        std::chrono::steady_clock::time_point now) const;

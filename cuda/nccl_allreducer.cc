@@ -177,8 +177,7 @@ class NcclAllreducer final : public comm::Allreducer {
   // Between polls: as comm.idle_sleep_us (0: yield the core and poll again); the stall check
   // looks in at each.
   void wait() {
-    // At most 10 ms while watched: the stall check's beats go out from its polls.
-    const auto nap = std::chrono::microseconds(comm_.stall_watch() ? std::min(cfg_.idle_sleep_us, 10000)
+    const auto nap = std::chrono::microseconds(comm_.stall_watch() ? comm::watched_idle_sleep_us(cfg_.idle_sleep_us)
                                                                    : cfg_.idle_sleep_us);
     for (;;) {
       const cudaError_t e = cudaStreamQuery(stream_);

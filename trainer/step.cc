@@ -191,7 +191,7 @@ void Trainer::train_step() {
   r.skipped = !apply;
   r.grad_norm = grad_norm;
   r.clipped = clipped;
-  metrics().step(rank_, r);
+  metrics_->step(rank_, r);  // (train() wrote the start record)
   if (timeline_ && !timeline_->closed() && step_ > timeline_first_) {
     timeline_step(*timeline_, step_, {t0, t1, t_fwd, t2, t3, t4, prefetch_t0_, prefetch_t1_, emulated}, *reducer_);
     if (!timeline_->error().empty()) {  // any rank's: each writes its own file
