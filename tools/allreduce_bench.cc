@@ -76,6 +76,13 @@ size_t parse_bytes(const std::string& s) {
   return static_cast<size_t>(v);
 }
 
+// A segment size, bounded as the trainer bounds comm.segment_bytes: a float at least.
+size_t segment_size(const std::string& what, const std::string& s) {
+  const size_t b = parse_bytes(s);
+  if (b < 4) throw Error(str_cat(what, " '", s, "' must be >= 4 bytes (one float), as comm.segment_bytes"));
+  return b;
+}
+
 // A buffer size: whole 4-byte floats (a size of 3 measured 0 bytes and called it OK).
 size_t whole_floats(const std::string& s) {
   const size_t b = parse_bytes(s);
@@ -117,7 +124,7 @@ std::optional<Options> parse(int argc, char** argv) {
     }
     else if (a == "--min-reps") o.min_reps = int_option(a, v, 1, 1 << 30);
     else if (a == "--max-reps") o.max_reps = int_option(a, v, 1, 1 << 30);
-    else if (a == "--segment-bytes") o.segment_bytes = parse_bytes(v), o.segment_set = true;
+    else if (a == "--segment-bytes") o.segment_bytes = segment_size(a, v), o.segment_set = true;
     else if (a == "--idle-sleep-us") o.idle_sleep_us = int_option(a, v, 0, 1000000);
     else if (a == "--recv-depth") o.recv_depth = int_option(a, v, 2, 64);  // the ring's own bounds
     else o.interleave = int_option(a, v, 0, 1) != 0;
@@ -302,7 +309,8 @@ int run(int argc, char** argv) {
       cfg.ring_order = cfg.algorithm.substr(slash + 1);  // ring/rank: MPI's order around the ring
       cfg.algorithm.resize(slash);
     }
-    cfg.segment_bytes = at == std::string::npos ? o.segment_bytes : parse_bytes(head.substr(at + 1));
+    cfg.segment_bytes =
+        at == std::string::npos ? o.segment_bytes : segment_size(spec + " (@: segment)", head.substr(at + 1));
     // "@X" and --segment-bytes fix the segment whether or not the ranks span several nodes.
     if (at != std::string::npos || o.segment_set) cfg.network_segment_bytes = cfg.segment_bytes;
     cfg.idle_sleep_us = tl == std::string::npos

@@ -36,6 +36,8 @@ expect 1 "byte size '5' is not a whole number of 4-byte floats" mpirun -np 1 "$b
 expect 1 "option --sizes needs a value" mpirun -np 1 "$bin/allreduce_bench" --sizes --budget 1
 expect 1 "need 1 <= --min-reps <= --max-reps \(got 10 and 5\)" mpirun -np 1 "$bin/allreduce_bench" --min-reps 10 \
   --max-reps 5
+expect 1 "--segment-bytes '2' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_bench" --segment-bytes 2
+expect 1 "ring@3 \(@: segment\) '3' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_bench" --algos ring@3 --sizes 4K
 expect 1 "openmpi takes no suffix" mpirun -np 1 "$bin/allreduce_bench" --algos openmpi:bf16 --sizes 4K
 # Its side-by-side script: a missing value or an unknown option prints the usage (status 2).
 here=$(cd "$(dirname "$0")/../.." && pwd)
