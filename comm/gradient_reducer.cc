@@ -100,7 +100,7 @@ GradientReducer::GradientReducer(Communicator& comm, const CommConfig& cfg,
   if (!k->supports(t))
     throw CommError(str_cat("GradientReducer: gradient type ", dtype_name(t), " not supported"));
 
-  if (cfg_.overlap) {
+  if (threaded()) {
     int provided = MPI_THREAD_SINGLE;
     MPI_CHECK(MPI_Query_thread(&provided));
     if (provided < MPI_THREAD_SERIALIZED)
@@ -179,7 +179,7 @@ void GradientReducer::on_ready(size_t n) {
     std::lock_guard<std::mutex> lk(mu_);
     ready_ = std::max(ready_, std::min(n, count_));
   }
-  if (cfg_.overlap) work_cv_.notify_one();
+  if (threaded()) work_cv_.notify_one();
 }
 
 void GradientReducer::reduce_bucket(size_t b) {
@@ -251,7 +251,7 @@ void GradientReducer::wait() {
   last_.buckets = buckets_.size();
   last_.buckets_done_before_wait = next_;
   ready_ = count_;
-  if (cfg_.overlap) {
+  if (threaded()) {
     work_cv_.notify_one();
     done_cv_.wait(lk, [&] { return error_ || next_ == buckets_.size(); });
   } else {
@@ -262,7 +262,7 @@ void GradientReducer::wait() {
   }
   active_ = false;
   last_.total_comm_s = comm_s_;
-  last_.exposed_comm_s = seconds(Clock::now() - t_wait);
+  last_.exposed_comm_s = solo() ? 0.0 : seconds(Clock::now() - t_wait);  // one rank sends nothing
   if (error_) std::rethrow_exception(error_);  // stays set: the collective sequence is broken
 }
 

@@ -111,6 +111,9 @@ class GradientReducer {
   void time_ready_upto(size_t n);
   bool staged() const { return dev_ && dev_->path() == DevicePath::staged; }
   bool solo() const { return comm_.size() == 1; }
+  // The communication thread runs the buckets (comm.overlap), unless one rank has nothing to
+  // send: its hand-offs would cost a wake-up per bucket and show as exposed communication.
+  bool threaded() const { return cfg_.overlap && !solo(); }
 
   Communicator& comm_;
   CommConfig cfg_;

@@ -488,6 +488,7 @@ TEST(trainer_config, DerivedValues) {
   EXPECT_EQ(config_rank_file("t.json", 0), "t.json");
   EXPECT_EQ(config_rank_file("t.json", 1), "");
   EXPECT_EQ(config_rank_file("runs/t-{rank}.json", 12), "runs/t-12.json");
+  EXPECT_EQ(config_rank_file("runs/{rank}/t-{rank}.json", 3), "runs/3/t-3.json");
 }
 
 TEST(trainer_config, ShippedConfigsAreValid) {

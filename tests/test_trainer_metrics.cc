@@ -40,5 +40,18 @@ TEST(trainer_metrics, HalfRecordEndedAndDeletedFileMadeAgain) {
   fs::remove_all(dir);
 }
 
+// A live bar wider than its terminal wraps, and '\r' then rewrites only its last row: the fields
+// that matter least are left out first, the ETA kept; only then is the text cut.
+TEST(trainer_metrics, ProgressFieldsFitTheTerminal) {
+  const std::vector<std::pair<std::string, int>> f = {{"epoch 1/90", 0}, {"loss 6.9", 0}, {"lr 0.1", 2},
+                                                      {"12.5 img/s", 1}, {"ETA 1:02", 0}};
+  EXPECT_EQ(fit_fields(f, std::string::npos), "epoch 1/90 loss 6.9 lr 0.1 12.5 img/s ETA 1:02");
+  EXPECT_EQ(fit_fields(f, 46), "epoch 1/90 loss 6.9 lr 0.1 12.5 img/s ETA 1:02");
+  EXPECT_EQ(fit_fields(f, 45), "epoch 1/90 loss 6.9 12.5 img/s ETA 1:02");
+  EXPECT_EQ(fit_fields(f, 38), "epoch 1/90 loss 6.9 ETA 1:02");
+  EXPECT_EQ(fit_fields(f, 10), "epoch 1/90");
+  EXPECT_EQ(terminal_columns(-1, 77), 77);  // no terminal: the fallback
+}
+
 }  // namespace
 }  // namespace rt::trainer

@@ -378,9 +378,11 @@ std::string config_checkpoint_dir(const Config& c) {
 }
 
 std::string config_rank_file(const std::string& pattern, int rank) {
-  const size_t at = pattern.find("{rank}");
-  if (at == std::string::npos) return rank == 0 ? pattern : "";
-  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+  if (pattern.find("{rank}") == std::string::npos) return rank == 0 ? pattern : "";
+  std::string out = pattern;  // every {rank}: a folder per rank may also name the file
+  for (size_t at = 0; (at = out.find("{rank}", at)) != std::string::npos;)
+    out.replace(at, 6, std::to_string(rank));
+  return out;
 }
 
 }  // namespace rt::trainer

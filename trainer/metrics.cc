@@ -1,6 +1,8 @@
 // JSON-lines metrics and the progress display.
 #include "trainer/metrics.h"
 
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -177,7 +179,42 @@ std::string format_duration(double s) {
 Progress::Progress(bool enabled, bool live, int64_t interval, int64_t epochs, int64_t steps_per_epoch,
                    int64_t total_steps)
     : enabled_(enabled), live_(live), interval_(std::max<int64_t>(1, interval)), epochs_(epochs),
-      steps_per_epoch_(steps_per_epoch), total_steps_(total_steps) {}
+      steps_per_epoch_(steps_per_epoch), total_steps_(total_steps) {
+  if (enabled_ && live_) tty_ = open_output_terminal();
+}
+
+Progress::~Progress() {
+  end_line();
+  if (tty_ >= 0 && tty_ != STDOUT_FILENO) ::close(tty_);
+}
+
+int open_output_terminal() {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return isatty(STDOUT_FILENO) ? STDOUT_FILENO : -1;
+  const std::string fd1 = "/proc/" + std::to_string(getppid()) + "/fd/1";
+  return ::open(fd1.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);  // only where stdout_is_terminal()
+}
+
+int terminal_columns(int fd, int fallback) {
+  winsize w{};
+  if (fd >= 0 && ::ioctl(fd, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
+  return fallback;
+}
+
+std::string fit_fields(const std::vector<std::pair<std::string, int>>& fields, size_t width) {
+  const auto join = [&](int max_rank) {
+    std::string s;
+    for (const auto& [text, rank] : fields)
+      if (rank <= max_rank) s += (s.empty() ? "" : " ") + text;
+    return s;
+  };
+  int max_rank = 0;
+  for (const auto& f : fields) max_rank = std::max(max_rank, f.second);
+  for (int r = max_rank; r > 0; --r)
+    if (std::string s = join(r); s.size() <= width) return s;
+  std::string s = join(0);
+  if (s.size() > width) s.resize(width);
+  return s;
+}
 
 void Progress::step(const StepRecord& r, double top1) {
   if (!enabled_) return;
@@ -190,20 +227,28 @@ void Progress::step(const StepRecord& r, double top1) {
   const bool last = r.step >= total_steps_ || r.epoch_step == steps_per_epoch_;
   if (n_ < interval_ && !last) return;
   const double mean = step_s_ / double(n_);
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "epoch %lld/%lld step %lld/%lld loss %.4f top1 %.1f%% lr %.4g %.1f img/s data %.0f%% "
-                "comm %.0f%% ETA %s",
-                (long long)r.epoch + 1, (long long)epochs_, (long long)r.epoch_step,
-                (long long)steps_per_epoch_, loss_ / double(n_), top1, r.lr, images_ / step_s_,
-                100 * wait_s_ / step_s_, 100 * comm_s_ / step_s_,
-                format_duration(mean * double(total_steps_ - r.step)).c_str());
+  char f[9][64];
+  std::snprintf(f[0], sizeof f[0], "epoch %lld/%lld", (long long)r.epoch + 1, (long long)epochs_);
+  std::snprintf(f[1], sizeof f[1], "step %lld/%lld", (long long)r.epoch_step, (long long)steps_per_epoch_);
+  std::snprintf(f[2], sizeof f[2], "loss %.4f", loss_ / double(n_));
+  std::snprintf(f[3], sizeof f[3], "top1 %.1f%%", top1);
+  std::snprintf(f[4], sizeof f[4], "lr %.4g", r.lr);
+  std::snprintf(f[5], sizeof f[5], "%.1f img/s", images_ / step_s_);
+  std::snprintf(f[6], sizeof f[6], "data %.0f%%", 100 * wait_s_ / step_s_);
+  std::snprintf(f[7], sizeof f[7], "comm %.0f%%", 100 * comm_s_ / step_s_);
+  std::snprintf(f[8], sizeof f[8], "ETA %s", format_duration(mean * double(total_steps_ - r.step)).c_str());
+  // On a narrow terminal the rate and the ETA outlast lr, the data and top-1 figures.
+  const std::vector<std::pair<std::string, int>> fields = {{f[0], 0}, {f[1], 0}, {f[2], 0}, {f[3], 3}, {f[4], 5},
+                                                           {f[5], 1}, {f[6], 4}, {f[7], 2}, {f[8], 0}};
   if (live_) {
-    std::printf("\r%-110s", line);
+    // The last column stays free (a full row wraps on some terminals); "\033[K" clears what a
+    // longer previous update left.
+    const size_t width = size_t(std::max(20, terminal_columns(tty_, 80) - 1));
+    std::printf("\r%s\033[K", fit_fields(fields, width).c_str());
     open_line_ = true;
     if (r.epoch_step == steps_per_epoch_) end_line();  // keep each epoch's final state on screen
   } else {
-    std::printf("%s\n", line);
+    std::printf("%s\n", fit_fields(fields, std::string::npos).c_str());
   }
   std::fflush(stdout);
   n_ = 0;

@@ -82,7 +82,7 @@ class Progress {
   // live: rewrite one line with '\r' (a terminal); otherwise print one line per update.
   Progress(bool enabled, bool live, int64_t interval, int64_t epochs, int64_t steps_per_epoch,
            int64_t total_steps);
-  ~Progress() { end_line(); }
+  ~Progress();
   void step(const StepRecord& r, double running_top1_pct);
   // A line of its own (ends a live bar first).
   void message(const std::string& s);
@@ -94,10 +94,20 @@ class Progress {
   int64_t n_ = 0;                 // steps in the current window
   double step_s_ = 0, wait_s_ = 0, comm_s_ = 0, images_ = 0, loss_ = 0;  // sums over the window
   bool open_line_ = false;        // a live bar is on screen
+  int tty_ = -1;                  // where the terminal's width is asked (live only)
 };
 
 // Whether rank 0's standard output reaches a terminal (through mpirun too): a live bar then.
 bool stdout_is_terminal();
+// A descriptor of the terminal rank 0's output reaches (under mpirun, mpirun's: a rank's own
+// pseudo-terminal has no width of the user's), or -1.
+int open_output_terminal();
+// The terminal's width in columns, or `fallback` where it cannot say.
+int terminal_columns(int fd, int fallback);
+// A progress line's fields (text, drop rank) joined by spaces within `width` characters: where
+// they do not fit, the fields of highest drop rank are left out first (0: never), then the text
+// is cut. A live bar longer than its terminal wraps, and '\r' then rewrites only the last row.
+std::string fit_fields(const std::vector<std::pair<std::string, int>>& fields, size_t width);
 // v with `decimals` digits after the point.
 std::string fixed(double v, int decimals);
 // "1:02:03" / "4:05".

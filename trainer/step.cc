@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <span>
 #include <utility>
 
@@ -149,6 +150,8 @@ void Trainer::train_step() {
     if (has_ema()) ema_update();
   } else {
     skipped_.push_back(step_ + 1);
+    // Overflowed gradients have no finite norm: the record says so (-1) rather than leaving it out.
+    if (cfg_.train.clip_grad_norm > 0 || cfg_.log.grad_norm) grad_norm = std::numeric_limits<double>::infinity();
     log_line(str_cat("step ", step_ + 1, ": ", bad_grads, " gradient value(s) overflowed at loss scale ", scale,
                      ": update skipped, scale now ", scaler_.scale()));
   }
@@ -199,8 +202,10 @@ void Trainer::train_step() {
                    rank_, timeline_->error().c_str());
     } else if (step_ == timeline_end_) {
       timeline_->close();
-      log_line(str_cat("timeline of steps ", timeline_first_ + 1, "-", timeline_end_, " written to ",
-                       cfg_.log.timeline));
+      const std::string& pattern = cfg_.log.timeline;  // one file per rank where it says {rank}
+      const std::string mine = config_rank_file(pattern, 0);
+      log_line(str_cat("timeline of steps ", timeline_first_ + 1, "-", timeline_end_, " written to ", mine,
+                       mine == pattern ? "" : str_cat(" and the other ranks' ", pattern)));
     }
   }
   progress_->step(r, epoch_samples_ ? 100.0 * double(epoch_top1_) / double(epoch_samples_) : 0.0);

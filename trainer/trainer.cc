@@ -309,15 +309,21 @@ void Trainer::log_line(const std::string& s) const {
   if (rank_ == 0 && cfg_.log.progress) progress_->message(s);
 }
 
+void Trainer::notice(const std::string& s) const {
+  if (rank_ != 0) return;
+  if (cfg_.log.progress) progress_->message(s);
+  else std::fprintf(stderr, "%s\n", s.c_str());
+}
+
 void Trainer::train() {
   if (use_ == Use::evaluate) throw Error("train: this trainer was built to evaluate (Trainer::Use::evaluate)");
   if (step_ >= total_steps_) {
-    log_line(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done",
+    notice(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done",
                      eval_pending_ ? " (the evaluation the last run's stop skipped there: --eval the checkpoint)" : ""));
     return;
   }
   if (target_reached()) {
-    log_line(str_cat("nothing to train: validation top-1 ", fixed(best_top1_, 2), "% at step ", best_step_,
+    notice(str_cat("nothing to train: validation top-1 ", fixed(best_top1_, 2), "% at step ", best_step_,
                      " reached train.target_top1 ", cfg_.train.target_top1, "%"));
     return;
   }
@@ -333,23 +339,23 @@ void Trainer::train() {
                    cfg_.optimizer.sgd.lars ? " with LARS" : "", " base lr ",
                    schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
-  if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
+  if (const std::string note = net_->backend().setup_note(); !note.empty()) notice(note);
   if (cfg_.comm.algorithm == "mpi" && world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {
     int provided = MPI_THREAD_SINGLE;
     MPI_CHECK(MPI_Query_thread(&provided));
     if (provided < MPI_THREAD_MULTIPLE)  // the watchdog that watches MPI_Allreduce needs it
-      log_line("note: comm.algorithm mpi waits inside MPI_Allreduce, which the stall check can watch only with "
+      notice("note: comm.algorithm mpi waits inside MPI_Allreduce, which the stall check can watch only with "
                "MPI_THREAD_MULTIPLE (this MPI gives less): comm.stall_warning_s and comm.stall_abort_s apply "
                "to ring, hierarchical and reducer only");
   }
   if (const std::string unread = inapplicable_keys(cfg_); !unread.empty())
-    log_line(str_cat("note: set but without effect in this configuration: ", unread));
+    notice(str_cat("note: set but without effect in this configuration: ", unread));
   if (cfg_.train.steps > total_steps_)
-    log_line(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
+    notice(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
                      ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",
                      total_steps_));
   if (const int threads = omp_get_max_threads(), cores = available_cores(); threads > cores)
-    log_line(str_cat("warning: ", threads, " threads per rank (threads, set in ",
+    notice(str_cat("warning: ", threads, " threads per rank (threads, set in ",
                      config_origin(cfg_, "threads"), ") for the ", cores,
                      " cores rank 0 may use: threads that share a core wait for each other at every layer"));
   if (timeline_ && timeline_first_ < 0) {
@@ -377,7 +383,7 @@ void Trainer::train() {
   if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
     if (evaluate_pending()) return;
   } else if (std::exchange(eval_pending_, false)) {
-    log_line(str_cat("the evaluation the last run's stop skipped at step ", step_,
+    notice(str_cat("the evaluation the last run's stop skipped at step ", step_,
                      " is not made: this run does not evaluate (eval.every_epochs 0, eval.at_end false)"));
   }
   double epoch_start = now_s();
@@ -399,7 +405,9 @@ void Trainer::train() {
     bool timed = false;  // checkpoint.every_minutes: rank 0's clock says a save is due
     const int stop = run_end ? 0 : agreed_stop_signal(timed);
     if (cfg_.check.every > 0 && (step_ % cfg_.check.every == 0 || run_end)) check_consistency();
-    if (epoch_end || run_end) {
+    // A stop mid-epoch reports the part trained, as train.steps' end does: the resumed run's
+    // record covers only the rest.
+    if (epoch_end || run_end || stop) {
       epoch_started_ = !epoch_end;
       end_epoch(epoch, epoch_start, epoch_end, run_end, stop != 0);
     }
@@ -417,7 +425,8 @@ void Trainer::train() {
       const char* name = stop_signal_name(stop);
       report(JsonLine("stop").add("step", step_).add("signal", name).add("checkpoint", last_checkpoint_),
              str_cat("stopped by ", name, " after step ", step_, " of ", total_steps_, ": ",
-                     last_checkpoint_, " holds it; continue with --resume auto"));
+                     last_checkpoint_, " holds it; continue with --resume auto"),
+             true);
       return;
     }
   }
@@ -562,12 +571,15 @@ bool Trainer::evaluate_pending() {
 void Trainer::report_target() {
   // As MLPerf's runs: the time to the target is the figure of merit.
   const double secs = now_s() - run_start_s_;
-  report(JsonLine("target").add("step", step_).add("epoch", step_ / steps_per_epoch_)
+  // The epoch as the epoch records number it: step 12 of 8 per epoch is in epoch 2.
+  const int64_t epoch = (step_ - 1) / steps_per_epoch_ + 1;
+  report(JsonLine("target").add("step", step_).add("epoch", epoch)
              .add("val_top1", best_top1_).add("target_top1", cfg_.train.target_top1)
              .add("train_s", secs).add("checkpoint", last_checkpoint_),
          str_cat("validation top-1 ", fixed(best_top1_, 2), "% reached train.target_top1 ",
-                 cfg_.train.target_top1, "% at step ", step_, " (epoch ", step_ / steps_per_epoch_, ") after ",
-                 format_duration(secs), " of this run: stopping (", last_checkpoint_, " holds it)"));
+                 cfg_.train.target_top1, "% at step ", step_, " (epoch ", epoch, ") after ", format_duration(secs),
+                 " of this run: stopping (", last_checkpoint_, " holds it)"),
+         true);
 }
 
 }  // namespace rt::trainer

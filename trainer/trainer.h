@@ -107,8 +107,9 @@ class Trainer {
   // the ones this job's data gives its labels, where both name them.
   void check_checkpoint_classes(const Checkpoint& ck, const std::string& path, bool for_training) const;
   void save_checkpoint();
-  // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0.
-  void report(const JsonLine& line, const std::string& text);
+  // Writes one JSON line to this rank's metrics file (if any) and prints `text` on rank 0 (as a
+  // notice: also with log.progress off).
+  void report(const JsonLine& line, const std::string& text, bool notice = false);
 
   Net<float>& net() { return *net_; }
   Optimizer<float>& optimizer() { return *opt_; }
@@ -218,7 +219,11 @@ class Trainer {
   BackendOptions backend_options() const;  // cuda.* and this rank's place on its node
   Net<float>& eval_net();  // net_, or evaluation's own at data.eval_image_size (evaluate.cc)
   Metrics& metrics();  // the metrics file, the start record written before the first record
-  void log_line(const std::string& s) const;
+  void log_line(const std::string& s) const;  // rank 0's progress printout (log.progress)
+  // Rank 0's warnings, notes and what needs the user's action or moved their files: printed with
+  // the progress, or on stderr where log.progress is off (turning the display off is no reason
+  // to miss them).
+  void notice(const std::string& s) const;
   void make_bn_sync(MPI_Comm world);
   std::unique_ptr<Net<float>> build_net(const Config& c, bool inference_only);
 

@@ -60,9 +60,10 @@ void Trainer::check_checkpoint_classes(const Checkpoint& ck, const std::string& 
                                 " on the classes it was trained on, or fine-tune from its weights: --weights)"));
 }
 
-void Trainer::report(const JsonLine& line, const std::string& text) {
+void Trainer::report(const JsonLine& line, const std::string& text, bool notice) {
   metrics().write(line);
-  log_line(text);
+  if (notice) this->notice(text);
+  else log_line(text);
 }
 
 void Trainer::prepare_checkpoint_dir() {
@@ -86,7 +87,7 @@ void Trainer::prepare_checkpoint_dir() {
   int64_t best_kept = -1;  // the step of the best.rtck left in place
   const std::string to = checkpoint_set_aside(ckpt_dir_, step_, &moved, &best_kept);
   if (!to.empty())
-    log_line(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
+    notice(str_cat(moved.size(), " checkpoint file(s) written after step ", step_, ", where this run ",
                      step_ ? "resumes (another history's, or damaged files passed over)" : "starts (an earlier run's)",
                      ", moved to ",
                      to, ": --resume auto and pruning keep to this run's"));
@@ -101,7 +102,7 @@ void Trainer::prepare_checkpoint_dir() {
       log_line(str_cat("best checkpoint: ", record, " (validation top-1 ", fixed(best_top1_, 2), "% at step ",
                        best_step_, ", this run's record), now ", best));
     } else {
-      log_line(str_cat("warning: the best checkpoint so far, of step ", best_step_, " (validation top-1 ",
+      notice(str_cat("warning: the best checkpoint so far, of step ", best_step_, " (validation top-1 ",
                        fixed(best_top1_, 2), "%), is no longer in ", ckpt_dir_, ": ", best,
                        " will be the next evaluation to beat it"));
     }
@@ -269,7 +270,7 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
                                         "of an epoch; or start a new run from its weights: --weights)"));
       }
       if (m.world != world_)
-        log_line(str_cat("resuming on ", shape(world_, cfg_.train.batch, passes_), " from a checkpoint of ",
+        notice(str_cat("resuming on ", shape(world_, cfg_.train.batch, passes_), " from a checkpoint of ",
                          shape(m.world, m.batch, m.accumulate),
                          ": the same samples per step; every rank starts from the ranks' average BN statistics"));
     }
@@ -321,13 +322,13 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
         ema_rank_state = std::move(ck.ema_rank_state);
       }
     } else if (!ck.ema.empty()) {
-      log_line(str_cat(path, ": its moving average of the weights is not continued (train.ema is 0)"));
+      notice(str_cat(path, ": its moving average of the weights is not continued (train.ema is 0)"));
     } else if (has_ema() && for_training) {
-      log_line(str_cat(path, ": no moving average of the weights in it: train.ema starts from its weights"));
+      notice(str_cat(path, ": no moving average of the weights in it: train.ema starts from its weights"));
     }
     // A scale the file saved that this run does not take: say so, as a resume that changed it.
     if (for_training && lm.loss_scale > 0 && !scaler_.dynamic() && lm.loss_scale != scaler_.scale())
-      log_line(str_cat(path, ": its loss scale ", lm.loss_scale, " is not continued (loss_scale.mode ",
+      notice(str_cat(path, ": its loss scale ", lm.loss_scale, " is not continued (loss_scale.mode ",
                        cfg_.loss_scale.mode, ", set in ", config_origin(cfg_, "loss_scale.mode"),
                        scaler_.enabled() ? str_cat(": the static scale ", scaler_.scale(), " applies") : std::string(),
                        ")"));
@@ -441,7 +442,7 @@ std::string Trainer::resume(const std::string& what) {
   if (rank_ == 0) {
     std::vector<std::string> skipped;
     path = checkpoint_find_latest(ckpt_dir_, &skipped, &ck, parts_to_load(true));
-    for (const auto& s : skipped) log_line("skipping a damaged checkpoint: " + s);
+    for (const auto& s : skipped) notice("skipping a damaged checkpoint: " + s);
     // Checkpoints there, none readable: the run's progress is not to be dropped without a word
     // (this rank's error ends the job, the others waiting below included).
     if (path.empty() && !skipped.empty()) {
@@ -454,7 +455,7 @@ std::string Trainer::resume(const std::string& what) {
   }
   path = comm::broadcast_string(std::move(path), 0, ctl_comm_->mpi());
   if (path.empty()) {
-    log_line(str_cat("--resume auto: no checkpoint in ", ckpt_dir_, ": starting fresh"));
+    notice(str_cat("--resume auto: no checkpoint in ", ckpt_dir_, ": starting fresh"));
     return "";
   }
   restore_checkpoint(std::move(ck), path, true);

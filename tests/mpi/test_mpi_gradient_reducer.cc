@@ -67,6 +67,10 @@ void check_fake_backward(MpiTest& t, Communicator& comm) {
           const StepTimes& st = gr.last_step();
           MPI_EXPECT(t, st.buckets == gr.num_buckets() && st.total_comm_s >= 0 &&
                             st.exposed_comm_s >= 0 && st.compute_s >= 0, what, ": bad times");
+          // One rank sends nothing, and hands nothing to a communication thread.
+          MPI_EXPECT(t, t.size() > 1 || (st.exposed_comm_s == 0 && st.total_comm_s == 0), what,
+                     ": one rank reports communication: exposed ", st.exposed_comm_s, " s, total ",
+                     st.total_comm_s, " s");
         }
         if (algo == "ring" && bucket_bytes == 4096 && t.rank() == 0)
           std::printf("fake backward, %zu buckets, overlap %d: compute %.4f s, exposed %.4f s, "

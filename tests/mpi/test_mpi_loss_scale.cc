@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -99,10 +100,23 @@ void check_overflow_skips(MpiTest& t, const std::string& dir) {
   b.train.steps = n;
   b.loss_scale.mode = "dynamic";
   b.loss_scale.init = 0x1p140;
+  b.log.grad_norm = true;  // a skipped step's record says its norm is not finite: -1
+  b.log.jsonl = b.run_dir + "/metrics-{rank}.jsonl";
   Trainer tb(b, MPI_COMM_WORLD, same_batch());
   tb.train();
   const auto& skipped = tb.skipped_steps();
   const int64_t m = int64_t(skipped.size());
+  {
+    std::ifstream f(b.run_dir + "/metrics-" + std::to_string(t.rank()) + ".jsonl");
+    int64_t records = 0, with_norm = 0;
+    for (std::string line; std::getline(f, line);)
+      if (line.find("\"type\":\"step\"") != std::string::npos && line.find("\"skipped\":1") != std::string::npos) {
+        ++records;
+        with_norm += line.find("\"grad_norm\":-1,\"clipped\":0") != std::string::npos;
+      }
+    MPI_EXPECT(t, records == m && with_norm == m, records, " skipped steps' records, ", with_norm,
+               " with grad_norm -1, of ", m, " skipped steps");
+  }
   MPI_EXPECT(t, m == tb.loss_scaler().skipped_steps(), m, " skipped steps listed, the scaler counts ",
              tb.loss_scaler().skipped_steps());
   MPI_EXPECT(t, m >= 1 && m < n && skipped[0] == 1, "skipped ", m, " of ", n, " steps from scale 2^140");

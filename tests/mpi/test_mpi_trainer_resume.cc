@@ -460,6 +460,16 @@ void check_target_top1(MpiTest& t, const std::string& dir) {
     tr.train();
     MPI_EXPECT(t, tr.step() == spe, "resumed after reaching the target: trained on to step ", tr.step());
   }
+  // Reached by the evaluation at a run's end in the middle of epoch 2 (train.steps): the record
+  // names epoch 2, as that step's epoch record does.
+  Config mid = tiny(dir + "/target_mid");
+  mid.train.epochs = 4;
+  mid.train.steps = spe + 1;
+  mid.eval.every_epochs = 2;
+  mid.eval.at_end = true;
+  mid.train.target_top1 = 1;
+  mid.log.jsonl = "";
+  Trainer(mid).train();
   c.train.target_top1 = 100;  // every validation image right: not after these few steps (else a record says so)
   Trainer tr(c);
   tr.resume("auto");
@@ -472,6 +482,10 @@ void check_target_top1(MpiTest& t, const std::string& dir) {
              "no target record '", target, "...' in the metrics");
   MPI_EXPECT(t, tr.step() == 4 * spe || log.find("\"target_top1\":100,") != std::string::npos,
              "with an unreached target the resumed run ended at step ", tr.step());
+  std::ifstream fm(mid.run_dir + "/metrics.jsonl");
+  const std::string mlog((std::istreambuf_iterator<char>(fm)), std::istreambuf_iterator<char>());
+  const std::string want = str_cat("{\"type\":\"target\",\"step\":", spe + 1, ",\"epoch\":2,");
+  MPI_EXPECT(t, mlog.find(want) != std::string::npos, "no target record '", want, "...' in ", mlog);
 }
 
 // checkpoint.every_minutes, decided by rank 0's clock and agreed by every rank (a rank left out

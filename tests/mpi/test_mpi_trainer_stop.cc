@@ -170,6 +170,28 @@ void check_stop_at_an_epochs_end() {
          "a validation record for epoch 1", {0, metrics});
 }
 
+// A stop in the middle of an epoch records the part of it trained (an epoch record of its steps
+// 1-3), as the resumed run records the rest; with log.progress off, the progress and epoch lines
+// are not printed, the stop's line (what to do next) still is.
+void check_stop_mid_epoch() {
+  const std::string cfg = tiny_config("mid_epoch");  // 5 steps an epoch
+  const Result r = run(2, "--config " + cfg + " --set log.progress=false --set debug.fault=stop --set debug.rank=1 "
+                                              "--set debug.step=3");
+  expect(r.rc == 128 + SIGUSR1 && r.out.find("stopped by SIGUSR1 after step 3 of 10") != std::string::npos &&
+             r.out.find("epoch 1/2") == std::string::npos,
+         "a stop at step 3, said with log.progress off; no progress lines", r);
+  const Result resumed = run(2, "--config " + cfg + " --set train.steps=5 --resume auto");
+  expect(resumed.rc == 0, "the resume to the epoch's end", resumed);
+  const std::string metrics = read_file(dir + "/mid_epoch/metrics.jsonl");
+  const size_t part1 = metrics.find("{\"type\":\"epoch\",\"epoch\":1,\"step\":3,"),
+               stop = metrics.find("{\"type\":\"stop\",\"step\":3,"),
+               part2 = metrics.find("{\"type\":\"epoch\",\"epoch\":1,\"step\":5,");
+  expect(part1 != std::string::npos && stop != std::string::npos && part1 < stop && part2 != std::string::npos &&
+             metrics.find("\"first_step_in_epoch\":1,\"last_step_in_epoch\":3", part1) < stop &&
+             metrics.find("\"first_step_in_epoch\":4,\"last_step_in_epoch\":5", part2) != std::string::npos,
+         "epoch 1's steps 1-3 recorded before the stop, 4-5 by the resumed run", {0, metrics});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +199,7 @@ int main(int argc, char** argv) {
   check_stop("usr1", SIGUSR1, true);
   check_stop("term", SIGTERM, false);
   check_stop_at_an_epochs_end();
+  check_stop_mid_epoch();
   check_killed_run();
   check_orphaned_ranks();
   return finish("test_mpi_trainer_stop");
