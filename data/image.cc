@@ -132,7 +132,7 @@ Box center_crop_box(int width, int height, int size, int resize) {
   const int rw = wide ? r_long : r, rh = wide ? r : r_long;
   auto map = [](int src, int res, int size) {
     const double s = double(src) / res;
-    const int first = static_cast<int>(std::lround((res - size) / 2.0));
+    const int first = static_cast<int>(std::nearbyint((res - size) / 2.0));  // Python's round: half to even
     int a = static_cast<int>(std::lround(first * s));
     int len = std::max(1, static_cast<int>(std::lround(size * s)));
     len = std::min(len, src);

@@ -95,6 +95,18 @@ TEST(data_image, CenterCropBoxWithAnExplicitResize) {
   EXPECT_EQ(whole.y, 0);
 }
 
+// CenterCrop's offset is Python's round((side - size) / 2): halves to even, as torchvision's
+// crop of 64 from 97x73 (no resize: Resize(73) keeps it) at top 4 (4.5), left 16 (16.5); and
+// 500x375 at 256/224 from 341 wide: left round(58.5) = 58 resized pixels.
+TEST(data_image, CenterCropOffsetRoundsHalvesToEvenAsTorchvision) {
+  const Box b = center_crop_box(97, 73, 64, 73);
+  EXPECT_EQ(b.x, 16);
+  EXPECT_EQ(b.y, 4);
+  EXPECT_EQ(b.w, 64);
+  EXPECT_EQ(b.h, 64);
+  EXPECT_EQ(center_crop_box(500, 375, 224).x, int(std::lround(58 * 500.0 / 341)));
+}
+
 TEST(data_image, CropResizeTakesTheBoxAndFlipMirrors) {
   const cv::Mat img = coord_image(200, 150);
   const AugmentSpec spec = raw_spec(20, true);

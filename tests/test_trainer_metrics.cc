@@ -40,6 +40,30 @@ TEST(trainer_metrics, HalfRecordEndedAndDeletedFileMadeAgain) {
   fs::remove_all(dir);
 }
 
+// A metrics file no record reached (a job refused at start) goes, with the folders made for
+// it; one that existed before is left as it was, and so is a folder that holds something else.
+TEST(trainer_metrics, AFileWithoutRecordsIsNotLeftBehind) {
+  const fs::path dir = fs::temp_directory_path() / ("rt_metrics_empty_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  { Metrics m((dir / "runs/a/metrics.jsonl").string()); }
+  EXPECT_FALSE(fs::exists(dir / "runs"));
+  {
+    Metrics m((dir / "runs/b/metrics.jsonl").string());
+    m.write(JsonLine("start"));
+  }
+  EXPECT_TRUE(fs::exists(dir / "runs/b/metrics.jsonl"));
+  { Metrics m((dir / "runs/b/metrics.jsonl").string()); }  // there before: kept
+  EXPECT_TRUE(fs::exists(dir / "runs/b/metrics.jsonl"));
+  {
+    Metrics m((dir / "runs/c/metrics.jsonl").string());
+    std::ofstream((dir / "runs/c/other").string()) << "x";
+  }
+  EXPECT_FALSE(fs::exists(dir / "runs/c/metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dir / "runs/c/other"));
+  fs::remove_all(dir);
+}
+
 // A live bar wider than its terminal wraps, and '\r' then rewrites only its last row: the fields
 // that matter least are left out first, the ETA kept; only then is the text cut.
 TEST(trainer_metrics, ProgressFieldsFitTheTerminal) {

@@ -232,9 +232,16 @@ def model_width(sd, arch, pth):
 
 
 def torch_state_dict(path):
-    """A state dict of plain tensors from a .pth file: unwraps {"state_dict": ...} / {"model": ...} and
-    DataParallel's "module." prefixes."""
+    """A state dict of plain tensors from a .pth file: unwraps {"state_dict": ...} / {"model": ...},
+    DataParallel's "module." and torch.compile's "_orig_mod." prefixes."""
     import torch
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(MAGIC)) == MAGIC:
+                raise Bad(f"{path}: already a ringtrain checkpoint: the trainer takes it as it is (--weights, "
+                          "--eval); `export` makes a state dict of it")
+    except OSError as e:
+        raise Bad(f"{path}: cannot read ({e.strerror})")
     try:
         try:  # tensors and containers only: a .pth file from elsewhere runs no code
             obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -249,8 +256,9 @@ def torch_state_dict(path):
             obj = obj[key]
     if not isinstance(obj, dict) or not obj:
         raise Bad(f"{path}: not a state dict (a dict of tensors)")
-    if all(k.startswith("module.") for k in obj):
-        obj = {k[len("module."):]: v for k, v in obj.items()}
+    for prefix in ("module.", "_orig_mod.", "module."):  # either wrapping the other
+        if all(isinstance(k, str) and k.startswith(prefix) for k in obj):
+            obj = {k[len(prefix):]: v for k, v in obj.items()}
     for k, v in obj.items():
         if not isinstance(v, torch.Tensor):
             raise Bad(f"{path}: '{k}' is not a tensor ({type(v).__name__})")
@@ -316,10 +324,14 @@ def import_(pth, out, model=None):
     # model.width too: a job that takes the model from this file builds it with these channels.
     width = model_width(sd, arch, pth) if arch and classes else "1"
     config = f"# imported from {pth} by tools/torch_weights.py\n"
+    # A CIFAR ResNet's projection shortcuts (B) are tensors of their own; shortcut A has none.
+    shortcut_b = arch in CIFAR and any(".downsample." in k for k in sd)
     if arch and classes:
         config += f"model:\n  name: {arch}\n  classes: {classes}\n"
         if width != "1":
             config += f"  width: {width}\n"
+        if shortcut_b:
+            config += "  cifar_shortcut: B\n"
     # Weights only: step 0, one rank, no batch, a fingerprint of sizes alone (a trainer takes the
     # tensors by name, never the file as its own checkpoint), no momentum section.
     meta = [0] * META_WORDS
@@ -331,7 +343,8 @@ def import_(pth, out, model=None):
                 ("state", np.concatenate(state).tobytes() if state else b""),
                 ("layout", ("\n".join(layout) + "\n").encode())]
     write_rtck(out, sections)
-    recorded = f" ({arch}, {classes} classes" + (f", width {width})" if width != "1" else ")")
+    recorded = (f" ({arch}, {classes} classes" + (f", width {width}" if width != "1" else "") +
+                (", shortcut B)" if shortcut_b else ")"))
     print(f"{out}: {len(layout)} tensors of {pth}" + (recorded if arch and classes else
           " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: --eval needs --config, or --model to record one)"))
 

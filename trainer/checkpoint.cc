@@ -274,7 +274,13 @@ Checkpoint checkpoint_read(const std::string& path, const CheckpointParts& keep)
   const size_t size = r.size();
   char header[kHeaderBytes] = {};
   r.read(header, std::min(size, kHeaderBytes), false);
-  if (size >= 8 && std::memcmp(header, kMagic, 8) != 0) throw bad("not a ringtrain checkpoint (bad magic)");
+  if (size >= 8 && std::memcmp(header, kMagic, 8) != 0) {
+    // torch.save's zip archive, or its older pickle: a state dict to convert first.
+    const bool torch_file = std::memcmp(header, "PK\x03\x04", 4) == 0 || static_cast<unsigned char>(header[0]) == 0x80;
+    throw bad(torch_file ? "not a ringtrain checkpoint but, by its first bytes, a PyTorch file: convert a state dict "
+                           "with tools/torch_weights.py import FILE.pth FILE.rtck"
+                         : "not a ringtrain checkpoint (bad magic)");
+  }
   if (size < kHeaderBytes) throw bad(str_cat("not a checkpoint: truncated to ", size, " bytes"));
   uint32_t version, nsec;
   uint64_t bytes, hash;

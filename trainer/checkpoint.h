@@ -149,6 +149,11 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
                                                   std::type_identity_t<std::span<T>> params,
                                                   std::type_identity_t<std::span<T>> state);
 
+// The tensors `ck` lists that the arena has none of by that name (another model's: a CIFAR
+// ResNet's projection shortcuts, resnet34's blocks beyond resnet18's), as "name [dims]".
+template <class T>
+std::vector<std::string> checkpoint_unused(const Checkpoint& ck, const Arena<T>& arena);
+
 // Writes atomically (see above); an empty `momentum` writes a weights file (no "momentum"
 // section), an empty optional section is left out. Throws CheckpointError naming the path on any
 // I/O error.

@@ -103,6 +103,18 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
   return kept;
 }
 
+template <class T>
+std::vector<std::string> checkpoint_unused(const Checkpoint& ck, const Arena<T>& arena) {
+  std::set<std::pair<bool, std::string>> mine;
+  for (const CheckpointTensor& t : checkpoint_layout(arena)) mine.insert({t.state, t.name});
+  std::vector<std::string> unused;
+  for (const CheckpointTensor& t : ck.layout)
+    if (!mine.count({t.state, t.name})) unused.push_back(str_cat(t.name, " [", join(t.dims, ", "), "]"));
+  return unused;
+}
+
+template std::vector<std::string> checkpoint_unused<float>(const Checkpoint&, const Arena<float>&);
+template std::vector<std::string> checkpoint_unused<double>(const Checkpoint&, const Arena<double>&);
 template std::vector<std::string> checkpoint_copy_matching<float>(const Checkpoint&, const Arena<float>&,
                                                                   std::span<float>, std::span<float>);
 template std::vector<std::string> checkpoint_copy_matching<double>(const Checkpoint&, const Arena<double>&,

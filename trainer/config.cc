@@ -576,8 +576,10 @@ std::string config_changes(const std::string& other_yaml, const Config& now,
     return "";
   }
   std::map<std::string, std::string> was;
+  // Only keys the text sets: a weights file imported without a model records none, and the
+  // defaults parsing fills in are not its values.
   config_fields(then, [&](const char* k, auto& f) {
-    if (compared(k)) was[k] = YAML::Dump(to_node(f));
+    if (compared(k) && then.origin.count(k)) was[k] = YAML::Dump(to_node(f));
   });
   Config cur = now;  // config_fields hands out mutable references
   std::string out;

@@ -116,6 +116,11 @@ void Trainer::freeze_bn_statistics() {
     net_->freeze_statistics(i);
     ++bn_frozen_;
   }
+  if (bn_frozen_ == 0)  // the key would do nothing: a name frozen that is not the batch norm meant
+    throw ConfigError(str_cat(config_origin(cfg_, "optimizer.freeze_bn_stats"),
+                              ": key 'optimizer.freeze_bn_stats': no batch norm is frozen whole by optimizer.freeze "
+                              "(its weight and bias), so none would keep its statistics; freeze the stem's batch "
+                              "norms too (e.g. [conv1, bn1]), or leave this key false"));
 }
 
 // As PyTorch, where a frozen parameter has no gradient: none counts in the norm or reaches the

@@ -72,6 +72,11 @@ void Metrics::open() {
   if (path_.empty()) return;
   std::filesystem::path p(path_);
   std::error_code ec;
+  // What this opening makes (the file, its first missing folder) goes again if no record comes:
+  // a job refused at start leaves no empty metrics file in a run folder of its own making.
+  made_file_ = !std::filesystem::exists(p, ec);
+  made_dir_.clear();
+  for (auto d = p.parent_path(); !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path()) made_dir_ = d;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec)  // the cause (a read-only file system, say), not the missing folder it leaves
     throw Error(str_cat(p.parent_path().string(), ": cannot create the folder of the metrics file (", ec.message(), ")"));
@@ -85,10 +90,18 @@ void Metrics::open() {
 
 Metrics::~Metrics() {
   if (f_) std::fclose(f_);
+  if (!f_ || records_ || !made_file_) return;
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+  // The folders made for it, innermost first, each only if empty (remove refuses others).
+  if (!made_dir_.empty())
+    for (auto d = std::filesystem::path(path_).parent_path(); std::filesystem::remove(d, ec) && d != made_dir_;)
+      d = d.parent_path();
 }
 
 void Metrics::step(int rank, const StepRecord& r) {
   if (!f_) return;
+  ++records_;
   std::fprintf(f_,
                "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%lld,\"epoch_step\":%lld,"
                "\"loss\":%.9g,\"lr\":%.9g,\"step_s\":%.6f,\"compute_s\":%.6f,\"data_wait_s\":%.6f,"
@@ -139,6 +152,7 @@ void Metrics::check_written() {
 void Metrics::write(const JsonLine& line) {
   reopen_if_deleted();
   if (!f_) return;
+  ++records_;
   std::fputs(line.str().c_str(), f_);
   std::fputc('\n', f_);
   std::fflush(f_);

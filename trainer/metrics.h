@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +73,9 @@ class Metrics {
   std::FILE* f_ = nullptr;
   std::string path_;
   int64_t unflushed_ = 0;
+  int64_t records_ = 0;
+  bool made_file_ = false;            // open() made the file: removed again if no record came
+  std::filesystem::path made_dir_;    // the outermost folder open() made for it, if any
 };
 
 // Rank 0's progress: every `interval` steps one update with epoch, step/steps, loss (mean over

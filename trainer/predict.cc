@@ -46,6 +46,10 @@ std::vector<std::string> load_every_tensor(const std::string& path, Net<float>& 
     throw CheckpointError(str_cat(path, ": --predict needs every tensor of ", model, "; ", missing.size(), " of ",
                                   total, " are not in it under the same name and shape (first: ", missing.front(),
                                   ")"));
+  // Another model's tensors left over (a CIFAR ResNet's projection shortcuts): not this network.
+  if (const std::vector<std::string> unused = checkpoint_unused(ck, arena); !unused.empty())
+    throw CheckpointError(str_cat(path, ": ", unused.size(), " of its tensors are not ", model, "'s (first: ",
+                                  unused.front(), "): it holds another model than --predict would run"));
   params.commit();
   state.commit();
   return ck.classes;

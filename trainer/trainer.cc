@@ -166,32 +166,33 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
                                          cfg_.log.interval, cfg_.train.epochs, steps_per_epoch_, total_steps_);
   // Written when training starts or with the first record (metrics()): a start that fails
   // before (a refused resume) leaves no record of a run that never was.
-  start_record_ = std::make_unique<JsonLine>(JsonLine("start")
-                      .add("rank", rank_)
-                      .add("world", world_)
-                      .add("nodes", grad_comm_->nodes())
-                      .add("bn_group", bn_sync_ ? bn_sync_->ranks() : 1)
-                      .add("model", cfg_.model.name)
-                      .add("params", int64_t(arena.param_count()))
-                      .add("threads", omp_get_max_threads())
-                      .add("batch", cfg_.train.batch)
-                      .add("accumulate", passes_)
-                      .add("global_batch", int64_t(config_global_batch(cfg_, world_)))
-                      .add("steps_per_epoch", steps_per_epoch_)
-                      .add("total_steps", total_steps_)
-                      .add("base_lr", schedule_.base_lr)
-                      .add("optimizer", std::string(optimizer_kind_name(cfg_.optimizer.sgd.kind)))
-                      .add("lars", int64_t(cfg_.optimizer.sgd.lars))
-                      .add("loss", std::string(loss_kind_name(cfg_.train.loss)))
-                      .add("eval_image_size", int64_t(data::eval_image_size(cfg_.data)))
-                      .add("comm", std::string(reducer_->algorithm()))
-                      // One rank averages nothing: no gradient travels, in any type.
-                      .add("comm_wire", std::string(world_ > 1 ? dtype_name(reducer_->wire_type()) : "none"))
-                      .add("device_path", std::string(reducer_->device_path() ? reducer_->device_path() : "host"))
-                      .add("buckets", int64_t(reducer_->num_buckets()))
-                      .add("emulate_compute_ms", cfg_.emulate.compute_ms)
-                      .add("backend", net_->backend().name())
-                      .add("setup", net_->backend().setup_note()));
+  // An evaluation's record leaves out what only training has (its steps, rate, optimizer,
+  // gradient exchange), rather than stand-in values.
+  const bool training = use_ != Use::evaluate;
+  JsonLine start("start");
+  start.add("rank", rank_).add("world", world_).add("nodes", grad_comm_->nodes());
+  if (training) start.add("bn_group", bn_sync_ ? bn_sync_->ranks() : 1);
+  start.add("model", cfg_.model.name).add("params", int64_t(arena.param_count())).add("threads", omp_get_max_threads())
+      .add("batch", cfg_.train.batch);
+  if (training)
+    start.add("accumulate", passes_)
+        .add("global_batch", int64_t(config_global_batch(cfg_, world_)))
+        .add("steps_per_epoch", steps_per_epoch_)
+        .add("total_steps", total_steps_)
+        .add("base_lr", schedule_.base_lr)
+        .add("optimizer", std::string(optimizer_kind_name(cfg_.optimizer.sgd.kind)))
+        .add("lars", int64_t(cfg_.optimizer.sgd.lars))
+        .add("loss", std::string(loss_kind_name(cfg_.train.loss)));
+  start.add("eval_image_size", int64_t(data::eval_image_size(cfg_.data)));
+  if (training)
+    start.add("comm", std::string(reducer_->algorithm()))
+        // One rank averages nothing: no gradient travels, in any type.
+        .add("comm_wire", std::string(world_ > 1 ? dtype_name(reducer_->wire_type()) : "none"))
+        .add("device_path", std::string(reducer_->device_path() ? reducer_->device_path() : "host"))
+        .add("buckets", int64_t(reducer_->num_buckets()))
+        .add("emulate_compute_ms", cfg_.emulate.compute_ms);
+  start.add("backend", net_->backend().name()).add("setup", net_->backend().setup_note());
+  start_record_ = std::make_unique<JsonLine>(std::move(start));
 
   // An evaluation traces no steps: opening the run's timeline would empty its training trace.
   if (!cfg_.log.timeline.empty() && use_ != Use::evaluate) {
@@ -350,6 +351,11 @@ void Trainer::train() {
   }
   if (const std::string unread = inapplicable_keys(cfg_); !unread.empty())
     notice(str_cat("note: set but without effect in this configuration: ", unread));
+  // Fine-tuning onto a smaller dataset with model.classes left at the pretrained count.
+  if (const int64_t n = train_loader_->num_classes(); !cfg_.data.synthetic && n < cfg_.model.classes)
+    notice(str_cat("note: model.classes ", cfg_.model.classes, " (set in ", config_origin(cfg_, "model.classes"),
+                   ") for the ", n, " classes of ", data::split_source(cfg_.data, data::Split::train), ": ",
+                   cfg_.model.classes - n, " outputs no label reaches"));
   if (cfg_.train.steps > total_steps_)
     notice(str_cat("train.steps ", cfg_.train.steps, " (set in ", config_origin(cfg_, "train.steps"),
                      ") is past the end of train.epochs: the run ends after epoch ", cfg_.train.epochs, ", step ",
@@ -361,7 +367,11 @@ void Trainer::train() {
   if (timeline_ && timeline_first_ < 0) {
     timeline_first_ = std::min(step_ + cfg_.log.timeline_skip, total_steps_);
     timeline_end_ = std::min(timeline_first_ + cfg_.log.timeline_steps, total_steps_);
-    if (timeline_first_ == timeline_end_) timeline_->close();
+    if (timeline_first_ == timeline_end_) {
+      timeline_->close();
+      notice(str_cat("warning: log.timeline_skip ", cfg_.log.timeline_skip, " passes the run's last step (",
+                     total_steps_ - step_, " to go): the timeline traces no step"));
+    }
   }
   if (reducer_->wire_type() != DType::f32 && world_ > 1)
     log_line(str_cat("gradients averaged as ", dtype_name(reducer_->wire_type()),

@@ -206,6 +206,10 @@ void check_freeze(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, stats_error.find("key 'optimizer.freeze_bn_stats': the frozen batch norm layer1.0.bn1 comes after "
                                  "the trained conv1") != std::string::npos,
              "frozen statistics after a trained layer: '", stats_error, "'");
+  bs.optimizer.sgd.freeze = {"conv1.weight", "bn1.weight"};  // no batch norm frozen whole: the key does nothing
+  const std::string none_error = rt_test::error_of([&] { Trainer bt(bs); });
+  MPI_EXPECT(t, none_error.find("key 'optimizer.freeze_bn_stats': no batch norm is frozen whole") != std::string::npos,
+             "freeze_bn_stats without a whole frozen batch norm: '", none_error, "'");
   MPI_EXPECT(t, e.find("test (default): key 'optimizer.freeze': 'layer9' names no tensor of resnet20") != std::string::npos &&
                     e.find("its parts: conv1, bn1, layer1, layer2, layer3, fc)") != std::string::npos,
              "an unknown name: '", e, "'");

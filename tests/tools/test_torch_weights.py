@@ -13,7 +13,8 @@
   statistics' update equal PyTorch's autograd on the same input (both in double);
 - fine-tuning (`trainer --weights`) from an imported state dict of another class count;
 - model.width: a trained width-0.25 resnet20, exported and imported with --model, records the
-  width its channels give, and `--eval --weights` without --config scores what the checkpoint does;
+  width its channels give (and shortcut B where its tensors are there), and `--eval --weights`
+  without --config scores what the checkpoint does; without the file's shortcut tensors, refused;
 - refusals: a damaged file, a weights file given to --resume, --eval of a file that lacks a
   tensor, a state dict holding something other than tensors, one with no tensors or empty ones, a
   --model the trainer does not build, contradicts the tensors, cannot be recorded with a class
@@ -246,6 +247,24 @@ class TorchWeights(unittest.TestCase):
                       run(TOOL, "export", path("wide.rtck"), path("wide2.pth")).stdout)
         got = torch.load(path("wide2.pth"))
         self.assertTrue(all(torch.equal(got[k], v) for k, v in wide.items()))
+        # A file that names no model: --eval's model is the job's own default, and the error says so
+        # rather than listing the defaults as the file's.
+        p = run(TRAINER, "--eval", "--weights", path("wide.rtck"), "--set", "data.synthetic=true", "--set",
+                "data.synthetic_samples=4", "--set", "data.image_size=32", "--set", "threads=1", "--set",
+                f"run_dir={path('wide_eval')}", ok=False)
+        self.assertIn("--eval needs every tensor of resnet50", p.stderr)
+        self.assertIn("the file names no model (resnet50 is this job's", p.stderr)
+        self.assertNotIn("in the file", p.stderr)
+        # The two kinds of file swapped: each named for what it is.
+        p = run(TOOL, "import", path("r.rtck"), path("r2.rtck"), ok=False)
+        self.assertIn(f"{path('r.rtck')}: already a ringtrain checkpoint", p.stderr)
+        p = run(TRAINER, "--eval", "--weights", path("r.pth"), ok=False)
+        self.assertIn(f"{path('r.pth')}: not a ringtrain checkpoint but, by its first bytes, a PyTorch file: "
+                      "convert a state dict with tools/torch_weights.py import", p.stderr)
+        # torch.compile's wrapper, inside DataParallel's: the names within.
+        sd = torchvision.models.resnet18(num_classes=2).state_dict()
+        torch.save({"module._orig_mod." + k: v for k, v in sd.items()}, path("compiled.pth"))
+        self.assertIn("(resnet18, 2 classes)", run(TOOL, "import", path("compiled.pth"), path("compiled.rtck")).stdout)
         torch.save(torchvision.models.resnet18(num_classes=2), path("whole.pth"))  # runs code when loaded
         p = run(TOOL, "import", path("whole.pth"), path("whole.rtck"), ok=False)
         self.assertIn("a whole pickled model? save its state_dict()", p.stderr)
@@ -303,29 +322,39 @@ class TorchWeights(unittest.TestCase):
 
     def test_width_is_found_and_recorded(self):
         # A trained resnet20 at model.width 0.25, exported and imported back: the import finds the
-        # width in the channels and records it, so that --eval of the weights without --config
-        # builds the same model and scores what --eval of the checkpoint does.
-        cfg = path("narrow.yaml")
-        with open(cfg, "w") as f:
-            f.write("model: {name: resnet20, classes: 4, width: 0.25}\n"
-                    "data: {synthetic: true, synthetic_samples: 16, synthetic_classes: 4, image_size: 32, threads: 1}\n"
-                    "train: {epochs: 1, batch: 4}\n"
-                    f"log: {{print_config: false}}\nthreads: 1\nrun_dir: {path('narrow')}\n")
-        run(TRAINER, "--config", cfg)
-        ckdir = path("narrow/checkpoints")
-        ckpt = os.path.join(ckdir, sorted(os.listdir(ckdir))[-1])
-        run(TOOL, "export", ckpt, path("narrow.pth"))
-        weights = path("narrow.rtck")
-        self.assertIn("(resnet20, 4 classes, width 0.25)",
-                      run(TOOL, "import", path("narrow.pth"), weights, "--model", "resnet20").stdout)
-        self.assertIn("model:\n  name: resnet20\n  classes: 4\n  width: 0.25\n",
-                      torch_weights.read_rtck(weights)[1]["config"].decode())
-        figures = lambda out: re.search(r"top1 .* over \d+ images", out).group(0)
-        a = run(TRAINER, "--eval", "--checkpoint", ckpt, "--config", cfg).stdout
-        b = run(TRAINER, "--eval", "--weights", weights, "--set", "data.synthetic=true", "--set",
-                "data.synthetic_samples=16", "--set", "data.synthetic_classes=4", "--set", "data.image_size=32",
-                "--set", "train.batch=4", "--set", "threads=1", "--set", f"run_dir={path('narrow2')}").stdout
-        self.assertEqual(figures(a), figures(b))
+        # width in the channels and records it (and projection shortcuts, B, from their tensors),
+        # so that --eval of the weights without --config builds the same model and scores what
+        # --eval of the checkpoint does. The model without the file's shortcut tensors is refused.
+        for shortcut in ("A", "B"):
+            cfg = path(f"narrow{shortcut}.yaml")
+            with open(cfg, "w") as f:
+                f.write(f"model: {{name: resnet20, classes: 4, width: 0.25, cifar_shortcut: {shortcut}}}\n"
+                        "data: {synthetic: true, synthetic_samples: 16, synthetic_classes: 4, image_size: 32, "
+                        "threads: 1}\ntrain: {epochs: 1, batch: 4}\n"
+                        f"log: {{print_config: false}}\nthreads: 1\nrun_dir: {path('narrow' + shortcut)}\n")
+            run(TRAINER, "--config", cfg)
+            ckdir = path(f"narrow{shortcut}/checkpoints")
+            ckpt = os.path.join(ckdir, sorted(os.listdir(ckdir))[-1])
+            run(TOOL, "export", ckpt, path("narrow.pth"))
+            weights = path(f"narrow{shortcut}.rtck")
+            extra = ", shortcut B" if shortcut == "B" else ""
+            self.assertIn(f"(resnet20, 4 classes, width 0.25{extra})",
+                          run(TOOL, "import", path("narrow.pth"), weights, "--model", "resnet20").stdout)
+            self.assertIn("model:\n  name: resnet20\n  classes: 4\n  width: 0.25\n" +
+                          ("  cifar_shortcut: B\n" if shortcut == "B" else ""),
+                          torch_weights.read_rtck(weights)[1]["config"].decode())
+            figures = lambda out: re.search(r"top1 .* over \d+ images", out).group(0)
+            a = run(TRAINER, "--eval", "--checkpoint", ckpt, "--config", cfg).stdout
+            job = ["--set", "data.synthetic=true", "--set", "data.synthetic_samples=16", "--set",
+                   "data.synthetic_classes=4", "--set", "data.image_size=32", "--set", "train.batch=4", "--set",
+                   "threads=1", "--set", f"run_dir={path('narrow2')}"]
+            b = run(TRAINER, "--eval", "--weights", weights, *job).stdout
+            self.assertEqual(figures(a), figures(b))
+            if shortcut == "B":
+                p = run(TRAINER, "--eval", "--weights", weights, *job, "--set", "model.cifar_shortcut=A", ok=False)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertRegex(p.stderr, r"10 of its tensors are not resnet20's \(first: layer\d\.0\.downsample\.")
+                self.assertIn("model.cifar_shortcut: B in the file, A here", p.stderr)
 
     def test_outputs_that_are_not_regular_files_are_left_alone(self):
         torch.save({"fc.weight": torch.ones(2, 3)}, path("s.pth"))
