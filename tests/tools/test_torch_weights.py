@@ -355,6 +355,14 @@ class TorchWeights(unittest.TestCase):
                 self.assertNotEqual(p.returncode, 0)
                 self.assertRegex(p.stderr, r"10 of its tensors are not resnet20's \(first: layer\d\.0\.downsample\.")
                 self.assertIn("model.cifar_shortcut: B in the file, A here", p.stderr)
+                img = path("one.png")  # --predict alike: not run as another network
+                import numpy
+                from PIL import Image
+                Image.fromarray(numpy.zeros((40, 40, 3), dtype=numpy.uint8)).save(img)
+                p = run(TRAINER, "--predict", "--weights", weights, "--set", "model.cifar_shortcut=A", "--set",
+                        "data.image_size=32", img, ok=False)
+                self.assertRegex(p.stderr, r"10 of its tensors are not resnet20's \(first: layer\d\.0\.downsample\..*"
+                                 r"another model than --predict would run")
 
     def test_outputs_that_are_not_regular_files_are_left_alone(self):
         torch.save({"fc.weight": torch.ones(2, 3)}, path("s.pth"))
