@@ -5,7 +5,7 @@
 //
 // Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
-//          [--segment-bytes 1048576] [--recv-depth 4] [--idle-sleep-us 0] [--sizes B1,B2,...]
+//          [--segment-bytes 524288] [--recv-depth 4] [--idle-sleep-us 0] [--sizes B1,B2,...]
 //          [--interleave 1]
 //
 // An algorithm may carry its own segment size, receive depth and waiting policy, "ring@128K^8~20"
@@ -92,7 +92,7 @@ size_t whole_floats(const std::string& s) {
 
 constexpr const char* kUsage =
     "usage: mpirun -np N allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096] [--max-bytes 268435456] "
-    "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 1048576] [--recv-depth 4] "
+    "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 524288] [--recv-depth 4] "
     "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n"
     "--algos: ring, ring_pipelined, hierarchical, mpi, reducer, or openmpi (MPI_Allreduce as the peer calls\n"
     "  it); all but openmpi may carry, in this order, /rank (MPI's ring order), @SEGMENT (bytes), ^RECV_DEPTH,\n"
@@ -112,7 +112,11 @@ std::optional<Options> parse(int argc, char** argv) {
     if (std::find(std::begin(known), std::end(known), a) == std::end(known)) throw Error("unknown option " + a);
     if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw Error("option " + a + " needs a value");
     const std::string v = argv[++i];
-    if (a == "--algos") o.algos = split(v);
+    if (a == "--algos") {
+      o.algos = split(v);
+      if (o.algos.size() != size_t(std::count(v.begin(), v.end(), ',')) + 1)  // split drops empty names
+        throw Error("option --algos lists an empty name ('" + v + "'): e.g. --algos ring,mpi");
+    }
     else if (a == "--sizes") for (const std::string& s : split(v)) o.sizes.push_back(whole_floats(s));
     else if (a == "--min-bytes") o.min_bytes = whole_floats(v);
     else if (a == "--max-bytes") o.max_bytes = whole_floats(v);

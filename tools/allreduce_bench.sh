@@ -19,7 +19,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PEERS=${PEERS:-/work/shared/peers}
 BUILD=$ROOT/build BUDGET=2 MINREPS=5 NPS="2 4" TRANSPORTS="shm tcp" GLOO=1 WAIT=--wait-quiet DOC=1
 SIZES="4096 16384 65536 262144 1048576 4194304 16777216 67108864 268435456"
-usage() { sed -n 's/^# \{0,1\}//; /^Usage:/,/^--no-wait/p' "$0" | sed '$d' >&2; exit 2; }
+# usage [STATUS]: the usage on stderr, exit 2 (a mistake); --help: on stdout, exit 0.
+usage() { sed -n 's/^# \{0,1\}//; /^Usage:/,/^--no-wait/p' "$0" | sed '$d' >&"$(( ${1:-2} ? 2 : 1 ))"; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --build|--budget|--min-reps|--np|--sizes|--transports)
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --no-gloo) GLOO=0 ;;
     --no-wait) WAIT= ;;
     --no-doc) DOC=0 ;;
-    -h|--help) usage ;;
+    -h|--help) usage 0 ;;
     *) echo "unknown option $1" >&2; usage ;;
   esac
   shift

@@ -262,8 +262,11 @@ def ddl_efficiency(params, n, compute_s, grad_bytes, bucket_bytes, overlap, per_
 
 def ddl_compute_for(params, n, target, grad_bytes, bucket_bytes, overlap, per_node=1):
     """The least compute time per step at which n workers reach `target` efficiency (bisection;
-    efficiency grows with compute time)."""
+    efficiency grows with compute time); infinity where no compute time up to 10^4 s reaches it
+    (a target of 1 with any communication left exposed)."""
     lo, hi = 1e-6, 1e4
+    if ddl_efficiency(params, n, hi, grad_bytes, bucket_bytes, overlap, per_node) < target:
+        return math.inf
     for _ in range(100):
         mid = math.sqrt(lo * hi)
         if ddl_efficiency(params, n, mid, grad_bytes, bucket_bytes, overlap, per_node) < target:

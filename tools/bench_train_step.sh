@@ -11,6 +11,8 @@ out=${1:-docs/bench_train_step.md}
 peers=${PEERS:-../shared/peers}
 bench=build/bin/bench_train_step
 log=$(mktemp)
+# The raw log is kept either way: a run that failed half-way still shows what it measured.
+trap 'echo "raw log: $log" >&2' EXIT
 py=/usr/bin/python3
 [[ -x $bench ]] || { echo "build first: cmake --build build" >&2; exit 1; }
 [[ -f $peers/torch_train.py ]] || { echo "no PyTorch peer scripts at $peers (set PEERS=)" >&2; exit 1; }
@@ -42,8 +44,9 @@ for t in ${THREADS:-1 2}; do
   done
 done
 
-$py - "$log" "$out" <<'PY'
+PYTHONPATH=tools $py - "$log" "$out" <<'PY'
 import re, sys, datetime, platform
+from doc_table import put_between_markers
 log, out = sys.argv[1], sys.argv[2]
 res, rss, peak = {}, {}, {}
 for line in open(log):
@@ -82,7 +85,7 @@ for t, p in sorted(peak.items()):
     lines.append("")
     lines.append(f"resnet50 b32, {t} thread(s): {p['step_gflops']} GFLOP/s achieved in the training step = "
                  f"{float(p['fraction']) * 100:.0f}% of the measured fp32 peak ({p['sgemm_gflops']} GFLOP/s, 3072³ oneDNN sgemm).")
-open(out, "w").write("\n".join(lines) + "\n")
+# Between its markers: the file's notes and earlier measurements around the table stay.
+put_between_markers(out, "bench_train_step", "\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
-echo "raw log: $log"

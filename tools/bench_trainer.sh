@@ -15,15 +15,19 @@ set -euo pipefail
 shopt -s inherit_errexit  # a failure inside $(...) ends the script too, not a row of blanks
 cd "$(dirname "$0")/.."
 rows=resnet20,resnet50 warmup=5 steps=20 out=docs/trainer.md
+usage() { echo "tools/bench_trainer.sh: $1" >&2; sed -n '8p' "$0" | sed 's/^# */usage: /' >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --rows) rows=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
+    --rows|--warmup|--steps)
+      [[ $# -ge 2 && $2 != -* ]] || usage "$1 needs a value"
+      case $1 in --rows) rows=$2 ;; --warmup) warmup=$2 ;; --steps) steps=$2 ;; esac
+      shift 2 ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -*) usage "unknown option $1" ;;
     *) out=$1; shift ;;
   esac
 done
+[[ $warmup =~ ^[0-9]+$ && $steps =~ ^[1-9][0-9]*$ ]] || usage "--warmup takes a count >= 0, --steps one >= 1"
 peers=${PEERS:-/work/shared/peers}
 trainer=${TRAINER:-build/bin/trainer}
 py=/usr/bin/python3

@@ -143,17 +143,20 @@ def cmd_fit(a):
     pts = lambda rs: [(formula(r["impl"]), r["np"], r["bytes"], r["us"] * 1e-6)
                       + ((1.0 / r["link"],) if measured else ()) for r in rs]
     joint_rows = [r for r in fit_rows if r["impl"] in joint_impls]
+    if not joint_rows:  # the saved parameters are the joint fit's: never another implementation's
+        sys.exit(f"costmodel: no results of --joint {a.joint} of at least {a.min_bytes} bytes in "
+                 f"{', '.join(a.results)} (they hold {', '.join(impls)}): name those to fit together with --joint")
     fits = {}
     try:
-        if joint_rows:
-            fits["joint"] = fit(pts(joint_rows))
+        fits["joint"] = fit(pts(joint_rows))
         for impl in impls:
             fits[impl] = fit(pts([r for r in fit_rows if r["impl"] == impl]))
     except ValueError as e:  # a result of no time
         sys.exit(f"costmodel: {', '.join(a.results)}: {e}")
 
     print(f"# fit on results >= {a.min_bytes} bytes; beta "
-          + ("= 1/(measured TCP throughput of one link in the same run)" if measured
+          + (f"= 1/--link-bytes-per-s {a.link_bytes_per_s:g}" if a.link_bytes_per_s
+             else "= 1/(measured TCP throughput of one link in the same run)" if measured
              else "fitted, gamma = 0 (no link measurement given)"))
     print("params,alpha_us,beta_ns_per_byte,gamma_ns_per_byte,link_equiv_MBps,points")
     for name, p in fits.items():
@@ -190,8 +193,10 @@ def cmd_fit(a):
     print(f"# largest |error| at >= {a.min_bytes} bytes: joint fit {worst['joint']:.1f}%, "
           f"per-implementation fits {worst['own']:.1f}% (target 15%)")
     if a.json:
-        write_text(a, a.json, json.dumps({"params": fits.get("joint", next(iter(fits.values()))), "fits": fits,
-                                          "min_bytes": min_bytes, "links": links,
+        # The links the fit used: --link-bytes-per-s stands for every run's measured one.
+        used = {n: a.link_bytes_per_s for n in links} if a.link_bytes_per_s else links
+        write_text(a, a.json, json.dumps({"params": fits["joint"], "fits": fits,
+                                          "min_bytes": min_bytes, "links": used,
                                           "worst_err_pct": worst}, indent=1))
     return 0
 
@@ -262,9 +267,11 @@ def cmd_table(a):
     if a.compact:
         return table_compact(rows, a.link_bytes_per_s, a.per_host, a.round_robin, a.versus)
     order = ["ring", "reducer", "openmpi", "openmpi-ring", "mpi"]
-    for n in sorted({r["np"] for r in rows}):
-        link = a.link_bytes_per_s or links.get(n)
-        at = {(r["impl"], r["bytes"]): r for r in rows if r["np"] == n}
+    # One table per N and run link: runs of one N at two link rates are two tables, each against
+    # its own bound, not one whose cells mix them.
+    for n, run_link in sorted({(r["np"], r.get("link") or 0) for r in rows}):
+        link = a.link_bytes_per_s or run_link or links.get(n)
+        at = {(r["impl"], r["bytes"]): r for r in rows if r["np"] == n and (r.get("link") or 0) == run_link}
         impls = [i for i in order if any(k[0] == i for k in at)]
         impls += sorted({k[0] for k in at} - set(impls))
         print(f"\n**N = {n}**" + (f" (link: {link / 1e6:.1f} MB/s TCP)" if link else "") + "\n")
@@ -293,7 +300,8 @@ def cmd_table(a):
                     continue
                 o = at.get((i, size))
                 cells.append(f"{o['us'] / ring['us']:.2f}×" if o and ring else "–")
-            label = f"{size // MIB} MiB" if size % MIB == 0 else f"{size} B"
+            label = (f"{size // MIB} MiB" if size % MIB == 0 else
+                     f"{size // 1024} KiB" if size % 1024 == 0 else f"{size} B")
             print(f"| {label} | " + " | ".join(cells) + " |")
     return 0
 
@@ -363,7 +371,13 @@ def cmd_baidu(a):
     """Ring vs single reducer as N grows, calibrated so that the ring gives the published 31x at
     40 GPUs. The compute time per step is what the calibration sets; the reducer's speed-up then
     follows from the model alone."""
-    p = params_from(a) if (a.params or a.link_gbit) else {"alpha": 5e-6, "beta": 8.0 / 56e9, "gamma": 0.0}
+    # Baidu's setting (56 Gbit/s InfiniBand, 5 us), each part replaced by what is given.
+    p = params_from(a) if a.params else {"alpha": 5e-6, "beta": 8.0 / 56e9, "gamma": 0.0}
+    for k in ("alpha", "beta", "gamma"):
+        if getattr(a, k, None) is not None:
+            p[k] = getattr(a, k)
+    if a.link_gbit:
+        p["beta"] = 8.0 / (a.link_gbit * 1e9)
     grad = a.grad_mb * MIB
     compute = calibrate_compute(p, "ring", 40, 31.0, grad, a.bucket_mb * MIB, bool(a.overlap))
     workers = [1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256]
@@ -408,7 +422,7 @@ def cmd_ddl(a):
             e = ddl_efficiency(par(link), big, c * 1e-3, grad, bucket, bool(a.overlap), g)
             cells.append(f"{e:.3f}" + ("*" if e >= a.target else ""))
         need = ddl_compute_for(par(link), big, a.target, grad, bucket, bool(a.overlap), g)
-        print(f"{link:g}," + ",".join(cells) + f",{need * 1e3:.1f}")
+        print(f"{link:g}," + ",".join(cells) + (f",{need * 1e3:.1f}" if math.isfinite(need) else ",unreachable"))
     print("# efficiency against workers")
     print("link_gbit,compute_ms," + ",".join(str(w) for w in workers))
     series = []

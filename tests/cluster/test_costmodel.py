@@ -266,5 +266,72 @@ class TestPerHostTable(unittest.TestCase):
         self.assertIn("hierarchical / openmpi", out.getvalue())
 
 
+    def run_main(self, argv, files):
+        """(exit status or SystemExit's message, stdout) of costmodel.main on files {name: lines}."""
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for name, lines in files.items():
+                paths.append(os.path.join(d, name))
+                with open(paths[-1], "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                try:
+                    rc = cm.main([a.replace("{dir}", d) for a in argv] + paths)
+                except SystemExit as e:
+                    rc = e.code
+            extra = {}
+            for n in os.listdir(d):
+                if n.endswith(".json"):
+                    with open(os.path.join(d, n)) as f:
+                        extra[n] = f.read()
+        return rc, out.getvalue(), extra
+
+    def test_table_keeps_runs_at_two_link_rates_apart(self):
+        # N = 8 at 100 MB/s (ring and reducer) and at 25 MB/s (ring only): two tables, each cell
+        # against its own run's bound, no reducer figure in the slower run's.
+        s = 4 * MIB
+        fast = [f"LINK,8,{100e6:.0f}", result_line("ring", 8, s, 2 * 7 / 8 * s / 100e6),
+                result_line("reducer", 8, s, 8 * 2 * 7 / 8 * s / 100e6)]
+        slow = [f"LINK,8,{25e6:.0f}", result_line("ring", 8, s, 2 * 7 / 8 * s / 25e6)]
+        rc, out, _ = self.run_main(["table"], {"fast.csv": fast, "slow.csv": slow})
+        self.assertEqual(rc, 0)
+        self.assertEqual(out.count("**N = 8**"), 2, out)
+        tables = out.split("**N = 8**")[1:]
+        slow_t = next(t for t in tables if "25.0 MB/s" in t)
+        fast_t = next(t for t in tables if "100.0 MB/s" in t)
+        self.assertNotIn("8.00×", slow_t)
+        self.assertIn("8.00×", fast_t)  # ring / reducer in the run that had both
+        row = next(l for l in slow_t.splitlines() if l.startswith("| 4 MiB"))
+        self.assertIn("| 100.0 |", row)  # the slow ring at its own bound
+
+    def test_fit_saves_the_joint_fit_or_refuses(self):
+        s, link = 4 * MIB, 100e6
+        rows = [f"LINK,4,{link:.0f}", result_line("openmpi", 4, s, 0.2)]
+        rc, out, saved = self.run_main(["fit", "--json", "{dir}/p.json"], {"r.csv": rows})
+        self.assertIn("no results of --joint ring,reducer", str(rc))
+        self.assertEqual(saved, {})  # no file of another implementation's parameters
+        # --link-bytes-per-s: the saved links are the one the fit used.
+        rows = [f"LINK,4,{link:.0f}", result_line("ring", 4, s, 2 * 3 / 4 * s / link),
+                result_line("ring", 4, 2 * s, 2 * 3 / 4 * 2 * s / link)]
+        rc, out, saved = self.run_main(["fit", "--link-bytes-per-s", "50e6", "--json", "{dir}/p.json"], {"r.csv": rows})
+        self.assertEqual(rc, 0)
+        self.assertIn("beta = 1/--link-bytes-per-s 5e+07", out)
+        self.assertEqual(json.loads(saved["p.json"])["links"], {"4": 50e6})
+
+    def test_baidu_takes_each_parameter_given(self):
+        first = lambda argv: self.run_main(["baidu", *argv], {})[1].splitlines()[0]
+        self.assertIn("alpha 5.0 us", first([]))
+        self.assertIn("alpha 50.0 us", first(["--alpha", "50e-6"]))
+        self.assertIn("link 7.00 GB/s, alpha 5.0 us", first(["--link-gbit", "56"]))
+        self.assertIn("link 1.25 GB/s, alpha 5.0 us", first(["--link-gbit", "10"]))
+
+    def test_an_unreachable_target_is_said(self):
+        rc, out, _ = self.run_main(["ddl", "--target", "1", "--link-gbit", "100", "--compute-ms", "100"], {})
+        self.assertEqual(rc, 0)
+        self.assertIn("100,", out)
+        self.assertIn(",unreachable", out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -95,6 +95,11 @@ class TestScalingTool(unittest.TestCase):
                 self.assertEqual(rc, 2, (args, text))
                 self.assertIn(msg, text)
                 self.assertEqual(rows, [])
+            # A fixed emulated compute under strong scaling is warned about (the run stops at the
+            # empty launcher after it).
+            rc, text, _ = run(["--mode", "strong", "--set", "emulate.compute_ms=10", "--launcher", ""], out)
+            self.assertEqual(rc, 2, text)
+            self.assertIn("warning: --set emulate.compute_ms=10 is the same compute for every rank count", text)
             # An output folder that cannot be made: said before any run, not a traceback.
             with open(os.path.join(out, "file"), "w"):
                 pass

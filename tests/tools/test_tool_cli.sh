@@ -38,11 +38,16 @@ expect 1 "need 1 <= --min-reps <= --max-reps \(got 10 and 5\)" mpirun -np 1 "$bi
   --max-reps 5
 expect 1 "--segment-bytes '2' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_bench" --segment-bytes 2
 expect 1 "ring@3 \(@: segment\) '3' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_bench" --algos ring@3 --sizes 4K
+expect 1 "option --algos lists an empty name \(','\)" mpirun -np 1 "$bin/allreduce_bench" --algos , --sizes 4K
 expect 1 "openmpi takes no suffix" mpirun -np 1 "$bin/allreduce_bench" --algos openmpi:bf16 --sizes 4K
 # Its side-by-side script: a missing value or an unknown option prints the usage (status 2).
 here=$(cd "$(dirname "$0")/../.." && pwd)
 expect 2 "--np needs a value" bash "$here/tools/allreduce_bench.sh" --np
 expect 2 "^Usage: tools/allreduce_bench.sh" bash "$here/tools/allreduce_bench.sh" --bogus
+expect 0 "^Usage: tools/allreduce_bench.sh" bash "$here/tools/allreduce_bench.sh" --help
+# The trainer's side-by-side script: no option taken for the output file, no value for a flag.
+expect 2 "unknown option --step" bash "$here/tools/bench_trainer.sh" --rows resnet20 --step 2
+expect 2 "--steps needs a value" bash "$here/tools/bench_trainer.sh" --steps
 if [[ -x "$bin/bench_overlap" ]]; then
   expect 0 "^usage: mpirun -np N bench_overlap" mpirun -np 1 "$bin/bench_overlap" --help
   expect 1 "option --batch takes an integer in \[1, 1048576\], not '4x'" mpirun -np 1 "$bin/bench_overlap" --batch 4x
