@@ -150,6 +150,7 @@ class PipelineLoader final : public Loader {
     std::swap(out.labels, slot.batch.labels);
     std::swap(out.indices, slot.batch.indices);
     out.n = slot.batch.n;
+    out.skipped = slot.batch.skipped;
     out.mixed.clear();  // fresh images: not mixed (yet)
     out.mix = 1.0;
     slot.ready = false;
@@ -193,6 +194,7 @@ class PipelineLoader final : public Loader {
     s.remaining = n;
     s.ready = false;
     s.batch.n = n;
+    s.batch.skipped = 0;
     // A buffer swapped in from a caller's fresh Batch may be on the heap: replaced once, here.
     rehome(s.batch.images, batch_memory_);
     rehome(s.batch.pixels, batch_memory_);
@@ -218,9 +220,9 @@ class PipelineLoader final : public Loader {
       const int j = task_j_;
       if (++task_j_ >= slot.batch.n) task_j_ = 0, ++task_step_;
       lock.unlock();
-      bool ok = false;
+      bool ok = false, substituted = false;
       try {
-        ok = fill(slot, j, scratch, bytes);
+        ok = fill(slot, j, scratch, bytes, substituted);
       } catch (...) {
         lock.lock();
         if (!error_) error_ = std::current_exception();
@@ -229,6 +231,7 @@ class PipelineLoader final : public Loader {
       }
       lock.lock();
       slot.ok[static_cast<size_t>(j)] = ok;
+      slot.batch.skipped += !ok || substituted;
       if (--slot.remaining == 0) {
         compact(slot);
         slot.ready = true;
@@ -238,8 +241,8 @@ class PipelineLoader final : public Loader {
   }
 
   // Decodes the j-th sample of a slot's batch; on a bad image, training substitutes the next
-  // decodable sample of the share (wrapping), evaluation reports false.
-  bool fill(Slot& slot, int j, DecodeScratch& scratch, std::vector<uint8_t>& bytes) {
+  // decodable sample of the share (wrapping; `substituted` says so), evaluation reports false.
+  bool fill(Slot& slot, int j, DecodeScratch& scratch, std::vector<uint8_t>& bytes, bool& substituted) {
     const size_t pixels = static_cast<size_t>(cfg_.image_size) * cfg_.image_size * 3;
     float* out_f = cfg_.output == Output::f32 ? slot.batch.images.data() + pixels * j : nullptr;
     uint8_t* out_u8 = cfg_.output == Output::u8 ? slot.batch.pixels.data() + pixels * j : nullptr;
@@ -249,6 +252,7 @@ class PipelineLoader final : public Loader {
     if (!ok) {
       skipped_.fetch_add(1);
       if (!spec_.train) return false;
+      substituted = true;
       for (int64_t t = 1; t < share_.size() && !ok; ++t) {
         const int64_t other = (k + t) % share_.size();
         index = share_.sample(other);

@@ -71,6 +71,10 @@ struct Batch {
   std::vector<int32_t> labels;  // n
   std::vector<int64_t> indices; // n: global sample index of each image (a substitute's own index)
   int n = 0;                    // samples in this batch (the last evaluation batch may be short)
+  // Its images that could not be read or decoded: training's replaced by others of the share,
+  // evaluation's left out. Per batch, where skipped() counts what the decode threads met, ahead
+  // of what was taken: a run that stops mid-epoch counts the batches it trained.
+  int skipped = 0;
   // After mixup (data/mixup.h): each image a blend, weight `mix` on its own and 1 - mix on its
   // partner's, whose label mixed[i] is; empty when the batch was not mixed.
   std::vector<int32_t> mixed;

@@ -232,6 +232,13 @@ template <class T>
 void Net<T>::finalize() {
   if (finalized_) return;
   if (logits_ < 0) throw Error("network has no loss: call loss(logits, smoothing) before finalize()");
+  // A layer whose output nobody reads has no gradient to run backward with: a graph built wrong.
+  for (const auto& n : nodes_) {
+    if (n->output < 0 || n->output == logits_) continue;  // the loss produces no tensor
+    bool read = false;
+    for (const auto& m : nodes_) read = read || std::count(m->inputs.begin(), m->inputs.end(), n->output) > 0;
+    if (!read) throw Error(str_cat("network: the output of layer '", n->name, "' is read by no other layer"));
+  }
   if (backend_->fuses_bn_add()) fuse_bn_add();
   arena_.finalize();
   plan_activations();

@@ -107,8 +107,10 @@ class Net {
   // The first node with a parameter that `trains` accepts (num_nodes() if none): the latest
   // set_backward_from that still computes every such parameter's gradient.
   size_t first_node_training(const std::function<bool(const ParamInfo&)>& trains) const;
-  // Copies a tensor out in NCHW after forward(). Tensors that backward does not read (e.g. a BN
-  // output feeding only a residual add) share memory and are valid only until backward().
+  // Copies a tensor out in NCHW after forward(). Only tensors kept for backward (and the logits)
+  // hold their values after forward(): one that backward does not read (e.g. a BN output feeding
+  // only a residual add) shares memory with a later tensor of the same forward, which may
+  // overwrite it.
   void export_tensor(int id, T* nchw) const;
   // The same, queued (Backend::act_export_queued): nchw holds the tensor after the backend's
   // next sync(), and a tensor that backward overwrites may be exported just before it.

@@ -124,8 +124,10 @@ class AddNode : public Node<T> {
     op->forward(net.act(this->inputs[0]), net.act(this->inputs[1]), net.act(this->output));
   }
   void backward(Net<T>& net) override {
-    // In place: the ReLU-masked gradient overwrites the output's gradient, which both inputs share.
-    T* g = net.grad_of(this->output);
+    // In place: the ReLU-masked gradient overwrites the output's gradient, which both inputs share
+    // (unshared first where another tensor's gradient still is that buffer: a graph where an
+    // add's output and an earlier tensor meet again).
+    T* g = relu ? net.grad_to_add(this->output) : net.grad_of(this->output);
     op->backward(net.act(this->output), g, g);
     for (int x : this->inputs) net.grad_alias(x, this->output);
   }
@@ -157,7 +159,7 @@ class BnAddNode : public Node<T> {
   }
   void backward(Net<T>& net) override {
     auto& a = net.arena();
-    T* g = net.grad_of(this->output);
+    T* g = net.grad_to_add(this->output);  // masked in place: unshared first, as AddNode's
     const int x = this->inputs[0];
     const T* gamma = a.param(this->params[0]);
     if (bn->masks_add_relu()) {

@@ -158,8 +158,14 @@ template <class T>
 void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
   Arena<T>& a = net.arena();
   std::mt19937_64 rng(seed);
-  // The last BN of a residual branch is the BN feeding an add node's first input, or the one
-  // fused with its add (a two-input node with parameters: Net::fuse_bn_add).
+  // The last BN of a residual branch is the BN feeding an add node's first input, through the
+  // branch's stochastic depth where it has one (a one-input node without parameters), or the
+  // one fused with its add (a two-input node with parameters: Net::fuse_bn_add).
+  const auto producer = [&](int tensor) -> const Node<T>* {
+    for (size_t j = 0; j < net.num_nodes(); ++j)
+      if (net.node(j).output == tensor) return &net.node(j);
+    return nullptr;
+  };
   std::vector<std::string> last_bn;
   for (size_t i = 0; i < net.num_nodes(); ++i) {
     const Node<T>& n = net.node(i);
@@ -168,8 +174,10 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
       last_bn.push_back(a.info(n.params[0]).name);
       continue;
     }
-    for (size_t j = 0; j < net.num_nodes(); ++j)
-      if (net.node(j).output == n.inputs[0]) last_bn.push_back(net.node(j).name + ".weight");
+    const Node<T>* p = producer(n.inputs[0]);
+    while (p && p->params.empty() && p->inputs.size() == 1) p = producer(p->inputs[0]);
+    if (p && !p->params.empty() && a.info(p->params[0]).kind == ParamKind::bn_gamma)
+      last_bn.push_back(a.info(p->params[0]).name);
   }
   // Drawn on the host (a device arena through a copy), in registration (forward) order so that
   // the values do not depend on the arena layout.

@@ -359,6 +359,11 @@ TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {
   std::vector<Batch> epochs[2] = {run_epoch(*l, {0, 0}), run_epoch(*l, {1, 0})};
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(l->skipped(), 4);  // 20 samples, batch 4, one rank: both bad images used in both epochs
+  for (const auto& e : epochs) {
+    int replaced = 0;  // per batch, so that a run counts the batches it took
+    for (const Batch& b : e) replaced += b.skipped;
+    EXPECT_EQ(replaced, 2);
+  }
   for (const auto& e : epochs)
     for (const Batch& b : e) {
       EXPECT_EQ(b.n, 4);  // training keeps batches full
@@ -385,6 +390,9 @@ TEST(data_loader_bad, CorruptImagesAreSkippedNeverShiftingLabels) {
     for (int j = 0; j < b.n; ++j) EXPECT_EQ(b.labels[j], vds->label(b.indices[j]));
   }
   EXPECT_EQ(total, 7);
+  int left_out = 0;
+  for (const Batch& b : e) left_out += b.skipped;
+  EXPECT_EQ(left_out, 1);
   // The 8-bit output is substituted and compacted like the floats.
   ::testing::internal::CaptureStderr();
   test::expect_u8_normalizes_to_floats(folder_config(t.path, 2), Split::train, 0, 1, 4, 0);

@@ -79,6 +79,8 @@ std::vector<bool> zero_samples(const Net<double>& net, int id) {
   return zero;
 }
 
+void expect_gradients_match_differences(Net<double>& net, std::vector<double>& input, std::vector<int32_t>& labels);
+
 void check_finite_differences(double drop) {
   std::vector<int> drops;
   auto net = residual_net(drop, &drops);
@@ -97,6 +99,12 @@ void check_finite_differences(double drop) {
     }
     ASSERT_TRUE(mixed) << "no key keeps one sample and drops the other in both blocks";
   }
+  expect_gradients_match_differences(*net, input, labels);
+}
+
+// Every parameter's analytic gradient (6 entries each) against central differences of the loss.
+void expect_gradients_match_differences(Net<double>& n, std::vector<double>& input, std::vector<int32_t>& labels) {
+  Net<double>* net = &n;
   net->forward(input.data(), labels.data(), true);
   net->backward();
   auto& a = net->arena();
@@ -121,10 +129,43 @@ void check_finite_differences(double drop) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 100);
+  EXPECT_EQ(checked, 6 * int(a.layout().size()));
 }
 
 TEST(Net, ResidualBlocksMatchFiniteDifferencesInDouble) { check_finite_differences(0); }
+
+// A layer nobody reads has no gradient for backward: refused when the network is finished.
+TEST(Net, ALayerWhoseOutputNobodyReadsIsRefused) {
+  Net<double> net(make_backend<double>("reference"), Shape{2, 3, 5, 5});
+  const int a = net.conv(net.input(), "c1", 4, 3, 1, 1);
+  net.conv(a, "orphan", 4, 3, 1, 1);
+  net.loss(net.linear(net.global_avgpool(a, "gap"), "fc", 3), {});
+  try {
+    net.finalize();
+    ADD_FAILURE() << "finalize() accepted a layer whose output nobody reads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the output of layer 'orphan' is read by no other layer"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A ReLU add whose output meets one of its own inputs again in a later add: the add's in-place
+// ReLU mask must not reach that input's gradient, which shared the buffer.
+TEST(Net, AReluAddsMaskStaysOffAGradientItShares) {
+  auto net = std::make_unique<Net<double>>(make_backend<double>("reference"), Shape{2, 3, 5, 5});
+  const int a = net->conv(net->input(), "c1", 4, 3, 1, 1, /*bias=*/true);
+  const int b = net->conv(a, "c2", 4, 3, 1, 1, /*bias=*/true);
+  const int z = net->add(b, a, "add1", /*relu=*/true);
+  int o = net->add(z, a, "add2", false);
+  o = net->global_avgpool(o, "gap");
+  o = net->linear(o, "fc", 3);
+  net->loss(o, {});
+  net->finalize();
+  init_resnet(*net, 11, false);
+  auto input = random_vec<double>(net->shape(0).numel(), 2);
+  std::vector<int32_t> labels = {1, 2};
+  expect_gradients_match_differences(*net, input, labels);
+}
 TEST(Net, StochasticDepthMatchesFiniteDifferencesInDouble) { check_finite_differences(0.5); }
 
 // Stochastic depth's forward: a training sample's branch is all zero or exactly the branch times

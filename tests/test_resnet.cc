@@ -132,6 +132,31 @@ TEST(ResNet, TorchvisionInitialisation) {
   EXPECT_TRUE(std::equal(a.params().begin(), a.params().end(), again->arena().params().begin()));
 }
 
+// zero_init_residual with stochastic depth (ResNet strikes back's A1 has both): each branch's last
+// BN is found through its drop-path node, in every block, not only the first (whose rate is 0).
+TEST(ResNet, ZeroInitResidualThroughStochasticDepth) {
+  for (const char* model : {"resnet50", "resnet20"}) {
+    ResNetConfig c;
+    c.name = model;
+    c.num_classes = 10;
+    c.image_size = 32;
+    c.batch = 1;
+    c.zero_init_residual = true;
+    c.drop_path = 0.1;
+    auto net = build_resnet<float>(c, make_backend<float>("reference"));
+    const std::string last = std::string(model) == "resnet50" ? ".bn3." : ".bn2.";
+    int zeroed = 0;
+    for (int id = 0; id < int(net->arena().layout().size()); ++id) {
+      const ParamInfo& p = net->arena().info(id);
+      if (p.kind != ParamKind::bn_gamma) continue;
+      const bool is_last = p.name.find(last) != std::string::npos;
+      EXPECT_EQ(net->arena().param(id)[0], is_last ? 0.0f : 1.0f) << model << " " << p.name;
+      zeroed += is_last;
+    }
+    EXPECT_EQ(zeroed, std::string(model) == "resnet50" ? 16 : 9) << model;
+  }
+}
+
 TEST(ResNet, BadInputNamesTheProblem) {
   try {
     build("resnet51");

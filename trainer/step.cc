@@ -69,6 +69,7 @@ void Trainer::train_step() {
   } else {
     take_batch(batch_, step_);
   }
+  epoch_skipped_ += batch_.skipped;  // counted as trained: a prefetched batch a stop leaves is not
   const double t1 = now_s();
   const double data_wait = prefetched ? next_wait_s_ : t1 - t0;
   double t_fwd = t1;  // the (last pass's) forward's end, as the host saw it
@@ -91,6 +92,7 @@ void Trainer::train_step() {
       if (pass > 0) {
         const double t = now_s();
         take_batch(batch_, step_, pass);
+        epoch_skipped_ += batch_.skipped;
         pass_wait += now_s() - t;
       }
       // Stochastic depth's masks: this rank's, this step's and pass's, drawn again on a resume.

@@ -400,8 +400,7 @@ void Trainer::train() {
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
     if (!epoch_started_) {
-      // Before the decode threads start: a known bad image is counted as soon as they do.
-      epoch_skipped_from_ = train_loader_->skipped();
+      epoch_skipped_ = 0;
       train_loader_->start_epoch({epoch, in_epoch * passes_});  // the loader counts batches
       has_next_ = false;
       epoch_started_ = true;
@@ -488,7 +487,7 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   // This epoch's training statistics over all ranks (between steps: the main thread may use MPI).
   // With the images each rank replaced (undecodable: the next decodable sample of its share).
   double sums[5] = {epoch_loss_, double(epoch_top1_), double(epoch_top5_), double(epoch_samples_),
-                    double(train_loader_->skipped() - epoch_skipped_from_)};
+                    double(epoch_skipped_)};
   {
     const CtlWatch w = watch_ctl({"the end of epoch ", epoch + 1, " (its statistics' sums)"});
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));

@@ -283,7 +283,7 @@ class Trainer {
   double epoch_loss_ = 0;
   int64_t epoch_top1_ = 0, epoch_top5_ = 0, epoch_samples_ = 0;
   int64_t epoch_clipped_ = 0;  // steps whose gradient train.clip_grad_norm scaled down
-  int64_t epoch_skipped_from_ = 0;  // the training loader's skipped() when the epoch began
+  int64_t epoch_skipped_ = 0;  // undecodable images replaced in the batches this epoch trained
   int64_t epoch_from_ = 0;     // the epoch's first step in this run (0 unless resumed mid-epoch)
   std::vector<std::pair<size_t, size_t>> frozen_;  // optimizer.freeze: [begin, end) runs of the arena
   size_t averaged_elems_ = 0;  // gradients averaged across ranks: the arena less a frozen stem at its end

@@ -77,6 +77,18 @@ void check_data() {
     expect(r.rc == 0 && has(r, "undecodable image(s) replaced by others of the ranks' shares)") &&
                metrics.find("\"train_skipped\":1") != std::string::npos,
            "an undecodable training image counted in its epoch", r);
+    // Half the images undecodable and one step run: only the batch trained counts, not those the
+    // decode threads had made ready ahead of it (at most its 4 images, 1 rank x batch 4).
+    for (int i = 0; i < 24; ++i) std::ofstream(train_cls / ("zz-empty" + std::to_string(i) + ".jpg")).flush();
+    r = run(1, "--config " + bad + " --set run_dir=" + dir + "/bad-train3 --set eval.every_epochs=0 "
+               "--set eval.at_end=false --set train.steps=1");
+    std::smatch m;
+    const std::string m3 = read_file(dir + "/bad-train3/metrics.jsonl");
+    const bool counted = std::regex_search(m3, m, std::regex("\"train_skipped\":(\\d+)"));
+    expect(r.rc == 0 && counted && std::stoi(m[1]) <= 4,
+           "a one-step run counts the replacements of its one batch (" + (counted ? m[1].str() : "none") + ")",
+           {r.rc, r.out + m3});
+    for (int i = 0; i < 24; ++i) fs::remove(train_cls / ("zz-empty" + std::to_string(i) + ".jpg"));
   }
   const auto ck = checkpoints("bad-val2");
   if (!ck.empty()) {
