@@ -66,8 +66,11 @@ class HierarchicalAllreducer final : public Allreducer {
     for (int q = 0; q < n; ++q) node_of[static_cast<size_t>(q)] = per > 0 ? q / per * per : comm.node_of(q);
     if (const std::string e = hierarchical_placement_error(node_of); !e.empty()) throw CommError(e);
     local_ = comm.split(node_of[static_cast<size_t>(r)], r);
-    cross_ = comm.split(local_->rank(), r);
     local_ring_ = std::make_unique<RingAllreducer>(*local_, k, cfg, scratch);
+    // The cross rings join the ranks that own the same chunk after the node's reduce-scatter: the
+    // same ring position, which is not the same local rank where a block of comm.ranks_per_node
+    // spans machines and its ring is put in their order.
+    cross_ = comm.split(local_ring_->position(), r);
     cross_ring_ = std::make_unique<RingAllreducer>(*cross_, k, cfg, scratch);
   }
   const char* name() const override { return "hierarchical"; }
