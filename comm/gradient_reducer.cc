@@ -196,6 +196,8 @@ void GradientReducer::reduce_bucket(size_t b) {
     ++steps_;
     stall_->arrive(steps_, StallLabel("the gradient allreduce of step ", label_step_ > 0 ? label_step_ : steps_));
     label_step_ = 0;  // a step without begin_step(): the reducer's count
+  } else if (stall_) {
+    stall_->rearm();  // backward ran since the last bucket: not a wait
   }
   if (wire_on_device_) {  // already divided by the ranks and rounded, on the device
     allreducer_->allreduce(work_ + r.offset * dtype_size(wire_), r.len, wire_, ReduceOp::sum);

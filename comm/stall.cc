@@ -240,6 +240,18 @@ void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
   named_.clear();
 }
 
+void StallWatch::rearm() {
+  std::lock_guard lk(mu_);
+  if (!active_) return;
+  since_ = std::chrono::steady_clock::now();
+  mark_active(since_);
+  warned_ = false;
+  next_poll_ = since_ + kPollEvery;
+  next_beat_ = since_ + beat_every_;
+  next_warn_check_ = since_;
+  named_.clear();
+}
+
 std::vector<int> StallWatch::missing() {
   drain();
   std::vector<int> out;

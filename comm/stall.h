@@ -72,6 +72,10 @@ class StallWatch {
   void arrive(int64_t step, const StallLabel& what);
   // The step's collective is over: waits no longer count.
   void leave() { active_ = false; }
+  // A later part of the step's collective begins (the next gradient bucket, while backward
+  // runs): its waits count from now, not from arrive(), since the time between parts is this
+  // rank's own compute. Announces nothing.
+  void rearm();
   // Fault drills: `f(step)` runs on the arriving thread after each announcement, outside the lock.
   void on_arrive(std::function<void(int64_t)> f) { on_arrive_ = std::move(f); }
   // Called from wait loops while a transfer with `peer` (-1: unknown) is pending. Prints the

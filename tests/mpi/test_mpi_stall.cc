@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm/gradient_reducer.h"
 #include "comm/mpi_check.h"
 #include "comm/stall.h"
 #include "tests/mpi/mpi_test_util.h"
@@ -150,6 +151,44 @@ void check_no_false_silence(MpiTest& t) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// A step's collective in parts with this rank's compute between them (gradient buckets while
+// backward runs): each part's wait counts from its start, so a backward longer than the abort
+// time is no stall. Through the watch, then through the reducer's buckets.
+void check_compute_between_parts_is_no_wait(MpiTest& t) {
+  {
+    StallWatch w(MPI_COMM_WORLD, 0, 0.8);
+    w.arrive(1);
+    std::string e;
+    for (int part = 0; part < 3 && e.empty(); ++part) {
+      if (part > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // "backward": no polls
+        w.rearm();
+      }
+      e = poll_until_abort(w, 0.3);
+    }
+    if (!e.empty()) t.fail("compute between the parts of a step counted as waiting: " + e);
+    w.leave();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  CommConfig cfg;
+  cfg.bucket_bytes = 4096;
+  cfg.stall_abort_s = 0.6;
+  std::vector<float> g(4096);  // 4 buckets of 1024 floats
+  Communicator comm;
+  GradientReducer gr(comm, cfg, g, buffer_fingerprint(g.size(), DType::f32));
+  gr.begin_step(1);
+  for (size_t done = 1024; done <= g.size(); done += 1024) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 + 50 * t.rank()));  // uneven backward, 1 s+
+    gr.on_ready(done);
+  }
+  try {
+    gr.wait();
+  } catch (const CommError& e) {
+    t.fail(std::string("a backward of 1 s with stall_abort_s 0.6 stopped the step: ") + e.what());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace
 }  // namespace rt::comm
 
@@ -164,6 +203,7 @@ int main(int argc, char** argv) {
     rt::comm::check_done_rank_is_not_silent(t);
     rt::comm::check_missing_but_alive(t);
     rt::comm::check_no_false_silence(t);
+    rt::comm::check_compute_between_parts_is_no_wait(t);
     rc = t.finish("test_mpi_stall");
   }
   MPI_Finalize();
