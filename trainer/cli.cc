@@ -65,9 +65,10 @@ std::string generator_path() {
 
 // Makes the folder dataset of data.generate at data.root when the root does not exist yet: rank 0
 // runs make_imagenet_like (which writes to a temporary folder and renames it, so an interrupted
-// run never leaves a root that looks complete); the other ranks wait without spinning.
-void generate_dataset_if_missing(const Config& cfg, int rank) {
-  int missing = rank == 0 && !std::filesystem::exists(cfg.data.root);
+// run never leaves a root that looks complete); the other ranks wait without spinning. Called on
+// every rank (collective): rank 0's data.generate decides, as data.generate.* may differ per rank.
+void generate_dataset_if_missing(const Config& cfg, int rank, bool wanted) {
+  int missing = rank == 0 && wanted && cfg.generate.classes > 0 && !std::filesystem::exists(cfg.data.root);
   MPI_CHECK(MPI_Bcast(&missing, 1, MPI_INT, 0, MPI_COMM_WORLD));
   if (!missing) return;
   if (rank == 0) {
@@ -362,6 +363,8 @@ int cli_main(int argc, const char* const* argv) {
     // The training machine's algorithm cache is that machine's path: used only where given here.
     if (config_origin(cfg, "cuda.algo_cache").find("(saved configuration)") != std::string::npos)
       cfg.cuda.algo_cache.clear();
+    // A fault drill's run is evaluated, not drilled again (its stall would hang --eval).
+    if (config_origin(cfg, "debug.fault").find("(saved configuration)") != std::string::npos) cfg.debug = {};
   }
   config_validate(cfg);
   // An evaluation on a validation folder alone: the model's own class list labels it. Each rank
@@ -382,7 +385,7 @@ int cli_main(int argc, const char* const* argv) {
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
     std::fflush(stdout);
   }
-  if (cfg.generate.classes > 0 && !o.predict) generate_dataset_if_missing(cfg, rank);
+  generate_dataset_if_missing(cfg, rank, !o.predict);
 
   // Memory is what a job most often runs out of: say which key to lower.
   auto hint = [&](const char* what) {

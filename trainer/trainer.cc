@@ -61,9 +61,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   cfg_.data.seed = cfg_.seed;
   config_yaml_ = config_to_yaml(cfg_);
   ckpt_dir_ = config_checkpoint_dir(cfg_);
-  setup_threads(world);
 
   grad_comm_ = std::make_unique<comm::Communicator>(world);
+  setup_threads();  // threads may differ per rank: no collective of its own
   ctl_comm_ = std::make_unique<comm::Communicator>(world);
   comm::CommConfig ctl_cfg = cfg_.comm;
   ctl_cfg.algorithm = "ring";  // bitwise-identical results on every rank by construction
@@ -254,21 +254,14 @@ void Trainer::open_training_data() {
                         ")"));
 }
 
-void Trainer::setup_threads(MPI_Comm world) {
+void Trainer::setup_threads() {
   int threads = cfg_.threads;
   if (threads == 0) {
     const char* env = std::getenv("OMP_NUM_THREADS");
-    if (env && std::atoi(env) > 0) {
-      threads = std::atoi(env);
-    } else {
-      // The cores this process may use, shared among the ranks of this node.
-      MPI_Comm node;
-      int local = 1;
-      MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-      MPI_CHECK(MPI_Comm_size(node, &local));
-      MPI_CHECK(MPI_Comm_free(&node));
-      threads = std::max(1, available_cores() / local);
-    }
+    // The cores this process may use, shared among the ranks of this node (counted by the
+    // communicator's set-up, which every rank makes: a split here only where threads is 0 would
+    // be a collective that ranks with other settings skip).
+    threads = env && std::atoi(env) > 0 ? std::atoi(env) : std::max(1, available_cores() / grad_comm_->local_size());
   }
   omp_set_num_threads(threads);
 }

@@ -130,7 +130,7 @@ class Trainer {
   void check_consistency();
 
  private:
-  void setup_threads(MPI_Comm world);
+  void setup_threads();
   void train_step();
   void emulate_step(double t0);               // emulate.compute_ms: backward's stand-in
   void inject_fault();       // debug.fault, when this rank and step are due

@@ -351,11 +351,40 @@ void check_predict() {
                  "--ema: the file holds no moving average of the weights", "--ema without a moving average");
 }
 
+// Keys that may differ per rank take no collective of their own (one that only some ranks made
+// hung the job before any check could see it): threads (0 asks the node's size), and
+// data.generate (rank 0's decides). Ranks launched with their own command lines (MPMD).
+void check_per_rank_settings() {
+  const std::string cfg = tiny_config("per_rank");
+  const auto mpmd = [&](const std::string& a, const std::string& b) {
+    const std::string flags = " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 ";
+    return shell("env -u OMP_NUM_THREADS timeout -k 5 60 " + mpiexec + flags + "-np 1 " + trainer + " --config " + cfg + " " + a + " : " +
+                 flags + "-np 1 " + trainer + " --config " + cfg + " " + b);
+  };
+  Result r = mpmd("--set threads=1 --set train.steps=1", "--set threads=0 --set train.steps=1");
+  expect(r.rc == 0 && r.out.find("finished: 1 steps") != std::string::npos, "threads 1 on rank 0, 0 on rank 1", r);
+  const std::string gen = " --set data.synthetic=false --set data.root=" + dir + "/per_rank_data --set train.steps=1 ";
+  r = mpmd(gen + "--set data.generate.classes=4 --set data.generate.train_per_class=4 --set data.generate.size=12",
+           gen + "--set data.generate.classes=0");
+  expect(r.rc == 0 && r.out.find("generating " + dir + "/per_rank_data") != std::string::npos,
+         "data.generate on rank 0 only: generated, trained", r);
+  // A fault drill's checkpoint evaluated: the drill (a stall in the evaluation after step 2) is
+  // not repeated by --eval.
+  r = run(1, "--config " + cfg + " --set run_dir=" + dir + "/drill --set debug.fault=stall_eval --set debug.step=2 "
+             "--set checkpoint.every_steps=1 --set train.steps=3");
+  const std::string ck = dir + "/drill/checkpoints/ckpt-0000000002.rtck";
+  r = shell("timeout -k 5 60 " + mpiexec + " -np 1 --oversubscribe " + trainer + " --eval --checkpoint " + ck);
+  expect(r.rc == 0 && r.out.find("injecting fault") == std::string::npos, "--eval of a drill's checkpoint", r);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!start(argc, argv, "test_mpi_trainer_cli", {"errors", "resume", "best"})) return 2;
-  if (wants("errors")) check_errors();
+  if (wants("errors")) {
+    check_errors();
+    check_per_rank_settings();
+  }
   if (wants("resume")) check_run_eval_resume();
   if (wants("best")) {  // --predict's last check takes keep_best's checkpoint
     check_keep_best();
