@@ -64,16 +64,17 @@ namespace rt::comm {
 //
 // Segments. Each chunk moves in segments of segment_bytes (never more than the communicator's
 // per-call element limit, which keeps MPI's int counts safe for any 64-bit count). During the
-// reduce-scatter the receive of segment k+1 is already posted into the second scratch buffer
-// while segment k is added from the first (double buffering), so the transfer of one segment can
-// overlap the arithmetic on the previous one. Sends go straight from the caller's buffer and
-// allgather receives straight into it, so no data is copied beyond MPI's own transfers; the only
-// extra memory is two segments of scratch, kept between calls.
+// reduce-scatter the receives of the next recv_depth − 1 segments are already posted into
+// scratch buffers while segment k is added from its own, so transfers overlap the arithmetic on
+// earlier segments. Sends go straight from the caller's buffer and allgather receives straight
+// into it, so no data is copied beyond MPI's own transfers; the only extra memory is recv_depth
+// segments of scratch (comm.recv_depth, default 4), kept between calls.
 //
 // "ring_pipelined" is the same ring pipelined by segment instead of run step by step: segment k of
 // the chunk received at step s is sent on as segment k of step s+1 as soon as it has been added in
 // (in the last reduce-scatter step it is final: the owner scales it and starts the allgather with
-// it), no step waits for its sends, and four reduce-scatter receives stay in flight. Each phase's
+// it), no step waits for its sends, and recv_depth reduce-scatter receives stay in flight, around
+// the same ring (comm.ring_order) as "ring". Each phase's
 // messages travel under one tag in (step, segment) order, the order both ends post them, so MPI's
 // in-order matching pairs them; an allgather segment lands where this rank's reduce-scatter sent
 // from, so that send is completed before the receive is posted. In theory it removes the per-step
@@ -85,13 +86,18 @@ namespace rt::comm {
 namespace {
 
 constexpr int kReduceTag = 0x5249, kGatherTag = 0x524A;  // reduce-scatter, allgather messages
-constexpr size_t kWindow = 4;  // reduce-scatter receives in flight (scratch segments)
 
 class PipelinedRingAllreducer final : public Allreducer {
  public:
   PipelinedRingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
                           const MemorySpace* scratch)
-      : Allreducer(comm, k, cfg, scratch) {}
+      : Allreducer(comm, k, cfg, scratch), window_n_(size_t(cfg.recv_depth)) {
+    const std::vector<int> order = ring_order(comm, cfg.ring_order);
+    const int n = comm.size();
+    pos_ = int(std::find(order.begin(), order.end(), comm.rank()) - order.begin());
+    next_ = order[size_t(ring_mod(pos_ + 1, n))];
+    prev_ = order[size_t(ring_mod(pos_ - 1, n))];
+  }
   const char* name() const override { return "ring_pipelined"; }
   void reserve(DType t) override {
     Allreducer::reserve(t);
@@ -103,11 +109,11 @@ class PipelinedRingAllreducer final : public Allreducer {
   // (step, segment) order under one tag, so a segment is forwarded as soon as it is final here
   // rather than when its whole chunk is.
   void run(void* buf, size_t count, DType t, ReduceOp op) override {
-    const int n = comm_.size(), r = comm_.rank();
+    const int n = comm_.size(), r = pos_;  // chunks go by ring position
     if (n == 1 || count == 0) return;
-    const size_t esz = dtype_size(t), seg = segment_for(t);
+    const size_t esz = dtype_size(t), seg = segment_for(t), window = window_n_;
     char* base = static_cast<char*>(buf);
-    const int next = ring_mod(r + 1, n), prev = ring_mod(r - 1, n);
+    const int next = next_, prev = prev_;
     auto at = [&](Range g) { return base + g.offset * esz; };
 
     // The reduce-scatter receive sequence: step s = 0 .. n-2, segment k of the chunk received.
@@ -126,23 +132,23 @@ class PipelinedRingAllreducer final : public Allreducer {
       const Range g = segment_at(first, seg, k);
       sends_.push_back(comm_.isend(at(g), g.len, t, next, kReduceTag));
     }
-    // Receives go into scratch slot q % kWindow; when a segment is added in, the slot takes the
-    // receive kWindow further on and the segment goes on to the next rank: in the last step it is
+    // Receives go into scratch slot q % window; when a segment is added in, the slot takes the
+    // receive window further on and the segment goes on to the next rank: in the last step it is
     // final (this rank owns it), so it is scaled and starts the allgather.
     const size_t nq = rs_.size();
     std::vector<MPI_Request>& rq = rs_req_;
-    rq.assign(kWindow, MPI_REQUEST_NULL);
+    rq.assign(window, MPI_REQUEST_NULL);
     auto post_rs = [&](size_t q) {
-      if (q < nq) rq[q % kWindow] = comm_.irecv(window_[q % kWindow].data(), rs_[q].len, t, prev, kReduceTag);
+      if (q < nq) rq[q % window] = comm_.irecv(window_[q % window].data(), rs_[q].len, t, prev, kReduceTag);
     };
-    for (size_t q = 0; q < std::min(kWindow, nq); ++q) post_rs(q);
+    for (size_t q = 0; q < std::min(window, nq); ++q) post_rs(q);
     const Range owned = ring_chunk(count, n, ring_owned_chunk(r, n));
     const size_t owned_from = nq - segment_count(owned, seg);  // last step's segments
     for (size_t q = 0; q < nq; ++q) {
       const Range g = rs_[q];
-      comm_.wait_recv(rq[q % kWindow], g.len, t, prev, cfg_.idle_sleep_us);
-      kernels_.reduce_add(t, at(g), window_[q % kWindow].data(), g.len);
-      post_rs(q + kWindow);
+      comm_.wait_recv(rq[q % window], g.len, t, prev, cfg_.idle_sleep_us);
+      kernels_.reduce_add(t, at(g), window_[q % window].data(), g.len);
+      post_rs(q + window);
       if (q >= owned_from) {
         if (op == ReduceOp::average)  // once, by the owner: every rank copies the same bits
           kernels_.scale(t, at(g), g.len, 1.0f / static_cast<float>(n));
@@ -171,9 +177,9 @@ class PipelinedRingAllreducer final : public Allreducer {
       }
     };
     const size_t last_from = na - segment_count(ring_step(r, n, count, 2 * n - 3).recv, seg);
-    post_ag(kWindow);
+    post_ag(window);
     for (size_t q = 0; q < na; ++q) {
-      post_ag(q + 1 + kWindow);
+      post_ag(q + 1 + window);
       const Range g = ag_[q];
       comm_.wait_recv(ag_req_[q], g.len, t, prev, cfg_.idle_sleep_us);
       if (q < last_from) gather_sends_.push_back(comm_.isend(at(g), g.len, t, next, kGatherTag));
@@ -182,13 +188,15 @@ class PipelinedRingAllreducer final : public Allreducer {
   }
 
  private:
-  // kWindow scratch segments of at least `bytes`, in the scratch space; they only ever grow.
+  // recv_depth scratch segments of at least `bytes`, in the scratch space; they only ever grow.
   void size_window(size_t bytes) {
-    while (window_.size() < kWindow) window_.emplace_back(scratch_space_);
+    while (window_.size() < window_n_) window_.emplace_back(scratch_space_);
     for (Buffer<char>& w : window_)
       if (w.size() < bytes) w.resize(bytes);
   }
 
+  size_t window_n_;                       // reduce-scatter receives in flight (comm.recv_depth)
+  int pos_ = 0, next_ = 0, prev_ = 0;     // this rank's ring position; its neighbours' ranks
   std::vector<Range> rs_, ag_;            // reduce-scatter / allgather segments in order
   std::vector<Buffer<char>> window_;      // reduce-scatter scratch, kept between calls
   std::vector<MPI_Request> rs_req_, ag_req_, gather_sends_;

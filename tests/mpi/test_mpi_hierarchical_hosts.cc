@@ -1,7 +1,8 @@
 // Placements across machines, emulated on one: this program's MPI_Comm_split_type (MPI's
 // profiling interface lets a program define an MPI function itself and reach the library's as
 // PMPI_) groups the ranks into the "hosts" RT_TEST_HOSTS lists (one host id per rank, e.g.
-// "0,1,0,1,0,0"). Under them, every algorithm gives the exact sum, and `hierarchical` with
+// "0,1,0,1,0,0"). Under them, every algorithm gives the exact sum (both rings in host order, not
+// rank order), and `hierarchical` with
 // comm.ranks_per_node (blocks of consecutive ranks that span hosts, which its ring puts in host
 // order) pairs across blocks the ranks that own the same chunk.
 // Usage: RT_TEST_HOSTS=0,1,0,1,0,0 mpirun -np 6 test_mpi_hierarchical_hosts
@@ -48,11 +49,12 @@ int main(int argc, char** argv) {
                t.size(), " ranks");
     for (const int per : {0, 3, 2}) {
       if (per > 0 && t.size() % per != 0) continue;
-      for (const std::string algo : {"ring", "hierarchical", "reducer"}) {
+      for (const std::string algo : {"ring", "ring_pipelined", "hierarchical", "reducer"}) {
         comm::CommConfig cfg;
         cfg.algorithm = algo;
         cfg.ranks_per_node = per;
         cfg.segment_bytes = 64;
+        cfg.recv_depth = 2 + per;  // 2, 5, 4 receives in flight
         std::unique_ptr<comm::Allreducer> ar;
         try {
           ar = comm::make_allreducer(cfg, comm);
