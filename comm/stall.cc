@@ -245,7 +245,7 @@ void StallWatch::rearm() {
   if (!active_) return;
   since_ = std::chrono::steady_clock::now();
   mark_active(since_);
-  warned_ = false;
+  // warned_ stays: the warning is printed once a step, whichever bucket's wait it comes in.
   next_poll_ = since_ + kPollEvery;
   next_beat_ = since_ + beat_every_;
   next_warn_check_ = since_;

@@ -194,7 +194,7 @@ def cmd_fit(a):
           f"per-implementation fits {worst['own']:.1f}% (target 15%)")
     if a.json:
         # The links the fit used: --link-bytes-per-s stands for every run's measured one.
-        used = {n: a.link_bytes_per_s for n in links} if a.link_bytes_per_s else links
+        used = {r["np"]: a.link_bytes_per_s for r in rows} if a.link_bytes_per_s else links
         write_text(a, a.json, json.dumps({"params": fits["joint"], "fits": fits,
                                           "min_bytes": min_bytes, "links": used,
                                           "worst_err_pct": worst}, indent=1))

@@ -333,7 +333,7 @@ void Trainer::train() {
                    cfg_.optimizer.sgd.lars ? " with LARS" : "", " base lr ",
                    schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
-  if (const std::string note = net_->backend().setup_note(); !note.empty()) notice(note);
+  if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
   if (cfg_.comm.algorithm == "mpi" && world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {
     int provided = MPI_THREAD_SINGLE;
     MPI_CHECK(MPI_Query_thread(&provided));
@@ -416,7 +416,9 @@ void Trainer::train() {
     const auto& ck = cfg_.checkpoint;
     const bool target = std::exchange(target_due_, false);
     if (stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
-        (ck.at_epoch_end && (epoch_end || run_end)))
+        (ck.at_epoch_end && (epoch_end || run_end)) ||
+        // A run that saves periodically keeps its last step too, not only the last period's.
+        (run_end && (ck.every_steps > 0 || ck.every_minutes > 0)))
       save_checkpoint();
     if (target) {
       report_target();

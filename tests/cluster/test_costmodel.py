@@ -313,11 +313,12 @@ class TestPerHostTable(unittest.TestCase):
         self.assertEqual(saved, {})  # no file of another implementation's parameters
         # --link-bytes-per-s: the saved links are the one the fit used.
         rows = [f"LINK,4,{link:.0f}", result_line("ring", 4, s, 2 * 3 / 4 * s / link),
-                result_line("ring", 4, 2 * s, 2 * 3 / 4 * 2 * s / link)]
+                result_line("ring", 4, 2 * s, 2 * 3 / 4 * 2 * s / link),
+                result_line("ring", 8, s, 2 * 7 / 8 * s / link)]  # N = 8: no LINK line of its own
         rc, out, saved = self.run_main(["fit", "--link-bytes-per-s", "50e6", "--json", "{dir}/p.json"], {"r.csv": rows})
         self.assertEqual(rc, 0)
         self.assertIn("beta = 1/--link-bytes-per-s 5e+07", out)
-        self.assertEqual(json.loads(saved["p.json"])["links"], {"4": 50e6})
+        self.assertEqual(json.loads(saved["p.json"])["links"], {"4": 50e6, "8": 50e6})
 
     def test_baidu_takes_each_parameter_given(self):
         first = lambda argv: self.run_main(["baidu", *argv], {})[1].splitlines()[0]

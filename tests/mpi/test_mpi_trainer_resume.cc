@@ -504,6 +504,18 @@ void check_timed_checkpoints(MpiTest& t, const std::string& dir) {
     const size_t want = minutes < 1 ? size_t(tr.steps_per_epoch()) : 1;
     MPI_EXPECT(t, files == want, "checkpoint.every_minutes ", minutes, ": ", files, " checkpoints, expected ", want);
   }
+  // Periodic saves without the epoch's: the run's last step is saved too (5 steps, every 3).
+  Config c = tiny(dir + "/every3");
+  c.train.steps = 5;
+  c.checkpoint.at_epoch_end = false;
+  c.checkpoint.every_steps = 3;
+  c.checkpoint.keep = 100;
+  Trainer tr(c);
+  tr.train();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto list = checkpoint_list(c.run_dir + "/checkpoints");
+  MPI_EXPECT(t, list.size() == 2 && tr.last_checkpoint() == checkpoint_path(c.run_dir + "/checkpoints", 5),
+             "every_steps 3 over 5 steps: ", list.size(), " checkpoints, the last '", tr.last_checkpoint(), "'");
 }
 
 }  // namespace
