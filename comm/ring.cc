@@ -87,17 +87,22 @@ namespace {
 
 constexpr int kReduceTag = 0x5249, kGatherTag = 0x524A;  // reduce-scatter, allgather messages
 
+// A rank's place on a ring given in order (the rank at each position): its position, and the
+// ranks after and before it.
+struct RingPlace {
+  int pos, next, prev;
+};
+RingPlace ring_place(const std::vector<int>& order, int rank) {
+  const int n = int(order.size());
+  const int pos = int(std::find(order.begin(), order.end(), rank) - order.begin());
+  return {pos, order[size_t(ring_mod(pos + 1, n))], order[size_t(ring_mod(pos - 1, n))]};
+}
+
 class PipelinedRingAllreducer final : public Allreducer {
  public:
   PipelinedRingAllreducer(Communicator& comm, const ReduceKernels& k, const CommConfig& cfg,
                           const MemorySpace* scratch)
-      : Allreducer(comm, k, cfg, scratch), window_n_(size_t(cfg.recv_depth)) {
-    const std::vector<int> order = ring_order(comm, cfg.ring_order);
-    const int n = comm.size();
-    pos_ = int(std::find(order.begin(), order.end(), comm.rank()) - order.begin());
-    next_ = order[size_t(ring_mod(pos_ + 1, n))];
-    prev_ = order[size_t(ring_mod(pos_ - 1, n))];
-  }
+      : Allreducer(comm, k, cfg, scratch), place_(ring_place(ring_order(comm, cfg.ring_order), comm.rank())) {}
   const char* name() const override { return "ring_pipelined"; }
   void reserve(DType t) override {
     Allreducer::reserve(t);
@@ -109,11 +114,10 @@ class PipelinedRingAllreducer final : public Allreducer {
   // (step, segment) order under one tag, so a segment is forwarded as soon as it is final here
   // rather than when its whole chunk is.
   void run(void* buf, size_t count, DType t, ReduceOp op) override {
-    const int n = comm_.size(), r = pos_;  // chunks go by ring position
+    const int n = comm_.size(), r = place_.pos, next = place_.next, prev = place_.prev;  // chunks by position
     if (n == 1 || count == 0) return;
-    const size_t esz = dtype_size(t), seg = segment_for(t), window = window_n_;
+    const size_t esz = dtype_size(t), seg = segment_for(t), window = size_t(cfg_.recv_depth);
     char* base = static_cast<char*>(buf);
-    const int next = next_, prev = prev_;
     auto at = [&](Range g) { return base + g.offset * esz; };
 
     // The reduce-scatter receive sequence: step s = 0 .. n-2, segment k of the chunk received.
@@ -190,13 +194,12 @@ class PipelinedRingAllreducer final : public Allreducer {
  private:
   // recv_depth scratch segments of at least `bytes`, in the scratch space; they only ever grow.
   void size_window(size_t bytes) {
-    while (window_.size() < window_n_) window_.emplace_back(scratch_space_);
+    while (window_.size() < size_t(cfg_.recv_depth)) window_.emplace_back(scratch_space_);
     for (Buffer<char>& w : window_)
       if (w.size() < bytes) w.resize(bytes);
   }
 
-  size_t window_n_;                       // reduce-scatter receives in flight (comm.recv_depth)
-  int pos_ = 0, next_ = 0, prev_ = 0;     // this rank's ring position; its neighbours' ranks
+  RingPlace place_;                       // this rank's ring position; its neighbours' ranks
   std::vector<Range> rs_, ag_;            // reduce-scatter / allgather segments in order
   std::vector<Buffer<char>> window_;      // reduce-scatter scratch, kept between calls
   std::vector<MPI_Request> rs_req_, ag_req_, gather_sends_;
@@ -226,9 +229,8 @@ RingAllreducer::RingAllreducer(Communicator& comm, const ReduceKernels& k, const
       throw CommError("RingAllreducer: the ring order is not a permutation of the ranks");
   if (order.size() != static_cast<size_t>(n))
     throw CommError("RingAllreducer: the ring order is not a permutation of the ranks");
-  pos_ = static_cast<int>(std::find(order.begin(), order.end(), comm.rank()) - order.begin());
-  next_ = order[static_cast<size_t>(ring_mod(pos_ + 1, n))];
-  prev_ = order[static_cast<size_t>(ring_mod(pos_ - 1, n))];
+  const RingPlace p = ring_place(order, comm.rank());
+  pos_ = p.pos, next_ = p.next, prev_ = p.prev;
 }
 
 Range RingAllreducer::reduce_scatter(char* base, size_t count, DType t) {

@@ -229,11 +229,15 @@ void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
   seen_[size_t(rank_)] = step;
   for (int p = 0; p < size_; ++p)
     if (p != rank_) MPI_CHECK(MPI_Isend(&send_buf_, 1, MPI_INT64_T, p, kArriveTag, comm_, &send_req_[size_t(p)]));
-  since_ = std::chrono::steady_clock::now();
-  mark_active(since_);
+  start_wait_locked();
   drain();  // keeps the queue of unexpected announcements short
   active_ = true;
   warned_ = false;
+}
+
+void StallWatch::start_wait_locked() {
+  since_ = std::chrono::steady_clock::now();
+  mark_active(since_);
   next_poll_ = since_ + kPollEvery;
   next_beat_ = since_ + beat_every_;
   next_warn_check_ = since_;
@@ -242,14 +246,8 @@ void StallWatch::arrive_locked(int64_t step, const StallLabel& what) {
 
 void StallWatch::rearm() {
   std::lock_guard lk(mu_);
-  if (!active_) return;
-  since_ = std::chrono::steady_clock::now();
-  mark_active(since_);
   // warned_ stays: the warning is printed once a step, whichever bucket's wait it comes in.
-  next_poll_ = since_ + kPollEvery;
-  next_beat_ = since_ + beat_every_;
-  next_warn_check_ = since_;
-  named_.clear();
+  if (active_) start_wait_locked();
 }
 
 std::vector<int> StallWatch::missing() {

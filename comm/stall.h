@@ -94,6 +94,7 @@ class StallWatch {
 
  private:
   void arrive_locked(int64_t step, const StallLabel& what);
+  void start_wait_locked();  // waits count from now (arrive, rearm)
   void drain();
   // Beats: sends one where due (this rank waits in the step), and takes in the others'.
   void beat(std::chrono::steady_clock::time_point now);

@@ -232,13 +232,6 @@ template <class T>
 void Net<T>::finalize() {
   if (finalized_) return;
   if (logits_ < 0) throw Error("network has no loss: call loss(logits, smoothing) before finalize()");
-  // A layer whose output nobody reads has no gradient to run backward with: a graph built wrong.
-  for (const auto& n : nodes_) {
-    if (n->output < 0 || n->output == logits_) continue;  // the loss produces no tensor
-    bool read = false;
-    for (const auto& m : nodes_) read = read || std::count(m->inputs.begin(), m->inputs.end(), n->output) > 0;
-    if (!read) throw Error(str_cat("network: the output of layer '", n->name, "' is read by no other layer"));
-  }
   if (backend_->fuses_bn_add()) fuse_bn_add();
   arena_.finalize();
   plan_activations();
@@ -292,6 +285,10 @@ void Net<T>::plan_activations() {
     }
     if (n.output >= 0) kept[n.output] |= !inference_only_ && n.keeps_output;
   }
+  // A layer whose output nobody reads has no gradient to run backward with: a graph built wrong.
+  for (const auto& n : nodes_)
+    if (n->output >= 0 && n->output != logits_ && last_use[size_t(n->output)] < 0)
+      throw Error(str_cat("network: the output of layer '", n->name, "' is read by no other layer"));
   acts_.clear();
   for (size_t t = 0; t < nt; ++t) acts_.emplace_back(backend_->act_memory());
   act_ptr_.assign(nt, nullptr);
@@ -313,7 +310,6 @@ void Net<T>::plan_activations() {
     }
     for (int x : n.inputs)
       if (!kept[x] && last_use[x] == int(i)) slot_release(slot_of[x]);
-    if (o >= 0 && !kept[o] && last_use[o] < 0) slot_release(slot_of[o]);
   }
 }
 

@@ -9,7 +9,8 @@ namespace rt {
 namespace {
 
 std::unique_ptr<Net<float>> build(const std::string& name, int64_t classes = 1000, int64_t size = 64,
-                                  bool zero_init = false, std::string shortcut = "A", bool layout_only = false) {
+                                  bool zero_init = false, std::string shortcut = "A", bool layout_only = false,
+                                  double drop_path = 0) {
   ResNetConfig c;
   c.name = name;
   c.num_classes = classes;
@@ -18,6 +19,7 @@ std::unique_ptr<Net<float>> build(const std::string& name, int64_t classes = 100
   c.zero_init_residual = zero_init;
   c.cifar_shortcut = shortcut;
   c.layout_only = layout_only;
+  c.drop_path = drop_path;
   return build_resnet<float>(c, make_backend<float>("reference"));
 }
 
@@ -136,14 +138,7 @@ TEST(ResNet, TorchvisionInitialisation) {
 // BN is found through its drop-path node, in every block, not only the first (whose rate is 0).
 TEST(ResNet, ZeroInitResidualThroughStochasticDepth) {
   for (const char* model : {"resnet50", "resnet20"}) {
-    ResNetConfig c;
-    c.name = model;
-    c.num_classes = 10;
-    c.image_size = 32;
-    c.batch = 1;
-    c.zero_init_residual = true;
-    c.drop_path = 0.1;
-    auto net = build_resnet<float>(c, make_backend<float>("reference"));
+    auto net = build(model, 10, 32, /*zero_init=*/true, "A", false, /*drop_path=*/0.1);
     const std::string last = std::string(model) == "resnet50" ? ".bn3." : ".bn2.";
     int zeroed = 0;
     for (int id = 0; id < int(net->arena().layout().size()); ++id) {

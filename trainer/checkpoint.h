@@ -154,6 +154,14 @@ std::vector<std::string> checkpoint_copy_matching(const Checkpoint& ck, const Ar
 template <class T>
 std::vector<std::string> checkpoint_unused(const Checkpoint& ck, const Arena<T>& arena);
 
+// --eval and --predict (`purpose`): every tensor of the arena copied as checkpoint_copy_matching
+// does, and none of the file's left over; else CheckpointError naming `path`, `model` and the
+// first tensor at fault, `hint` added (where another model's tensors would be scored without a word).
+template <class T>
+void checkpoint_copy_whole(const Checkpoint& ck, const Arena<T>& arena, std::type_identity_t<std::span<T>> params,
+                           std::type_identity_t<std::span<T>> state, const std::string& path, const std::string& model,
+                           const std::string& purpose, const std::string& hint = "");
+
 // Writes atomically (see above); an empty `momentum` writes a weights file (no "momentum"
 // section), an empty optional section is left out. Throws CheckpointError naming the path on any
 // I/O error.

@@ -113,6 +113,26 @@ std::vector<std::string> checkpoint_unused(const Checkpoint& ck, const Arena<T>&
   return unused;
 }
 
+template <class T>
+void checkpoint_copy_whole(const Checkpoint& ck, const Arena<T>& arena, std::type_identity_t<std::span<T>> params,
+                           std::type_identity_t<std::span<T>> state, const std::string& path, const std::string& model,
+                           const std::string& purpose, const std::string& hint) {
+  const size_t total = arena.layout().size() + arena.state_layout().size();
+  if (const auto missing = checkpoint_copy_matching(ck, arena, params, state); !missing.empty())
+    throw CheckpointError(str_cat(path, ": ", purpose, " needs every tensor of ", model, "; ", missing.size(), " of ",
+                                  total, " are not in it under the same name and shape (first: ", missing.front(), ")",
+                                  hint));
+  if (const auto unused = checkpoint_unused(ck, arena); !unused.empty())
+    throw CheckpointError(str_cat(path, ": ", unused.size(), " of its tensors are not ", model, "'s (first: ",
+                                  unused.front(), "): it holds another model than ", purpose, " would run", hint));
+}
+
+template void checkpoint_copy_whole<float>(const Checkpoint&, const Arena<float>&, std::span<float>, std::span<float>,
+                                           const std::string&, const std::string&, const std::string&,
+                                           const std::string&);
+template void checkpoint_copy_whole<double>(const Checkpoint&, const Arena<double>&, std::span<double>,
+                                            std::span<double>, const std::string&, const std::string&,
+                                            const std::string&, const std::string&);
 template std::vector<std::string> checkpoint_unused<float>(const Checkpoint&, const Arena<float>&);
 template std::vector<std::string> checkpoint_unused<double>(const Checkpoint&, const Arena<double>&);
 template std::vector<std::string> checkpoint_copy_matching<float>(const Checkpoint&, const Arena<float>&,

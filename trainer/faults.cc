@@ -163,7 +163,7 @@ void Trainer::check_finite(double loss, double lr, size_t bad_grads) {
       first_grad = pi.name;
       break;
     }
-  throw Error(str_cat("non-finite gradients at step ", step_ + 1, " (epoch ", step_ / steps_per_epoch_ + 1, ", lr ",
+  throw Error(str_cat("non-finite gradients at step ", step_ + 1, " (epoch ", epoch_of(step_ + 1), ", lr ",
                       lr, "): ", bad_grads, " of ", g.size(), " averaged gradient values; ", where,
                       "; first non-finite gradient in backward order: ", first_grad,
                       ". Stopped before the update", last_checkpoint_.empty() ? "" : "; the last checkpoint is ",

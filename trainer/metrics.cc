@@ -35,6 +35,10 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// Under mpirun, a rank's standard output is a pseudo-terminal of the launcher's: the user's
+// terminal (or file) is mpirun's, the parent's.
+std::string launcher_stdout() { return "/proc/" + std::to_string(getppid()) + "/fd/1"; }
+
 // JSON has no NaN or infinity: write null for them.
 void append_number(std::string& s, double v) {
   if (!std::isfinite(v)) {
@@ -166,8 +170,7 @@ bool stdout_is_terminal() {
   // then what counts is mpirun's (the parent's) standard output.
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return true;
   char link[256];
-  const std::string fd1 = "/proc/" + std::to_string(getppid()) + "/fd/1";
-  const ssize_t n = readlink(fd1.c_str(), link, sizeof link - 1);
+  const ssize_t n = readlink(launcher_stdout().c_str(), link, sizeof link - 1);
   if (n <= 0) return false;
   link[n] = 0;
   return std::strncmp(link, "/dev/pts/", 9) == 0 || std::strncmp(link, "/dev/tty", 8) == 0;
@@ -204,8 +207,7 @@ Progress::~Progress() {
 
 int open_output_terminal() {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return isatty(STDOUT_FILENO) ? STDOUT_FILENO : -1;
-  const std::string fd1 = "/proc/" + std::to_string(getppid()) + "/fd/1";
-  return ::open(fd1.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);  // only where stdout_is_terminal()
+  return ::open(launcher_stdout().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);  // only where stdout_is_terminal()
 }
 
 int terminal_columns(int fd, int fallback) {

@@ -31,7 +31,6 @@ std::vector<std::string> load_every_tensor(const std::string& path, Net<float>& 
     ck.state.assign(ck.ema.begin() + long(ck.params.size()), ck.ema.end());
   }
   Arena<float>& arena = net.arena();
-  const size_t total = arena.layout().size() + arena.state_layout().size();
   if (ck.layout.empty()) {
     if (ck.params.size() != arena.params().size() || ck.state.size() != arena.state().size())
       throw CheckpointError(str_cat(path, ": its ", ck.params.size(), " parameter values are not ", model, "'s ",
@@ -41,15 +40,7 @@ std::vector<std::string> load_every_tensor(const std::string& path, Net<float>& 
     return ck.classes;
   }
   HostView<float> params = arena.host_params(), state = arena.host_state();
-  const std::vector<std::string> missing = checkpoint_copy_matching(ck, arena, params.span(), state.span());
-  if (!missing.empty())
-    throw CheckpointError(str_cat(path, ": --predict needs every tensor of ", model, "; ", missing.size(), " of ",
-                                  total, " are not in it under the same name and shape (first: ", missing.front(),
-                                  ")"));
-  // Another model's tensors left over (a CIFAR ResNet's projection shortcuts): not this network.
-  if (const std::vector<std::string> unused = checkpoint_unused(ck, arena); !unused.empty())
-    throw CheckpointError(str_cat(path, ": ", unused.size(), " of its tensors are not ", model, "'s (first: ",
-                                  unused.front(), "): it holds another model than --predict would run"));
+  checkpoint_copy_whole(ck, arena, params.span(), state.span(), path, model, "--predict");
   params.commit();
   state.commit();
   return ck.classes;

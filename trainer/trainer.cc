@@ -445,7 +445,7 @@ void Trainer::train() {
   if (best_step_ > 0) {
     line.add("best_val_top1", best_top1_).add("best_step", best_step_);
     best = str_cat("; best validation top-1 ", fixed(best_top1_, 2), "% at step ", best_step_, " (epoch ",
-                   (best_step_ - 1) / steps_per_epoch_ + 1, ")");
+                   epoch_of(best_step_), ")");
   }
   report(line, str_cat("finished: ", step_ - first_step, " steps in ", format_duration(secs), " (", fixed(img_s, 1),
                        " img/s", eval_s_ > 0 ? str_cat(" in the ", format_duration(train_s), " not evaluating") : "",
@@ -575,8 +575,7 @@ bool Trainer::evaluate_pending() {
 void Trainer::report_target() {
   // As MLPerf's runs: the time to the target is the figure of merit.
   const double secs = now_s() - run_start_s_;
-  // The epoch as the epoch records number it: step 12 of 8 per epoch is in epoch 2.
-  const int64_t epoch = (step_ - 1) / steps_per_epoch_ + 1;
+  const int64_t epoch = epoch_of(step_);  // as the epoch records number it
   report(JsonLine("target").add("step", step_).add("epoch", epoch)
              .add("val_top1", best_top1_).add("target_top1", cfg_.train.target_top1)
              .add("train_s", secs).add("checkpoint", last_checkpoint_),

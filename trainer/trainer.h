@@ -119,6 +119,8 @@ class Trainer {
   int64_t step() const { return step_; }
   int64_t best_step() const { return best_step_; }  // of the best validation top-1 so far (0: none)
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The epoch (from 1, as the epoch records number them) of step `step` (from 1).
+  int64_t epoch_of(int64_t step) const { return (step - 1) / steps_per_epoch_ + 1; }
   int64_t total_steps() const { return total_steps_; }
   // Loss of each step this process ran (this rank's batch), for tests and the golden regression.
   const std::vector<double>& losses() const { return losses_; }

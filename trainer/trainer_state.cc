@@ -392,32 +392,25 @@ void Trainer::load_weights(const std::string& path, bool for_eval) {
                                    "; the file predates the tensor list (section 'layout') that --weights needs to "
                                    "take part of another model");
       HostView<float> params = arena.host_params(), state = arena.host_state();
-      kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
-      unused = checkpoint_unused(ck, arena);
       const std::string theirs = checkpoint_model_name(ck);
       // The model here may be only the default one: a file imported without --model names none.
       const std::string hint = theirs.empty() ? str_cat("; the file names no model (", cfg_.model.name,
                                                         " is this job's: set model.* as the weights were trained)")
                                               : model_changes(ck);
-      if (for_eval && !kept.empty())
-        throw CheckpointError(str_cat(path, ": --eval needs every tensor of ", cfg_.model.name, "; ", kept.size(),
-                                      " of ", total, " are not in it under the same name and shape (first: ",
-                                      kept.front(), ")", hint));
-      // Tensors of the file that this model has no place for: another model's (a CIFAR ResNet's
-      // projection shortcuts evaluated without them would give other figures without a word).
-      if (for_eval && !unused.empty())
-        throw CheckpointError(str_cat(path, ": ", unused.size(), " of its tensors are not ", cfg_.model.name,
-                                      "'s (first: ", unused.front(), "): it holds another model than --eval would "
-                                      "evaluate",
-                                      hint));
-      // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
-      // half of this model's tensors is another model's (resnet18's for a resnet20 may share
-      // nothing but an fc.bias).
-      if (2 * kept.size() > total)
-        throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
-                                      cfg_.model.name, " are in it under the same name and shape (it holds ",
-                                      theirs.empty() ? "another model" : theirs, "; first left out: ",
-                                      kept.front(), ")", hint));
+      if (for_eval) {
+        checkpoint_copy_whole(ck, arena, params.span(), state.span(), path, cfg_.model.name, "--eval", hint);
+      } else {
+        kept = checkpoint_copy_matching(ck, arena, params.span(), state.span());
+        unused = checkpoint_unused(ck, arena);
+        // Fine-tuning replaces a classifier, not most of a network: a file that fits less than
+        // half of this model's tensors is another model's (resnet18's for a resnet20 may share
+        // nothing but an fc.bias).
+        if (2 * kept.size() > total)
+          throw CheckpointError(str_cat(path, ": only ", total - kept.size(), " of the ", total, " tensors of ",
+                                        cfg_.model.name, " are in it under the same name and shape (it holds ",
+                                        theirs.empty() ? "another model" : theirs, "; first left out: ",
+                                        kept.front(), ")", hint));
+      }
       params.commit();
       state.commit();
     }
