@@ -6,7 +6,7 @@
 // Usage: mpirun -np N build/bin/allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096]
 //          [--max-bytes 268435456] [--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000]
 //          [--segment-bytes 524288] [--recv-depth 4] [--idle-sleep-us 0] [--sizes B1,B2,...]
-//          [--interleave 1]
+//          [--interleave 1] [--ranks-per-node K]
 //
 // An algorithm may carry its own segment size, receive depth and waiting policy, "ring@128K^8~20"
 // (segment 128 KiB, recv_depth 8, idle_sleep_us 20) or "ring/rank" (comm.ring_order rank: MPI's
@@ -48,6 +48,7 @@ struct Options {
   int recv_depth = CommConfig{}.recv_depth;
   bool segment_set = false;  // --segment-bytes given: also across nodes
   int idle_sleep_us = CommConfig{}.idle_sleep_us;
+  int ranks_per_node = 0;  // hierarchical: comm.ranks_per_node (0: the ranks sharing memory)
   bool interleave = false;
 };
 
@@ -93,10 +94,12 @@ size_t whole_floats(const std::string& s) {
 constexpr const char* kUsage =
     "usage: mpirun -np N allreduce_bench [--algos ring,mpi,reducer] [--min-bytes 4096] [--max-bytes 268435456] "
     "[--factor 4] [--budget 2] [--min-reps 5] [--max-reps 1000] [--segment-bytes 524288] [--recv-depth 4] "
-    "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1]\n"
+    "[--idle-sleep-us 0] [--sizes B1,B2,...] [--interleave 1] [--ranks-per-node K]\n"
     "--algos: ring, ring_pipelined, hierarchical, mpi, reducer, or openmpi (MPI_Allreduce as the peer calls\n"
     "  it); all but openmpi may carry, in this order, /rank (MPI's ring order), @SEGMENT (bytes), ^RECV_DEPTH,\n"
-    "  ~IDLE_SLEEP_US and :bf16 or :fp16 (a 16-bit wire), e.g. ring@128K^8~20, ring/rank, ring:bf16\n";
+    "  ~IDLE_SLEEP_US and :bf16 or :fp16 (a 16-bit wire), e.g. ring@128K^8~20, ring/rank, ring:bf16\n"
+    "--ranks-per-node K: what a node is for hierarchical (comm.ranks_per_node; default: the ranks sharing\n"
+    "  memory), e.g. to time two-level rings on one machine or over an uneven placement\n";
 
 using rt::tools::int_option;
 
@@ -105,7 +108,7 @@ std::optional<Options> parse(int argc, char** argv) {
   Options o;
   static const char* const known[] = {"--algos", "--sizes", "--min-bytes", "--max-bytes", "--factor", "--budget",
                                       "--min-reps", "--max-reps", "--segment-bytes", "--idle-sleep-us",
-                                      "--recv-depth", "--interleave"};
+                                      "--recv-depth", "--interleave", "--ranks-per-node"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return std::nullopt;
@@ -131,8 +134,13 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (a == "--segment-bytes") o.segment_bytes = segment_size(a, v), o.segment_set = true;
     else if (a == "--idle-sleep-us") o.idle_sleep_us = int_option(a, v, 0, 1000000);
     else if (a == "--recv-depth") o.recv_depth = int_option(a, v, 2, 64);  // the ring's own bounds
+    else if (a == "--ranks-per-node") o.ranks_per_node = int_option(a, v, 1, 1 << 20);
     else o.interleave = int_option(a, v, 0, 1) != 0;
   }
+  if (o.ranks_per_node > 0 && std::none_of(o.algos.begin(), o.algos.end(), [](const std::string& x) {
+        return x.rfind("hierarchical", 0) == 0;
+      }))
+    throw Error("option --ranks-per-node applies to hierarchical only (as comm.ranks_per_node): add it to --algos");
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     throw Error(str_cat("need 1 <= --min-bytes <= --max-bytes (got ", o.min_bytes, " and ", o.max_bytes, ")"));
   if (o.sizes.empty())
@@ -278,6 +286,7 @@ int run(int argc, char** argv) {
     std::printf("# allreduce_bench np=%d algos=", comm.size());
     for (const std::string& a : o.algos) std::printf("%s ", a.c_str());
     const size_t net_seg = o.segment_set ? o.segment_bytes : CommConfig{}.network_segment_bytes;
+    if (o.ranks_per_node > 0) std::printf("ranks_per_node=%d ", o.ranks_per_node);
     std::printf("nodes=%d segment_bytes=%zu (across nodes: %zu) recv_depth=%d idle_sleep_us=%d budget=%.1fs "
                 "min_reps=%d interleave=%d\n",
                 comm.nodes(), comm.nodes() > 1 ? net_seg : o.segment_bytes, net_seg, o.recv_depth, o.idle_sleep_us,
@@ -320,6 +329,7 @@ int run(int argc, char** argv) {
     cfg.idle_sleep_us = tl == std::string::npos
                             ? o.idle_sleep_us
                             : int_option(spec + " (~: idle_sleep_us)", base.substr(tl + 1), 0, 1000000);
+    cfg.ranks_per_node = o.ranks_per_node;
     c.ar = make_allreducer(cfg, comm);
     cands.push_back(std::move(c));
   }

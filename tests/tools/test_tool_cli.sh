@@ -40,6 +40,13 @@ expect 1 "--segment-bytes '2' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_b
 expect 1 "ring@3 \(@: segment\) '3' must be >= 4 bytes" mpirun -np 1 "$bin/allreduce_bench" --algos ring@3 --sizes 4K
 expect 1 "option --algos lists an empty name \(','\)" mpirun -np 1 "$bin/allreduce_bench" --algos , --sizes 4K
 expect 1 "openmpi takes no suffix" mpirun -np 1 "$bin/allreduce_bench" --algos openmpi:bf16 --sizes 4K
+expect 1 "option --ranks-per-node applies to hierarchical only" mpirun -np 1 "$bin/allreduce_bench" --ranks-per-node 2
+# --ranks-per-node reaches the hierarchical allreduce: 2 nodes of 1 rank on one machine, sums checked.
+mpi2=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+expect 0 "^RESULT,hierarchical,2,4096,1024,([^,]+,){6}OK," \
+  "${mpi2[@]}" "$bin/allreduce_bench" --algos hierarchical --ranks-per-node 1 --sizes 4K --budget 0 --min-reps 1
+expect 1 "comm.ranks_per_node 3 does not divide the 2 ranks" \
+  "${mpi2[@]}" "$bin/allreduce_bench" --algos hierarchical --ranks-per-node 3 --sizes 4K --budget 0
 # Its side-by-side script: a missing value or an unknown option prints the usage (status 2).
 here=$(cd "$(dirname "$0")/../.." && pwd)
 expect 2 "--np needs a value" bash "$here/tools/allreduce_bench.sh" --np
