@@ -10,6 +10,7 @@
 
 #include "comm/mpi_check.h"
 #include "comm/stall.h"
+#include "nn/console.h"
 
 namespace rt::comm {
 
@@ -180,8 +181,7 @@ void comm_abort(const char* what, int exit_code) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
-  std::fprintf(stderr, "ringtrain: rank %d of %d: %s\n", rank, size, what);
-  std::fflush(stderr);
+  stderr_line(str_cat("ringtrain: rank ", rank, " of ", size, ": ", what));
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);
 }

@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_check.h"
+#include "nn/console.h"
 
 namespace rt::comm {
 
@@ -342,11 +343,9 @@ std::string StallWatch::due(std::chrono::steady_clock::time_point now, int peer)
     while (reporter < size_ && absent(reporter)) ++reporter;
     if (rank_ != reporter) return {};
     warned_ = true;
-    std::fprintf(stderr, "ringtrain: rank %d of %d: warning: stall: %s%s\n", rank_, size_,
-                 describe(miss, quiet, waited, peer, now).c_str(),
-                 abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)").c_str()
-                              : " (comm.stall_abort_s is 0: waiting on)");
-    std::fflush(stderr);
+    stderr_line(str_cat("ringtrain: rank ", rank_, " of ", size_, ": warning: stall: ", describe(miss, quiet, waited, peer, now),
+                        abort_s_ > 0 ? str_cat("; the job stops at ", secs(abort_s_), " (comm.stall_abort_s)")
+                                     : std::string(" (comm.stall_abort_s is 0: waiting on)")));
   }
   return {};
 }

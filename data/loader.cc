@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "data/rng.h"
 #include "data/sharding.h"
+#include "nn/console.h"
 #include "nn/error.h"
 
 namespace rt::data {
@@ -306,10 +307,10 @@ class PipelineLoader final : public Loader {
       // A folder gone mid-run would otherwise print a line for every file of the share.
       const int n = warned_.fetch_add(1);
       if (n < kListedSkips)
-        std::fprintf(stderr, "data: warning: rank %d: skipping %s: %s\n", rank_, ds_->name(index).c_str(), why.c_str());
+        stderr_line(str_cat("data: warning: rank ", rank_, ": skipping ", ds_->name(index), ": ", why));
       else if (n == kListedSkips)
-        std::fprintf(stderr, "data: warning: rank %d: %d files skipped; more are counted, not listed (the next: %s: %s)\n",
-                     rank_, kListedSkips, ds_->name(index).c_str(), why.c_str());
+        stderr_line(str_cat("data: warning: rank ", rank_, ": ", kListedSkips, " files skipped; more are counted, not listed (the next: ",
+                            ds_->name(index), ": ", why, ")"));
       std::lock_guard lk(why_mu_);
       last_why_ = why;
     }

@@ -8,6 +8,7 @@
 #include "comm/mpi_check.h"
 #include "data/dataset.h"
 #include "nn/clock.h"
+#include "nn/console.h"
 #include "nn/resnet.h"
 #include "trainer/trainer.h"
 
@@ -144,12 +145,10 @@ data::Loader& Trainer::val_loader() {
       // Two lists share one class count, so a list numbered from 1 beside one from 0 passes the
       // check: said, as a training list without the top classes (a subset) is fine.
       if (rank_ == 0 && !cfg_.data.val_list.empty() && loader->max_label() > train_loader_->max_label())
-        std::fprintf(stderr, "%s\n",
-                     str_cat("ringtrain: warning: validation labels reach ", loader->max_label(), ", training's only ",
-                             train_loader_->max_label(), " (", data::split_source(cfg_.data, data::Split::val), ", ",
-                             data::split_source(cfg_.data, data::Split::train),
-                             "): classes never trained on are evaluated; are both lists numbered from 0?")
-                         .c_str());
+        stderr_line(str_cat("ringtrain: warning: validation labels reach ", loader->max_label(), ", training's only ",
+                            train_loader_->max_label(), " (", data::split_source(cfg_.data, data::Split::val), ", ",
+                            data::split_source(cfg_.data, data::Split::train),
+                             "): classes never trained on are evaluated; are both lists numbered from 0?"));
     }
     if (loader->num_classes() > cfg_.model.classes)
       throw ConfigError(str_cat(config_origin(cfg_, "model.classes"), ": model.classes is ", cfg_.model.classes, " but the validation data (",

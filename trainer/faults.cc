@@ -14,6 +14,7 @@
 
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
+#include "nn/console.h"
 #include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
@@ -56,9 +57,7 @@ struct Finding {
 void Trainer::inject_fault() {
   const DebugConfig& d = cfg_.debug;
   if (d.fault == "none" || d.fault == "stall_eval" || rank_ != d.rank || step_ + 1 != d.step) return;
-  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault '%s' at step %lld\n", rank_, world_,
-               d.fault.c_str(), static_cast<long long>(d.step));
-  std::fflush(stderr);
+  stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault '", d.fault, "' at step ", d.step));
   if (d.fault == "nan" || d.fault == "inf") {
     const ParamInfo& p = fault_param(net_->arena(), d.param);
     const float bad =
@@ -88,18 +87,15 @@ void Trainer::inject_fault() {
 void Trainer::inject_ctl_fault() {
   const DebugConfig& d = cfg_.debug;
   if (d.fault != "freeze_ctl" || rank_ != d.rank || step_ != d.step) return;
-  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault 'freeze_ctl' at the end of step %lld\n", rank_,
-               world_, static_cast<long long>(d.step));
-  std::fflush(stderr);
+  stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault 'freeze_ctl' at the end of step ", d.step));
   ::raise(SIGSTOP);  // inside the end-of-step agreement, announced: as a process stopped there
 }
 
 void Trainer::inject_eval_fault() {
   const DebugConfig& d = cfg_.debug;
   if (d.fault != "stall_eval" || rank_ != d.rank || step_ != d.step) return;
-  std::fprintf(stderr, "ringtrain: rank %d of %d: debug: injecting fault 'stall_eval' in the evaluation after step %lld\n",
-               rank_, world_, static_cast<long long>(d.step));
-  std::fflush(stderr);
+  stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault 'stall_eval' in the evaluation after step ",
+                      d.step));
   for (;;) ::pause();  // as a validation read that never returns
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "nn/console.h"
 #include "nn/error.h"
 
 namespace rt::trainer {
@@ -34,10 +35,6 @@ std::string json_escape(const std::string& s) {
   }
   return out;
 }
-
-// Under mpirun, a rank's standard output is a pseudo-terminal of the launcher's: the user's
-// terminal (or file) is mpirun's, the parent's.
-std::string launcher_stdout() { return "/proc/" + std::to_string(getppid()) + "/fd/1"; }
 
 // JSON has no NaN or infinity: write null for them.
 void append_number(std::string& s, double v) {
@@ -137,18 +134,17 @@ void Metrics::reopen_if_deleted() {
   f_ = nullptr;
   try {
     open();
-    std::fprintf(stderr, "ringtrain: warning: the metrics file %s was deleted during the run: written anew from "
-                 "here on\n", path_.c_str());
+    stderr_line(str_cat("ringtrain: warning: the metrics file ", path_, " was deleted during the run: written anew from here on"));
   } catch (const Error& e) {
-    std::fprintf(stderr, "ringtrain: warning: the metrics file was deleted during the run and cannot be made "
-                 "again: %s; its records from here on are lost\n", e.what());
+    stderr_line(str_cat("ringtrain: warning: the metrics file was deleted during the run and cannot be made again: ", e.what(),
+                        "; its records from here on are lost"));
   }
 }
 
 void Metrics::check_written() {
   if (!std::ferror(f_)) return;
-  std::fprintf(stderr, "ringtrain: warning: writing the metrics file %s failed (%s): its records from here on are "
-               "lost\n", path_.c_str(), std::strerror(errno));
+  stderr_line(str_cat("ringtrain: warning: writing the metrics file ", path_, " failed (", std::strerror(errno),
+                      "): its records from here on are lost"));
   std::fclose(f_);
   f_ = nullptr;
 }
@@ -164,17 +160,7 @@ void Metrics::write(const JsonLine& line) {
   check_written();
 }
 
-bool stdout_is_terminal() {
-  if (!isatty(STDOUT_FILENO)) return false;
-  // Open MPI hands each rank a pseudo-terminal even when mpirun's own output is a pipe or a file;
-  // then what counts is mpirun's (the parent's) standard output.
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return true;
-  char link[256];
-  const ssize_t n = readlink(launcher_stdout().c_str(), link, sizeof link - 1);
-  if (n <= 0) return false;
-  link[n] = 0;
-  return std::strncmp(link, "/dev/pts/", 9) == 0 || std::strncmp(link, "/dev/tty", 8) == 0;
-}
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO); }
 
 std::string fixed(double v, int decimals) {
   char buf[48];
@@ -207,7 +193,7 @@ Progress::~Progress() {
 
 int open_output_terminal() {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return isatty(STDOUT_FILENO) ? STDOUT_FILENO : -1;
-  return ::open(launcher_stdout().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);  // only where stdout_is_terminal()
+  return ::open(launcher_fd(STDOUT_FILENO).c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);  // only where stdout_is_terminal()
 }
 
 int terminal_columns(int fd, int fallback) {

@@ -12,6 +12,7 @@
 #include "comm/mpi_check.h"
 #include "data/mixup.h"
 #include "nn/clock.h"
+#include "nn/console.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -200,8 +201,8 @@ void Trainer::train_step() {
   if (timeline_ && !timeline_->closed() && step_ > timeline_first_) {
     timeline_step(*timeline_, step_, {t0, t1, t_fwd, t2, t3, t4, prefetch_t0_, prefetch_t1_, emulated}, *reducer_);
     if (!timeline_->error().empty()) {  // any rank's: each writes its own file
-      std::fprintf(stderr, "ringtrain: rank %d: log.timeline: %s; the timeline stops here, training goes on\n",
-                   rank_, timeline_->error().c_str());
+      stderr_line(str_cat("ringtrain: rank ", rank_, ": log.timeline: ", timeline_->error(),
+                          "; the timeline stops here, training goes on"));
     } else if (step_ == timeline_end_) {
       timeline_->close();
       const std::string& pattern = cfg_.log.timeline;  // one file per rank where it says {rank}

@@ -17,6 +17,7 @@
 #include "comm/cuda_aware.h"
 #include "comm/mpi_check.h"
 #include "data/dataset.h"
+#include "nn/console.h"
 #include "nn/resnet.h"
 #include "nn/clock.h"
 #include "trainer/stop_signal.h"
@@ -306,7 +307,7 @@ void Trainer::log_line(const std::string& s) const {
 void Trainer::notice(const std::string& s) const {
   if (rank_ != 0) return;
   if (cfg_.log.progress) progress_->message(s);
-  else std::fprintf(stderr, "%s\n", s.c_str());
+  else stderr_line(s);
 }
 
 void Trainer::train() {

@@ -1,0 +1,38 @@
+#include "nn/console.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace rt {
+
+std::string launcher_fd(int fd) { return "/proc/" + std::to_string(getppid()) + "/fd/" + std::to_string(fd); }
+
+bool reaches_terminal(int fd) {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) return isatty(fd) == 1;
+  char link[256];
+  const ssize_t n = readlink(launcher_fd(fd).c_str(), link, sizeof link - 1);
+  if (n <= 0) return false;
+  link[n] = 0;
+  return std::strncmp(link, "/dev/pts/", 9) == 0 || std::strncmp(link, "/dev/tty", 8) == 0;
+}
+
+std::string stderr_text(std::string_view line, bool clear) {
+  std::string s = clear ? "\r\033[K" : "";
+  s.append(line);
+  s += '\n';
+  return s;
+}
+
+void stderr_line(std::string_view line) {
+  static const bool clear =
+      isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO) && reaches_terminal(STDERR_FILENO);
+  const std::string s = stderr_text(line, clear);
+  // One write: lines of the decode threads, or of another rank through the launcher, stay whole.
+  std::fwrite(s.data(), 1, s.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace rt

@@ -1,0 +1,28 @@
+// What the user sees on the terminal: whether the launcher's output reaches one, and lines on
+// standard error that do not run into rank 0's live progress line.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace rt {
+
+// "/proc/<parent>/fd/<fd>": under mpirun a rank's output goes through the launcher (its parent),
+// whose descriptor is the user's terminal or file.
+std::string launcher_fd(int fd);
+
+// Whether this process's descriptor fd (1 or 2) reaches a terminal. Under mpirun what counts is
+// the launcher's: Open MPI hands each rank a pseudo-terminal for its standard output even when
+// mpirun's own output is a pipe or a file.
+bool reaches_terminal(int fd);
+
+// The bytes stderr_line writes for `line`: the line and a newline, led by "\r\033[K" (back to
+// the start of the terminal's line, cleared) when `clear` is set.
+std::string stderr_text(std::string_view line, bool clear);
+
+// Writes `line` and a newline to standard error at once. Where standard output and standard error
+// both reach the terminal, rank 0's live progress line may be open on it, with no newline yet:
+// any rank's message would continue its text. The line then starts by clearing it; the next
+// progress update draws it again below the message.
+void stderr_line(std::string_view line);
+
+}  // namespace rt
