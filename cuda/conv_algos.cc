@@ -17,7 +17,8 @@ namespace {
 // confirms, under the math type each would run with, within the limit, in rank order. The query
 // may refuse an algorithm the ranking offered, or ask for more than the ranking said (under FMA
 // math in particular); such a candidate is passed over. The first is the choice, the others
-// where a first run cuDNN refuses moves on to (conv_run.h). Leaves the descriptor `c` set to
+// where a first run cuDNN refuses moves on to (conv_run.h); those ranked under another math type
+// than they will run with come last (algo_order). Leaves the descriptor `c` set to
 // the first's math type. Each (algorithm, math type) is a candidate once. The three cudnn*AlgoPerf_t structs share these fields; size(algo,
 // &bytes) is the direction's workspace query. Throws rt::Error naming the layer when none fits.
 template <class Perf, class Math, class Size>
@@ -30,7 +31,8 @@ std::vector<ConvCandidate> choose(const std::vector<Perf>& perf, int returned,
     cands.push_back({int(perf[i].algo),
                      perf[i].status == CUDNN_STATUS_SUCCESS &&
                          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
-                     perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC});
+                     perf[i].memory, perf[i].determinism == CUDNN_DETERMINISTIC,
+                     math(perf[i].mathType) != perf[i].mathType});
   const std::vector<int> order = algo_order(cands, cfg.workspace_limit, cfg.deterministic);
   std::vector<ConvCandidate> fit;
   std::string passed;  // why the policy's candidates were passed over
