@@ -274,6 +274,19 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
                          shape(m.world, m.batch, m.accumulate),
                          ": the same samples per step; every rank starts from the ranks' average BN statistics"));
     }
+    // What this run trains otherwise than the run it resumes (train.epochs, optimizer.lr, an
+    // augmentation): allowed, and said, so that a kink in the curves has its reason in the log.
+    // The schedule is a function of the step and these keys: it is not saved, but recomputed.
+    if (for_training) {
+      const auto trains = [](const std::string& k) {
+        for (const char* p : {"debug.", "eval.", "checkpoint.", "emulate."})
+          if (k.rfind(p, 0) == 0) return false;
+        return !config_key_per_rank(k);
+      };
+      if (const std::string changed = config_changes(ck.config_yaml, cfg_, trains, "before", "now"); !changed.empty())
+        notice(str_cat("note: ", path, " resumed with other settings: ", changed,
+                       " (the learning-rate schedule follows this run's)"));
+    }
     // The optimizer's state is of its kind: Adam's two moments are no SGD momentum, nor the reverse.
     if (for_training && wants_moment2 != !ck.moment2.empty())
       throw CheckpointError(str_cat(

@@ -127,8 +127,21 @@ void check_run_eval_resume() {
   r = run(2, "--config " + cfg + " --resume auto");
   expect(r.rc == 0 && r.out.find("nothing to train") != std::string::npos &&
              r.out.find("its moving average of the weights is not continued (train.ema is 0)") != std::string::npos &&
-             r.out.find("its loss scale 1024 is not continued (loss_scale.mode none") != std::string::npos,
-         "--resume auto after the end", r);
+             r.out.find("its loss scale 1024 is not continued (loss_scale.mode none") != std::string::npos &&
+             r.out.find(ck.back() + " resumed with other settings: train.ema: 0.99 before, 0 now; "
+                        "train.clip_grad_norm: 0.0001 before, 0 now; loss_scale.mode: dynamic before, none now; "
+                        "loss_scale.init: 1024 before, 65536 now (the learning-rate schedule follows this run's)") !=
+                 std::string::npos,
+         "--resume auto after the end, with the keys the run had set no longer set", r);
+  // Another learning rate is allowed, and said; a per-node key such as run_dir is not listed.
+  const std::string same = " --set train.ema=0.99 --set train.clip_grad_norm=1e-4 --set loss_scale.mode=dynamic "
+                           "--set loss_scale.init=1024 --set run_dir=" + dir + "/relr --resume " + ck.front();
+  r = run(2, "--config " + cfg + " --set optimizer.lr=0.123" + same);
+  expect(r.rc == 0 && r.out.find(ck.front() + " resumed with other settings: optimizer.lr: ") != std::string::npos &&
+             r.out.find(" before, 0.123 now (the learning-rate schedule follows this run's)") != std::string::npos,
+         "resume with another optimizer.lr", r);
+  r = run(2, "--config " + cfg + same);
+  expect(r.rc == 0 && r.out.find("resumed with other settings") == std::string::npos, "resume with the same settings", r);
   r = run(2, "--config " + cfg + " --set run_dir=" + dir + "/fresh --resume auto");
   expect(r.rc == 0 && r.out.find("starting fresh") != std::string::npos, "--resume auto without checkpoints", r);
 
