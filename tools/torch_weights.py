@@ -14,6 +14,12 @@
                                               shapes) is recorded with its class count and width
   torch_weights.py list FILE                  the tensors of either kind of file
 
+import and list take a bare state dict or a training script's checkpoint that holds one
+(torchvision's reference train.py: "model", "model_ema"; timm's: "state_dict", "state_dict_ema");
+import --ema takes the moving average. PyTorch's weights-only loader reads them (it runs no code
+a file may hold), with the scripts' argparse.Namespace of arguments allowed where this PyTorch
+can allow it (2.4 and later); --trust-pickle loads anything, for files from a trusted source.
+
 ringtrain names its tensors as torchvision does and keeps them in torchvision's dims order, so
 both directions copy values unchanged; the checkpoint's "layout" section says where each lies.
 An imported file is a checkpoint without the optimizer's "momentum" section: it cannot be resumed,
@@ -231,9 +237,26 @@ def model_width(sd, arch, pth):
     raise Bad(f"{pth}: --model {arch}: its channels fit no model.width")
 
 
-def torch_state_dict(path):
-    """A state dict of plain tensors from a .pth file: unwraps {"state_dict": ...} / {"model": ...},
-    DataParallel's "module." and torch.compile's "_orig_mod." prefixes."""
+def torch_load(path, trust=False):
+    """torch.load on the CPU: tensors and containers only (a .pth file from elsewhere runs no code),
+    and a training script's argparse.Namespace where this PyTorch can allow one; with `trust`,
+    whatever the file pickles."""
+    import torch
+    try:
+        if trust:
+            return torch.load(path, map_location="cpu", weights_only=False)
+        allow = getattr(torch.serialization, "safe_globals", None)  # PyTorch 2.4 and later
+        with allow([argparse.Namespace]) if allow else contextlib.nullcontext():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except TypeError:  # a PyTorch without weights_only
+        return torch.load(path, map_location="cpu")
+
+
+def torch_state_dict(path, ema=False, trust=False):
+    """A state dict of plain tensors from a .pth file: unwraps a training script's checkpoint
+    ({"model": ...} and "model_ema" of torchvision's reference scripts, {"state_dict": ...} and
+    "state_dict_ema" of timm's; `ema`: the moving average), DataParallel's and AveragedModel's
+    "module." and torch.compile's "_orig_mod." prefixes."""
     import torch
     try:
         with open(path, "rb") as f:
@@ -243,17 +266,23 @@ def torch_state_dict(path):
     except OSError as e:
         raise Bad(f"{path}: cannot read ({e.strerror})")
     try:
-        try:  # tensors and containers only: a .pth file from elsewhere runs no code
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except TypeError:  # a PyTorch without weights_only
-            obj = torch.load(path, map_location="cpu")
+        obj = torch_load(path, trust)
     except OSError as e:
         raise Bad(f"{path}: cannot read ({e.strerror})")
     except Exception as e:
-        raise Bad(f"{path}: cannot load with torch.load ({e}); a whole pickled model? save its state_dict()")
-    for key in ("state_dict", "model"):
+        raise Bad(f"{path}: cannot load with torch.load ({e}); a whole pickled model? save its state_dict(); "
+                  "or, where you trust the file's source (loading it may run code it holds), --trust-pickle")
+    keys = ("model_ema", "state_dict_ema") if ema else ("state_dict", "model")
+    for key in keys:
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
+            break
+    else:
+        if ema:
+            raise Bad(f"{path}: no moving average of the weights in it (a training checkpoint's "
+                      f"{' or '.join(keys)}); import it without --ema")
+    if ema:  # AveragedModel's count of averaged models, beside the weights
+        obj = {k: v for k, v in obj.items() if k not in ("n_averaged", "module.n_averaged")}
     if not isinstance(obj, dict) or not obj:
         raise Bad(f"{path}: not a state dict (a dict of tensors)")
     for prefix in ("module.", "_orig_mod.", "module."):  # either wrapping the other
@@ -291,9 +320,9 @@ def export(ckpt, out, ema=False):
            " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: a CIFAR ResNet or another width)"))
 
 
-def import_(pth, out, model=None):
+def import_(pth, out, model=None, ema=False, trust=False):
     check_output(out)
-    sd = torch_state_dict(pth)
+    sd = torch_state_dict(pth, ema, trust)
     params, state, layout = [], [], []
     sizes = {"p": 0, "s": 0}
     for name, t in sd.items():
@@ -404,7 +433,7 @@ def atomic_write(path, fill):
         raise
 
 
-def list_(path):
+def list_(path, trust=False):
     try:
         with open(path, "rb") as f:
             rtck = f.read(8) == MAGIC
@@ -414,7 +443,7 @@ def list_(path):
         tensors = checkpoint_tensors(path)[0]
         shapes = {k: list(v.shape) for k, v in tensors.items()}
     else:
-        shapes = {k: list(v.shape) for k, v in torch_state_dict(path).items()}
+        shapes = {k: list(v.shape) for k, v in torch_state_dict(path, trust=trust).items()}
     for k, s in shapes.items():
         print(f"{k}\t{s}")
     arch = torchvision_model(shapes)[0]
@@ -433,16 +462,21 @@ def main(argv):
     i.add_argument("--model", choices=MODELS, metavar="NAME",
                    help="model.name to record with the class count of fc.weight and the model.width of the channels "
                         "(default: recognised from the tensors' names and shapes): " + ", ".join(MODELS))
+    i.add_argument("--ema", action="store_true",
+                   help="a training checkpoint's moving average of the weights (model_ema, state_dict_ema)")
+    trust_help = "load whatever the file pickles (may run code it holds): only for files from a trusted source"
+    i.add_argument("--trust-pickle", action="store_true", help=trust_help)
     ls = sub.add_parser("list", help="the tensors of a checkpoint or a state dict")
     ls.add_argument("file")
+    ls.add_argument("--trust-pickle", action="store_true", help=trust_help)
     a = p.parse_args(argv)
     try:
         if a.cmd == "export":
             export(a.ckpt, a.out, a.ema)
         elif a.cmd == "import":
-            import_(a.pth, a.out, a.model)
+            import_(a.pth, a.out, a.model, a.ema, a.trust_pickle)
         else:
-            list_(a.file)
+            list_(a.file, a.trust_pickle)
     except Bad as err:
         print(f"torch_weights: {err}", file=sys.stderr)
         return 1

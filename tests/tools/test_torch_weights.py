@@ -273,6 +273,37 @@ class TorchWeights(unittest.TestCase):
         self.assertIn(f"{path('odd.pth')}: 'note' is not a tensor", p.stderr)
         self.assertFalse(os.path.exists(path("odd.rtck")))
 
+    def test_training_scripts_checkpoints_and_their_moving_average(self):
+        import argparse
+        model, avg = torchvision.models.resnet18(num_classes=3), torchvision.models.resnet18(num_classes=3)
+        ema = {"module." + k: v for k, v in avg.state_dict().items()}  # AveragedModel's names and count
+        ema["n_averaged"] = torch.tensor(7)
+        args = argparse.Namespace(lr=0.5, model="resnet18")  # the script's arguments, saved beside
+        # torchvision's reference train.py and timm's train.py, with the weights' moving average.
+        torch.save({"model": model.state_dict(), "model_ema": ema, "args": args, "epoch": 3}, path("tv_ref.pth"))
+        torch.save({"state_dict": model.state_dict(), "state_dict_ema": avg.state_dict(), "arch": "resnet18",
+                    "args": args}, path("timm.pth"))
+        safe = hasattr(torch.serialization, "safe_globals")  # where a Namespace loads without trust
+        for name in ("tv_ref.pth", "timm.pth"):
+            p = run(TOOL, "import", path(name), path(name + ".rtck"), ok=safe)
+            if not safe:
+                self.assertIn("a whole pickled model? save its state_dict(); or, where you trust the file's "
+                              "source (loading it may run code it holds), --trust-pickle", p.stderr)
+                self.assertFalse(os.path.exists(path(name + ".rtck")))
+            trust = [] if safe else ["--trust-pickle"]
+            for ema_flag, want in (([], model), (["--ema"], avg)):
+                out = path(name + "".join(ema_flag) + ".rtck")
+                run(TOOL, "import", path(name), out, *ema_flag, *trust)
+                got = torch_weights.checkpoint_tensors(out)[0]
+                sd = want.state_dict()
+                self.assertEqual(set(got), {k for k in sd if not k.endswith("num_batches_tracked")}, name)
+                for k, a in got.items():
+                    self.assertTrue(np.array_equal(a, sd[k].numpy()), f"{name} {ema_flag}: {k}")
+        torch.save(model.state_dict(), path("bare.pth"))
+        p = run(TOOL, "import", path("bare.pth"), path("bare_ema.rtck"), "--ema", ok=False)
+        self.assertIn(f"{path('bare.pth')}: no moving average of the weights in it (a training checkpoint's "
+                      "model_ema or state_dict_ema); import it without --ema", p.stderr)
+
     def test_imports_the_trainer_would_reject_are_refused(self):
         for name, sd, msg in (
                 ("counters", {"bn1.num_batches_tracked": torch.tensor(3)},
