@@ -110,12 +110,27 @@ void generate_dataset_if_missing(const Config& cfg, int rank, bool wanted) {
   }
 }
 
+// --topk's value: a whole number of classes, 1 or more.
+int parse_top_k(const std::string& v) {
+  size_t used = 0;
+  long k = 0;
+  try {
+    k = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || k < 1 || k > 1000000)
+    throw ConfigError(str_cat("command line: --topk takes a whole number of classes, 1 or more, not '", v, "'"));
+  return int(k);
+}
+
 }  // namespace
 
 const char* cli_usage() {
   return "usage: trainer --config FILE [--set key=value ...] [--resume PATH|auto] [--weights PATH]\n"
          "       trainer --eval --checkpoint PATH|--weights PATH [--config FILE] [--set key=value ...]\n"
-         "       trainer --predict --checkpoint PATH|--weights PATH [--ema] [--config FILE] [--set ...] IMAGE...\n"
+         "       trainer --predict --checkpoint PATH|--weights PATH [--ema] [--topk N] [--output FILE]\n"
+         "               [--config FILE] [--set ...] IMAGE|FOLDER...\n"
          "Run under MPI for several ranks: mpirun -np N trainer --config FILE ...\n"
          "\n"
          "  --config FILE        YAML configuration (see configs/*.yaml and docs/trainer.md)\n"
@@ -134,7 +149,10 @@ const char* cli_usage() {
          "  --predict IMAGE...   the 5 best classes of each image file by --checkpoint's model (or\n"
          "                       --weights', which must hold every tensor), the image prepared as the\n"
          "                       validation split's; class names as the checkpoint's training data\n"
-         "                       named them; one process classifies them all\n"
+         "                       named them; a folder: its .jpg/.jpeg/.png files, recursively; one\n"
+         "                       process classifies them all\n"
+         "  --topk N             --predict's classes per image (default 5)\n"
+         "  --output FILE        --predict's answers also as FILE.csv or FILE.jsonl\n"
          "  --ema                --predict with the checkpoint's moving average of the weights\n"
          "                       (a run with train.ema)\n"
          "  --checkpoint PATH    the checkpoint --eval evaluates or --predict classifies with\n"
@@ -187,6 +205,12 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     else if (a == "--eval") o.eval = true;
     else if (a == "--predict") o.predict = true;
     else if (a == "--ema") o.ema = true;
+    else if (a == "--topk") {
+      std::string top;
+      once(top);
+      o.top_k = parse_top_k(top);
+    }
+    else if (a == "--output") once(o.output);
     else if (a == "--help" || a == "-h") o.help = true;
     else if (a.rfind("-", 0) != 0) o.files.push_back(a);
     else throw ConfigError(str_cat("command line: unknown argument '", argv[i], "' (see --help)"));
@@ -197,6 +221,9 @@ CliOptions cli_parse(int argc, const char* const* argv) {
     throw ConfigError(str_cat("command line: unknown argument '", o.files.front(),
                               "' (image files go with --predict; see --help)"));
   if (o.predict && o.files.empty()) throw ConfigError("command line: --predict needs image files to classify");
+  if ((given.count("--topk") || given.count("--output")) && !o.predict)
+    throw ConfigError(str_cat("command line: ", given.count("--topk") ? "--topk" : "--output", " goes with --predict"));
+  if (!o.output.empty()) predict_output_check(o.output);
   if (o.ema && !o.predict)
     throw ConfigError("command line: --ema goes with --predict (--eval reports the moving average by itself)");
   const char* mode = o.eval ? "--eval" : "--predict";
@@ -254,7 +281,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
   if (o.predict) {
     if (rank != 0) return 0;  // one process classifies them all
     std::vector<std::string> saved;
-    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), o.files, 5, o.ema, &saved);
+    const std::vector<Prediction> ps = predict_files(cfg, o.eval_file(), predict_inputs(o.files), o.top_k, o.ema, &saved);
     const std::vector<std::string> names = predict_class_names(cfg, saved, o.eval_file());
     size_t failed = 0;
     for (const Prediction& p : ps) {
@@ -262,6 +289,7 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
       failed += !p.error.empty();
     }
     std::fflush(stdout);
+    if (!o.output.empty()) write_predictions(o.output, ps, names, int(std::min<int64_t>(o.top_k, cfg.model.classes)));
     if (failed) std::fprintf(stderr, "ringtrain: --predict: %zu of %zu files not classified\n", failed, ps.size());
     return failed ? 1 : 0;
   }

@@ -13,6 +13,8 @@ struct CliOptions {
   bool predict = false;            // --predict FILE...: classify image files with --checkpoint
   std::vector<std::string> files;  // --predict's images
   bool ema = false;                // --ema: --predict with the checkpoint's moving average
+  int top_k = 5;                   // --topk N: --predict's classes per image
+  std::string output;              // --output FILE.csv|.jsonl: --predict's answers for programs
   std::string checkpoint;          // --checkpoint PATH (with --eval or --predict)
   std::string resume;              // --resume PATH|auto
   std::string weights;             // --weights PATH: start from a checkpoint's weights

@@ -66,6 +66,21 @@ JsonLine& JsonLine::add(const char* key, const std::string& v) {
   s_ += str_cat(",\"", key, "\":\"", json_escape(v), "\"");
   return *this;
 }
+JsonLine& JsonLine::add(const char* key, const std::vector<std::string>& v) {
+  s_ += str_cat(",\"", key, "\":[");
+  for (size_t i = 0; i < v.size(); ++i) s_ += str_cat(i ? "," : "", "\"", json_escape(v[i]), "\"");
+  s_ += "]";
+  return *this;
+}
+JsonLine& JsonLine::add(const char* key, const std::vector<double>& v) {
+  s_ += str_cat(",\"", key, "\":[");
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s_ += ",";
+    append_number(s_, v[i]);
+  }
+  s_ += "]";
+  return *this;
+}
 
 Metrics::Metrics(const std::string& path) : path_(path) { open(); }
 

@@ -42,6 +42,8 @@ class JsonLine {
   JsonLine& add(const char* key, int v) { return add(key, int64_t(v)); }
   JsonLine& add(const char* key, const std::string& v);
   JsonLine& add(const char* key, const char* v) { return add(key, std::string(v)); }
+  JsonLine& add(const char* key, const std::vector<std::string>& v);
+  JsonLine& add(const char* key, const std::vector<double>& v);
   std::string str() const { return s_ + "}"; }
 
  private:

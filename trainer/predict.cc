@@ -3,8 +3,11 @@
 #include "trainer/predict.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include "data/dataset.h"
@@ -12,6 +15,7 @@
 #include "data/rng.h"
 #include "nn/resnet.h"
 #include "trainer/checkpoint.h"
+#include "trainer/metrics.h"
 
 namespace rt::trainer {
 namespace {
@@ -159,6 +163,97 @@ std::string prediction_line(const Prediction& p, const std::vector<std::string>&
     line += str_cat(j ? ", " : " ", name, " (", pct, " %)");
   }
   return line;
+}
+
+std::vector<std::string> predict_inputs(const std::vector<std::string>& args) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const std::string& a : args) {
+    std::error_code ec;
+    if (!fs::is_directory(a, ec)) {
+      files.push_back(a);  // read, or named as unreadable, as it comes
+      continue;
+    }
+    std::vector<std::string> found;
+    for (auto it = fs::recursive_directory_iterator(a, fs::directory_options::follow_directory_symlink, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_regular_file(ec) && data::is_image_file(it->path().string())) found.push_back(it->path().string());
+    if (ec) throw ConfigError(str_cat("--predict: cannot list the folder ", a, " (", ec.message(), ")"));
+    if (found.empty())
+      throw ConfigError(str_cat("--predict: the folder ", a, " holds no .jpg, .jpeg or .png file (searched recursively)"));
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A CSV field, quoted where it holds a comma, a quote or a line break (RFC 4180).
+std::string csv_field(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
+void predict_output_check(const std::string& path) {
+  if (!ends_with(path, ".csv") && !ends_with(path, ".jsonl"))
+    throw ConfigError(str_cat("command line: --output ", path, ": name a .csv or a .jsonl file"));
+}
+
+void write_predictions(const std::string& path, const std::vector<Prediction>& ps,
+                       const std::vector<std::string>& names, int top_k) {
+  const bool csv = ends_with(path, ".csv");
+  const auto name_of = [&](int32_t c) { return size_t(c) < names.size() ? names[size_t(c)] : std::to_string(c); };
+  std::string text;
+  if (csv) {
+    text = "file";
+    for (int j = 1; j <= top_k; ++j) text += str_cat(",class_", j, ",prob_", j);
+    text += ",error\n";
+  }
+  for (const Prediction& p : ps) {
+    if (csv) {
+      text += csv_field(p.file);
+      for (int j = 0; j < top_k; ++j) {
+        if (size_t(j) < p.classes.size()) {
+          char prob[32];
+          std::snprintf(prob, sizeof prob, "%.6g", p.probs[size_t(j)]);
+          text += str_cat(",", csv_field(name_of(p.classes[size_t(j)])), ",", prob);
+        } else {
+          text += ",,";
+        }
+      }
+      text += "," + csv_field(p.error) + "\n";
+      continue;
+    }
+    JsonLine line("prediction");
+    line.add("file", p.file);
+    if (!p.error.empty()) {
+      line.add("error", p.error);
+    } else {
+      std::vector<std::string> classes;
+      for (int32_t c : p.classes) classes.push_back(name_of(c));
+      line.add("classes", classes).add("probs", p.probs);
+    }
+    text += line.str() + "\n";
+  }
+  const std::string tmp = path + ".tmp";
+  int err = 0;
+  if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
+    if (std::fwrite(text.data(), 1, text.size(), f) != text.size()) err = errno;
+    if (std::fclose(f) != 0 && !err) err = errno;
+    if (!err && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+    if (!err) return;
+    std::remove(tmp.c_str());
+  } else {
+    err = errno;
+  }
+  throw Error(str_cat("--predict: cannot write ", path, " (", std::strerror(err), ")"));
 }
 
 }  // namespace rt::trainer

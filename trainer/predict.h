@@ -34,4 +34,20 @@ std::vector<std::string> predict_class_names(const Config& cfg, const std::vecto
 // "file: name (p %), name (p %), ..." or "file: error"; names[i] for class i where known, else i.
 std::string prediction_line(const Prediction& p, const std::vector<std::string>& names);
 
+// --predict's arguments as image files: a file as it is; a folder, the .jpg, .jpeg and .png files
+// under it (recursively, sorted by path). Throws ConfigError naming a folder that holds none.
+std::vector<std::string> predict_inputs(const std::vector<std::string>& args);
+
+// Whether `path` names a kind of file write_predictions writes (.csv, .jsonl); throws ConfigError
+// saying which otherwise.
+void predict_output_check(const std::string& path);
+
+// The predictions as a file, for programs: CSV (".csv": a header, then file, class_1, prob_1, ...
+// class_k, prob_k, error per line) or JSON lines (".jsonl": {"type":"prediction","file":...,
+// "classes":[...],"probs":[...]}, or "error" instead of the last two), classes by name where
+// known, probabilities as fractions. Written beside and renamed: never half a file. Throws
+// rt::Error naming the path when it cannot be written.
+void write_predictions(const std::string& path, const std::vector<Prediction>& ps,
+                       const std::vector<std::string>& names, int top_k);
+
 }  // namespace rt::trainer

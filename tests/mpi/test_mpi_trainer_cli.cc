@@ -345,6 +345,42 @@ void check_predict() {
   expect(r.rc == 0 && r.out.find(images.front() + ": ") == r.out.rfind(images.front() + ": ") &&
              r.out.find(images.front() + ": ") != std::string::npos,
          "--predict on 2 ranks answers once", r);
+  // A folder stands for its images, sorted; --topk; the answers as CSV and JSON lines.
+  r = run(1, "--predict --checkpoint " + ck.back() + " --topk 2 --output " + dir + "/p.csv " + root + "/val");
+  std::string in_order;
+  for (const std::string& f : images) in_order += f + ": ";
+  std::string printed;
+  for (size_t at = r.out.find(root + "/val/"); at != std::string::npos; at = r.out.find(root + "/val/", at + 1)) {
+    const size_t colon = r.out.find(": ", at);
+    printed += r.out.substr(at, colon + 2 - at);
+    const size_t end = r.out.find('\n', at);
+    expect(std::count(r.out.begin() + long(at), r.out.begin() + long(end), '%') == 2, "--topk 2: two classes a line",
+           r);
+  }
+  const std::string csv = read_file(dir + "/p.csv");
+  expect(r.rc == 0 && printed == in_order && csv.rfind("file,class_1,prob_1,class_2,prob_2,error\n", 0) == 0 &&
+             std::count(csv.begin(), csv.end(), '\n') == 16 &&
+             std::regex_search(csv, std::regex("\n" + images.front() + ",[^,]+,0\\.[0-9]+,[^,]+,0\\.[0-9]+,\n")),
+         "--predict FOLDER --topk 2 --output p.csv: the 15 images in order, a header and a line each", {r.rc, r.out + csv});
+  r = run(1, "--predict --checkpoint " + ck.back() + " --output " + dir + "/p.jsonl " + images.front() + " " + dir +
+                 "/absent.png");
+  const std::string jsonl = read_file(dir + "/p.jsonl");
+  expect(r.rc == 1 &&
+             std::regex_search(jsonl, std::regex("^\\{\"type\":\"prediction\",\"file\":\"" + images.front() +
+                                                 "\",\"classes\":\\[\"[^\"]+\",\"[^\"]+\",\"[^\"]+\"\\],"
+                                                 "\"probs\":\\[[0-9.e-]+,[0-9.e-]+,[0-9.e-]+\\]\\}\n")) &&
+             jsonl.find("{\"type\":\"prediction\",\"file\":\"" + dir + "/absent.png\",\"error\":\"cannot read the file\"}\n") !=
+                 std::string::npos,
+         "--output p.jsonl: the classes (3: the model's count, below --topk's 5) and the unread file's error",
+         {r.rc, r.out + jsonl});
+  fs::create_directories(dir + "/no-images/sub");
+  expect_error(run(1, "--predict --checkpoint " + ck.back() + " " + dir + "/no-images"),
+               "--predict: the folder " + dir + "/no-images holds no .jpg, .jpeg or .png file", "--predict on an empty folder");
+  expect_error(run(1, "--predict --checkpoint " + ck.back() + " --topk 0 " + images.front()),
+               "--topk takes a whole number of classes, 1 or more, not '0'", "--topk 0");
+  expect_error(run(1, "--predict --checkpoint " + ck.back() + " --output p.txt " + images.front()),
+               "--output p.txt: name a .csv or a .jsonl file", "--output of another kind");
+  expect_error(run(1, "--eval --checkpoint " + ck.back() + " --topk 3"), "--topk goes with --predict", "--topk with --eval");
   const std::string text = write("not-an-image.jpg", "hello");
   r = run(1, "--predict --checkpoint " + ck.back() + " " + images.front() + " " + text + " " + dir + "/absent.png");
   expect(r.rc == 1 && r.out.find(text + ": not a JPEG or PNG image") != std::string::npos &&
