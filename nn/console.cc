@@ -26,10 +26,14 @@ std::string stderr_text(std::string_view line, bool clear) {
   return s;
 }
 
-void stderr_line(std::string_view line) {
+const char* stderr_line_prefix() {
   static const bool clear =
       isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO) && reaches_terminal(STDERR_FILENO);
-  const std::string s = stderr_text(line, clear);
+  return clear ? "\r\033[K" : "";
+}
+
+void stderr_line(std::string_view line) {
+  const std::string s = stderr_text(line, *stderr_line_prefix() != 0);
   // One write: lines of the decode threads, or of another rank through the launcher, stay whole.
   std::fwrite(s.data(), 1, s.size(), stderr);
   std::fflush(stderr);

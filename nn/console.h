@@ -19,6 +19,11 @@ bool reaches_terminal(int fd);
 // the start of the terminal's line, cleared) when `clear` is set.
 std::string stderr_text(std::string_view line, bool clear);
 
+// What stderr_line puts before its lines: "\r\033[K" where standard output and standard error
+// both reach the terminal, else "". Fixed at the first call; a signal handler may write it
+// (async-signal-safe) once it has been called before the handler is installed.
+const char* stderr_line_prefix();
+
 // Writes `line` and a newline to standard error at once. Where standard output and standard error
 // both reach the terminal, rank 0's live progress line may be open on it, with no newline yet:
 // any rank's message would continue its text. The line then starts by clearing it; the next

@@ -13,12 +13,15 @@
 // recording the arguments: an interrupted run never leaves a DIR that looks complete, and a rerun
 // with the same arguments on a finished DIR does nothing.
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -246,6 +249,27 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// The stop signal caught, 0 while none: a lock-free atomic, safe to set from the handler.
+std::atomic<int> g_stop{0};
+extern "C" void on_stop(int sig) { g_stop = sig; }
+
+// Folders <out>.tmp-<pid> that a generator killed outright (SIGKILL, a power cut) left behind:
+// each is removed once no process of its pid lives (a live one may be another generator's).
+void remove_abandoned(const fs::path& out) {
+  std::error_code ec;
+  const std::string prefix = out.filename().string() + ".tmp-";
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+  }
+}
+
 }  // namespace
 
 int generate(const Args& a);
@@ -278,6 +302,10 @@ int generate(const Args& a) {
   }
   const fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
   fs::remove_all(tmp);
+  remove_abandoned(out);
+  // Asked to stop (a job's end, Ctrl-C), the workers finish their image and the half-made folder
+  // goes: the default action would end the process before any cleanup runs.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(sig, on_stop);
   struct Cleanup {  // the half-made folder goes, however this ends before the rename
     const fs::path& dir;
     bool done = false;
@@ -303,7 +331,7 @@ int generate(const Args& a) {
   std::atomic<bool> failed{false};
   const auto t0 = std::chrono::steady_clock::now();
   auto work = [&] {
-    for (size_t j; (j = next.fetch_add(1)) < jobs.size() && !failed;) {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size() && !failed && !g_stop;) {
       const Job& job = jobs[j];
       const uint64_t key = hash_key(a.seed, uint64_t(job.split) + 1, uint64_t(job.cls), uint64_t(job.index));
       rt::data::Rng size_rng(key ^ 0x5157ULL);
@@ -332,6 +360,10 @@ int generate(const Args& a) {
     throw;
   }
   for (auto& t : pool) t.join();
+  if (g_stop) {
+    std::fprintf(stderr, "make_imagenet_like: stopped by signal %d: %s not made\n", int(g_stop), a.out.c_str());
+    return 128 + g_stop;
+  }
   if (failed) return 1;
   std::ofstream(tmp / "DATASET.txt") << desc.str();
   fs::remove_all(out);

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "comm/mpi_check.h"
+#include "nn/console.h"
 #include "trainer/config.h"
 #include "trainer/predict.h"
 #include "trainer/stop_signal.h"
@@ -67,10 +69,13 @@ std::string generator_path() {
 // runs make_imagenet_like (which writes to a temporary folder and renames it, so an interrupted
 // run never leaves a root that looks complete); the other ranks wait without spinning. Called on
 // every rank (collective): rank 0's data.generate decides, as data.generate.* may differ per rank.
-void generate_dataset_if_missing(const Config& cfg, int rank, bool wanted) {
+// A stop signal meanwhile (stop_signal.h) ends the generator early: returns that signal on every
+// rank then, else 0.
+int generate_dataset_if_missing(const Config& cfg, int rank, bool wanted) {
   int missing = rank == 0 && wanted && cfg.generate.classes > 0 && !std::filesystem::exists(cfg.data.root);
   MPI_CHECK(MPI_Bcast(&missing, 1, MPI_INT, 0, MPI_COMM_WORLD));
-  if (!missing) return;
+  if (!missing) return 0;
+  int stopped = 0;
   if (rank == 0) {
     const auto& g = cfg.generate;
     const std::string tool = generator_path();
@@ -95,19 +100,26 @@ void generate_dataset_if_missing(const Config& cfg, int rank, bool wanted) {
     // posix_spawn (vfork-like) rather than fork: safe in a process that holds MPI state.
     if (int rc = posix_spawn(&pid, tool.c_str(), nullptr, nullptr, argv.data(), environ); rc != 0)
       throw ConfigError(str_cat(tool, ": cannot start the dataset generator (", std::strerror(rc), ")"));
+    // Polled, so that a stop signal (which reaches the ranks, not the generator) ends it too: a
+    // large dataset takes minutes, and the generator removes its half-made folder when asked.
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    for (;;) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) break;
+      if (!stopped && stop_handlers_installed() && (stopped = stop_signal()) != 0) ::kill(pid, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !std::filesystem::exists(cfg.data.root))
+    if (!stopped && (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !std::filesystem::exists(cfg.data.root)))
       throw ConfigError(str_cat(cfg.data.root, ": generating the dataset with ", tool, " failed (status ",
                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, ")"));
   }
   MPI_Request req;
-  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+  MPI_CHECK(MPI_Ibcast(&stopped, 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
   for (int done = 0; !done;) {
     MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return stopped;
 }
 
 // --topk's value: a whole number of classes, 1 or more.
@@ -334,7 +346,6 @@ int run_job(const Config& cfg, const CliOptions& o, int rank) {
   // --weights starts a run; once it has checkpoints, --resume auto continues it instead.
   const std::string resumed = o.resume.empty() ? "" : t.resume(o.resume);
   if (!o.weights.empty() && resumed.empty()) t.load_weights(o.weights);
-  install_stop_handlers();
   t.train();
   // Stopped early: not a success, as for a process the signal would have ended.
   return t.stopped_by() ? 128 + t.stopped_by() : 0;
@@ -413,7 +424,15 @@ int cli_main(int argc, const char* const* argv) {
     std::printf("# ringtrain: resolved configuration (%d rank(s))\n%s", world, config_to_yaml(cfg).c_str());
     std::fflush(stdout);
   }
-  generate_dataset_if_missing(cfg, rank, !o.predict);
+  // From here on a training job stops cleanly on a stop signal (stop_signal.h): a batch system may
+  // send one during a long set-up (a dataset generated, a checkpoint loaded).
+  if (!o.uses_model_file()) install_stop_handlers(rank == 0);
+  if (const int stop = generate_dataset_if_missing(cfg, rank, !o.predict)) {
+    if (rank == 0)
+      stderr_line(str_cat("ringtrain: stopped by ", stop_signal_name(stop), " while generating ", cfg.data.root,
+                          ": nothing trained; the next run generates the dataset anew"));
+    return 128 + stop;
+  }
 
   // Memory is what a job most often runs out of: say which key to lower.
   auto hint = [&](const char* what) {

@@ -261,8 +261,9 @@ void config_validate(const Config& c) {
   const auto& dbg = c.debug;
   k.require(dbg.fault == "none" || dbg.fault == "nan" || dbg.fault == "inf" || dbg.fault == "stall" ||
                 dbg.fault == "stall_eval" || dbg.fault == "freeze" || dbg.fault == "freeze_ctl" ||
-                dbg.fault == "kill" || dbg.fault == "throw" || dbg.fault == "stop",
-            "debug.fault", "must be none, nan, inf, stall, stall_eval, freeze, freeze_ctl, kill, throw or stop", dbg.fault);
+                dbg.fault == "kill" || dbg.fault == "throw" || dbg.fault == "stop" || dbg.fault == "stop_eval",
+            "debug.fault", "must be none, nan, inf, stall, stall_eval, freeze, freeze_ctl, kill, throw, stop or stop_eval",
+            dbg.fault);
   k.require(dbg.rank >= 0, "debug.rank", "must be >= 0", dbg.rank);
   k.require(dbg.step >= 1, "debug.step", "must be >= 1", dbg.step);
   // Far more threads than any machine has cores: OpenMP fails to start a team that size.

@@ -10,6 +10,7 @@
 #include "nn/clock.h"
 #include "nn/console.h"
 #include "nn/resnet.h"
+#include "trainer/stop_signal.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -63,10 +64,18 @@ EvalResult Trainer::evaluate() {
   const int batch = int(cfg_.train.batch);
   const int64_t classes = classes_;
   const size_t per_image = pad_images.size() / size_t(batch);
-  int64_t counts[4] = {0, 0, 0, 0};  // samples, top1, top5, skipped (undecodable)
+  int64_t counts[5] = {0, 0, 0, 0, 0};  // samples, top1, top5, skipped (undecodable), interrupted
   double loss = 0;
+  // A stop asked during a training run's evaluation (minutes on real data, past a batch system's
+  // grace period) is taken at once: the figures are dropped and the evaluation left pending, for
+  // the resume to make first. Each rank looks for itself; the sums below tell every rank.
+  const bool interruptible = use_ == Use::train && stop_handlers_installed();
   inject_eval_fault();
   while (loader.next(batch_)) {
+    if (interruptible && stop_signal() != 0) {
+      counts[4] = 1;
+      break;
+    }
     const int n = batch_.n;
     if (n == 0) continue;
     if (n > batch) throw Error(str_cat("data: an evaluation batch of ", n, " images (at most ", batch, ")"));
@@ -98,10 +107,16 @@ EvalResult Trainer::evaluate() {
   counts[3] = loader.skipped() - skipped_before;
   {
     const CtlWatch w = watch_ctl(comm::StallLabel("the end of an evaluation (its sums)"));
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 4, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, counts, 5, MPI_INT64_T, MPI_SUM, ctl_comm_->mpi()));
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, ctl_comm_->mpi()));
   }
   EvalResult r;
+  if (counts[4] > 0) {
+    if (!own.empty()) arena.state_from_host(own);
+    r.interrupted = true;
+    r.seconds = now_s() - t0;
+    return r;
+  }
   r.samples = counts[0];
   r.top1 = counts[1];
   r.top5 = counts[2];

@@ -56,7 +56,8 @@ struct Finding {
 
 void Trainer::inject_fault() {
   const DebugConfig& d = cfg_.debug;
-  if (d.fault == "none" || d.fault == "stall_eval" || rank_ != d.rank || step_ + 1 != d.step) return;
+  if (d.fault == "none" || d.fault == "stall_eval" || d.fault == "stop_eval" || rank_ != d.rank || step_ + 1 != d.step)
+    return;
   stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault '", d.fault, "' at step ", d.step));
   if (d.fault == "nan" || d.fault == "inf") {
     const ParamInfo& p = fault_param(net_->arena(), d.param);
@@ -93,9 +94,15 @@ void Trainer::inject_ctl_fault() {
 
 void Trainer::inject_eval_fault() {
   const DebugConfig& d = cfg_.debug;
-  if (d.fault != "stall_eval" || rank_ != d.rank || step_ != d.step) return;
-  stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault 'stall_eval' in the evaluation after step ",
-                      d.step));
+  if ((d.fault != "stall_eval" && d.fault != "stop_eval") || rank_ != d.rank || step_ != d.step) return;
+  stderr_line(str_cat("ringtrain: rank ", rank_, " of ", world_, ": debug: injecting fault '", d.fault,
+                      "' in the evaluation after step ", d.step));
+  if (d.fault == "stop_eval") {  // a notice while the evaluation runs: it stops there
+    if (!stop_handlers_installed())
+      throw ConfigError("debug.fault stop_eval: no stop handlers here (the trainer program installs them)");
+    ::raise(SIGUSR1);
+    return;
+  }
   for (;;) ::pause();  // as a validation read that never returns
 }
 

@@ -1,35 +1,62 @@
 #include "trainer/stop_signal.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 
 #include "comm/stall.h"
+#include "nn/console.h"
 
 namespace rt::trainer {
 namespace {
 
 // Lock-free atomics are safe in a signal handler, and the handler may run on any thread.
 std::atomic<int> caught{0};
-std::atomic<bool> installed{false};
+std::atomic<bool> first_from_launcher{false}, relay_passed{false}, installed{false}, announce_first{false};
 static_assert(std::atomic<int>::is_always_lock_free);
+const char* line_prefix = "";  // stderr_line's, fixed before the handlers are installed
 
-extern "C" void on_stop_signal(int sig) {
+void say(const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); }
+
+extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
+  const bool from_launcher = info && info->si_code == SI_USER && info->si_pid == ::getppid();
   int none = 0;
-  caught.compare_exchange_strong(none, sig);
+  if (caught.compare_exchange_strong(none, sig)) {
+    first_from_launcher = from_launcher;
+    if (announce_first) {  // write(2) only: async-signal-safe
+      say(line_prefix);
+      say("ringtrain: ");
+      say(stop_signal_name(sig));
+      say(" caught: the job stops after the current step (or evaluation) with a checkpoint");
+      say(sig == SIGTERM || sig == SIGINT ? "; the same signal again ends it at once, without one\n" : "\n");
+    }
+    return;
+  }
+  if (sig != SIGTERM && sig != SIGINT) return;  // a repeated notice changes nothing
+  // One copy by the other path (the launcher's relay of what reached every process, or the
+  // reverse) is the same request; any other repeat is the user's "now".
+  if (from_launcher != first_from_launcher.load() && !relay_passed.exchange(true)) return;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  ::raise(sig);
 }
 
 }  // namespace
 
-void install_stop_handlers() {
-  for (int sig : {SIGUSR1, SIGTERM, SIGINT}) {
+void install_stop_handlers(bool announce) {
+  line_prefix = stderr_line_prefix();
+  announce_first = announce;
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT}) {
     struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    // Interrupted reads, writes and waits carry on; only the flag changes. SIGTERM and SIGINT
-    // revert to their default once caught, so that a second one kills.
-    sa.sa_flags = SA_RESTART | (sig == SIGUSR1 ? 0 : SA_RESETHAND);
+    // Interrupted reads, writes and waits carry on; only the flag changes.
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(sig, &sa, nullptr);
   }
   comm::install_continue_counter();  // a rank stopped and continued says so in stall messages
@@ -43,6 +70,7 @@ int stop_signal() { return caught; }
 const char* stop_signal_name(int sig) {
   switch (sig) {
     case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
   }

@@ -390,6 +390,15 @@ void Trainer::train() {
     notice(str_cat("the evaluation the last run's stop skipped at step ", step_,
                      " is not made: this run does not evaluate (eval.every_epochs 0, eval.at_end false)"));
   }
+  // A stop asked during the set-up (a dataset generated, a checkpoint loaded) or that pending
+  // evaluation is taken before any step: nothing new to save.
+  if (stop_handlers_installed()) {
+    bool unused = false;
+    if (const int stop = agreed_stop_signal(unused, true)) {
+      report_stop(stop);
+      return;
+    }
+  }
   double epoch_start = now_s();
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
@@ -406,7 +415,7 @@ void Trainer::train() {
     train_step();
     const bool epoch_end = step_ % steps_per_epoch_ == 0, run_end = step_ == total_steps_;
     bool timed = false;  // checkpoint.every_minutes: rank 0's clock says a save is due
-    const int stop = run_end ? 0 : agreed_stop_signal(timed);
+    int stop = run_end ? 0 : agreed_stop_signal(timed);
     if (cfg_.check.every > 0 && (step_ % cfg_.check.every == 0 || run_end)) check_consistency();
     // A stop mid-epoch reports the part trained, as train.steps' end does: the resumed run's
     // record covers only the rest.
@@ -416,22 +425,23 @@ void Trainer::train() {
     }
     const auto& ck = cfg_.checkpoint;
     const bool target = std::exchange(target_due_, false);
-    if (stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
-        (ck.at_epoch_end && (epoch_end || run_end)) ||
-        // A run that saves periodically keeps its last step too, not only the last period's.
-        (run_end && (ck.every_steps > 0 || ck.every_minutes > 0)))
-      save_checkpoint();
+    const bool save = stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
+                      (ck.at_epoch_end && (epoch_end || run_end)) ||
+                      // A run that saves periodically keeps its last step too, not only the last period's.
+                      (run_end && (ck.every_steps > 0 || ck.every_minutes > 0));
+    if (save) save_checkpoint();
     if (target) {
       report_target();
       return;
     }
+    // An evaluation or a save may take minutes on real data: a stop asked meanwhile is taken now,
+    // rather than after one more step and one more save (past a batch system's grace period).
+    if (!stop && !run_end && (epoch_end || save)) {
+      bool unused = false;
+      if ((stop = agreed_stop_signal(unused, true)) != 0 && !save) save_checkpoint();
+    }
     if (stop) {
-      stopped_by_ = stop;
-      const char* name = stop_signal_name(stop);
-      report(JsonLine("stop").add("step", step_).add("signal", name).add("checkpoint", last_checkpoint_),
-             str_cat("stopped by ", name, " after step ", step_, " of ", total_steps_, ": ",
-                     last_checkpoint_, " holds it; continue with --resume auto"),
-             true);
+      report_stop(stop);
       return;
     }
   }
@@ -453,7 +463,20 @@ void Trainer::train() {
                        ")", best));
 }
 
-int Trainer::agreed_stop_signal(bool& save_due) {
+void Trainer::report_stop(int sig) {
+  stopped_by_ = sig;
+  const char* name = stop_signal_name(sig);
+  JsonLine line("stop");
+  line.add("step", step_).add("signal", name).add("checkpoint", last_checkpoint_);
+  if (last_checkpoint_.empty())  // stopped before a first step of a fresh run: nothing to keep
+    report(line, str_cat("stopped by ", name, " before the first step: nothing trained, nothing saved"), true);
+  else
+    report(line, str_cat("stopped by ", name, " after step ", step_, " of ", total_steps_, ": ", last_checkpoint_,
+                         " holds it; continue with --resume auto"),
+           true);
+}
+
+int Trainer::agreed_stop_signal(bool& save_due, bool again) {
   // Collective, between steps (the communication thread is idle): every rank stops after the
   // same step, whichever ranks the signal reached, and saves a timed checkpoint after the same
   // step, when rank 0's clock says so (ranks' clocks need not agree). A few microseconds per step.
@@ -464,7 +487,7 @@ int Trainer::agreed_stop_signal(bool& save_due) {
                   rank_ == 0 && every_s > 0 && now_s() - last_save_s_ >= every_s};
   if (world_ > 1) {
     const CtlWatch w = watch_ctl({"the end of step ", step_, " (where the ranks compare stop signals)"});
-    inject_ctl_fault();
+    if (!again) inject_ctl_fault();
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, ctl_comm_->mpi()));
   }
   save_due = flags[1] != 0;
@@ -505,7 +528,7 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
     line.add("first_step_in_epoch", epoch_from_ + 1).add("last_step_in_epoch", last);
     text += str_cat(" (its steps ", epoch_from_ + 1, "-", last, " of ", steps_per_epoch_, " only: ",
                     epoch_from_ > 0 ? "resumed mid-epoch" : "", epoch_from_ > 0 && last < steps_per_epoch_ ? ", " : "",
-                    last < steps_per_epoch_ ? "the run ends mid-epoch" : "", ")");
+                    last < steps_per_epoch_ ? (stopping ? "stopped mid-epoch" : "the run ends mid-epoch") : "", ")");
   }
   // Said every epoch, not only in the first one's warnings: a share of the data lost for good.
   if (const int64_t skipped = int64_t(sums[4]); skipped > 0) {
@@ -517,8 +540,9 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   eval_pending_ = due && stopping;
   if (eval_pending_) {
     text += ", evaluation skipped (stopping: a resume makes it first)";
-  } else if (due) {
-    validate(line, text);
+  } else if (due && !validate(line, text)) {
+    eval_pending_ = true;
+    text += ", evaluation interrupted (stopping: a resume makes it first)";
   }
   if (cfg_.train.clip_grad_norm > 0) {  // the steps of this epoch in this run: the same on every rank
     line.add("clipped_steps", epoch_clipped_);
@@ -530,16 +554,20 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
   log_line(str_cat(text, ", ", format_duration(secs), " (", fixed(sums[3] / secs, 1), " img/s)"));
 }
 
-void Trainer::validate(JsonLine& line, std::string& text) {
+bool Trainer::validate(JsonLine& line, std::string& text) {
   const double eval_start = now_s();
-  EvalResult v = evaluate();
+  const EvalResult v = evaluate();
+  const EvalResult e = has_ema() && !v.interrupted ? evaluate_ema() : EvalResult{};
+  if (v.interrupted || e.interrupted) {
+    eval_s_ += now_s() - eval_start;
+    return false;
+  }
   line.add("val_loss", v.loss).add("val_top1", v.top1_pct()).add("val_top5", v.top5_pct())
       .add("val_samples", v.samples).add("val_skipped", v.skipped).add("val_s", v.seconds);
   text += str_cat(", val loss ", fixed(v.loss, 4), " top1 ", fixed(v.top1_pct(), 2), "% top5 ",
                   fixed(v.top5_pct(), 2), "% (", v.samples, " images", skipped_note(v), ")");
   double score = v.top1_pct();
   if (has_ema()) {
-    const EvalResult e = evaluate_ema();
     line.add("ema_val_loss", e.loss).add("ema_val_top1", e.top1_pct()).add("ema_val_top5", e.top5_pct());
     text += str_cat(", EMA loss ", fixed(e.loss, 4), " top1 ", fixed(e.top1_pct(), 2), "% top5 ",
                     fixed(e.top5_pct(), 2), "%");
@@ -555,6 +583,7 @@ void Trainer::validate(JsonLine& line, std::string& text) {
     if (best_due_) text += ", the best so far";
     target_due_ = !reached_before && target_reached();
   }
+  return true;
 }
 
 bool Trainer::evaluate_pending() {
@@ -563,7 +592,10 @@ bool Trainer::evaluate_pending() {
   JsonLine line("validation");
   line.add("epoch", epoch).add("step", step_);
   std::string text = str_cat("epoch ", epoch, "/", cfg_.train.epochs, ": the evaluation the last run's stop skipped");
-  validate(line, text);
+  if (!validate(line, text)) {  // stopped again: still pending, in the checkpoint as it is
+    eval_pending_ = true;
+    return false;
+  }
   metrics().write(line);
   log_line(text);
   // Its file again, its meta now holding the record (and keep_best's link made).

@@ -33,6 +33,7 @@ struct EvalResult {
   int64_t top1 = 0, top5 = 0;
   double loss = 0;       // mean cross-entropy (no smoothing)
   double seconds = 0;
+  bool interrupted = false;  // a stop signal came first (training only): no figures
   double top1_pct() const { return samples ? 100.0 * double(top1) / double(samples) : 0; }
   double top5_pct() const { return samples ? 100.0 * double(top5) / double(samples) : 0; }
 };
@@ -161,15 +162,19 @@ class Trainer {
   void prefetch_next();
   void end_epoch(int64_t epoch, double epoch_start_s, bool epoch_end, bool run_end, bool stopping);
   // Evaluates (and the moving average), adds the figures to `line` and `text`, and keeps the
-  // run's best and target bookkeeping (best_due_, target_due_).
-  void validate(JsonLine& line, std::string& text);
+  // run's best and target bookkeeping (best_due_, target_due_). False, with nothing added or
+  // kept, when a stop signal interrupted it.
+  bool validate(JsonLine& line, std::string& text);
   // A resume of a checkpoint whose stop skipped the evaluation due at its step makes it first,
   // as the run would have; true when it reaches train.target_top1 (reported: nothing to train).
   bool evaluate_pending();
   void report_target();
   // Collective: the stop signal any rank caught (stop_signal.h), or 0; save_due: a timed
-  // checkpoint is due (checkpoint.every_minutes).
-  int agreed_stop_signal(bool& save_due);
+  // checkpoint is due (checkpoint.every_minutes). `again`: a second look after the step's own
+  // (after an evaluation or a save, which may take minutes), without the step's fault drill.
+  int agreed_stop_signal(bool& save_due, bool again = false);
+  // Reports the stop by `sig` after step_ (the record, the line saying how to continue).
+  void report_stop(int sig);
   // Collective (agreement.cc): every rank runs rank 0's configuration (config_key_per_rank aside)
   // and sees the same number of samples and classes; else every rank throws ConfigError naming
   // the first rank that differs and how.

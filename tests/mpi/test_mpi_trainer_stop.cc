@@ -124,7 +124,7 @@ void check_stop(const std::string& job, int sig, bool to_mpirun) {
   ::kill(target, sig);
   const int rc = j.wait(60);
   const Result r = j.result();
-  const std::string signame = sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+  const std::string signame = sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "SIGTERM";
   std::smatch m;
   const std::regex line("stopped by " + signame +
                         " after step (\\d+) of \\d+: (\\S+) holds it; continue with --resume auto");
@@ -170,6 +170,55 @@ void check_stop_at_an_epochs_end() {
          "a validation record for epoch 1", {0, metrics});
 }
 
+// A notice during an evaluation (debug.fault stop_eval: SIGUSR1 to rank 1 itself as epoch 1's
+// begins) interrupts it: the job stops at once after step 5, the evaluation pending in the
+// checkpoint, and the resume makes it first, to the figures of the run that was not stopped.
+void check_stop_in_an_evaluation() {
+  const std::string cfg = tiny_config("in_eval");  // 5 steps an epoch, evaluated at its end
+  const Result straight = run(2, "--config " + cfg + " --set run_dir=" + dir + "/in_eval_straight --set train.steps=6");
+  const Result r = run(2, "--config " + cfg + " --set debug.fault=stop_eval --set debug.rank=1 --set debug.step=5");
+  expect(r.rc == 128 + SIGUSR1 && r.out.find("evaluation interrupted (stopping: a resume makes it first)") != std::string::npos &&
+             r.out.find("val loss") == std::string::npos &&
+             r.out.find("stopped by SIGUSR1 after step 5 of 10") != std::string::npos,
+         "a stop during epoch 1's evaluation", r);
+  const Result resumed = run(2, "--config " + cfg + " --set train.steps=6 --resume auto");
+  const auto figures = [](const std::string& out, const std::string& after) {
+    const size_t at = out.find(after);
+    const size_t val = at == std::string::npos ? at : out.find(", val loss ", at);
+    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
+  };
+  const std::string want = figures(straight.out, "epoch 1/2: "),
+                    got = figures(resumed.out, "the evaluation the last run's stop skipped");
+  expect(straight.rc == 0 && resumed.rc == 0 && !want.empty() && got == want,
+         "the resume makes the interrupted evaluation first: '" + got + "', the straight run's '" + want + "'", resumed);
+}
+
+// A scheduler's SIGTERM to every process of the job (scancel) reaches each rank twice: its own,
+// then mpirun's relay. That is one request: the job stops with a checkpoint of the step it
+// stopped after, as with the signal to one rank (the relay used to kill the ranks at once).
+void check_stop_of_every_process() {
+  const std::string cfg = tiny_config("everyone");
+  const Job j = start_job(cfg + " --set emulate.compute_ms=2000", "everyone");  // longer than the relay takes
+  if (j.mpirun_pid <= 0) return;
+  std::vector<int> all = ranks_running(cfg);
+  all.push_back(j.mpirun_pid);
+  for (int pid : all) ::kill(pid, SIGTERM);
+  j.wait(60);
+  const Result r = j.result();
+  std::smatch m;
+  const bool said = std::regex_search(
+      r.out, m, std::regex("stopped by SIGTERM after step (\\d+) of \\d+: (\\S+) holds it; continue with --resume auto"));
+  expect(said && r.out.find("SIGTERM caught: the job stops after the current step") != std::string::npos,
+         "SIGTERM to mpirun and every rank: a stop with a checkpoint, said", r);
+  if (!said) {
+    for (int pid : ranks_running(cfg)) ::kill(pid, SIGKILL);
+    return;
+  }
+  const auto ck = checkpoints("everyone");
+  expect(!ck.empty() && ck.back() == m[2].str() && ck.back() == ckpt_path("everyone", std::stoll(m[1])),
+         "the stop's checkpoint is there", r);
+}
+
 // A stop in the middle of an epoch records the part of it trained (an epoch record of its steps
 // 1-3), as the resumed run records the rest; with log.progress off, the progress and epoch lines
 // are not printed, the stop's line (what to do next) still is.
@@ -198,6 +247,9 @@ int main(int argc, char** argv) {
   if (!start(argc, argv, "test_mpi_trainer_stop")) return 2;
   check_stop("usr1", SIGUSR1, true);
   check_stop("term", SIGTERM, false);
+  check_stop("usr2", SIGUSR2, true);
+  check_stop_in_an_evaluation();
+  check_stop_of_every_process();
   check_stop_at_an_epochs_end();
   check_stop_mid_epoch();
   check_killed_run();
