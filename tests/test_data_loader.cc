@@ -420,9 +420,9 @@ TEST(data_loader_bad, ManySkippedFilesAreCountedNotListedAndTheLastReasonGiven) 
   make_folder(t.path, 1, 30, 1);
   auto l = make_loader(folder_config(t.path, 2), Split::train, 0, 1, 2);
   for (int i = 0; i < 30; ++i) fs::remove(t.path / "train/c0" / (std::to_string(i) + ".jpg"));
+  ::testing::internal::CaptureStderr();  // before the decode threads start, and say their first lines
   l->start_epoch({0, 0});
   Batch b;
-  ::testing::internal::CaptureStderr();
   const std::string e = rt_test::error_of<Error>([&] { l->next(b); });
   l.reset();  // the other decode thread may still be printing: joined before the output is read
   const std::string err = ::testing::internal::GetCapturedStderr();
