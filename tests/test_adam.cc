@@ -135,6 +135,24 @@ TEST(Adam, LambMatchesThePapersFormulas) {
   }
 }
 
+// LAMB's ratio ‖w‖ / ‖u‖ needs both norms: a tensor that no gradient has reached yet (zero
+// moments) with no weight decay has the update direction u = 0, and takes ratio 1 (its weights
+// stay as they are), not ‖w‖ / 0 = inf, whose product with the zero direction would make them NaN.
+TEST(Adam, LambZeroDirectionLeavesTheWeightsAlone) {
+  Arena<float> a;
+  const int w = a.add_param("w", {3}, ParamKind::conv_weight);
+  a.finalize();
+  const float start[3] = {0.5f, -1.0f, 2.0f};
+  std::copy(start, start + 3, a.param(w));
+  std::fill_n(a.grad(w), 3, 0.0f);
+  SgdConfig cfg = adam_config(OptimizerKind::lamb);
+  cfg.weight_decay = 0;
+  Adam<float> opt(a.layout(), cfg);
+  for (int s = 0; s < 2; ++s) opt.step(a.params().data(), a.grads().data(), 0.1);
+  EXPECT_EQ(opt.trust_ratios()[0], 1.0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.param(w)[i], start[i]) << "element " << i;
+}
+
 TEST(Adam, BitwiseIdenticalForAnyThreadCountAndRestoredExactly) {
   const int saved = omp_get_max_threads();
   for (OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::lamb}) {

@@ -95,6 +95,10 @@ TEST(HierarchicalPlacement, EqualNodesPassUnequalAreNamed) {
   EXPECT_NE(e.find("ranks per node: 4 (rank 0's node), 2 (rank 3's node), 1 (rank 6's node)"),
             std::string::npos) << e;
   EXPECT_NE(e.find("comm.ranks_per_node"), std::string::npos) << e;
+  // Unequal whichever node is the smallest: the first (rank 0's) one too, or a middle one.
+  EXPECT_NE(hierarchical_placement_error({0, 1, 1}), "");
+  EXPECT_NE(hierarchical_placement_error({0, 1, 1, 3, 3, 3}), "");
+  EXPECT_NE(hierarchical_placement_error({0, 0, 2, 3, 3}), "");
 }
 
 // One rank: the hierarchy is one node of one rank, and the buffer is left as it is.

@@ -148,6 +148,18 @@ TEST(DataMixup, CutMixBoxesAndTheSwitch) {
   }
   EXPECT_GT(sum / draws, 0.5);
   EXPECT_LT(sum / draws, 0.75);
+  // The box is `side` pixels wide about its centre where no edge clips it, whatever the parity of
+  // side: odd sides as well as even ones (centre - side/2 + side, not centre + side/2, which
+  // would cut every odd side down by one).
+  int odd = 0, even = 0;
+  for (int step = 0; step < draws; ++step) {
+    const MixDraw d = draw_mix(0, 1.0, s, 5, step, 0, 0);
+    if (d.top == 0 || d.left == 0 || d.top + d.height == s || d.left + d.width == s || d.height == 0) continue;
+    EXPECT_EQ(d.height, d.width) << step;  // unclipped: both are `side`
+    (d.height % 2 ? odd : even) += 1;
+  }
+  EXPECT_GT(odd, 100);
+  EXPECT_GT(even, 100);
   EXPECT_NEAR(double(cut) / draws, 0.5, 0.03);
 }
 

@@ -113,6 +113,24 @@ TEST(data_sharding, OrderIsAPermutationDeterministicPerSeedAndEpoch) {
   for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(id[static_cast<size_t>(i)], i);
 }
 
+// A uniform shuffle (Fisher-Yates: j drawn from [0, i], i itself included): over many epochs every
+// order of three samples comes up, about equally often. Drawing j from [0, i) instead (Sattolo's
+// algorithm) still gives permutations, but only the cyclic ones: no sample ever keeps its place.
+TEST(data_sharding, ShuffleReachesEveryOrder) {
+  std::map<std::vector<int64_t>, int> seen;
+  const int epochs = 600;
+  for (int64_t e = 0; e < epochs; ++e) ++seen[epoch_order(11, e, 3, true)];
+  EXPECT_EQ(seen.size(), 6u);
+  for (const auto& [order, n] : seen)
+    EXPECT_GT(n, epochs / 6 / 2) << order[0] << order[1] << order[2] << " came up " << n << " times";
+  int fixed = 0;  // samples left where they were, over 100 epochs of 50: about 100 expected
+  for (int64_t e = 0; e < 100; ++e) {
+    const auto o = epoch_order(3, e, 50, true);
+    for (int64_t i = 0; i < 50; ++i) fixed += o[size_t(i)] == i;
+  }
+  EXPECT_GT(fixed, 50);
+}
+
 TEST(data_sharding, AllRanksShareOnePermutation) {
   // Rank r's k-th sample is position k * world + r of the same epoch order on every rank.
   ShardSpec spec{50, 3, 4, true, 9};

@@ -163,6 +163,27 @@ TEST(Sgd, LarsCanIncludeBnAndUsesEps) {
   EXPECT_NEAR(a.param(g)[0], 1.0 - 0.5 * 0.03 / (0.5 + 1e-9), kTol);
 }
 
+// A tensor with a zero gradient (no loss reaches it) but nonzero weights and weight decay takes
+// the plain global lr, trust 1, as one with zero weights does: ratio·‖w‖ / (0 + wd·‖w‖ + eps)
+// would be about trust / wd instead, scaling its decay-only step by a factor unrelated to it.
+TEST(Sgd, LarsZeroGradientTakesThePlainRate) {
+  Arena<double> a;
+  int w = a.add_param("w", {2}, ParamKind::conv_weight);
+  a.finalize();
+  set(a.param(w), {3.0, 4.0});
+  set(a.grad(w), {0.0, 0.0});
+  SgdConfig cfg;
+  cfg.lars = true;
+  cfg.lars_trust = 0.02;
+  cfg.weight_decay = 0.01;
+  cfg.momentum = 0.9;
+  Sgd<double> opt(a.layout(), cfg);
+  // s = 1; g = (0 + .01·[3, 4])·1 = [.03, .04]; buf = g; p = [3, 4] − .5·g.
+  opt.step(a.params().data(), a.grads().data(), 0.5);
+  EXPECT_EQ(opt.trust_ratios()[0], 1.0);
+  expect_near(values(a, w), {3.0 - 0.5 * 0.03, 4.0 - 0.5 * 0.04});
+}
+
 TEST(Sgd, ZeroLearningRateLeavesParametersButFillsMomentum) {
   Arena<double> a;
   int w = a.add_param("w", {1}, ParamKind::conv_weight);

@@ -265,6 +265,23 @@ TEST_F(RefLayers, BceMatchesTorch) {
   }
 }
 
+// bce_threshold as timm's target_threshold (target.gt(threshold)): a target exactly at the
+// threshold is not present. With threshold 0 and no smoothing that is every class neither label
+// names: counted present (>=), every image would be of all classes.
+TEST(BceTargets, ThresholdIsStrict) {
+  for (double threshold : {0.0, 0.3}) {
+    SCOPED_TRACE(threshold);
+    const SoftmaxXentDesc d{.name = "loss", .in = {2, 4, 1, 1}, .loss = {LossKind::bce, 0.0, threshold}};
+    EXPECT_EQ(d.target_of(threshold), 0.0);  // at the threshold: absent
+    EXPECT_EQ(d.target_of(threshold + 1e-9), 1.0);
+    EXPECT_EQ(d.target_of(1.0), 1.0);
+    const std::vector<int32_t> labels = {3, 0};
+    const Targets t(labels.data());
+    EXPECT_EQ(d.target(t, 0, 2), 0.0);  // a class the label does not name
+    EXPECT_EQ(d.target(t, 0, 3), 1.0);
+  }
+}
+
 // ---------------------------------------------------------------- float against double
 
 // Runs one op in float and double on the same data and compares; the float build is what the

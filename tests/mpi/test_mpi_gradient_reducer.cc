@@ -237,9 +237,38 @@ void check_real_net(MpiTest& t, Communicator& comm) {
   }
 }
 
+// comm.bucket_bytes is in bytes: each bucket holds bucket_bytes / element size elements, rounded
+// down to whole 64-byte lines (at least one), the last one the rest; together they tile the buffer
+// in order. (A size taken as elements would make buckets four times larger for fp32 and still
+// reduce correctly: only the bucket count shows it.)
+void check_bucket_sizes(MpiTest& t, Communicator& comm) {
+  const size_t count = 300007;
+  for (size_t bucket_bytes : {size_t(4096), size_t(100000), size_t(100), size_t(25) << 20}) {
+    CommConfig cfg;
+    cfg.bucket_bytes = bucket_bytes;
+    cfg.overlap = false;
+    std::vector<float> g(count);
+    GradientReducer gr(comm, cfg, g, buffer_fingerprint(count, DType::f32));
+    const size_t per = std::max<size_t>(16, bucket_bytes / 4 / 16 * 16);  // 16 floats a line
+    const size_t want = (count + per - 1) / per;
+    MPI_EXPECT(t, gr.num_buckets() == want, "bucket_bytes ", bucket_bytes, ": ", gr.num_buckets(),
+               " buckets, want ", want, " of ", per, " floats");
+    size_t next = 0;
+    for (size_t b = 0; b < gr.num_buckets(); ++b) {
+      const Range r = gr.bucket(b);
+      const size_t len = b + 1 == gr.num_buckets() ? count - next : per;
+      MPI_EXPECT(t, r.offset == next && r.len == len, "bucket_bytes ", bucket_bytes, ": bucket ", b, " is [",
+                 r.offset, ", +", r.len, "), want [", next, ", +", len, ")");
+      next = r.offset + r.len;
+    }
+    MPI_EXPECT(t, next == count, "bucket_bytes ", bucket_bytes, ": buckets end at ", next, " of ", count);
+  }
+}
+
 int run() {
   MpiTest t;
   Communicator comm;
+  check_bucket_sizes(t, comm);
   check_fake_backward(t, comm);
   check_compression(t, comm);
   check_real_net(t, comm);

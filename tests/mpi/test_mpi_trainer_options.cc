@@ -483,6 +483,119 @@ void check_drop_path(MpiTest& t, const std::string& dir) {
                tb.losses()[i], " with drop path, ", ta.losses()[i], " without");
 }
 
+// Stochastic depth draws each rank's masks of its own (the key holds the rank, as each DDP
+// process has its own generator): given the very same batch on every rank, the ranks' first
+// losses differ with drop path and agree without it. Masks shared by all ranks would drop the
+// same blocks for the whole global batch, a noise N times coarser than the configured one.
+void check_drop_path_per_rank(MpiTest& t, const std::string& dir) {
+  if (t.size() < 2) return;
+  TrainerHooks same;  // every rank the batches of a one-rank run: the same images everywhere
+  same.make_loader = [](const data::DataConfig& c, data::Split s, int r, int w, int b) {
+    const bool train = s == data::Split::train;  // validation as usual: each sample once
+    return std::make_unique<FixedLoader>(c, s, train ? 0 : r, train ? 1 : w, b);
+  };
+  for (double drop : {0.0, 0.5}) {
+    Config c = tiny(str_cat(dir, "/drop_ranks_", drop));
+    c.train.steps = 1;
+    c.model.drop_path = drop;
+    c.model.zero_init_residual = false;  // else the dropped branches add nothing in step 1
+    Trainer tr(c, MPI_COMM_WORLD, same);
+    tr.train();
+    MPI_EXPECT(t, tr.losses().size() == 1, "drop_path ", drop, ": steps run");
+    const double mine = tr.losses().empty() ? 0.0 : tr.losses()[0];
+    std::vector<double> all(size_t(t.size()));
+    MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    const bool differ = std::any_of(all.begin(), all.end(), [&](double l) { return l != all[0]; });
+    MPI_EXPECT(t, differ == (drop > 0), "drop_path ", drop, ": the ranks' first losses on the same batch ",
+               differ ? "differ" : "agree", " (rank 0 ", all[0], ", rank 1 ", all[1], ")");
+  }
+}
+
+// Images whose colour is their class: class k lights channel k (constant planes), labels 0 and 1
+// alternating, so the reversed partners of a mixed batch always hold two different classes.
+// Validation as FixedLoader's.
+class ColourLoader final : public data::Loader {
+ public:
+  ColourLoader(const data::DataConfig& cfg, int batch) : cfg_(cfg), batch_(batch) {
+    for (int c = 0; c < cfg.synthetic_classes; ++c) names_.push_back(std::to_string(c));
+  }
+  int64_t size() const override { return cfg_.synthetic_samples; }
+  int num_classes() const override { return cfg_.synthetic_classes; }
+  int64_t steps_per_epoch() const override { return 4; }
+  void start_epoch(data::Position pos) override { pos_ = pos; }
+  bool next(data::Batch& out) override {
+    if (pos_.step >= steps_per_epoch()) return false;
+    const size_t plane = size_t(cfg_.image_size) * size_t(cfg_.image_size);
+    out.n = batch_;
+    out.mixed.clear();  // fresh images: not mixed (yet)
+    out.mix = 1.0;
+    out.images.assign(size_t(batch_) * 3 * plane, 0.f);
+    out.labels.resize(size_t(batch_));
+    for (int j = 0; j < batch_; ++j) {
+      const int label = j % 2;
+      out.labels[size_t(j)] = label;
+      std::fill_n(out.images.begin() + std::ptrdiff_t((size_t(j) * 3 + size_t(label)) * plane), plane, 1.f);
+    }
+    ++pos_.step;
+    return true;
+  }
+  data::Position position() const override { return pos_; }
+  double last_wait_s() const override { return 0; }
+  int64_t skipped() const override { return 0; }
+  const std::vector<std::string>& class_names() const override { return names_; }
+
+ private:
+  data::DataConfig cfg_;
+  int batch_;
+  std::vector<std::string> names_;
+  data::Position pos_;
+};
+
+// Training accuracy counts a mixed image as of the class it holds more of (the label when the
+// mix weight is at least 1/2, its partner's otherwise). A model that sees colours (average pool,
+// then fc = 10 I) predicts exactly that class for every blend of two colours, so the run's
+// training top-1 is 100%; counting the other label, or always the image's own, would give about
+// 0% or 50%.
+void check_mixup_accuracy(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/mix_accuracy");
+  c.model.classes = c.data.synthetic_classes = 3;
+  c.train.mixup = 1.0;  // Beta(1, 1): weights on both sides of 1/2
+  c.train.steps = 3;
+  c.optimizer.lr = 1e-6;  // the colours stay what the model sees
+  c.optimizer.sgd.weight_decay = 0;
+  c.eval.every_epochs = 0;
+  c.eval.at_end = false;
+  c.log.jsonl = c.run_dir + "/metrics-{rank}.jsonl";
+  TrainerHooks h = fixed_data();
+  auto fixed = h.make_loader;
+  h.make_loader = [fixed](const data::DataConfig& d, data::Split s, int r, int w, int b) -> std::unique_ptr<data::Loader> {
+    if (s == data::Split::train) return std::make_unique<ColourLoader>(d, b);
+    return fixed(d, s, r, w, b);
+  };
+  h.make_net = [](const Config& cfg) {
+    auto net = std::make_unique<Net<float>>(make_backend<float>(cfg.backend),
+                                            Shape{cfg.train.batch, 3, cfg.data.image_size, cfg.data.image_size});
+    int x = net->global_avgpool(net->input(), "pool");
+    x = net->linear(x, "fc", cfg.model.classes);
+    net->loss(x, {cfg.train.loss, cfg.train.label_smoothing, cfg.train.bce_threshold});
+    net->finalize();
+    auto& a = net->arena();
+    for (const ParamInfo& p : a.layout())  // fc.weight = 10 I (3 x 3: either layout), fc.bias = 0
+      for (size_t i = 0; i < p.count; ++i) a.params()[p.offset + i] = p.name == "fc.weight" && i % 4 == 0 ? 10.f : 0.f;
+    return net;
+  };
+  {
+    Trainer tr(c, MPI_COMM_WORLD, h);
+    tr.train();
+  }
+  std::ifstream f(c.run_dir + "/metrics-" + std::to_string(t.rank()) + ".jsonl");
+  double top1 = -1;
+  std::smatch m;
+  for (std::string line; std::getline(f, line);)
+    if (std::regex_search(line, m, std::regex(R"("train_top1":([-0-9.eE+]+))"))) top1 = std::stod(m[1]);
+  MPI_EXPECT(t, top1 == 100, "training top-1 of mixed colours: ", top1, "%, want 100%");
+}
+
 }  // namespace
 }  // namespace rt::trainer
 
@@ -494,9 +607,11 @@ int main(int argc, char** argv) {
     check_unfreeze_adam(t, dir);
     check_timeline(t, dir);
     check_drop_path(t, dir);
+    check_drop_path_per_rank(t, dir);
     check_ema(t, dir);
     check_ema(t, dir, 2);
     check_ema_copy(t, dir);
     check_mixup(t, dir);
+    check_mixup_accuracy(t, dir);
   });
 }
