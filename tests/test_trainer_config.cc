@@ -482,6 +482,18 @@ TEST(trainer_config, DerivedValues) {
   EXPECT_DOUBLE_EQ(config_global_batch(acc, 4), 256);
   EXPECT_DOUBLE_EQ(config_base_lr(acc, 4), 0.1);
   EXPECT_DOUBLE_EQ(config_schedule(acc, 4).final_lr, 0.01);
+  // optimizer.lr_scaling: at 1024 images (4 x 256) linear is x4, sqrt x2 (timm's adaptive rule),
+  // none x1; schedule.final_lr follows the same rule.
+  for (const auto& [rule, factor] : {std::pair<const char*, double>{"linear", 4}, {"sqrt", 2}, {"none", 1}}) {
+    Config r = config_parse(str_cat("data: {synthetic: true}\ntrain: {batch: 128}\noptimizer: {lr: 0.001, lr_scaling: ", rule,
+                                    "}\nschedule: {final_lr: 0.0001}\n"), "r.yaml");
+    config_validate(r);
+    EXPECT_DOUBLE_EQ(config_base_lr(r, 8), 0.001 * factor) << rule;
+    EXPECT_DOUBLE_EQ(config_schedule(r, 8).final_lr, 0.0001 * factor) << rule;
+  }
+  EXPECT_NE(error_of([] { config_validate(config_parse("data: {synthetic: true}\noptimizer: {lr_scaling: square}\n", "s.yaml")); })
+                .find("s.yaml:2: key 'optimizer.lr_scaling' must be linear, sqrt or none (got square)"),
+            std::string::npos);
   EXPECT_EQ(config_run_dir(c), "runs/d");
   EXPECT_EQ(config_checkpoint_dir(c), "runs/d/checkpoints");
   // Per-rank files (log.jsonl, log.timeline): one per rank with "{rank}", else rank 0's only.

@@ -62,6 +62,7 @@ void config_fields(C& c, V&& v) {
   v("data.generate.seed", c.generate.seed);
   v("optimizer.kind", c.optimizer.sgd.kind);
   v("optimizer.lr", c.optimizer.lr);
+  v("optimizer.lr_scaling", c.optimizer.lr_scaling);
   v("optimizer.momentum", c.optimizer.sgd.momentum);
   v("optimizer.nesterov", c.optimizer.sgd.nesterov);
   v("optimizer.weight_decay", c.optimizer.sgd.weight_decay);

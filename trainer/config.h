@@ -52,6 +52,9 @@ struct GenerateConfig {               // key prefix: data.generate.
 
 struct OptimConfig {                  // key prefix: optimizer.
   double lr = 0.1;                    // peak lr per 256 images: base_lr = lr * global batch / 256
+  std::string lr_scaling = "linear";  // how lr (and final_lr) follow the global batch B: linear
+                                      //   (lr * B / 256), sqrt (lr * sqrt(B / 256): timm's rule
+                                      //   for adaptive optimizers) or none (lr as given)
   SgdConfig sgd;                      // momentum, nesterov, weight_decay, decay_bn_and_bias, lars...
   bool freeze_bn_stats = false;       // frozen BN layers (optimizer.freeze, a leading run of the
                                       //   network) normalize with their running statistics in
@@ -212,7 +215,10 @@ std::vector<std::string> config_changed_keys(const Config& cfg);
 // every key.
 std::string inapplicable_keys(const Config& cfg);
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
-double config_base_lr(const Config& cfg, int world);          // lr * global batch / 256
+double config_base_lr(const Config& cfg, int world);          // lr * config_lr_factor
+// What optimizer.lr and schedule.final_lr are multiplied by at this global batch B (by
+// optimizer.lr_scaling): B / 256, sqrt(B / 256) or 1.
+double config_lr_factor(const Config& cfg, int world);
 ScheduleConfig config_schedule(const Config& cfg, int world);  // base_lr, total_epochs filled
 ResNetConfig config_resnet(const Config& cfg);
 std::string config_run_dir(const Config& cfg);

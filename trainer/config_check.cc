@@ -161,6 +161,8 @@ void config_validate(const Config& c) {
   }
 
   k.require(finite_pos(c.optimizer.lr), "optimizer.lr", "must be > 0", c.optimizer.lr);
+  k.require(c.optimizer.lr_scaling == "linear" || c.optimizer.lr_scaling == "sqrt" || c.optimizer.lr_scaling == "none",
+            "optimizer.lr_scaling", "must be linear, sqrt or none", c.optimizer.lr_scaling);
   k.library("optimizer", c.optimizer.sgd.kind == OptimizerKind::sgd ? "optimizer.momentum" : "optimizer.kind",
             [&] { sgd_validate(c.optimizer.sgd); });
   k.require(!c.optimizer.freeze_bn_stats || !c.optimizer.sgd.freeze.empty(), "optimizer.freeze_bn_stats",
@@ -342,14 +344,19 @@ double config_global_batch(const Config& c, int world) {
   return double(world) * double(c.train.batch) * double(c.train.accumulate);
 }
 
-double config_base_lr(const Config& c, int world) { return c.optimizer.lr * config_global_batch(c, world) / 256.0; }
+double config_lr_factor(const Config& c, int world) {
+  const double per_256 = config_global_batch(c, world) / 256.0;
+  return c.optimizer.lr_scaling == "sqrt" ? std::sqrt(per_256) : c.optimizer.lr_scaling == "none" ? 1.0 : per_256;
+}
+
+double config_base_lr(const Config& c, int world) { return c.optimizer.lr * config_lr_factor(c, world); }
 
 ScheduleConfig config_schedule(const Config& c, int world) {
   ScheduleConfig s = c.schedule;
   s.base_lr = config_base_lr(c, world);
   s.total_epochs = double(c.train.epochs);
-  // final_lr is written per 256 images like lr, so a recipe keeps its meaning at any batch.
-  s.final_lr = c.schedule.final_lr * config_global_batch(c, world) / 256.0;
+  // final_lr is written as lr is, so a recipe keeps its meaning at any batch.
+  s.final_lr = c.schedule.final_lr * config_lr_factor(c, world);
   return s;
 }
 

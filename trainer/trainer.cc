@@ -62,6 +62,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   cfg_.data.seed = cfg_.seed;
   config_yaml_ = config_to_yaml(cfg_);
   ckpt_dir_ = config_checkpoint_dir(cfg_);
+  lock_checkpoint_dir();  // before the set-up's collectives: a refusal is this job's first word
 
   grad_comm_ = std::make_unique<comm::Communicator>(world);
   setup_threads();  // threads may differ per rank: no collective of its own
@@ -331,8 +332,11 @@ void Trainer::train() {
                    passes_ > 1 ? str_cat(" x ", passes_, " passes accumulated per step") : "", ", ",
                    steps_per_epoch_, " steps/epoch, ",
                    total_steps_ - step_, " steps to go, ", optimizer_kind_name(cfg_.optimizer.sgd.kind),
-                   cfg_.optimizer.sgd.lars ? " with LARS" : "", " base lr ",
-                   schedule_.base_lr, ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
+                   cfg_.optimizer.sgd.lars ? " with LARS" : "", " base lr ", schedule_.base_lr,
+                   cfg_.optimizer.lr_scaling == "linear" ? ""
+                   : cfg_.optimizer.lr_scaling == "sqrt" ? " (optimizer.lr x sqrt(global batch / 256))"
+                                                         : " (optimizer.lr as given)",
+                   ", ", cfg_.train.loss == LossKind::bce ? "BCE loss, " : "",
                    omp_get_max_threads(), " thread(s)/rank"));
   if (const std::string note = net_->backend().setup_note(); !note.empty()) log_line(note);
   if (cfg_.comm.algorithm == "mpi" && world_ > 1 && (cfg_.comm.stall_warning_s > 0 || cfg_.comm.stall_abort_s > 0)) {

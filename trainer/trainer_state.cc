@@ -66,6 +66,42 @@ void Trainer::report(const JsonLine& line, const std::string& text, bool notice)
   else log_line(text);
 }
 
+Trainer::DirLock::~DirLock() {
+  if (fd >= 0) ::close(fd);
+}
+
+void Trainer::lock_checkpoint_dir() {
+  if (rank_ != 0 || use_ != Use::train) return;
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_dir_, ec);
+  const std::string path = ckpt_dir_ + "/.lock";
+  const int fd = ec ? -1 : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;  // a folder that cannot be made or written: prepare_checkpoint_dir says so
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &fl) != 0) {
+    const int err = errno;
+    char holder[256] = {};
+    if (::pread(fd, holder, sizeof holder - 1, 0) < 0) holder[0] = 0;
+    ::close(fd);
+    if (err != EACCES && err != EAGAIN) return;  // no locks here (ENOLCK): unguarded
+    // Two jobs in one folder would resume from, set aside and prune each other's checkpoints and
+    // interleave their records.
+    const std::string key = cfg_.checkpoint.dir.empty() ? "run_dir" : "checkpoint.dir";
+    throw CheckpointError(str_cat(ckpt_dir_, ": in use by another training job (", holder[0] ? holder : "holder unknown",
+                                  "; ", path, "): give this one another ", key, " (", key, " set in ",
+                                  config_origin(cfg_, key), "), or let the other end first"));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = str_cat("pid ", ::getpid(), " on ", host);
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+    // the lock holds all the same; only its holder's name is missing
+  }
+  ckpt_lock_.fd = fd;
+}
+
 void Trainer::prepare_checkpoint_dir() {
   if (rank_ != 0) return;
   // Made and tried now: a folder that cannot take a file would otherwise be found out at the

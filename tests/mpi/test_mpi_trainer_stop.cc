@@ -80,11 +80,12 @@ struct Job {
 };
 
 // Starts a long run of cfg (no checkpoints but the one a stop writes) and waits until it trains.
-Job start_job(const std::string& cfg, const std::string& run) {
+Job start_job(const std::string& cfg, const std::string& run, const std::string& mpirun_flags = "") {
   Job j;
   j.out = dir + "/" + run + ".out";
   const std::string pidfile = dir + "/" + run + ".pid";
-  (void)std::system(("( " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " + trainer +
+  (void)std::system(("( " + mpiexec + " -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 " +
+                     mpirun_flags + " " + trainer +
                      " --config " + cfg + " --set train.epochs=100000 --set checkpoint.at_epoch_end=false > " + j.out +
                      " 2>&1 & echo $! > " + pidfile + "; wait $!; echo rc=$? >> " + j.out + " ) > /dev/null 2>&1 &")
                         .c_str());
@@ -195,11 +196,22 @@ void check_stop_in_an_evaluation() {
 
 // A scheduler's SIGTERM to every process of the job (scancel) reaches each rank twice: its own,
 // then mpirun's relay. That is one request: the job stops with a checkpoint of the step it
-// stopped after, as with the signal to one rank (the relay used to kill the ranks at once).
+// stopped after, as with the signal to one rank (the relay used to kill the ranks at once). Steps
+// of 3 s, the signal sent just after one ends: the relay comes during the next (mpirun's own
+// SIGKILL after its relay, 1 s later by default, put off to 10 s here).
 void check_stop_of_every_process() {
   const std::string cfg = tiny_config("everyone");
-  const Job j = start_job(cfg + " --set emulate.compute_ms=2000", "everyone");  // longer than the relay takes
+  const Job j = start_job(cfg + " --set emulate.compute_ms=3000 --set log.interval=1", "everyone",
+                          "--mca odls_base_sigkill_timeout 10");
   if (j.mpirun_pid <= 0) return;
+  const auto steps_said = [&] {
+    const std::string out = read_file(j.out);
+    size_t n = 0;
+    for (size_t at = out.find(" step "); at != std::string::npos; at = out.find(" step ", at + 1)) ++n;
+    return n;
+  };
+  const size_t said_before = steps_said();
+  wait_for([&] { return steps_said() > said_before; }, 20);
   std::vector<int> all = ranks_running(cfg);
   all.push_back(j.mpirun_pid);
   for (int pid : all) ::kill(pid, SIGTERM);
@@ -217,6 +229,24 @@ void check_stop_of_every_process() {
   const auto ck = checkpoints("everyone");
   expect(!ck.empty() && ck.back() == m[2].str() && ck.back() == ckpt_path("everyone", std::stoll(m[1])),
          "the stop's checkpoint is there", r);
+}
+
+// A second training job in a folder a running one uses is refused, naming the first's pid: the
+// two would resume from, set aside and prune each other's checkpoints. Once the first has
+// stopped, the folder is free again.
+void check_checkpoint_folder_in_use() {
+  const std::string cfg = tiny_config("in_use");
+  const Job j = start_job(cfg, "in_use");
+  if (j.mpirun_pid <= 0) return;
+  expect_error(run(2, "--config " + cfg + " --set train.steps=1 --resume auto"),
+               dir + "/in_use/checkpoints: in use by another training job \\(pid [0-9]+ on [^;]+; " + dir +
+                   "/in_use/checkpoints/.lock\\): give this one another run_dir \\(run_dir set in " + cfg +
+                   ":[0-9]+\\), or let the other end first",
+               "a second job in a running job's folder");
+  ::kill(j.mpirun_pid, SIGUSR1);
+  expect(j.wait(60) == 128 + SIGUSR1, "the first job stops", j.result());
+  const Result again = run(2, "--config " + cfg + " --set train.steps=1 --resume auto");
+  expect(again.rc == 0 && again.out.find("in use") == std::string::npos, "the folder is free after the stop", again);
 }
 
 // A stop in the middle of an epoch records the part of it trained (an epoch record of its steps
@@ -250,6 +280,7 @@ int main(int argc, char** argv) {
   check_stop("usr2", SIGUSR2, true);
   check_stop_in_an_evaluation();
   check_stop_of_every_process();
+  check_checkpoint_folder_in_use();
   check_stop_at_an_epochs_end();
   check_stop_mid_epoch();
   check_killed_run();
