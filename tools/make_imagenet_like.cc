@@ -253,11 +253,20 @@ Args parse(int argc, char** argv) {
 std::atomic<int> g_stop{0};
 extern "C" void on_stop(int sig) { g_stop = sig; }
 
-// Folders <out>.tmp-<pid> that a generator killed outright (SIGKILL, a power cut) left behind:
-// each is removed once no process of its pid lives (a live one may be another generator's).
+// This machine's name, in the temporary folder's: on a shared file system, other machines'
+// generators are not this machine's to judge.
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) return "host";
+  return host;
+}
+
+// Folders <out>.tmp-<this host>-<pid> that a generator killed outright (SIGKILL, a power cut)
+// left behind: each is removed once no process of its pid lives here (a live one may be another
+// generator's).
 void remove_abandoned(const fs::path& out) {
   std::error_code ec;
-  const std::string prefix = out.filename().string() + ".tmp-";
+  const std::string prefix = out.filename().string() + ".tmp-" + host_name() + "-";
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -300,7 +309,7 @@ int generate(const Args& a) {
     }
     if (!a.force) usage(a.out + " exists with other contents (use --force to replace it)");
   }
-  const fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
+  const fs::path tmp = out.string() + ".tmp-" + host_name() + "-" + std::to_string(getpid());
   fs::remove_all(tmp);
   remove_abandoned(out);
   // Asked to stop (a job's end, Ctrl-C), the workers finish their image and the half-made folder

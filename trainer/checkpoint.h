@@ -208,6 +208,9 @@ std::string checkpoint_find_latest(const std::string& dir, std::vector<std::stri
 void checkpoint_prune(const std::string& dir, int keep);
 // checkpoint.keep_best: "dir/best.rtck", which checkpoint_list, --resume auto and pruning pass over.
 std::string checkpoint_best_path(const std::string& dir);
+// Whether the file `path` lies in the folder `dir` (both as the file system resolves them):
+// where --resume auto would find it.
+bool checkpoint_in(const std::string& path, const std::string& dir);
 // Makes the finished checkpoint `path` also dir/best.rtck, atomically (a hard link, or a copy
 // where the file system has none, under a temporary name renamed over the old one; the folder
 // fsynced): a crash leaves the old best or the new one. Throws CheckpointError naming the file.

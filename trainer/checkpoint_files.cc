@@ -62,6 +62,12 @@ std::string checkpoint_find_latest(const std::string& dir, std::vector<std::stri
 
 std::string checkpoint_best_path(const std::string& dir) { return dir + "/best.rtck"; }
 
+bool checkpoint_in(const std::string& path, const std::string& dir) {
+  std::error_code ea, eb;
+  const fs::path a = fs::weakly_canonical(fs::path(path).parent_path(), ea), b = fs::weakly_canonical(dir, eb);
+  return !ea && !eb && a == b;
+}
+
 void checkpoint_keep_best(const std::string& path) {
   const fs::path from(path);
   const std::string dir = from.parent_path().empty() ? "." : from.parent_path().string();

@@ -430,7 +430,9 @@ int cli_main(int argc, const char* const* argv) {
   if (const int stop = generate_dataset_if_missing(cfg, rank, !o.predict)) {
     if (rank == 0)
       stderr_line(str_cat("ringtrain: stopped by ", stop_signal_name(stop), " while generating ", cfg.data.root,
-                          ": nothing trained; the next run generates the dataset anew"));
+                          ": nothing trained",
+                          std::filesystem::exists(cfg.data.root) ? " (the dataset was finished first)"
+                                                                 : "; the next run generates the dataset anew"));
     return 128 + stop;
   }
 

@@ -15,30 +15,33 @@ namespace {
 
 // Lock-free atomics are safe in a signal handler, and the handler may run on any thread.
 std::atomic<int> caught{0};
-std::atomic<bool> first_from_launcher{false}, relay_passed{false}, installed{false}, announce_first{false};
+// Where the first SIGTERM or SIGINT came from: 0 none yet, 1 elsewhere, 2 the launcher (mpirun's
+// relay). One atomic: the handler may run on two threads at once.
+std::atomic<int> first_term{0};
+std::atomic<bool> relay_passed{false}, installed{false}, announce_first{false};
 static_assert(std::atomic<int>::is_always_lock_free);
 const char* line_prefix = "";  // stderr_line's, fixed before the handlers are installed
 
 void say(const char* s) { (void)!::write(STDERR_FILENO, s, std::strlen(s)); }
 
 extern "C" void on_stop_signal(int sig, siginfo_t* info, void*) {
-  const bool from_launcher = info && info->si_code == SI_USER && info->si_pid == ::getppid();
   int none = 0;
-  if (caught.compare_exchange_strong(none, sig)) {
-    first_from_launcher = from_launcher;
-    if (announce_first) {  // write(2) only: async-signal-safe
-      say(line_prefix);
-      say("ringtrain: ");
-      say(stop_signal_name(sig));
-      say(" caught: the job stops after the current step (or evaluation) with a checkpoint");
-      say(sig == SIGTERM || sig == SIGINT ? "; the same signal again ends it at once, without one\n" : "\n");
-    }
-    return;
+  if (caught.compare_exchange_strong(none, sig) && announce_first) {  // write(2) only: async-signal-safe
+    say(line_prefix);
+    say("ringtrain: ");
+    say(stop_signal_name(sig));
+    say(" caught: the job stops after the current step (or evaluation) with a checkpoint");
+    say(sig == SIGTERM || sig == SIGINT ? "; the same signal again ends it at once, without one\n" : "\n");
   }
-  if (sig != SIGTERM && sig != SIGINT) return;  // a repeated notice changes nothing
-  // One copy by the other path (the launcher's relay of what reached every process, or the
-  // reverse) is the same request; any other repeat is the user's "now".
-  if (from_launcher != first_from_launcher.load() && !relay_passed.exchange(true)) return;
+  if (sig != SIGTERM && sig != SIGINT) return;  // a notice, first or repeated, only asks
+  // A notice (SIGUSR1/2) and then the end it announced (a time limit's SIGTERM) are two requests:
+  // the first SIGTERM or SIGINT only asks too. After it, one copy by the other path (the
+  // launcher's relay of what reached every process, or the reverse) is the same request; any
+  // other repeat is the user's "now".
+  const int origin = info && info->si_code == SI_USER && info->si_pid == ::getppid() ? 2 : 1;
+  int first = 0;
+  if (first_term.compare_exchange_strong(first, origin)) return;
+  if (origin != first && !relay_passed.exchange(true)) return;
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);

@@ -62,7 +62,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   cfg_.data.seed = cfg_.seed;
   config_yaml_ = config_to_yaml(cfg_);
   ckpt_dir_ = config_checkpoint_dir(cfg_);
-  lock_checkpoint_dir();  // before the set-up's collectives: a refusal is this job's first word
+  lock_run_dir();  // before the set-up's collectives: a refusal is this job's first word
 
   grad_comm_ = std::make_unique<comm::Communicator>(world);
   setup_threads();  // threads may differ per rank: no collective of its own
@@ -314,6 +314,19 @@ void Trainer::notice(const std::string& s) const {
 void Trainer::train() {
   if (use_ == Use::evaluate) throw Error("train: this trainer was built to evaluate (Trainer::Use::evaluate)");
   if (step_ >= total_steps_) {
+    if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
+      // The run's last evaluation, which a stop interrupted: made now, and its checkpoint
+      // written again without it pending.
+      run_start_s_ = last_save_s_ = now_s();
+      if (evaluate_pending()) return;
+      if (!eval_pending_) {
+        save_checkpoint();
+        return;
+      }
+      bool unused = false;
+      if (const int stop = agreed_stop_signal(unused, true)) report_stop(stop);  // stopped again
+      return;
+    }
     notice(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done",
                      eval_pending_ ? " (the evaluation the last run's stop skipped there: --eval the checkpoint)" : ""));
     return;
@@ -388,8 +401,10 @@ void Trainer::train() {
   if (cfg_.emulate.compute_ms > 0)
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
+  bool pending_made = false;  // and its result not yet in the checkpoint
   if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
     if (evaluate_pending()) return;
+    pending_made = !eval_pending_;
   } else if (std::exchange(eval_pending_, false)) {
     notice(str_cat("the evaluation the last run's stop skipped at step ", step_,
                      " is not made: this run does not evaluate (eval.every_epochs 0, eval.at_end false)"));
@@ -399,6 +414,7 @@ void Trainer::train() {
   if (stop_handlers_installed()) {
     bool unused = false;
     if (const int stop = agreed_stop_signal(unused, true)) {
+      if (pending_made) save_checkpoint();  // else the next resume would make it again
       report_stop(stop);
       return;
     }
@@ -440,7 +456,9 @@ void Trainer::train() {
     }
     // An evaluation or a save may take minutes on real data: a stop asked meanwhile is taken now,
     // rather than after one more step and one more save (past a batch system's grace period).
-    if (!stop && !run_end && (epoch_end || save)) {
+    // At the run's end only where the stop interrupted its last evaluation: a stop, with the
+    // evaluation pending in the checkpoint, rather than a finished run without its figures.
+    if (!stop && (run_end ? eval_pending_ : epoch_end || save)) {
       bool unused = false;
       if ((stop = agreed_stop_signal(unused, true)) != 0 && !save) save_checkpoint();
     }
@@ -474,9 +492,10 @@ void Trainer::report_stop(int sig) {
   line.add("step", step_).add("signal", name).add("checkpoint", last_checkpoint_);
   if (last_checkpoint_.empty())  // stopped before a first step of a fresh run: nothing to keep
     report(line, str_cat("stopped by ", name, " before the first step: nothing trained, nothing saved"), true);
-  else
+  else  // --resume PATH from another run's folder: auto would look in this run's
     report(line, str_cat("stopped by ", name, " after step ", step_, " of ", total_steps_, ": ", last_checkpoint_,
-                         " holds it; continue with --resume auto"),
+                         " holds it; continue with --resume ",
+                         checkpoint_in(last_checkpoint_, ckpt_dir_) ? "auto" : last_checkpoint_),
            true);
 }
 

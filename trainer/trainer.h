@@ -103,10 +103,10 @@ class Trainer {
   // Rank 0, before the first step: makes the checkpoint folder, proves it writable and sets
   // aside the files in it written after the step this run starts from (checkpoint_set_aside).
   void prepare_checkpoint_dir();
-  // Rank 0 of a training job, before anything reads the checkpoint folder: a lock on its .lock
-  // file (POSIX, held for the Trainer's life), refused with CheckpointError naming the holder
-  // where another training job holds it. Where the file system has no locks, nothing.
-  void lock_checkpoint_dir();
+  // Rank 0 of a training job, before anything reads the run folder: a lock on its .lock file
+  // (POSIX, held for the Trainer's life), refused with CheckpointError naming the holder where
+  // another training job holds it. Where the file system has no locks, nothing.
+  void lock_run_dir();
   std::string model_changes(const Checkpoint& ck) const;
   // Refuses (CheckpointError naming the file) a checkpoint whose saved class names differ from
   // the ones this job's data gives its labels, where both name them.
@@ -246,13 +246,15 @@ class Trainer {
   std::unique_ptr<comm::StallWatch> ctl_stall_;  // the stall check of ctl_comm_'s collectives
   int64_t ctl_calls_ = 0;                        // ... which it numbers
   double eval_s_ = 0;  // this process's time in evaluations during train(): not training's
-  struct DirLock {  // the checkpoint folder's lock, closed (released) with the Trainer
+  struct DirLock {  // the run folder's lock, released with the Trainer (after metrics_: declared before)
     int fd = -1;
+    std::string file;  // <run_dir>/.lock
+    std::string made;  // the outermost folder made for it ("" when none): removed if left empty
     DirLock() = default;
     DirLock(const DirLock&) = delete;
     DirLock& operator=(const DirLock&) = delete;
     ~DirLock();
-  } ckpt_lock_;
+  } run_lock_;
   Use use_ = Use::train;
   std::shared_ptr<comm::BnGroupSync> bn_sync_;  // model.bn_group's groups (null: none, 1 rank each)
   std::unique_ptr<Net<float>> net_;

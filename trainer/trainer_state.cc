@@ -67,16 +67,31 @@ void Trainer::report(const JsonLine& line, const std::string& text, bool notice)
 }
 
 Trainer::DirLock::~DirLock() {
-  if (fd >= 0) ::close(fd);
+  if (fd < 0) return;
+  ::close(fd);
+  // A job refused at start leaves no folder behind that it made (Metrics removes its file alike).
+  if (made.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    if (it->path().filename() != ".lock") return;
+  if (ec) return;
+  std::filesystem::remove(file, ec);
+  for (auto d = dir; std::filesystem::remove(d, ec) && d != made;) d = d.parent_path();
 }
 
-void Trainer::lock_checkpoint_dir() {
+void Trainer::lock_run_dir() {
   if (rank_ != 0 || use_ != Use::train) return;
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(ckpt_dir_, ec);
-  const std::string path = ckpt_dir_ + "/.lock";
+  const fs::path dir = cfg_.run_dir;
+  std::string made;
+  for (auto d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) made = d.string();
+  fs::create_directories(dir, ec);
+  const std::string path = (dir / ".lock").string();
   const int fd = ec ? -1 : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;  // a folder that cannot be made or written: prepare_checkpoint_dir says so
+  if (fd < 0) return;  // a folder that cannot be made or written: the metrics and checkpoints say so
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
@@ -86,12 +101,11 @@ void Trainer::lock_checkpoint_dir() {
     if (::pread(fd, holder, sizeof holder - 1, 0) < 0) holder[0] = 0;
     ::close(fd);
     if (err != EACCES && err != EAGAIN) return;  // no locks here (ENOLCK): unguarded
-    // Two jobs in one folder would resume from, set aside and prune each other's checkpoints and
-    // interleave their records.
-    const std::string key = cfg_.checkpoint.dir.empty() ? "run_dir" : "checkpoint.dir";
-    throw CheckpointError(str_cat(ckpt_dir_, ": in use by another training job (", holder[0] ? holder : "holder unknown",
-                                  "; ", path, "): give this one another ", key, " (", key, " set in ",
-                                  config_origin(cfg_, key), "), or let the other end first"));
+    // Two jobs in one folder would interleave their records and resume from, set aside and prune
+    // each other's checkpoints.
+    throw CheckpointError(str_cat(cfg_.run_dir, ": in use by another training job (", holder[0] ? holder : "holder unknown",
+                                  "; ", path, "): give this one another run_dir (run_dir set in ",
+                                  config_origin(cfg_, "run_dir"), "), or let the other end first"));
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -99,7 +113,9 @@ void Trainer::lock_checkpoint_dir() {
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
     // the lock holds all the same; only its holder's name is missing
   }
-  ckpt_lock_.fd = fd;
+  run_lock_.fd = fd;
+  run_lock_.file = path;
+  run_lock_.made = made;
 }
 
 void Trainer::prepare_checkpoint_dir() {

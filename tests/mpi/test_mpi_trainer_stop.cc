@@ -145,6 +145,22 @@ void check_stop(const std::string& job, int sig, bool to_mpirun) {
          job + ": --resume auto continues from the stop", resumed);
 }
 
+// The resumed run's first line, the evaluation the stop left pending at the end of epoch `epoch`
+// (of 2), has the figures the run that was not stopped printed for that epoch.
+void expect_made_first(const Result& straight, const Result& resumed, int epoch = 1) {
+  const auto figures = [](const std::string& out, const std::string& after) {
+    const size_t at = out.find(after);
+    const size_t val = at == std::string::npos ? at : out.find(", val loss ", at);
+    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
+  };
+  const std::string e = std::to_string(epoch);
+  const std::string want = figures(straight.out, "epoch " + e + "/2: "),
+                    got = figures(resumed.out, "the evaluation the last run's stop skipped");
+  expect(straight.rc == 0 && resumed.rc == 0 && !want.empty() && got == want,
+         "the resume makes epoch " + e + "'s evaluation first: '" + got + "', the straight run's '" + want + "'",
+         resumed);
+}
+
 // A notice that comes in the last step of an epoch (debug.fault stop: SIGUSR1 to rank 1 itself
 // at step 5 of 5) stops the job after it without that epoch's evaluation, which the resume makes
 // before its first step, to the figures of the run that was not stopped.
@@ -157,15 +173,7 @@ void check_stop_at_an_epochs_end() {
              r.out.find("stopped by SIGUSR1 after step 5 of 10") != std::string::npos,
          "a stop in the last step of epoch 1", r);
   const Result resumed = run(2, "--config " + cfg + " --set train.steps=6 --resume auto");
-  const auto figures = [](const std::string& out, const std::string& after) {
-    const size_t at = out.find(after);
-    const size_t val = at == std::string::npos ? at : out.find(", val loss ", at);
-    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
-  };
-  const std::string want = figures(straight.out, "epoch 1/2: "),
-                    got = figures(resumed.out, "the evaluation the last run's stop skipped");
-  expect(straight.rc == 0 && resumed.rc == 0 && !want.empty() && got == want,
-         "the resume makes epoch 1's evaluation first: '" + got + "', the straight run's '" + want + "'", resumed);
+  expect_made_first(straight, resumed);
   const std::string metrics = read_file(dir + "/epoch_end/metrics.jsonl");
   expect(metrics.find("{\"type\":\"validation\",\"epoch\":1,\"step\":5,") != std::string::npos,
          "a validation record for epoch 1", {0, metrics});
@@ -182,16 +190,20 @@ void check_stop_in_an_evaluation() {
              r.out.find("val loss") == std::string::npos &&
              r.out.find("stopped by SIGUSR1 after step 5 of 10") != std::string::npos,
          "a stop during epoch 1's evaluation", r);
-  const Result resumed = run(2, "--config " + cfg + " --set train.steps=6 --resume auto");
-  const auto figures = [](const std::string& out, const std::string& after) {
-    const size_t at = out.find(after);
-    const size_t val = at == std::string::npos ? at : out.find(", val loss ", at);
-    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
-  };
-  const std::string want = figures(straight.out, "epoch 1/2: "),
-                    got = figures(resumed.out, "the evaluation the last run's stop skipped");
-  expect(straight.rc == 0 && resumed.rc == 0 && !want.empty() && got == want,
-         "the resume makes the interrupted evaluation first: '" + got + "', the straight run's '" + want + "'", resumed);
+  expect_made_first(straight, run(2, "--config " + cfg + " --set train.steps=6 --resume auto"));
+  // The run's last evaluation too: a stop (not a finished run), the resume makes it, and then
+  // the checkpoint no longer holds it pending.
+  const Result last = run(2, "--config " + cfg + " --set run_dir=" + dir + "/in_eval_last --set debug.fault=stop_eval "
+                                                  "--set debug.rank=0 --set debug.step=10");
+  expect(last.rc == 128 + SIGUSR1 && last.out.find("evaluation interrupted") != std::string::npos &&
+             last.out.find("finished") == std::string::npos &&
+             last.out.find("stopped by SIGUSR1 after step 10 of 10") != std::string::npos,
+         "a stop during the last evaluation", last);
+  const std::string again = "--config " + cfg + " --set run_dir=" + dir + "/in_eval_last --resume auto";
+  expect_made_first(run(2, "--config " + cfg + " --set run_dir=" + dir + "/in_eval_straight"), run(2, again), 2);
+  const Result done = run(2, again);
+  expect(done.rc == 0 && done.out.find("nothing to train: step 10 of 10 already done\n") != std::string::npos,
+         "then nothing is pending", done);
 }
 
 // A scheduler's SIGTERM to every process of the job (scancel) reaches each rank twice: its own,
@@ -231,16 +243,16 @@ void check_stop_of_every_process() {
          "the stop's checkpoint is there", r);
 }
 
-// A second training job in a folder a running one uses is refused, naming the first's pid: the
-// two would resume from, set aside and prune each other's checkpoints. Once the first has
-// stopped, the folder is free again.
+// A second training job in the run folder a running one uses is refused, naming the first's pid:
+// the two would interleave their records and resume from, set aside and prune each other's
+// checkpoints. Once the first has stopped, the folder is free again.
 void check_checkpoint_folder_in_use() {
   const std::string cfg = tiny_config("in_use");
   const Job j = start_job(cfg, "in_use");
   if (j.mpirun_pid <= 0) return;
   expect_error(run(2, "--config " + cfg + " --set train.steps=1 --resume auto"),
-               dir + "/in_use/checkpoints: in use by another training job \\(pid [0-9]+ on [^;]+; " + dir +
-                   "/in_use/checkpoints/.lock\\): give this one another run_dir \\(run_dir set in " + cfg +
+               dir + "/in_use: in use by another training job \\(pid [0-9]+ on [^;]+; " + dir +
+                   "/in_use/.lock\\): give this one another run_dir \\(run_dir set in " + cfg +
                    ":[0-9]+\\), or let the other end first",
                "a second job in a running job's folder");
   ::kill(j.mpirun_pid, SIGUSR1);

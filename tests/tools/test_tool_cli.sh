@@ -105,21 +105,22 @@ expect 0 "6 images \(2 classes\)" "$m" --out "$tmp/d" --classes 2 --train-per-cl
 # next one removes folders that a killed generator (no such process any more) left behind.
 sleep 0 & dead=$!
 wait $dead
-mkdir -p "$tmp/g.tmp-$dead/train"
+mkdir -p "$tmp/g.tmp-$(hostname)-$dead/train" "$tmp/g.tmp-elsewhere-$dead"  # another machine's stays
 "$m" --out "$tmp/g" --classes 4 --train-per-class 100000 --val-per-class 1 --width 64 --height 64 --threads 1 \
   >/dev/null 2>"$tmp/g.err" &
 gen=$!
-for _ in $(seq 100); do [[ -d $tmp/g.tmp-$gen/train ]] && break; sleep 0.05; done
+for _ in $(seq 100); do [[ -d $tmp/g.tmp-$(hostname)-$gen/train ]] && break; sleep 0.05; done
 sleep 0.3
 kill -TERM $gen
 wait $gen
 rc=$?
 left=$(cd "$tmp" && ls -d g g.tmp-* 2>/dev/null)
-if [[ $rc -ne 143 || -n $left ]] || ! grep -q "stopped by signal 15: $tmp/g not made" "$tmp/g.err"; then
+if [[ $rc -ne 143 || $left != "g.tmp-elsewhere-$dead" ]] || ! grep -q "stopped by signal 15: $tmp/g not made" "$tmp/g.err"; then
   echo "FAIL: make_imagenet_like stopped by SIGTERM: status $rc (want 143), left: $left"
   cat "$tmp/g.err"
   fails=$((fails + 1))
 fi
+rm -rf "$tmp/g.tmp-elsewhere-$dead"
 p="$bin/pack_dataset"
 expect 2 "--shard-mib takes an integer in \[1, 1048576\], not '1abc'" "$p" --root "$tmp/d" --split train \
   --out "$tmp/s/tr" --shard-mib 1abc
