@@ -114,6 +114,20 @@ if [ -d "$ycpp" ]; then
   export LD_LIBRARY_PATH=$(echo "$ycpp"/lib/*-linux-gnu)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 say "gpu_check: googletest: ${gtest:-installed}; cuDNN: $cudnn; NCCL: $nccl; MPI: $mpi; sm_$arch"
+# The versions that decide a first run's fate, in the summary before the build: the driver's CUDA,
+# the toolkit's, the cuDNN header the build takes (a wheel built for another CUDA major only
+# warns at run time) and PyTorch's own.
+cudnn_h=
+for d in "${CUDNN_ROOT:-}/include" /usr/local/cuda/include /usr/include; do
+  [ -z "$cudnn_h" ] && [ -f "$d/cudnn_version.h" ] && cudnn_h=$d/cudnn_version.h
+done
+cudnn_v=$([ -n "$cudnn_h" ] && awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v=v (v?".":"") $3} END{print v}' "$cudnn_h")
+driver_v=$(command -v nvidia-smi >/dev/null && timeout -k 5 30 nvidia-smi 2>/dev/null | grep -oE 'CUDA Version: [0-9.]+' | head -1)
+nvcc_v=$( (command -v nvcc >/dev/null && nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null |
+          grep -oE 'release [0-9.]+' | head -1)
+torch_v=$(LD_LIBRARY_PATH=$ld_orig timeout -k 5 60 "${PYTHON:-python3}" -c \
+  'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version())' 2>/dev/null)
+say "gpu_check: versions: driver ${driver_v:-?}; toolkit ${nvcc_v:-?}; cuDNN header ${cudnn_v:-?} (${cudnn_h:-none found}); torch ${torch_v:-not importable}"
 
 if ! timeout -k 10 "$(cap 120)" cmake -S "$root" -B "$build" "${args[@]}" >"$out/configure.log" 2>&1; then
   say "gpu_check: FAILED to configure (see configure.log)"; tail -20 "$out/configure.log" | tee -a "$summary"; exit 1
