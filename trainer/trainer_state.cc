@@ -433,8 +433,9 @@ void Trainer::restore_checkpoint(Checkpoint ck, const std::string& path, bool fo
   epoch_started_ = false;
   last_checkpoint_ = path;
   // The writing run's epochs: an evaluation on another rank count has other epochs of its own.
-  const std::string loaded = str_cat("loaded ", path, ": ", step_, " steps done (", lm.epoch, " epochs + ",
-                                     lm.epoch_steps, " steps)");
+  const auto count = [](int64_t n, const char* what) { return str_cat(n, " ", what, n == 1 ? "" : "s"); };
+  const std::string loaded = str_cat("loaded ", path, ": ", count(step_, "step"), " done (", count(lm.epoch, "epoch"),
+                                     " + ", count(lm.epoch_steps, "step"), ")");
   // An evaluation's record is its "eval" line, which names the checkpoint: no "resume" for it.
   if (for_training) report(JsonLine("resume").add("step", step_).add("path", path), loaded);
   else log_line(loaded);

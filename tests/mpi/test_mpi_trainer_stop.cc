@@ -140,7 +140,7 @@ void check_stop(const std::string& job, int sig, bool to_mpirun) {
          job + ": the one checkpoint is the stop's, step " + std::to_string(step), r);
   const Result resumed = run(2, "--config " + cfg + " --set train.epochs=100000 --set train.steps=" +
                                     std::to_string(step + 3) + " --resume auto");
-  expect(resumed.rc == 0 && resumed.out.find("loaded " + m[2].str() + ": " + std::to_string(step) + " steps done") !=
+  expect(resumed.rc == 0 && resumed.out.find("loaded " + m[2].str() + ": " + std::to_string(step) + " step") !=
                                 std::string::npos,
          job + ": --resume auto continues from the stop", resumed);
 }
