@@ -77,9 +77,10 @@ std::string header_problem(const uint8_t* data, size_t len, int* width, int* hei
   return "";
 }
 
-Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng) {
+Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng, double min_ratio,
+                        double max_ratio) {
   const double area = double(width) * height;
-  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
+  const double log_lo = std::log(min_ratio), log_hi = std::log(max_ratio);
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target = area * rng.uniform(min_scale, max_scale);
     const double ratio = std::exp(rng.uniform(log_lo, log_hi));
@@ -94,10 +95,10 @@ Box random_resized_crop(int width, int height, float min_scale, float max_scale,
   // Fallback: the whole image, clamped to the ratio range, centred.
   const double in_ratio = double(width) / height;
   int w = width, h = height;
-  if (in_ratio < 3.0 / 4.0) {
-    h = static_cast<int>(std::lround(w / (3.0 / 4.0)));
-  } else if (in_ratio > 4.0 / 3.0) {
-    w = static_cast<int>(std::lround(h * (4.0 / 3.0)));
+  if (in_ratio < min_ratio) {
+    h = static_cast<int>(std::lround(w / min_ratio));
+  } else if (in_ratio > max_ratio) {
+    w = static_cast<int>(std::lround(h * max_ratio));
   }
   w = std::clamp(w, 1, width);
   h = std::clamp(h, 1, height);

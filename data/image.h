@@ -30,9 +30,10 @@ struct Box {
 };
 
 // torchvision RandomResizedCrop.get_params: 10 attempts at an area in [min_scale, max_scale] of
-// the image and log-uniform aspect ratio in [3/4, 4/3], else the centre crop clamped to the ratio
-// range.
-Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng);
+// the image and log-uniform aspect ratio (w / h) in [min_ratio, max_ratio] (torchvision's
+// default 3/4 to 4/3), else the centre crop clamped to the ratio range.
+Box random_resized_crop(int width, int height, float min_scale, float max_scale, Rng& rng,
+                        double min_ratio = 3.0 / 4.0, double max_ratio = 4.0 / 3.0);
 
 // torchvision RandomErasing.get_params: 10 attempts at an area in [0.02, 0.33] of the image and a
 // log-uniform aspect ratio (h / w) in [0.3, 3.3], sides rounded half to even, until both are
@@ -52,6 +53,7 @@ struct AugmentSpec {
   bool train = true;
   int resize = 0;                // evaluation: center_crop_box's resize (0: size * 256 / 224)
   float min_scale = 0.08f, max_scale = 1.0f;
+  double min_ratio = 3.0 / 4.0, max_ratio = 4.0 / 3.0;  // the crop's aspect ratio (w / h) range
   bool flip = true;
   AutoAugmentSpec auto_augment;  // training only: after the crop and flip
   float random_erasing = 0;      // training only: probability of erasing a box, after the policy

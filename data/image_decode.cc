@@ -87,8 +87,9 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
   // thread must not be made to do that by one bad file.
   if (!header_problem(data, len, &w, &h, &jpeg).empty()) return false;
   // Geometry first (random draws depend only on rng and the dims), then decode what it needs.
-  const Box box = spec.train ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng)
-                             : center_crop_box(w, h, spec.size, spec.resize);
+  const Box box = spec.train
+                      ? random_resized_crop(w, h, spec.min_scale, spec.max_scale, rng, spec.min_ratio, spec.max_ratio)
+                      : center_crop_box(w, h, spec.size, spec.resize);
   const bool flip = spec.flip && (rng.next_u64() >> 63);
   PixelDraws draws;
   if (spec.train) {

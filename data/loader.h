@@ -43,6 +43,8 @@ struct DataConfig {
   float std[3] = {0.229f, 0.224f, 0.225f};
   float min_scale = 0.08f;      // random-resized-crop area range
   float max_scale = 1.0f;
+  double min_ratio = 3.0 / 4.0; // random-resized-crop aspect ratio (w / h) range
+  double max_ratio = 4.0 / 3.0;
   bool flip = true;             // random horizontal flip (training only)
   AutoAugmentSpec auto_augment; // AutoAugment, RandAugment or TrivialAugmentWide (training only)
   float random_erasing = 0;     // probability of erasing a random box of a training crop

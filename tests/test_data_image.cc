@@ -55,6 +55,28 @@ TEST(data_image, RandomResizedCropWithinBoundsScaleAndRatio) {
   EXPECT_GT(fallbacks, 0);  // the thin images must exercise the fallback
 }
 
+// data.min_ratio / max_ratio (torchvision's ratio=, timm's --ratio): the drawn boxes keep to the
+// range given, and the fallback clamps a thin image to it.
+TEST(data_image, RandomResizedCropTakesItsRatioRange) {
+  for (const auto& [lo, hi] : {std::pair{1.0, 1.0}, {1.5, 2.5}, {0.25, 0.5}}) {
+    double seen_lo = 1e9, seen_hi = 0;
+    for (int i = 0; i < 2000; ++i) {
+      Rng rng(5, 0, i, Stream::augment);
+      const Box b = random_resized_crop(400, 400, 0.2f, 1.0f, rng, lo, hi);
+      const double ratio = double(b.w) / b.h;
+      if (b.w == 400 || b.h == 400) continue;  // a fallback, or a box on a side: rounded at 400
+      seen_lo = std::min(seen_lo, ratio);
+      seen_hi = std::max(seen_hi, ratio);
+    }
+    EXPECT_GE(seen_lo, lo * 0.97) << lo << "-" << hi;  // whole pixels round the ratio a little
+    EXPECT_LE(seen_hi, hi * 1.03) << lo << "-" << hi;
+    EXPECT_LE(seen_hi - seen_lo, (hi - lo) * 1.03 + 0.02) << lo << "-" << hi;
+  }
+  Rng rng(1, 0, 0, Stream::augment);
+  const Box b = random_resized_crop(300, 20, 0.9f, 1.0f, rng, 1.0, 1.0);  // no square fits 90 %
+  EXPECT_TRUE(b.w == 20 && b.h == 20 && b.x == 140 && b.y == 0) << b.x << " " << b.y << " " << b.w << " " << b.h;
+}
+
 TEST(data_image, SameRngSameBox) {
   Rng a(1, 2, 3, Stream::augment), b(1, 2, 3, Stream::augment), c(1, 2, 4, Stream::augment);
   const Box x = random_resized_crop(500, 375, 0.08f, 1, a), y = random_resized_crop(500, 375, 0.08f, 1, b);

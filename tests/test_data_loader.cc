@@ -114,6 +114,30 @@ TEST_F(data_loader, SameBatchesForAnyThreadCountAndExactResume) {
 
 // data.auto_augment reaches the training crops (and only them), as a function of (seed, epoch,
 // sample) like the rest: any thread count, a resume, and the 8-bit output all agree.
+// data.min_ratio / max_ratio reach the training crops: at a ratio of 100 no box of the random
+// draws fits, and the fallback, a centred strip one source row high, makes every output row of a
+// training image the same (up to the resize's fixed-point rounding, a level or two of 255); the
+// default ratio range does not.
+TEST_F(data_loader, CropRatioRangeReachesTheTrainingCrops) {
+  for (const double ratio : {100.0, 0.0}) {
+    DataConfig cfg = folder_config(root(), 1);
+    cfg.flip = false;
+    if (ratio > 0) cfg.min_ratio = cfg.max_ratio = ratio;
+    auto l = make_loader(cfg, Split::train, 0, 1, 2);
+    const std::vector<Batch> e = run_epoch(*l, {0, 0});
+    ASSERT_FALSE(e.empty());
+    const Batch& b = e.front();
+    const int s = cfg.image_size;
+    bool rows_alike = true;  // image 0, every channel plane (NCHW)
+    for (int c = 0; c < 3; ++c)
+      for (int y = 1; y < s; ++y)
+        for (int x = 0; x < s; ++x)
+          rows_alike = rows_alike &&
+                       std::abs(b.images[size_t((c * s + y) * s + x)] - b.images[size_t(c * s * s + x)]) < 0.05f;
+    EXPECT_EQ(rows_alike, ratio > 0) << "ratio " << ratio;
+  }
+}
+
 TEST_F(data_loader, AutoAugmentChangesTrainingCropsOnlyAndReproduces) {
   DataConfig aug = folder_config(root(), 1), aug3 = folder_config(root(), 3);
   aug.auto_augment.policy = aug3.auto_augment.policy = AutoAugment::randaugment;

@@ -491,6 +491,11 @@ TEST(trainer_config, DerivedValues) {
     EXPECT_DOUBLE_EQ(config_base_lr(r, 8), 0.001 * factor) << rule;
     EXPECT_DOUBLE_EQ(config_schedule(r, 8).final_lr, 0.0001 * factor) << rule;
   }
+  EXPECT_NE(error_of([] {
+              config_validate(config_parse("data: {synthetic: true, min_ratio: 1.5, max_ratio: 1.2}\n", "q.yaml"));
+            })
+                .find("q.yaml:1: key 'data.max_ratio' must be >= data.min_ratio (1.5, set in q.yaml:1) (got 1.2)"),
+            std::string::npos);
   EXPECT_NE(error_of([] { config_validate(config_parse("data: {synthetic: true}\noptimizer: {lr_scaling: square}\n", "s.yaml")); })
                 .find("s.yaml:2: key 'optimizer.lr_scaling' must be linear, sqrt or none (got square)"),
             std::string::npos);

@@ -172,8 +172,8 @@ const char* cli_usage() {
          "\n"
          "Rank 0 prints the resolved configuration, progress, epoch summaries; metrics go to\n"
          "<run_dir>/metrics.jsonl (log.jsonl), checkpoints to <run_dir>/checkpoints.\n"
-         "SIGUSR1 to mpirun (or SIGTERM, SIGINT to the ranks) stops training after the current step\n"
-         "with a checkpoint; --resume auto continues from it.\n";
+         "SIGUSR1 or SIGUSR2 to mpirun (or SIGTERM, SIGINT to the ranks) stops training after the\n"
+         "current step or evaluation with a checkpoint; --resume auto continues from it.\n";
 }
 
 CliOptions cli_parse(int argc, const char* const* argv) {

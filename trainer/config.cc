@@ -47,6 +47,8 @@ void config_fields(C& c, V&& v) {
   v("data.std", c.data.std);
   v("data.min_scale", c.data.min_scale);
   v("data.max_scale", c.data.max_scale);
+  v("data.min_ratio", c.data.min_ratio);
+  v("data.max_ratio", c.data.max_ratio);
   v("data.flip", c.data.flip);
   v("data.auto_augment", c.data.auto_augment.policy);
   v("data.randaugment_ops", c.data.auto_augment.ops);

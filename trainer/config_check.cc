@@ -128,6 +128,10 @@ void config_validate(const Config& c) {
             str_cat("must be in [data.min_scale, 1] (min_scale ", d.min_scale, ", set in ",
                     config_origin(c, "data.min_scale"), ")"),
             d.max_scale);
+  k.require(finite_pos(d.min_ratio), "data.min_ratio", "must be > 0", d.min_ratio);
+  k.require(std::isfinite(d.max_ratio) && d.max_ratio >= d.min_ratio, "data.max_ratio",
+            str_cat("must be >= data.min_ratio (", d.min_ratio, ", set in ", config_origin(c, "data.min_ratio"), ")"),
+            d.max_ratio);
   const auto& aa = d.auto_augment;
   k.require(aa.ops >= 1 && aa.ops <= data::kMaxAugSteps, "data.randaugment_ops",
             str_cat("must be in [1, ", data::kMaxAugSteps, "]"), aa.ops);
