@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace rt {
 
@@ -26,9 +27,24 @@ std::string stderr_text(std::string_view line, bool clear) {
   return s;
 }
 
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO); }
+
+std::string first_missing_folder(const std::string& dir) {
+  std::error_code ec;
+  std::string made;
+  for (auto d = std::filesystem::path(dir); !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path())
+    made = d.string();
+  return made;
+}
+
+void remove_made_folders(const std::string& dir, const std::string& made) {
+  if (made.empty()) return;
+  std::error_code ec;  // remove() refuses a folder that is not empty: the walk ends there
+  for (auto d = std::filesystem::path(dir); std::filesystem::remove(d, ec) && d != made;) d = d.parent_path();
+}
+
 const char* stderr_line_prefix() {
-  static const bool clear =
-      isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO) && reaches_terminal(STDERR_FILENO);
+  static const bool clear = stdout_is_terminal() && reaches_terminal(STDERR_FILENO);
   return clear ? "\r\033[K" : "";
 }
 

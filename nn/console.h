@@ -19,6 +19,16 @@ bool reaches_terminal(int fd);
 // the start of the terminal's line, cleared) when `clear` is set.
 std::string stderr_text(std::string_view line, bool clear);
 
+// Whether this process's standard output reaches a terminal (through the launcher: a rank's own
+// pseudo-terminal alone does not count). Rank 0's live progress line is drawn only then.
+bool stdout_is_terminal();
+
+// Made-folder bookkeeping, for files a job may leave behind when refused at start: the outermost
+// folder of `dir` that does not exist yet ("" when none), and, given it, the removal of `dir` and
+// its parents up to it, each only while empty.
+std::string first_missing_folder(const std::string& dir);
+void remove_made_folders(const std::string& dir, const std::string& made);
+
 // What stderr_line puts before its lines: "\r\033[K" where standard output and standard error
 // both reach the terminal, else "". Fixed at the first call; a signal handler may write it
 // (async-signal-safe) once it has been called before the handler is installed.

@@ -91,8 +91,7 @@ void Metrics::open() {
   // What this opening makes (the file, its first missing folder) goes again if no record comes:
   // a job refused at start leaves no empty metrics file in a run folder of its own making.
   made_file_ = !std::filesystem::exists(p, ec);
-  made_dir_.clear();
-  for (auto d = p.parent_path(); !d.empty() && !std::filesystem::exists(d, ec); d = d.parent_path()) made_dir_ = d;
+  made_dir_ = first_missing_folder(p.parent_path().string());
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   if (ec)  // the cause (a read-only file system, say), not the missing folder it leaves
     throw Error(str_cat(p.parent_path().string(), ": cannot create the folder of the metrics file (", ec.message(), ")"));
@@ -109,10 +108,7 @@ Metrics::~Metrics() {
   if (!f_ || records_ || !made_file_) return;
   std::error_code ec;
   std::filesystem::remove(path_, ec);
-  // The folders made for it, innermost first, each only if empty (remove refuses others).
-  if (!made_dir_.empty())
-    for (auto d = std::filesystem::path(path_).parent_path(); std::filesystem::remove(d, ec) && d != made_dir_;)
-      d = d.parent_path();
+  remove_made_folders(std::filesystem::path(path_).parent_path().string(), made_dir_);
 }
 
 void Metrics::step(int rank, const StepRecord& r) {
@@ -175,7 +171,6 @@ void Metrics::write(const JsonLine& line) {
   check_written();
 }
 
-bool stdout_is_terminal() { return isatty(STDOUT_FILENO) && reaches_terminal(STDOUT_FILENO); }
 
 std::string fixed(double v, int decimals) {
   char buf[48];

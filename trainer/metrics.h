@@ -77,7 +77,7 @@ class Metrics {
   int64_t unflushed_ = 0;
   int64_t records_ = 0;
   bool made_file_ = false;            // open() made the file: removed again if no record came
-  std::filesystem::path made_dir_;    // the outermost folder open() made for it, if any
+  std::string made_dir_;              // the outermost folder open() made for it, if any
 };
 
 // Rank 0's progress: every `interval` steps one update with epoch, step/steps, loss (mean over
@@ -103,8 +103,6 @@ class Progress {
   int tty_ = -1;                  // where the terminal's width is asked (live only)
 };
 
-// Whether rank 0's standard output reaches a terminal (through mpirun too): a live bar then.
-bool stdout_is_terminal();
 // A descriptor of the terminal rank 0's output reaches (under mpirun, mpirun's: a rank's own
 // pseudo-terminal has no width of the user's), or -1.
 int open_output_terminal();

@@ -188,10 +188,6 @@ std::vector<std::string> predict_inputs(const std::vector<std::string>& args) {
 }
 
 namespace {
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // A CSV field, quoted where it holds a comma, a quote or a line break (RFC 4180).
 std::string csv_field(const std::string& v) {
   if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
@@ -202,13 +198,13 @@ std::string csv_field(const std::string& v) {
 }  // namespace
 
 void predict_output_check(const std::string& path) {
-  if (!ends_with(path, ".csv") && !ends_with(path, ".jsonl"))
+  if (!path.ends_with(".csv") && !path.ends_with(".jsonl"))
     throw ConfigError(str_cat("command line: --output ", path, ": name a .csv or a .jsonl file"));
 }
 
 void write_predictions(const std::string& path, const std::vector<Prediction>& ps,
                        const std::vector<std::string>& names, int top_k) {
-  const bool csv = ends_with(path, ".csv");
+  const bool csv = path.ends_with(".csv");
   const auto name_of = [&](int32_t c) { return size_t(c) < names.size() ? names[size_t(c)] : std::to_string(c); };
   std::string text;
   if (csv) {

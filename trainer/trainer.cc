@@ -323,8 +323,7 @@ void Trainer::train() {
         save_checkpoint();
         return;
       }
-      bool unused = false;
-      if (const int stop = agreed_stop_signal(unused, true)) report_stop(stop);  // stopped again
+      if (const int stop = agreed_stop_signal_again()) report_stop(stop);  // stopped again
       return;
     }
     notice(str_cat("nothing to train: step ", step_, " of ", total_steps_, " already done",
@@ -412,8 +411,7 @@ void Trainer::train() {
   // A stop asked during the set-up (a dataset generated, a checkpoint loaded) or that pending
   // evaluation is taken before any step: nothing new to save.
   if (stop_handlers_installed()) {
-    bool unused = false;
-    if (const int stop = agreed_stop_signal(unused, true)) {
+    if (const int stop = agreed_stop_signal_again()) {
       if (pending_made) save_checkpoint();  // else the next resume would make it again
       report_stop(stop);
       return;
@@ -459,8 +457,7 @@ void Trainer::train() {
     // At the run's end only where the stop interrupted its last evaluation: a stop, with the
     // evaluation pending in the checkpoint, rather than a finished run without its figures.
     if (!stop && (run_end ? eval_pending_ : epoch_end || save)) {
-      bool unused = false;
-      if ((stop = agreed_stop_signal(unused, true)) != 0 && !save) save_checkpoint();
+      if ((stop = agreed_stop_signal_again()) != 0 && !save) save_checkpoint();
     }
     if (stop) {
       report_stop(stop);

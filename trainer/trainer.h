@@ -177,6 +177,10 @@ class Trainer {
   // checkpoint is due (checkpoint.every_minutes). `again`: a second look after the step's own
   // (after an evaluation or a save, which may take minutes), without the step's fault drill.
   int agreed_stop_signal(bool& save_due, bool again = false);
+  int agreed_stop_signal_again() {
+    bool unused = false;
+    return agreed_stop_signal(unused, true);
+  }
   // Reports the stop by `sig` after step_ (the record, the line saying how to continue).
   void report_stop(int sig);
   // Collective (agreement.cc): every rank runs rank 0's configuration (config_key_per_rank aside)

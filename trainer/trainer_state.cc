@@ -12,6 +12,7 @@
 #include "comm/mpi_check.h"
 #include "data/dataset.h"
 #include "nn/clock.h"
+#include "nn/console.h"
 #include "trainer/trainer.h"
 
 namespace rt::trainer {
@@ -78,7 +79,7 @@ Trainer::DirLock::~DirLock() {
     if (it->path().filename() != ".lock") return;
   if (ec) return;
   std::filesystem::remove(file, ec);
-  for (auto d = dir; std::filesystem::remove(d, ec) && d != made;) d = d.parent_path();
+  remove_made_folders(dir.string(), made);
 }
 
 void Trainer::lock_run_dir() {
@@ -86,8 +87,7 @@ void Trainer::lock_run_dir() {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir = cfg_.run_dir;
-  std::string made;
-  for (auto d = dir; !d.empty() && !fs::exists(d, ec); d = d.parent_path()) made = d.string();
+  const std::string made = first_missing_folder(cfg_.run_dir);
   fs::create_directories(dir, ec);
   const std::string path = (dir / ".lock").string();
   const int fd = ec ? -1 : ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
