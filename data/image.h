@@ -48,8 +48,13 @@ Box center_crop_box(int width, int height, int size, int resize = 0);
 // Largest of 1, 2, 4, 8 such that the box, reduced by it, still has both sides >= size.
 int reduction_for(const Box& box, int size);
 
+// The resize's taps where it shrinks by less than 2x or enlarges (area averaging beyond);
+// random: each training crop draws bilinear or bicubic (timm's --train-interpolation default).
+enum class Interpolation : uint8_t { bilinear, bicubic, random };
+
 struct AugmentSpec {
   int size = 224;
+  Interpolation interpolation = Interpolation::bilinear;
   bool train = true;
   int resize = 0;                // evaluation: center_crop_box's resize (0: size * 256 / 224)
   float min_scale = 0.08f, max_scale = 1.0f;

@@ -19,6 +19,7 @@ struct PixelDraws {
   AugStep steps[kMaxAugSteps];  // the automatic augmentation's ops, in order
   int nsteps = 0;
   Box erase;                    // random erasing's box (empty: none)
+  bool bicubic = false;         // Interpolation::random's draw
 };
 
 // Writes an already decoded BGR image's box, resized to size x size, into the outputs, mirrored

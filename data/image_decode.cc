@@ -33,9 +33,13 @@ void crop_resize_write(const cv::Mat& bgr, const Box& box, bool flip, const Augm
   const cv::Mat* src = &roi;
   DecodeScratch::Mats& m = scratch.mats();
   if (box.w != s || box.h != s) {
-    // Shrinking by more than 2x with bilinear taps would alias; area averaging does not.
+    // Shrinking by more than 2x with bilinear or bicubic taps would alias; area averaging does
+    // not. (The reduced-size JPEG decode leaves less than 2x to shrink in most crops.)
     const bool big = box.w >= 2 * s && box.h >= 2 * s;
-    cv::resize(roi, m.resized, cv::Size(s, s), 0, 0, big ? cv::INTER_AREA : cv::INTER_LINEAR);
+    const bool cubic = spec.interpolation == Interpolation::bicubic ||
+                       (spec.interpolation == Interpolation::random && draws && draws->bicubic);
+    const int taps = cubic ? cv::INTER_CUBIC : cv::INTER_LINEAR;
+    cv::resize(roi, m.resized, cv::Size(s, s), 0, 0, big ? cv::INTER_AREA : taps);
     src = &m.resized;
   }
   if (flip) {
@@ -96,6 +100,8 @@ bool decode_augment(const uint8_t* data, size_t len, const AugmentSpec& spec, Rn
     draws.nsteps = draw_aug_steps(spec.auto_augment, spec.size, spec.size, rng, draws.steps);
     if (spec.random_erasing > 0 && rng.uniform() < spec.random_erasing)
       draws.erase = random_erasing_box(spec.size, spec.size, rng);
+    // Last, and only when asked: every other setting keeps its draws as they were.
+    if (spec.interpolation == Interpolation::random) draws.bicubic = rng.next_u64() >> 63;
   }
   Box use = box;
   {

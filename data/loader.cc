@@ -98,6 +98,7 @@ class PipelineLoader final : public Loader {
     if (!train) aug_.resize = eval_resize(cfg);
     if (train) aug_.auto_augment = cfg.auto_augment, aug_.random_erasing = cfg.random_erasing;
     aug_.min_ratio = cfg.min_ratio;
+    aug_.interpolation = train ? cfg.interpolation : cfg.eval_interpolation;
     aug_.max_ratio = cfg.max_ratio;
     threads_ = cfg.threads > 0 ? cfg.threads : available_cores();
     slots_.resize(static_cast<size_t>(cfg.queue_depth));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/autoaugment.h"
+#include "data/image.h"
 #include "nn/host_memory.h"
 #include "nn/normalize.h"
 
@@ -46,6 +47,9 @@ struct DataConfig {
   double min_ratio = 3.0 / 4.0; // random-resized-crop aspect ratio (w / h) range
   double max_ratio = 4.0 / 3.0;
   bool flip = true;             // random horizontal flip (training only)
+  Interpolation interpolation = Interpolation::bilinear;  // training crops' resize: bilinear
+                                //   (torchvision's), bicubic, or random (either, per crop: timm's)
+  Interpolation eval_interpolation = Interpolation::bilinear;  // evaluation's: bilinear or bicubic
   AutoAugmentSpec auto_augment; // AutoAugment, RandAugment or TrivialAugmentWide (training only)
   float random_erasing = 0;     // probability of erasing a random box of a training crop
   uint64_t seed = 0;            // permutation of epoch e: seeded by (seed, e); augmentation too

@@ -3,10 +3,12 @@
 // header parsing, grayscale input, truncated files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "data/image_cv.h"
 
@@ -152,6 +154,36 @@ TEST(data_image, CropResizeTakesTheBoxAndFlipMirrors) {
   // 8-bit output: RGB, HWC, the same pixels.
   EXPECT_EQ(hwc[(5 * 20 + 7) * 3 + 2], static_cast<uint8_t>(std::lround(out[2 * plane + 5 * 20 + 7])));
   EXPECT_EQ(hwc[(5 * 20 + 7) * 3 + 1], static_cast<uint8_t>(std::lround(out[plane + 5 * 20 + 7])));
+}
+
+// data.interpolation: bicubic taps are OpenCV's (its cubic kernel, a = -0.75), which ring at an
+// edge (undershoot and overshoot) where bilinear stays between the two levels; beyond a 2x
+// shrink both average areas.
+TEST(data_image, BicubicTapsRingAtAnEdgeAndAreaAveragingStaysBeyondTwoTimes) {
+  cv::Mat img(40, 40, CV_8UC3, cv::Scalar(50, 50, 50));
+  img(cv::Rect(20, 0, 20, 40)).setTo(cv::Scalar(200, 200, 200));  // a vertical edge at x = 20
+  AugmentSpec linear = raw_spec(56, false), cubic = linear;
+  cubic.interpolation = Interpolation::bicubic;
+  DecodeScratch scratch;
+  auto run = [&](const AugmentSpec& spec, const Box& box) {
+    std::vector<float> out(size_t(3) * spec.size * spec.size);
+    crop_resize_write(img, box, false, spec, scratch, out.data(), nullptr);
+    return out;
+  };
+  const Box whole{0, 0, 40, 40};  // enlarged 1.4x
+  const auto l = run(linear, whole), c = run(cubic, whole);
+  const auto [lmin, lmax] = std::minmax_element(l.begin(), l.end());
+  const auto [cmin, cmax] = std::minmax_element(c.begin(), c.end());
+  EXPECT_GE(*lmin, 50);
+  EXPECT_LE(*lmax, 200);
+  EXPECT_LT(*cmin, 45);
+  EXPECT_GT(*cmax, 205);
+  cv::Mat want;
+  cv::resize(img, want, cv::Size(56, 56), 0, 0, cv::INTER_CUBIC);
+  for (int y = 0; y < 56; y += 11)
+    for (int x = 0; x < 56; ++x) ASSERT_EQ(c[size_t(y) * 56 + x], want.at<cv::Vec3b>(y, x)[2]) << y << "," << x;
+  linear.size = cubic.size = 16;  // 40 -> 16: 2.5x smaller
+  EXPECT_EQ(run(linear, whole), run(cubic, whole));
 }
 
 TEST(data_image, NormalizeUsesMeanAndStdPerRgbChannel) {

@@ -138,6 +138,52 @@ TEST_F(data_loader, CropRatioRangeReachesTheTrainingCrops) {
   }
 }
 
+// data.interpolation reaches the training crops and data.eval_interpolation the evaluation's,
+// each only its own split: the same samples, other pixels. random gives each training crop one
+// of the two, the same box and flip (its draw comes last), and both kinds over an epoch.
+TEST_F(data_loader, InterpolationReachesItsSplitOnly) {
+  DataConfig cubic = folder_config(root(), 1), eval_cubic = cubic, random = cubic;
+  cubic.interpolation = Interpolation::bicubic;
+  eval_cubic.eval_interpolation = Interpolation::bicubic;
+  random.interpolation = Interpolation::random;
+  auto epoch = [&](const DataConfig& cfg, Split split) { return run_epoch(*make_loader(cfg, split, 0, 1, 4), {0, 0}); };
+  // Per batch: whether every image differs from the other run's.
+  auto all_differ = [](const std::vector<Batch>& a, const std::vector<Batch>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    bool differ = !a.empty();
+    for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+      EXPECT_EQ(a[s].indices, b[s].indices);
+      differ = differ && !(a[s].images == b[s].images);
+    }
+    return differ;
+  };
+  for (const Split split : {Split::train, Split::val}) {
+    const bool train = split == Split::train;
+    const auto plain = epoch(folder_config(root(), 1), split);
+    EXPECT_EQ(all_differ(plain, epoch(cubic, split)), train);
+    EXPECT_EQ(all_differ(plain, epoch(eval_cubic, split)), !train);
+  }
+  const auto lin = epoch(folder_config(root(), 1), Split::train), cub = epoch(cubic, Split::train);
+  const auto mix = epoch(random, Split::train);
+  ASSERT_EQ(mix.size(), lin.size());
+  int from_linear = 0, from_cubic = 0;
+  for (size_t s = 0; s < mix.size(); ++s) {
+    const size_t per = mix[s].images.size() / size_t(mix[s].n);
+    for (int i = 0; i < mix[s].n; ++i) {
+      auto same = [&](const Batch& o) {
+        return std::equal(mix[s].images.begin() + i * per, mix[s].images.begin() + (i + 1) * per,
+                          o.images.begin() + i * per);
+      };
+      const bool l = same(lin[s]), c = same(cub[s]);
+      EXPECT_TRUE(l != c) << "batch " << s << " image " << i << ": bilinear's " << l << ", bicubic's " << c;
+      from_linear += l;
+      from_cubic += c;
+    }
+  }
+  EXPECT_GT(from_linear, 0);
+  EXPECT_GT(from_cubic, 0);
+}
+
 TEST_F(data_loader, AutoAugmentChangesTrainingCropsOnlyAndReproduces) {
   DataConfig aug = folder_config(root(), 1), aug3 = folder_config(root(), 3);
   aug.auto_augment.policy = aug3.auto_augment.policy = AutoAugment::randaugment;

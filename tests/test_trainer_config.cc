@@ -351,6 +351,23 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("--set: key 'data.repeated_augment' must be >= 1 (1: off; e.g. 4) (got 0)"), std::string::npos) << e;
   EXPECT_EQ(config_parse("", "d.yaml").data.repeated_augment, 1);
   EXPECT_EQ(config_parse("", "d.yaml").data.eval_image_size, 0);
+  // The crops' resize taps: training's may draw per crop, evaluation's is one of the two.
+  EXPECT_EQ(config_parse("data: {interpolation: random, eval_interpolation: bicubic}\n", "d.yaml").data.interpolation,
+            data::Interpolation::random);
+  EXPECT_EQ(config_parse("data: {eval_interpolation: bicubic}\n", "d.yaml").data.eval_interpolation,
+            data::Interpolation::bicubic);
+  EXPECT_EQ(config_parse("", "d.yaml").data.interpolation, data::Interpolation::bilinear);
+  e = invalid("data: {eval_interpolation: random}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'data.eval_interpolation' must be bilinear or bicubic (random draws per training "
+                   "crop only) (got random)"),
+            std::string::npos) << e;
+  e = invalid("", {"data.interpolation=nearest"});
+  EXPECT_NE(e.find("key 'data.interpolation': 'nearest' is not bilinear, bicubic or random"), std::string::npos) << e;
+  // Evaluation's own batch: 0 is training's.
+  e = invalid("", {"eval.batch=-1"});
+  EXPECT_NE(e.find("--set: key 'eval.batch' must be >= 0 (0: train.batch) (got -1)"), std::string::npos) << e;
+  EXPECT_EQ(config_eval_batch(config_parse("train: {batch: 24}\n", "d.yaml")), 24);
+  EXPECT_EQ(config_eval_batch(config_parse("train: {batch: 24}\neval: {batch: 100}\n", "d.yaml")), 100);
   e = invalid("checkpoint: {every_minutes: -5}\n");
   EXPECT_NE(e.find("v.yaml:2: key 'checkpoint.every_minutes' must be >= 0 (0: off) (got -5)"), std::string::npos) << e;
   EXPECT_EQ(invalid("checkpoint: {every_minutes: 30}\n"), "");

@@ -41,6 +41,8 @@ void config_fields(C& c, V&& v) {
   v("data.image_size", c.data.image_size);
   v("data.eval_image_size", c.data.eval_image_size);
   v("data.eval_resize", c.data.eval_resize);
+  v("data.interpolation", c.data.interpolation);
+  v("data.eval_interpolation", c.data.eval_interpolation);
   v("data.threads", c.data.threads);
   v("data.queue_depth", c.data.queue_depth);
   v("data.mean", c.data.mean);
@@ -130,6 +132,7 @@ void config_fields(C& c, V&& v) {
   v("checkpoint.keep_best", c.checkpoint.keep_best);
   v("eval.every_epochs", c.eval.every_epochs);
   v("eval.at_end", c.eval.at_end);
+  v("eval.batch", c.eval.batch);
   v("log.jsonl", c.log.jsonl);
   v("log.interval", c.log.interval);
   v("log.progress", c.log.progress);
@@ -251,6 +254,13 @@ void read_value(const YAML::Node& n, data::Output& f, const std::string& at, con
   else if (s == "u8") f = data::Output::u8;
   else throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not float or u8"));
 }
+void read_value(const YAML::Node& n, data::Interpolation& f, const std::string& at, const std::string& k) {
+  const std::string s = scalar_as<std::string>(n, at, k, "bilinear, bicubic or random");
+  if (s == "bilinear") f = data::Interpolation::bilinear;
+  else if (s == "bicubic") f = data::Interpolation::bicubic;
+  else if (s == "random") f = data::Interpolation::random;
+  else throw ConfigError(str_cat(at, ": key '", k, "': '", s, "' is not bilinear, bicubic or random"));
+}
 void read_value(const YAML::Node& n, data::AutoAugment& f, const std::string& at, const std::string& k) {
   const std::string s = scalar_as<std::string>(n, at, k, "an augmentation policy");
   try {
@@ -322,6 +332,9 @@ YAML::Node to_node(ScheduleKind f) { return YAML::Node(schedule_kind_name(f)); }
 YAML::Node to_node(OptimizerKind f) { return YAML::Node(optimizer_kind_name(f)); }
 YAML::Node to_node(LossKind f) { return YAML::Node(loss_kind_name(f)); }
 YAML::Node to_node(data::AutoAugment f) { return YAML::Node(data::auto_augment_name(f)); }
+YAML::Node to_node(data::Interpolation f) {
+  return YAML::Node(f == data::Interpolation::bicubic ? "bicubic" : f == data::Interpolation::random ? "random" : "bilinear");
+}
 YAML::Node to_node(data::Output f) { return YAML::Node(f == data::Output::u8 ? "u8" : "float"); }
 template <class V>
 YAML::Node seq_node(const V& values, size_t n) {

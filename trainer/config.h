@@ -99,7 +99,8 @@ struct CheckpointConfig {             // key prefix: checkpoint.
 struct EvalConfig {                   // key prefix: eval.
   int64_t every_epochs = 1;           // validate after every this many epochs; 0 = never
   bool at_end = true;                 // validate after the last epoch whatever every_epochs says
-};                                    // (the evaluation batch is train.batch: one network)
+  int64_t batch = 0;                  // images per rank per evaluation forward pass (also --eval's
+};                                    //   and --predict's); 0 = train.batch
 
 struct LogConfig {                    // key prefix: log.
   std::string jsonl;                  // metrics file; "{rank}" -> rank; "" = rank 0 only, at
@@ -215,6 +216,7 @@ std::vector<std::string> config_changed_keys(const Config& cfg);
 // every key.
 std::string inapplicable_keys(const Config& cfg);
 double config_global_batch(const Config& cfg, int world);     // world * batch * accumulate
+int64_t config_eval_batch(const Config& cfg);                 // eval.batch, or train.batch where 0
 double config_base_lr(const Config& cfg, int world);          // lr * config_lr_factor
 // What optimizer.lr and schedule.final_lr are multiplied by at this global batch B (by
 // optimizer.lr_scaling): B / 256, sqrt(B / 256) or 1.

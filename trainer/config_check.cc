@@ -128,6 +128,8 @@ void config_validate(const Config& c) {
             str_cat("must be in [data.min_scale, 1] (min_scale ", d.min_scale, ", set in ",
                     config_origin(c, "data.min_scale"), ")"),
             d.max_scale);
+  k.require(d.eval_interpolation != data::Interpolation::random, "data.eval_interpolation",
+            "must be bilinear or bicubic (random draws per training crop only)", "random");
   k.require(finite_pos(d.min_ratio), "data.min_ratio", "must be > 0", d.min_ratio);
   k.require(std::isfinite(d.max_ratio) && d.max_ratio >= d.min_ratio, "data.max_ratio",
             str_cat("must be >= data.min_ratio (", d.min_ratio, ", set in ", config_origin(c, "data.min_ratio"), ")"),
@@ -260,6 +262,7 @@ void config_validate(const Config& c) {
   k.require(!c.checkpoint.keep_best || c.eval.every_epochs > 0 || c.eval.at_end, "checkpoint.keep_best",
             "needs evaluations to choose by (eval.every_epochs > 0 or eval.at_end)", c.checkpoint.keep_best);
   k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
+  k.require(c.eval.batch >= 0, "eval.batch", "must be >= 0 (0: train.batch)", c.eval.batch);
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
   k.require(c.log.timeline_skip >= 0, "log.timeline_skip", "must be >= 0", c.log.timeline_skip);
   k.require(c.log.timeline_steps >= 1, "log.timeline_steps", "must be >= 1", c.log.timeline_steps);
@@ -347,6 +350,8 @@ std::string inapplicable_keys(const Config& c) {
 double config_global_batch(const Config& c, int world) {
   return double(world) * double(c.train.batch) * double(c.train.accumulate);
 }
+
+int64_t config_eval_batch(const Config& c) { return c.eval.batch > 0 ? c.eval.batch : c.train.batch; }
 
 double config_lr_factor(const Config& c, int world) {
   const double per_256 = config_global_batch(c, world) / 256.0;

@@ -61,7 +61,7 @@ EvalResult Trainer::evaluate() {
   // the decode threads start: a known bad image is counted at once.
   const int64_t skipped_before = loader.skipped();
   loader.start_epoch({0, 0});
-  const int batch = int(cfg_.train.batch);
+  const int batch = int(config_eval_batch(cfg_));
   const int64_t classes = classes_;
   const size_t per_image = pad_images.size() / size_t(batch);
   int64_t counts[5] = {0, 0, 0, 0, 0};  // samples, top1, top5, skipped (undecodable), interrupted
@@ -138,13 +138,18 @@ EvalResult Trainer::evaluate() {
 
 Net<float>& Trainer::eval_net() {
   // Evaluation at another side than training's (data.eval_image_size: FixRes's train-small,
-  // test-large effect) runs the same model set up once more for that input, forward only, with
-  // the weights copied in before each evaluation. Built on first use, kept for the run.
+  // test-large effect) or at another batch (eval.batch: forward only needs no activations kept
+  // for backward, so a larger batch fits) runs the same model set up once more for that input,
+  // forward only, with the weights copied in before each evaluation. Built on first use, kept for
+  // the run.
   const int64_t side = data::eval_image_size(cfg_.data);
-  if (side == cfg_.data.image_size) return *net_;
+  const int64_t batch = config_eval_batch(cfg_);
+  // (--eval's one network is already at the evaluation batch.)
+  if (side == cfg_.data.image_size && (batch == cfg_.train.batch || use_ == Use::evaluate)) return *net_;
   if (!eval_net_) {
     Config c = cfg_;
     c.data.image_size = int(side);
+    c.train.batch = batch;
     eval_net_ = build_net(c, true);
     eval_pad_images_.resize(size_t(eval_net_->shape(0).numel()));
     if (cfg_.data.output == data::Output::u8) eval_pad_pixels_.resize(eval_pad_images_.size());

@@ -63,7 +63,7 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
   const int side = data::eval_image_size(cfg.data);
   ResNetConfig r = config_resnet(cfg);
   r.image_size = side;
-  r.batch = std::clamp<int64_t>(int64_t(files.size()), 1, cfg.train.batch);
+  r.batch = std::clamp<int64_t>(int64_t(files.size()), 1, config_eval_batch(cfg));
   r.inference_only = true;
   auto net = build_resnet<float>(r, make_backend<float>(cfg.backend, cfg.cuda));
   std::vector<std::string> saved = load_every_tensor(path, *net, cfg.model.name, ema);
@@ -73,6 +73,7 @@ std::vector<Prediction> predict_files(const Config& cfg, const std::string& path
       data::make_augment_spec(side, /*train=*/false, cfg.data.min_scale, cfg.data.max_scale, false, cfg.data.mean,
                               cfg.data.std);
   spec.resize = data::eval_resize(cfg.data);
+  spec.interpolation = cfg.data.eval_interpolation;
   data::DecodeScratch scratch;
   data::Rng rng(0);  // evaluation's centre crop draws nothing
   const size_t per_image = size_t(3) * size_t(side) * size_t(side);

@@ -90,7 +90,15 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   schedule_ = config_schedule(cfg_, world_);
 
   make_bn_sync(world);
-  net_ = build_net(cfg_, false);
+  if (use_ == Use::evaluate) {
+    // Nothing is trained: the one network is set up at the evaluation batch, forward only (no
+    // activation kept for a backward pass).
+    Config c = cfg_;
+    c.train.batch = config_eval_batch(cfg_);
+    net_ = build_net(c, true);
+  } else {
+    net_ = build_net(cfg_, false);
+  }
   auto& arena = net_->arena();
   if (bn_sync_) {  // the largest sum: forward's three per channel and the rows
     size_t channels = 0;
@@ -139,7 +147,9 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   losses_.reserve(size_t(std::min<int64_t>(total_steps_, int64_t(1) << 20)));
   classes_ = net_->shape(net_->logits()).c;
   // Page-locked for a GPU, so that the step's queued exports of the logits do not wait.
-  logits_ = HostVector<float>(size_t(passes_ * batch * classes_), HostAllocator<float>(net_->backend().input_memory()));
+  // Also evaluation's, whose batch (eval.batch) may be the larger.
+  const int64_t logit_rows = std::max<int64_t>(passes_ * batch, config_eval_batch(cfg_));
+  logits_ = HostVector<float>(size_t(logit_rows * classes_), HostAllocator<float>(net_->backend().input_memory()));
   step_labels_.assign(size_t(passes_ * batch), 0);
   if (passes_ > 1) {
     grad_sum_ = Buffer<float>(arena.memory());
@@ -148,7 +158,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   pad_images_.resize(size_t(net_->shape(0).numel()));
   if (cfg_.data.output == data::Output::u8) pad_pixels_.resize(pad_images_.size());
   norm_ = data::norm_params(cfg_.data);
-  pad_labels_.assign(size_t(batch), 0);
+  pad_labels_.assign(size_t(config_eval_batch(cfg_)), 0);
   // Where this run will evaluate, its validation data is opened now: a missing folder, classes
   // that differ from training's or too few samples stop the job before any training is lost.
   if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end || use_ == Use::evaluate) val_loader();
@@ -175,7 +185,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   start.add("rank", rank_).add("world", world_).add("nodes", grad_comm_->nodes());
   if (training) start.add("bn_group", bn_sync_ ? bn_sync_->ranks() : 1);
   start.add("model", cfg_.model.name).add("params", int64_t(arena.param_count())).add("threads", omp_get_max_threads())
-      .add("batch", cfg_.train.batch);
+      .add("batch", training ? cfg_.train.batch : config_eval_batch(cfg_));
   if (training)
     start.add("accumulate", passes_)
         .add("global_batch", int64_t(config_global_batch(cfg_, world_)))
@@ -186,6 +196,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
         .add("lars", int64_t(cfg_.optimizer.sgd.lars))
         .add("loss", std::string(loss_kind_name(cfg_.train.loss)));
   start.add("eval_image_size", int64_t(data::eval_image_size(cfg_.data)));
+  if (training) start.add("eval_batch", config_eval_batch(cfg_));
   if (training)
     start.add("comm", std::string(reducer_->algorithm()))
         // One rank averages nothing: no gradient travels, in any type.
@@ -218,7 +229,8 @@ Trainer::~Trainer() = default;
 std::unique_ptr<data::Loader> Trainer::open_loader(data::Split split) {
   auto make_loader = hooks_.make_loader ? hooks_.make_loader : data::make_loader;
   try {
-    return make_loader(cfg_.data, split, rank_, world_, int(cfg_.train.batch));
+    const int64_t batch = split == data::Split::train ? cfg_.train.batch : config_eval_batch(cfg_);
+    return make_loader(cfg_.data, split, rank_, world_, int(batch));
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {

@@ -2,7 +2,7 @@
 // with bf16-compressed gradients and the hierarchical allreduce); N ranks x batch b, or x batch
 // b/2 x 2 accumulated passes, equal 1 rank x batch N*b (a model without batch norm, and one with
 // it whose statistics are synchronised, model.bn_group); evaluation counts every sample once, and
-// at its own side scores what a run set up there does; data.output u8 trains and evaluates exactly
+// at its own side or batch scores what a run set up there does; data.output u8 trains and evaluates exactly
 // as float; golden losses; emulated compute averages every gradient chunk.
 // Checkpoints and resume: test_mpi_trainer_resume.cc; training options: test_mpi_trainer_options.cc.
 #include <mpi.h>
@@ -231,6 +231,46 @@ void check_eval_size(MpiTest& t, const std::string& dir) {
   MPI_EXPECT(t, rc.loss != ra.loss, "side 8 and side 12 score the same loss ", ra.loss);
 }
 
+// eval.batch: evaluation at another batch than training's (larger, and one that leaves a short
+// last batch) scores what evaluating at training's batch does, in a training run (a second
+// network) as in --eval (its one network at that batch), and leaves training's network alone.
+void check_eval_batch(MpiTest& t, const std::string& dir) {
+  Config a = tiny(dir + "/eval_batch");
+  a.backend = "reference";  // per-sample results independent of the batch
+  a.train.steps = 3;
+  a.data.synthetic_samples = 37;
+  Trainer ta(a);
+  ta.train();
+  auto& arena = ta.net().arena();
+  const std::vector<float> p(arena.params().begin(), arena.params().end());
+  const std::vector<float> s(arena.state().begin(), arena.state().end());
+  const EvalResult ra = ta.evaluate();
+  auto same_weights = [&](const std::string& sub, int64_t eval_batch, Trainer::Use use, int64_t* net_batch) {
+    Config c = a;
+    c.run_dir = dir + sub;
+    c.eval.batch = eval_batch;
+    Trainer tb(c, MPI_COMM_WORLD, {}, use);
+    std::copy(p.begin(), p.end(), tb.net().arena().params().begin());
+    std::copy(s.begin(), s.end(), tb.net().arena().state().begin());
+    *net_batch = tb.net().shape(0).n;
+    const EvalResult r = tb.evaluate();
+    MPI_EXPECT(t, std::equal(p.begin(), p.end(), tb.net().arena().params().begin()) &&
+                      std::equal(s.begin(), s.end(), tb.net().arena().state().begin()),
+               "evaluating at batch ", eval_batch, " changed the network's weights or statistics");
+    return r;
+  };
+  int64_t train_net = 0, eval_net = 0;
+  const EvalResult rb = same_weights("/eval_batch_b", 16, Trainer::Use::train, &train_net);
+  const EvalResult rc = same_weights("/eval_batch_c", 7, Trainer::Use::evaluate, &eval_net);
+  MPI_EXPECT(t, train_net == 4 && eval_net == 7, "networks at batch ", train_net, " (training, expected 4) and ",
+             eval_net, " (--eval at eval.batch 7)");
+  for (const EvalResult* r : {&rb, &rc})
+    MPI_EXPECT(t, ra.samples == 37 && r->samples == 37 && r->top1 == ra.top1 && r->top5 == ra.top5 &&
+                      std::abs(r->loss - ra.loss) <= 1e-12 * std::abs(ra.loss),
+               "batch 4: ", ra.samples, " samples, top-1 ", ra.top1, ", top-5 ", ra.top5, ", loss ", ra.loss,
+               "; eval.batch ", r == &rb ? 16 : 7, ": ", r->samples, ", ", r->top1, ", ", r->top5, ", ", r->loss);
+}
+
 // The loader's 8-bit pixels normalized by the backend (data.output u8) against its float output:
 // bitwise the same losses, parameters and evaluation (37 samples: short evaluation batches).
 void check_u8_input(MpiTest& t, const std::string& dir) {
@@ -343,6 +383,7 @@ int main(int argc, char** argv) {
     check_data_parallel_equivalence(t, dir, rt::LossKind::bce);
     check_bn_group(t, dir);
     check_eval_counts(t, dir);
+    check_eval_batch(t, dir);
     check_u8_input(t, dir);
     check_golden_losses(t, dir);
     check_emulated_compute(t, dir);
