@@ -3,6 +3,7 @@
 //   bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64]
 //              [--size 224] [--batches N] [--passes P] [--queue 4] [--output float|u8|both]
 //              [--mixup ALPHA] [--cutmix ALPHA] [--auto-augment POLICY]
+//              [--interpolation bilinear|bicubic|random]
 //
 // Each pass starts a new epoch (so the samples and crops differ), takes one batch untimed (the
 // threads start and fill the queue) and times the next N - 1; the first pass only warms up (page
@@ -16,6 +17,8 @@
 // rate (which includes it).
 // --auto-augment POLICY applies data.auto_augment's policy (autoaugment, randaugment with its
 // default 2 ops at magnitude 9, trivialaugment) to the training crops.
+// --interpolation sets the crops' resize taps (data.interpolation, or data.eval_interpolation with
+// --split val).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,7 +36,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: bench_data --root DIR [--split train|val] [--shards INDEX] [--threads T] [--batch 64] [--size 224] "
     "[--batches 20] [--passes 3] [--queue 4] [--output float|u8|both] [--mixup ALPHA] [--cutmix ALPHA] "
-    "[--auto-augment POLICY]\n";
+    "[--auto-augment POLICY] [--interpolation bilinear|bicubic|random]\n";
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "bench_data: %s\n%s", why.c_str(), kUsage);
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!ints.count(k) && k != "--root" && k != "--split" && k != "--shards" && k != "--output" && k != "--mixup" &&
-        k != "--cutmix" && k != "--auto-augment")
+        k != "--cutmix" && k != "--auto-augment" && k != "--interpolation")
       usage("unknown flag " + k);
     if (i + 1 >= argc) usage("missing value for " + k);
     const std::string v = argv[++i];
@@ -122,6 +125,13 @@ int main(int argc, char** argv) {
       } catch (const rt::Error& e) {
         usage(e.what());
       }
+    }
+    else if (k == "--interpolation") {
+      using rt::data::Interpolation;
+      if (v != "bilinear" && v != "bicubic" && v != "random") usage("--interpolation must be bilinear, bicubic or random");
+      cfg.interpolation = v == "bicubic" ? Interpolation::bicubic : v == "random" ? Interpolation::random
+                                                                                  : Interpolation::bilinear;
+      if (cfg.interpolation != Interpolation::random) cfg.eval_interpolation = cfg.interpolation;
     }
     else usage("unknown flag " + k);
   }
