@@ -144,8 +144,8 @@ Net<float>& Trainer::eval_net() {
   // the run.
   const int64_t side = data::eval_image_size(cfg_.data);
   const int64_t batch = config_eval_batch(cfg_);
-  // (--eval's one network is already at the evaluation batch.)
-  if (side == cfg_.data.image_size && (batch == cfg_.train.batch || use_ == Use::evaluate)) return *net_;
+  // (--eval's one network is evaluation's already.)
+  if (use_ == Use::evaluate || (side == cfg_.data.image_size && batch == cfg_.train.batch)) return *net_;
   if (!eval_net_) {
     Config c = cfg_;
     c.data.image_size = int(side);

@@ -91,9 +91,10 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
 
   make_bn_sync(world);
   if (use_ == Use::evaluate) {
-    // Nothing is trained: the one network is set up at the evaluation batch, forward only (no
-    // activation kept for a backward pass).
+    // Nothing is trained: the one network is set up for evaluation's side and batch, forward only
+    // (no activation kept for a backward pass).
     Config c = cfg_;
+    c.data.image_size = data::eval_image_size(cfg_.data);
     c.train.batch = config_eval_batch(cfg_);
     net_ = build_net(c, true);
   } else {

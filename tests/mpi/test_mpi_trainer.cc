@@ -211,10 +211,12 @@ void check_eval_size(MpiTest& t, const std::string& dir) {
                     std::equal(s.begin(), s.end(), arena.state().begin()),
              "evaluating at another side changed the training network");
   MPI_EXPECT(t, ta.evaluate().loss == ra.loss, "a second evaluation at side 12 scores differently");
-  auto same_weights = [&](Config c) {
-    Trainer tb(c);
+  auto same_weights = [&](Config c, Trainer::Use use = Trainer::Use::train) {
+    Trainer tb(c, MPI_COMM_WORLD, {}, use);
     std::copy(p.begin(), p.end(), tb.net().arena().params().begin());
     std::copy(s.begin(), s.end(), tb.net().arena().state().begin());
+    if (use == Trainer::Use::evaluate)  // --eval: its one network is set up at the evaluation side
+      MPI_EXPECT(t, tb.net().shape(0).h == 12, "--eval's network takes side ", tb.net().shape(0).h, ", not 12");
     return tb.evaluate();
   };
   Config b = tiny(dir + "/eval_size_b");
@@ -223,6 +225,12 @@ void check_eval_size(MpiTest& t, const std::string& dir) {
   const EvalResult rb = same_weights(b);
   MPI_EXPECT(t, ra.samples == 37 && rb.samples == 37 && ra.loss == rb.loss && ra.top1 == rb.top1 && ra.top5 == rb.top5,
              "side 12 from a side-8 run: loss ", ra.loss, " top-1 ", ra.top1, "; a side-12 run: loss ", rb.loss,
+             " top-1 ", rb.top1);
+  Config e = a;
+  e.run_dir = dir + "/eval_size_e";
+  const EvalResult re = same_weights(e, Trainer::Use::evaluate);
+  MPI_EXPECT(t, re.samples == 37 && re.loss == rb.loss && re.top1 == rb.top1 && re.top5 == rb.top5,
+             "--eval at side 12 of a side-8 run: loss ", re.loss, " top-1 ", re.top1, "; a side-12 run: loss ", rb.loss,
              " top-1 ", rb.top1);
   Config c = a;
   c.run_dir = dir + "/eval_size_c";
