@@ -193,6 +193,20 @@ void check_eval_counts(MpiTest& t, const std::string& dir) {
              "N ranks: ", all.top1, "/", all.top5, " correct, 1 rank: ", one.top1, "/", one.top5);
 }
 
+// A short run's weights and statistics, and its evaluation (the training network left as it was,
+// checked by the callers).
+struct Trained {
+  std::vector<float> p, s;
+  EvalResult r;
+};
+Trained train_then_evaluate(Trainer& tr) {
+  tr.train();
+  auto& arena = tr.net().arena();
+  Trained out{{arena.params().begin(), arena.params().end()}, {arena.state().begin(), arena.state().end()}, {}};
+  out.r = tr.evaluate();
+  return out;
+}
+
 // data.eval_image_size: evaluation at another side than training's scores exactly what a run set
 // up at that side scores with the same weights and statistics, not the training side's figure,
 // and leaves training's network as it was.
@@ -202,11 +216,8 @@ void check_eval_size(MpiTest& t, const std::string& dir) {
   a.data.eval_image_size = 12;
   a.data.synthetic_samples = 37;  // short last evaluation batches
   Trainer ta(a);
-  ta.train();
+  const auto [p, s, ra] = train_then_evaluate(ta);
   auto& arena = ta.net().arena();
-  const std::vector<float> p(arena.params().begin(), arena.params().end());
-  const std::vector<float> s(arena.state().begin(), arena.state().end());
-  const EvalResult ra = ta.evaluate();
   MPI_EXPECT(t, std::equal(p.begin(), p.end(), arena.params().begin()) &&
                     std::equal(s.begin(), s.end(), arena.state().begin()),
              "evaluating at another side changed the training network");
@@ -248,11 +259,7 @@ void check_eval_batch(MpiTest& t, const std::string& dir) {
   a.train.steps = 3;
   a.data.synthetic_samples = 37;
   Trainer ta(a);
-  ta.train();
-  auto& arena = ta.net().arena();
-  const std::vector<float> p(arena.params().begin(), arena.params().end());
-  const std::vector<float> s(arena.state().begin(), arena.state().end());
-  const EvalResult ra = ta.evaluate();
+  const auto [p, s, ra] = train_then_evaluate(ta);
   auto same_weights = [&](const std::string& sub, int64_t eval_batch, Trainer::Use use, int64_t* net_batch) {
     Config c = a;
     c.run_dir = dir + sub;
