@@ -202,6 +202,23 @@ TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
   expect_matches_reference(imagenet_resnext50(), GetParam());
 }
 
+// The 16-bit backends have no squeeze-and-excitation gate yet: an SE model is refused at build,
+// naming the model, the backend and the layer.
+TEST_P(GpuLowpResNet, SqueezeExcitationModelIsRefusedByName) {
+  RT_REQUIRE_GPU();
+  ResNetConfig cfg = imagenet_resnext50();
+  cfg.name = "seresnext50_32x4d";
+  try {
+    build_resnet<float>(cfg, make_cuda_lowp_backend(GetParam().dtype));
+    FAIL() << "built an SE model on a 16-bit backend";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("model seresnext50_32x4d"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("backend ") + GetParam().backend), std::string::npos) << m;
+    EXPECT_NE(m.find("layer1.0.se.gate"), std::string::npos) << m;
+  }
+}
+
 TEST_P(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
   RT_REQUIRE_GPU();
   const ResNetConfig cfg = cifar_resnet20();

@@ -138,6 +138,15 @@ TEST(GpuResNet, Resnet20MatchesReferenceWhenFirstChoicesAreRefused) {
 }
 #endif
 
+// Squeeze-and-excitation: the channel gate and the 1x1 convolutions with bias on (n, c, 1, 1)
+// tensors, inside ResNeXt bottlenecks.
+TEST(GpuResNet, SeResNeXtForwardBackwardMatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig c = small_resnext();
+  c.name = "seresnext50_32x4d";
+  check_resnet(c, /*per_tensor=*/true);
+}
+
 TEST(GpuResNet, MakeBackendByName) {
   RT_REQUIRE_GPU();
   register_backend();
