@@ -107,6 +107,25 @@ TEST(SeResNet, ZeroInitResidualReachesTheLastBatchNormThroughTheGate) {
   EXPECT_NE(net->arena().params()[b->offset], 0.f);
 }
 
+// On a backend that fuses a batch norm with the residual add it alone feeds, the SE blocks' last
+// batch norms (read by the squeeze and the gate too) stay unfused; without SE they are fused.
+TEST(SeResNet, GatedBatchNormsAreNotFusedWithTheAdd) {
+  auto fused = [](const std::string& model) {
+    ResNetConfig c;
+    c.name = model;
+    c.width = 0.125;
+    c.image_size = 32;
+    c.batch = 2;
+    auto net = build_resnet<float>(c, make_backend<float>("onednn"));
+    int n = 0;
+    for (size_t i = 0; i < net->num_nodes(); ++i) n += net->node(i).name.ends_with("+add");
+    return n;
+  };
+  ASSERT_TRUE(make_backend<float>("onednn")->fuses_bn_add());
+  EXPECT_EQ(fused("resnet18"), 8);
+  EXPECT_EQ(fused("seresnet18"), 0);
+}
+
 // A backend without the gate (the default make_channel_gate) refuses an SE model at build,
 // naming the model, the backend and the layer.
 class NoGateBackend : public test::ForwardingBackend<float> {
