@@ -149,7 +149,7 @@ std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d)
 template <class T>
 std::unique_ptr<ChannelGateOp<T>> Backend<T>::make_channel_gate(const ChannelGateDesc& d) {
   throw Error(str_cat("layer ", d.name, ": backend ", name(),
-                      " has no channel gate (squeeze-and-excitation); use the onednn or reference backend"));
+                      " has no channel gate (squeeze-and-excitation)"));
 }
 
 template <class T>
