@@ -96,6 +96,9 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<DropPathOp<float>> make_drop_path(const DropPathDesc& d) override {
     return make_device_drop_path<float>(d, d.in.chw(), ctx_);
   }
+  std::unique_ptr<ChannelGateOp<float>> make_channel_gate(const ChannelGateDesc& d) override {
+    return make_device_channel_gate(d, ctx_);
+  }
 };
 
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.

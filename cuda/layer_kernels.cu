@@ -136,6 +136,31 @@ __global__ void avgpool_backward_kernel(const float* dy, float* dx, int64_t plan
     dx[i] = float(double(dy[i / hw]) / double(hw));
 }
 
+__device__ inline float gate_sigmoid(float g) { return float(1.0 / (1.0 + exp(-double(g)))); }
+
+__global__ void gate_forward_kernel(const float* x, const float* g, float* y, int64_t planes, int64_t hw) {
+  const int64_t n = planes * hw;
+  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] = x[i] * gate_sigmoid(g[i / hw]);
+}
+
+__global__ void gate_backward_kernel(const float* x, const float* g, const float* dy, float* dx, float* dg,
+                                     int64_t planes, int64_t hw) {
+  const int lane = int(threadIdx.x % 32);
+  const int64_t warps = grid_stride() / 32;
+  for (int64_t p = first_index() / 32; p < planes; p += warps) {  // the same p across the warp
+    const float s = gate_sigmoid(g[p]);
+    double dot = 0;
+    for (int64_t e = lane; e < hw; e += 32) {
+      const int64_t i = p * hw + e;
+      const float d = dy[i];
+      dot += double(d) * double(x[i]);
+      dx[i] = d * s;
+    }
+    dot = warp_reduce(dot, SumOp{});
+    if (lane == 0) dg[p] = float(dot * double(s) * (1.0 - double(s)));
+  }
+}
+
 __global__ void pad_shortcut_forward_kernel(const float* x, float* y, ShortcutGeom g) {
   const int64_t n = g.n * g.out_c * g.out_h * g.out_w;
   for (int64_t q = first_index(); q < n; q += grid_stride()) {
@@ -219,6 +244,19 @@ void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaS
 void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cudaStream_t stream) {
   if (planes * hw <= 0) return;
   avgpool_backward_kernel<<<blocks_for(planes * hw), kThreads, 0, stream>>>(dy, dx, planes, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gate_forward(const float* x, const float* g, float* y, int64_t planes, int64_t hw, cudaStream_t stream) {
+  if (planes * hw <= 0) return;
+  gate_forward_kernel<<<blocks_for(planes * hw), kThreads, 0, stream>>>(x, g, y, planes, hw);
+  CUDA_CHECK_LAUNCH();
+}
+
+void gate_backward(const float* x, const float* g, const float* dy, float* dx, float* dg, int64_t planes,
+                   int64_t hw, cudaStream_t stream) {
+  if (planes * hw <= 0) return;
+  gate_backward_kernel<<<grid_for(size_t(planes) * 32), kThreads, 0, stream>>>(x, g, dy, dx, dg, planes, hw);
   CUDA_CHECK_LAUNCH();
 }
 

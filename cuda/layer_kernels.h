@@ -1,4 +1,4 @@
-// Launchers of the backend's small layer kernels (ReLU, residual add, pooling, padded
+// Launchers of the backend's small layer kernels (ReLU, residual add, pooling, SE gate, padded
 // shortcut), fp32 NCHW, callable from host C++ (C++17-clean: nvcc includes it too). All pointers
 // are device pointers; every call is asynchronous on `stream`.
 #pragma once
@@ -33,6 +33,13 @@ void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const P
 // y[p] = mean of plane p (summed in double, one thread per plane).
 void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaStream_t stream);
 void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cudaStream_t stream);
+
+// Squeeze-and-excitation's gate on planes of hw values: y = x * sigmoid(g[plane]); backward
+// dx = dy * s and dg[plane] = s (1 - s) * (sum of dy * x over the plane, in double; a warp per
+// plane). dx may alias dy.
+void gate_forward(const float* x, const float* g, float* y, int64_t planes, int64_t hw, cudaStream_t stream);
+void gate_backward(const float* x, const float* g, const float* dy, float* dx, float* dg, int64_t planes,
+                   int64_t hw, cudaStream_t stream);
 
 struct ShortcutGeom {
   int64_t n = 0, c = 0, h = 0, w = 0;  // input

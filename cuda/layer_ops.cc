@@ -1,4 +1,4 @@
-// Device ReLU, residual add, max and global average pooling, CIFAR padded shortcut.
+// Device ReLU, residual add, max and global average pooling, CIFAR padded shortcut, SE channel gate.
 #include "cuda/layer_ops.h"
 
 #include <climits>
@@ -107,6 +107,24 @@ class DevicePadShortcut final : public PadShortcutOp<float> {
   CudaContext& ctx_;
 };
 
+class DeviceChannelGate final : public ChannelGateOp<float> {
+ public:
+  DeviceChannelGate(const ChannelGateDesc& d, CudaContext& ctx)
+      : planes_(d.in.n * d.in.c), hw_(d.in.h * d.in.w), ctx_(ctx) {
+    d.validate();
+  }
+  void forward(const float* x, const float* g, float* y) override {
+    gate_forward(x, g, y, planes_, hw_, ctx_.stream());
+  }
+  void backward(const float* x, const float* g, const float* dy, float* dx, float* dg) override {
+    gate_backward(x, g, dy, dx, dg, planes_, hw_, ctx_.stream());
+  }
+
+ private:
+  int64_t planes_, hw_;
+  CudaContext& ctx_;
+};
+
 }  // namespace
 
 std::unique_ptr<ReluOp<float>> make_device_relu(const ReluDesc& d, CudaContext& ctx) {
@@ -125,6 +143,9 @@ std::unique_ptr<GlobalAvgPoolOp<float>> make_device_global_avgpool(const GlobalA
 std::unique_ptr<PadShortcutOp<float>> make_device_pad_shortcut(const PadShortcutDesc& d,
                                                                CudaContext& ctx) {
   return std::make_unique<DevicePadShortcut>(d, ctx);
+}
+std::unique_ptr<ChannelGateOp<float>> make_device_channel_gate(const ChannelGateDesc& d, CudaContext& ctx) {
+  return std::make_unique<DeviceChannelGate>(d, ctx);
 }
 
 }  // namespace rt::cuda

@@ -97,6 +97,9 @@ class LowpBackend final : public DeviceBackend {
   std::unique_ptr<DropPathOp<float>> make_drop_path(const DropPathDesc& d) override {
     return make_device_drop_path<T>(d, d.in.chw(), ctx_);
   }
+  std::unique_ptr<ChannelGateOp<float>> make_channel_gate(const ChannelGateDesc& d) override {
+    return make_lowp_channel_gate<T>(d, ctx_);
+  }
 
  private:
   float* staging(size_t bytes) const {

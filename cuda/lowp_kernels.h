@@ -96,6 +96,13 @@ void lowp_avgpool_forward(const T* x, T* y, int64_t n, int64_t c, int64_t hw,
 template <class T>
 void lowp_avgpool_backward(const T* dy, T* dx, int64_t n, int64_t c, int64_t hw,
                            cudaStream_t stream);
+// Squeeze-and-excitation's gate on NHWC (cuda/lowp_gate.cu): y = x * sigmoid(g[n][c]); backward
+// dx = dy * s, dg[n][c] = s (1 - s) * (fp32 sum over hw of dy * x). dx may alias dy.
+template <class T>
+void lowp_gate_forward(const T* x, const T* g, T* y, int64_t n, int64_t c, int64_t hw, cudaStream_t stream);
+template <class T>
+void lowp_gate_backward(const T* x, const T* g, const T* dy, T* dx, T* dg, int64_t n, int64_t c, int64_t hw,
+                        cudaStream_t stream);
 // CIFAR shortcut "A" on NHWC (the geometry as the fp32 kernels').
 template <class T>
 void lowp_pad_shortcut_forward(const T* x, T* y, const ShortcutGeom& g, cudaStream_t stream);

@@ -1,5 +1,5 @@
-// The 16-bit backends' element-wise, pooling, shortcut and loss ops: set-up wrappers around
-// cuda/lowp_kernels.h on the context's stream, for T = bf16 and f16.
+// The 16-bit backends' element-wise, pooling, shortcut, SE gate and loss ops: set-up wrappers
+// around cuda/lowp_kernels.h on the context's stream, for T = bf16 and f16.
 #include <climits>
 
 #include "cuda/check.h"
@@ -97,6 +97,26 @@ class LowpGlobalAvgPool final : public GlobalAvgPoolOp<float> {
 };
 
 template <class T>
+class LowpChannelGate final : public ChannelGateOp<float> {
+ public:
+  LowpChannelGate(const ChannelGateDesc& d, CudaContext& ctx)
+      : n_(d.in.n), c_(d.in.c), hw_(d.in.h * d.in.w), ctx_(ctx) {
+    d.validate();
+  }
+  void forward(const float* x, const float* g, float* y) override {
+    lowp_gate_forward(lowp_data<T>(x), lowp_data<T>(g), lowp_data<T>(y), n_, c_, hw_, ctx_.stream());
+  }
+  void backward(const float* x, const float* g, const float* dy, float* dx, float* dg) override {
+    lowp_gate_backward(lowp_data<T>(x), lowp_data<T>(g), lowp_data<T>(dy), lowp_data<T>(dx), lowp_data<T>(dg),
+                       n_, c_, hw_, ctx_.stream());
+  }
+
+ private:
+  int64_t n_, c_, hw_;
+  CudaContext& ctx_;
+};
+
+template <class T>
 class LowpPadShortcut final : public PadShortcutOp<float> {
  public:
   LowpPadShortcut(const PadShortcutDesc& d, CudaContext& ctx) : ctx_(ctx) {
@@ -166,6 +186,10 @@ std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut(const PadShortcutDe
   return std::make_unique<LowpPadShortcut<T>>(d, ctx);
 }
 template <class T>
+std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate(const ChannelGateDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpChannelGate<T>>(d, ctx);
+}
+template <class T>
 std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDesc& d,
                                                              CudaContext& ctx) {
   return std::make_unique<LowpSoftmaxXent<T>>(d, ctx);
@@ -181,7 +205,9 @@ std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDe
   template std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut<T>(                     \
       const PadShortcutDesc&, CudaContext&);                                                    \
   template std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent<T>(                     \
-      const SoftmaxXentDesc&, CudaContext&);
+      const SoftmaxXentDesc&, CudaContext&);                                                    \
+  template std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate<T>(const ChannelGateDesc&, \
+                                                                           CudaContext&);
 RT_LOWP_INSTANTIATE(bf16)
 RT_LOWP_INSTANTIATE(f16)
 #undef RT_LOWP_INSTANTIATE

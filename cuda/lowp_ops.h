@@ -1,6 +1,6 @@
 // The 16-bit backends' layers (cuda-bf16, cuda-fp16) other than convolution: batch norm, ReLU,
-// residual add, max and global average pooling, CIFAR padded shortcut, linear and the loss, for
-// storage type T = bf16 or f16 (cuda/lowp_kernels.h). Activations and their gradients are T NHWC
+// residual add, max and global average pooling, CIFAR padded shortcut, SE channel gate, linear
+// and the loss, for storage type T = bf16 or f16 (cuda/lowp_kernels.h). Activations and their gradients are T NHWC
 // device buffers passed as float*; parameters, their gradients and the running statistics are
 // the arena's fp32 tensors. Every op runs on the context's stream.
 #pragma once
@@ -37,6 +37,8 @@ std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool(const GlobalAvg
 template <class T>
 std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut(const PadShortcutDesc& d,
                                                              CudaContext& ctx);
+template <class T>
+std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate(const ChannelGateDesc& d, CudaContext& ctx);
 // cublasGemmEx with T operands and fp32 accumulation; the output is computed in fp32, the bias
 // added, then rounded once to T. dw is computed in fp32 and reordered to [out][C][H][W].
 template <class T>

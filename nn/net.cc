@@ -167,6 +167,20 @@ int Net<T>::drop_path(int x, const std::string& name, double rate) {
 }
 
 template <class T>
+int Net<T>::channel_gate(int x, int g, const std::string& name) {
+  check_building(name);
+  ChannelGateDesc d{name, shapes_.at(x)};
+  RT_SHAPE_CHECK(shapes_.at(g) == d.gate(), "layer ", name, ": the gate of ", d.in.str(), " must be ",
+                 d.gate().str(), ", got ", shapes_[g].str());
+  auto n = std::make_unique<ChannelGateNode<T>>();
+  n->op = backend_->make_channel_gate(d);
+  n->name = name;
+  n->inputs = {x, g};
+  n->keeps_inputs = 2;
+  return push(std::move(n), d.in);
+}
+
+template <class T>
 int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride) {
   check_building(name);
   PadShortcutDesc d{name, shapes_.at(x), out_c, stride};

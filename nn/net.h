@@ -56,6 +56,8 @@ class Net {
   int linear(int x, const std::string& name, int64_t out_features, bool bias = true);
   int add(int a, int b, const std::string& name, bool relu);
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
+  // y = x * sigmoid(g), g of shape (n, c, 1, 1): squeeze-and-excitation's gate on x's channels.
+  int channel_gate(int x, int g, const std::string& name);
   // Stochastic depth on a residual branch x: in training each sample's x is dropped with
   // probability rate, else scaled by 1 / (1 - rate); evaluation passes x as it is.
   int drop_path(int x, const std::string& name, double rate);

@@ -175,6 +175,22 @@ class BnAddNode : public Node<T> {
   }
 };
 
+// Squeeze-and-excitation's gate: inputs {x, g}, y = x * sigmoid(g); backward reads both.
+template <class T>
+class ChannelGateNode : public Node<T> {
+ public:
+  std::unique_ptr<ChannelGateOp<T>> op;
+  void forward(Net<T>& net, bool) override {
+    op->forward(net.act(this->inputs[0]), net.act(this->inputs[1]), net.act(this->output));
+  }
+  void backward(Net<T>& net) override {
+    const int x = this->inputs[0], g = this->inputs[1];
+    op->backward(net.act(x), net.act(g), net.grad_of(this->output), net.grad_target(x), net.grad_target(g));
+    net.grad_done(x);
+    net.grad_done(g);
+  }
+};
+
 // Stochastic depth: in a training forward each sample keeps the branch with probability 1 - rate
 // (scaled by 1 / (1 - rate)) or drops it, by a draw that is a function of the net's noise key,
 // this node and the sample alone: the same key, the same masks (a resumed run draws them again).

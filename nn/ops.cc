@@ -76,6 +76,10 @@ void DropPathDesc::validate() const {
   RT_SHAPE_CHECK(in.numel() > 0, "layer ", name, ": drop path needs a non-empty input, got ", in.str());
 }
 
+void ChannelGateDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0, "layer ", name, ": channel gate needs a non-empty input, got ", in.str());
+}
+
 const char* loss_kind_name(LossKind k) { return k == LossKind::bce ? "bce" : "cross_entropy"; }
 
 void SoftmaxXentDesc::check_mix(const Targets& t) const {
@@ -140,6 +144,12 @@ std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d)
   if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
     throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no drop path (stochastic depth)"));
   return std::make_unique<HostDropPath<T>>(d, act_size(d.in) / size_t(d.in.n));
+}
+
+template <class T>
+std::unique_ptr<ChannelGateOp<T>> Backend<T>::make_channel_gate(const ChannelGateDesc& d) {
+  throw Error(str_cat("layer ", d.name, ": backend ", name(),
+                      " has no channel gate (squeeze-and-excitation)"));
 }
 
 template <class T>

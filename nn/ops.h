@@ -133,6 +133,17 @@ struct DropPathDesc {
   void validate() const;
 };
 
+// The excitation of a squeeze-and-excitation block (Hu et al. 2018): y = x * sigmoid(g), g one
+// value per sample and channel, shape (in.n, in.c, 1, 1), scaling each channel of the branch.
+// The squeeze (global average pooling) and the two 1x1 convolutions that make g are ops of their
+// own.
+struct ChannelGateDesc {
+  std::string name;
+  Shape in;
+  Shape gate() const { return {in.n, in.c, 1, 1}; }
+  void validate() const;
+};
+
 // What the loss compares the logits with: a class per sample (host memory, in.n of them), or
 // (mixup, CutMix) a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
 // pointer converts to one; null is no targets (inference).
@@ -307,6 +318,15 @@ class DropPathOp {
 };
 
 template <class T>
+class ChannelGateOp {
+ public:
+  virtual ~ChannelGateOp() = default;
+  virtual void forward(const T* x, const T* g, T* y) = 0;
+  // dx = dy * sigmoid(g); dg = sigmoid'(g) * (sum over h, w of dy * x), both overwritten.
+  virtual void backward(const T* x, const T* g, const T* dy, T* dx, T* dg) = 0;
+};
+
+template <class T>
 class SoftmaxXentOp {
  public:
   virtual ~SoftmaxXentOp() = default;
@@ -427,6 +447,9 @@ class Backend {
   virtual std::unique_ptr<AddOp<T>> make_add(const AddDesc&) = 0;
   virtual std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc&) = 0;
   virtual std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc&) = 0;
+  // Default: refuses (throws rt::Error naming the backend and the layer), for backends without
+  // squeeze-and-excitation.
+  virtual std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc&);
   // Default: a loop over each sample's act_size(in) / in.n elements (every layout here keeps a
   // sample's values together), for backends whose activations the host may dereference; others
   // must override it (this one refuses them).

@@ -16,6 +16,7 @@ struct Arch {
   // Bottlenecks' 3x3 convolution: `groups` groups of width_per_group channels per 64 planes
   // (torchvision's groups and width_per_group: ResNeXt, wide ResNets); 1 and 64 for ResNet.
   int64_t groups = 1, width_per_group = 64;
+  bool se = false;  // squeeze-and-excitation after each block's last batch norm (timm's attn_layer='se')
 };
 
 const std::map<std::string, Arch>& archs() {
@@ -28,8 +29,19 @@ const std::map<std::string, Arch>& archs() {
       {"resnext50_32x4d", {false, true, {3, 4, 6, 3}, 32, 4}},
       {"resnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8}},
       {"resnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4}},
+      {"resnext101_32x4d", {false, true, {3, 4, 23, 3}, 32, 4}},
       {"wide_resnet50_2", {false, true, {3, 4, 6, 3}, 1, 128}},
       {"wide_resnet101_2", {false, true, {3, 4, 23, 3}, 1, 128}},
+      // timm's SE-ResNets and SE-ResNeXts (NVIDIA's se-resnext101-32x4d is the 101-layer 32x4d).
+      {"seresnet18", {false, false, {2, 2, 2, 2}, 1, 64, true}},
+      {"seresnet34", {false, false, {3, 4, 6, 3}, 1, 64, true}},
+      {"seresnet50", {false, true, {3, 4, 6, 3}, 1, 64, true}},
+      {"seresnet101", {false, true, {3, 4, 23, 3}, 1, 64, true}},
+      {"seresnet152", {false, true, {3, 8, 36, 3}, 1, 64, true}},
+      {"seresnext50_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, true}},
+      {"seresnext101_32x4d", {false, true, {3, 4, 23, 3}, 32, 4, true}},
+      {"seresnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8, true}},
+      {"seresnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4, true}},
   };
   return m;
 }
@@ -45,6 +57,29 @@ int shortcut_projection(Net<T>& net, int x, const std::string& p, int64_t out_c,
   return net.batchnorm(s, p + ".downsample.1", false);
 }
 
+// The hidden width of an SE block on c channels: timm's SEModule rule,
+// make_divisible(c / 16, 8, round_limit=0): c / 16 rounded to the nearest multiple of 8 (halves
+// up), at least 8. (c / 16 itself for every c of the standard models, which are multiples of 128.)
+int64_t se_channels(int64_t c) { return std::max<int64_t>(8, int64_t(double(c) / 16.0 + 4.0) / 8 * 8); }
+
+// Squeeze-and-excitation on a branch's last batch norm output y (timm's SEModule, its names):
+// y * sigmoid(fc2(relu(fc1(mean over h, w of y)))), fc1 and fc2 1x1 convolutions with bias.
+template <class T>
+int squeeze_excite(Net<T>& net, int y, const std::string& p, const std::string& model) {
+  const int64_t c = net.shape(y).c;
+  int s = net.global_avgpool(y, p + ".se.pool");
+  s = net.conv(s, p + ".se.fc1", se_channels(c), 1, 1, 0, true);
+  s = net.relu(s, p + ".se.act");
+  s = net.conv(s, p + ".se.fc2", c, 1, 1, 0, true);
+  try {
+    return net.channel_gate(y, s, p + ".se.gate");
+  } catch (const ShapeError&) {
+    throw;
+  } catch (const Error& e) {  // a backend without the gate: say which model asked for it
+    throw Error(str_cat("model ", model, ": ", e.what()));
+  }
+}
+
 // The residual branch y, with stochastic depth at `drop` (none at 0), added to the shortcut.
 template <class T>
 int residual(Net<T>& net, int y, int sc, const std::string& p, double drop) {
@@ -53,12 +88,14 @@ int residual(Net<T>& net, int y, int sc, const std::string& p, double drop) {
 }
 
 template <class T>
-int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a, double drop) {
+int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a, double drop,
+                const std::string& se = {}) {
   int64_t in_c = net.shape(x).c;
   int y = net.conv(x, p + ".conv1", planes, 3, stride, 1);
   y = net.batchnorm(y, p + ".bn1", true);
   y = net.conv(y, p + ".conv2", planes, 3, 1, 1);
   y = net.batchnorm(y, p + ".bn2", false);
+  if (!se.empty()) y = squeeze_excite(net, y, p, se);
   int sc = x;
   if (stride != 1 || in_c != planes)
     sc = pad_a ? net.pad_shortcut(x, p + ".shortcut", planes, stride)
@@ -68,7 +105,7 @@ int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_
 
 template <class T>
 int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride,
-                     const Arch& a, double drop) {
+                     const Arch& a, double drop, const std::string& se) {
   int64_t in_c = net.shape(x).c, out_c = planes * 4;
   // torchvision's int(planes * (base_width / 64.0)) * groups; at least one channel a group
   // where a small model.width would leave none.
@@ -80,6 +117,7 @@ int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, i
   y = net.batchnorm(y, p + ".bn2", true);
   y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn3", false);
+  if (!se.empty()) y = squeeze_excite(net, y, p, se);
   int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride) : x;
   return residual(net, y, sc, p, drop);
 }
@@ -140,8 +178,9 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
         std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
         int64_t stride = (s > 0 && b == 0) ? 2 : 1;
         const double d = drop();
-        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d)
-                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d);
+        const std::string se = a.se ? cfg.name : "";  // the model, named where a backend refuses SE
+        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d, se)
+                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d, se);
       }
   }
   x = net->global_avgpool(x, "avgpool");
@@ -159,8 +198,9 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
   Arena<T>& a = net.arena();
   std::mt19937_64 rng(seed);
   // The last BN of a residual branch is the BN feeding an add node's first input, through the
-  // branch's stochastic depth where it has one (a one-input node without parameters), or the
-  // one fused with its add (a two-input node with parameters: Net::fuse_bn_add).
+  // branch's stochastic depth and squeeze-and-excitation gate where it has them (nodes without
+  // parameters whose first input is the branch), or the one fused with its add (a two-input node
+  // with parameters: Net::fuse_bn_add).
   const auto producer = [&](int tensor) -> const Node<T>* {
     for (size_t j = 0; j < net.num_nodes(); ++j)
       if (net.node(j).output == tensor) return &net.node(j);
@@ -175,7 +215,7 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
       continue;
     }
     const Node<T>* p = producer(n.inputs[0]);
-    while (p && p->params.empty() && p->inputs.size() == 1) p = producer(p->inputs[0]);
+    while (p && p->params.empty() && !p->inputs.empty()) p = producer(p->inputs[0]);
     if (p && !p->params.empty() && a.info(p->params[0]).kind == ParamKind::bn_gamma)
       last_bn.push_back(a.info(p->params[0]).name);
   }

@@ -40,6 +40,9 @@ class ForwardingBackend : public Backend<T> {
   std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d) override {
     return in_->make_softmax_xent(d);
   }
+  std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc& d) override {
+    return in_->make_channel_gate(d);
+  }
 
  protected:
   const Backend<T>& inner() const { return *in_; }

@@ -196,6 +196,29 @@ TEST_F(OnednnVsRef, GlobalAvgPool) {
   }
 }
 
+// Blocked inputs at 8 and 16 channels a block, plain ones (odd channel counts, no spatial
+// extent), and gates large enough to saturate the sigmoid.
+TEST_F(OnednnVsRef, ChannelGate) {
+  for (Shape s : {Shape{2, 16, 5, 5}, Shape{2, 8, 3, 3}, Shape{1, 48, 7, 3}, Shape{3, 5, 4, 4}, Shape{2, 32, 1, 1}}) {
+    SCOPED_TRACE(s.str());
+    ChannelGateDesc d{.name = "gate", .in = s};
+    const Shape gs = d.gate();
+    auto fast = fast_->make_channel_gate(d);
+    auto ref = ref_->make_channel_gate(d);
+    Vec x = rand(size_t(s.numel())), g = rand(size_t(gs.numel()), -20.f, 20.f), dy = rand(x.size());
+    Vec y_ref(x.size()), dx_ref(x.size()), dg_ref(g.size());
+    ref->forward(x.data(), g.data(), y_ref.data());
+    ref->backward(x.data(), g.data(), dy.data(), dx_ref.data(), dg_ref.data());
+    Vec xf = to_fast(x, s), gf = to_fast(g, gs), dyf = to_fast(dy, s);
+    Vec yf = fast_buf(s), dxf = fast_buf(s), dgf = fast_buf(gs);
+    fast->forward(xf.data(), gf.data(), yf.data());
+    fast->backward(xf.data(), gf.data(), dyf.data(), dxf.data(), dgf.data());
+    expect_close(from_fast(yf, s), y_ref, "y");
+    expect_close(from_fast(dxf, s), dx_ref, "dx");
+    expect_close(from_fast(dgf, gs), dg_ref, "dg");
+  }
+}
+
 // ---------------------------------------------------------------- linear
 
 TEST_F(OnednnVsRef, Linear) {
@@ -418,7 +441,9 @@ TEST_F(OnednnVsRef, WholeResNets) {
                         Case{"resnet18", 0.125, 32, 1e-6, 1e-3, "onednn-winograd"},
                         Case{"resnet20", 0.5, 12, 1e-6, 1e-3, "onednn", 0.5},  // blocked layouts
                         Case{"resnext50_32x4d", 0.125, 64, 5e-2, 5e-2},
-                        Case{"wide_resnet50_2", 0.0625, 64, 5e-2, 5e-2}}) {
+                        Case{"wide_resnet50_2", 0.0625, 64, 5e-2, 5e-2},
+                        Case{"seresnet18", 0.125, 32, 1e-6, 1e-3},  // squeeze-and-excitation
+                        Case{"seresnext50_32x4d", 0.125, 64, 5e-2, 5e-2}}) {
     SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};

@@ -367,6 +367,24 @@ TEST_F(RefGradcheck, Bce) {
     }
 }
 
+// Gates drawn over [-3, 3]: sigmoid's slope varies from 0.05 to 0.25 over them.
+TEST_F(RefGradcheck, ChannelGate) {
+  for (Shape in : {Shape{2, 3, 3, 4}, Shape{3, 5, 1, 1}}) {
+    ChannelGateDesc d{.name = "gate", .in = in};
+    auto op = be_->make_channel_gate(d);
+    Vec x = random_vec(size_t(in.numel()), rng_), g = random_vec(size_t(d.gate().numel()), rng_, -3, 3);
+    Vec r = random_vec(x.size(), rng_), y(x.size()), dx(x.size()), dg(g.size());
+    op->forward(x.data(), g.data(), y.data());
+    op->backward(x.data(), g.data(), r.data(), dx.data(), dg.data());
+    auto eval = [&] {
+      op->forward(x.data(), g.data(), y.data());
+      return Probe{dot(y, r), {}};
+    };
+    expect_gradient("dx " + in.str(), x, dx, eval);
+    expect_gradient("dg " + in.str(), g, dg, eval);
+  }
+}
+
 // ---------------------------------------------------------------- the checker itself
 
 // The check must be able to fail: a gradient off by 1e-4 in one element is reported.

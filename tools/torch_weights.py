@@ -4,14 +4,16 @@
   torch_weights.py export CKPT.rtck OUT.pth   a checkpoint's parameters and BN statistics as a
                                               torchvision state dict (loads with strict=True into
                                               torchvision.models.resnetNN(num_classes=...), or the
-                                              ResNeXt or wide ResNet it is); with
+                                              ResNeXt or wide ResNet it is; an SE-ResNet or
+                                              SE-ResNeXt into timm's model of its name); with
                                               --ema, their moving average (train.ema) instead
   torch_weights.py import IN.pth OUT.rtck     a torchvision ResNet state dict (for instance
                                               torchvision's pretrained ImageNet weights) as a ringtrain
                                               weights file, for `trainer --weights` (fine-tuning) and
                                               `trainer --eval --weights` (evaluation); the
-                                              model (--model, or torchvision's by names and
-                                              shapes) is recorded with its class count and width
+                                              model (--model, or torchvision's or timm's by
+                                              names and shapes) is recorded with its class count
+                                              and width
   torch_weights.py list FILE                  the tensors of either kind of file
 
 import and list take a bare state dict or a training script's checkpoint that holds one
@@ -50,13 +52,24 @@ ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resn
          ("bottleneck", (3, 4, 23, 3)): ("resnet101", "resnext101_32x8d", "resnext101_64x4d",
                                          "wide_resnet101_2"),
          ("bottleneck", (3, 8, 36, 3)): ("resnet152",)}
+# timm's models that torchvision has not (nn/resnet.cc builds them with timm's names): name ->
+# (block, blocks per stage, groups, width per group, squeeze-and-excitation).
+TIMM = {"resnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, False),
+        "seresnet18": ("basic", (2, 2, 2, 2), 1, 64, True), "seresnet34": ("basic", (3, 4, 6, 3), 1, 64, True),
+        "seresnet50": ("bottleneck", (3, 4, 6, 3), 1, 64, True),
+        "seresnet101": ("bottleneck", (3, 4, 23, 3), 1, 64, True),
+        "seresnet152": ("bottleneck", (3, 8, 36, 3), 1, 64, True),
+        "seresnext50_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, True),
+        "seresnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, True),
+        "seresnext101_32x8d": ("bottleneck", (3, 4, 23, 3), 32, 8, True),
+        "seresnext101_64x4d": ("bottleneck", (3, 4, 23, 3), 64, 4, True)}
 # Every model.name the trainer builds (nn/resnet.cc): the above and the CIFAR ResNets, which
 # torchvision has not.
-MODELS = tuple(n for names in ARCHS.values() for n in names) + ("resnet20", "resnet32", "resnet44", "resnet56",
-                                                                "resnet110")
+MODELS = tuple(n for names in ARCHS.values() for n in names) + tuple(TIMM) + ("resnet20", "resnet32", "resnet44",
+                                                                              "resnet56", "resnet110")
 STATS = (".running_mean", ".running_var")
 CIFAR = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
-BASIC = CIFAR + ("resnet18", "resnet34")
+BASIC = CIFAR + ("resnet18", "resnet34", "seresnet18", "seresnet34")
 
 
 class Bad(Exception):
@@ -160,10 +173,62 @@ def weights_not_drawn():
             setattr(torch.nn.init, n, f)
 
 
+def se_channels(c):
+    """An SE block's hidden width on c channels: timm's make_divisible(c / 16, 8, round_limit=0),
+    as nn/resnet.cc's se_channels()."""
+    return max(8, int(c / 16 + 4) // 8 * 8)
+
+
+def timm_shapes(arch, classes):
+    """{name: shape} of the state dict of timm's `arch` (a TIMM model), BN counters aside, written
+    out as nn/resnet.cc builds it: timm (not installed here) is not needed to recognise one."""
+    kind, blocks, groups, per_group, se = TIMM[arch]
+    s = {"conv1.weight": (64, 3, 7, 7)}
+
+    def bn(name, c):
+        s.update({f"{name}.{t}": (c,) for t in ("weight", "bias", "running_mean", "running_var")})
+    bn("bn1", 64)
+    inp = 64
+    for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
+        for b in range(count):
+            p, stride = f"layer{stage}.{b}", 2 if stage > 1 and b == 0 else 1
+            if kind == "bottleneck":
+                width, out = planes * per_group // 64 * groups, planes * 4
+                convs = ((width, inp, 1), (width, width // groups, 3), (out, width, 1))
+            else:
+                out = planes
+                convs = ((out, inp, 3), (out, out, 3))
+            for i, (o, i_c, k) in enumerate(convs, 1):
+                s[f"{p}.conv{i}.weight"] = (o, i_c, k, k)
+                bn(f"{p}.bn{i}", o)
+            if se:
+                r = se_channels(out)
+                s.update({f"{p}.se.fc1.weight": (r, out, 1, 1), f"{p}.se.fc1.bias": (r,),
+                          f"{p}.se.fc2.weight": (out, r, 1, 1), f"{p}.se.fc2.bias": (out,)})
+            if stride != 1 or inp != out:
+                s[f"{p}.downsample.0.weight"] = (out, inp, 1, 1)
+                bn(f"{p}.downsample.1", out)
+            inp = out
+    s.update({"fc.weight": (classes, inp), "fc.bias": (classes,)})
+    return s
+
+
+def timm_model(shapes):
+    """The TIMM model whose state dict has exactly these names and shapes (BN counters aside), or
+    None."""
+    fc = shapes.get("fc.weight", ())
+    if len(fc) != 2:
+        return None
+    have = {k: tuple(v) for k, v in shapes.items() if not k.endswith(".num_batches_tracked")}
+    return next((arch for arch in TIMM if timm_shapes(arch, fc[0]) == have), None)
+
+
 def torchvision_model(shapes):
     """(name, model) of the torchvision ResNet, ResNeXt or wide ResNet whose state dict has exactly
     these names and shapes ({name: shape}; BN counters aside), or (None, None): a CIFAR ResNet,
-    another model.width ..."""
+    another model.width, a timm model (timm_model) ..."""
+    if any(".se." in k for k in shapes):  # squeeze-and-excitation: none of torchvision's
+        return None, None
     blocks = []
     for stage in range(1, 5):
         ids = {int(m.group(1)) for k in shapes for m in [re.match(rf"layer{stage}\.(\d+)\.", k)] if m}
@@ -303,8 +368,10 @@ def export(ckpt, out, ema=False):
         sd[name] = torch.from_numpy(a)
         if name.endswith(".running_var"):  # torchvision's BN keeps a counter ringtrain has no use for
             sd[name[:-len("running_var")] + "num_batches_tracked"] = torch.tensor(step, dtype=torch.long)
-    arch, model = torchvision_model({k: v.shape for k, v in sd.items()})
-    classes = sd["fc.weight"].shape[0] if arch else 0
+    # timm's models first: recognising them needs neither timm nor torchvision.
+    timm = timm_model({k: v.shape for k, v in sd.items()})
+    arch, model = (None, None) if timm else torchvision_model({k: v.shape for k, v in sd.items()})
+    classes = sd["fc.weight"].shape[0] if arch or timm else 0
     if arch:  # proves the file loads where it is meant to
         try:
             model.load_state_dict(sd, strict=True)
@@ -317,6 +384,7 @@ def export(ckpt, out, ema=False):
     atomic_write(out, lambda f: f.write(buf.getbuffer()))
     print(f"{out}: {len(tensors)} tensors of {ckpt}" + (" (its moving average)" if ema else "") +
           (f" (loads into torchvision.models.{arch}(num_classes={classes}))" if arch else
+           f" (the names and shapes of timm's {timm}(num_classes={classes}))" if timm else
            " (not the names and shapes of torchvision's ResNets, ResNeXts or wide ResNets: a CIFAR ResNet or another width)"))
 
 
@@ -340,11 +408,13 @@ def import_(pth, out, model=None, ema=False, trust=False):
         sizes[kind] += a.size
     if not layout:
         raise Bad(f"{pth}: no tensors to import (only BN counters, num_batches_tracked)")
-    known = torchvision_model({k: v.shape for k, v in sd.items()})[0]
+    shapes = {k: v.shape for k, v in sd.items()}
+    known = timm_model(shapes) or torchvision_model(shapes)[0]
     fc = sd.get("fc.weight")
     classes = fc.shape[0] if fc is not None and fc.dim() == 2 else None
     if model and known and model != known:
-        raise Bad(f"{pth}: --model {model}: its tensors are those of torchvision's {known}")
+        raise Bad(f"{pth}: --model {model}: its tensors are those of {'timm' if known in TIMM else 'torchvision'}'s "
+                  f"{known}")
     if model and not classes:
         # model.name without model.classes would be taken with the trainer's default class count.
         raise Bad(f"{pth}: --model {model}: no fc.weight of [classes, features] in it, so the class count to "
@@ -446,8 +516,9 @@ def list_(path, trust=False):
         shapes = {k: list(v.shape) for k, v in torch_state_dict(path, trust=trust).items()}
     for k, s in shapes.items():
         print(f"{k}\t{s}")
-    arch = torchvision_model(shapes)[0]
-    print(f"{len(shapes)} tensors; " + (f"torchvision's {arch}" if arch else
+    timm = timm_model(shapes)
+    arch = None if timm else torchvision_model(shapes)[0]
+    print(f"{len(shapes)} tensors; " + (f"timm's {timm}" if timm else f"torchvision's {arch}" if arch else
                                         "not a torchvision ResNet's, ResNeXt's or wide ResNet's names and shapes"))
 
 

@@ -226,6 +226,9 @@ class OnednnBackend final : public Backend<float> {
     d.validate();
     return make_softmax_xent_op(ctx_, d);
   }
+  std::unique_ptr<ChannelGateOp<float>> make_channel_gate(const ChannelGateDesc& d) override {
+    return make_channel_gate_op(ctx_, d);
+  }
 
  private:
   ContextPtr ctx_;

@@ -150,5 +150,6 @@ std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut_op(const ContextPtr& ctx
                                                            const PadShortcutDesc& d);
 std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent_op(const ContextPtr& ctx,
                                                            const SoftmaxXentDesc& d);
+std::unique_ptr<ChannelGateOp<float>> make_channel_gate_op(const ContextPtr& ctx, const ChannelGateDesc& d);
 
 }  // namespace rt::dnn

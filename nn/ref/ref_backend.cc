@@ -44,6 +44,9 @@ class ReferenceBackend final : public Backend<T> {
   std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d) override {
     return ref::make_softmax_xent<T>(d);
   }
+  std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc& d) override {
+    return ref::make_channel_gate<T>(d);
+  }
 };
 
 }  // namespace

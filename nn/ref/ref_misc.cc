@@ -1,5 +1,5 @@
-// Reference element-wise layers (ReLU, residual add, zero-padded shortcut) and softmax
-// cross-entropy with label smoothing.
+// Reference element-wise layers (ReLU, residual add, zero-padded shortcut, the channel gate of
+// squeeze-and-excitation) and softmax cross-entropy with label smoothing.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -149,6 +149,38 @@ class RefSoftmaxXent final : public SoftmaxXentOp<T> {
   double loss_ = 0;
 };
 
+// sigmoid in double: the gate's oracle.
+inline double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+template <class T>
+class RefChannelGate final : public ChannelGateOp<T> {
+ public:
+  explicit RefChannelGate(const ChannelGateDesc& d) : planes_(d.in.n * d.in.c), hw_(d.in.h * d.in.w) {}
+
+  void forward(const T* x, const T* g, T* y) override {
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      const double s = sigmoid(double(g[pl]));
+      for (int64_t e = 0; e < hw_; ++e) y[pl * hw_ + e] = T(double(x[pl * hw_ + e]) * s);
+    }
+  }
+
+  void backward(const T* x, const T* g, const T* dy, T* dx, T* dg) override {
+    for (int64_t pl = 0; pl < planes_; ++pl) {
+      const double s = sigmoid(double(g[pl]));
+      double dot = 0;
+      for (int64_t e = 0; e < hw_; ++e) {
+        const int64_t i = pl * hw_ + e;
+        dot += double(dy[i]) * double(x[i]);
+        dx[i] = T(double(dy[i]) * s);
+      }
+      dg[pl] = T(dot * s * (1.0 - s));
+    }
+  }
+
+ private:
+  int64_t planes_, hw_;
+};
+
 }  // namespace
 
 template <class T>
@@ -170,6 +202,12 @@ std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d) {
   return std::make_unique<RefSoftmaxXent<T>>(d);
 }
 
+template <class T>
+std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc& d) {
+  d.validate();
+  return std::make_unique<RefChannelGate<T>>(d);
+}
+
 template std::unique_ptr<ReluOp<float>> make_relu<float>(const ReluDesc&);
 template std::unique_ptr<ReluOp<double>> make_relu<double>(const ReluDesc&);
 template std::unique_ptr<AddOp<float>> make_add<float>(const AddDesc&);
@@ -178,5 +216,7 @@ template std::unique_ptr<PadShortcutOp<float>> make_pad_shortcut<float>(const Pa
 template std::unique_ptr<PadShortcutOp<double>> make_pad_shortcut<double>(const PadShortcutDesc&);
 template std::unique_ptr<SoftmaxXentOp<float>> make_softmax_xent<float>(const SoftmaxXentDesc&);
 template std::unique_ptr<SoftmaxXentOp<double>> make_softmax_xent<double>(const SoftmaxXentDesc&);
+template std::unique_ptr<ChannelGateOp<float>> make_channel_gate<float>(const ChannelGateDesc&);
+template std::unique_ptr<ChannelGateOp<double>> make_channel_gate<double>(const ChannelGateDesc&);
 
 }  // namespace rt::ref

@@ -24,5 +24,6 @@ template <class T> std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc& d);
 template <class T> std::unique_ptr<AddOp<T>> make_add(const AddDesc& d);
 template <class T> std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc& d);
 template <class T> std::unique_ptr<SoftmaxXentOp<T>> make_softmax_xent(const SoftmaxXentDesc& d);
+template <class T> std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc& d);
 
 }  // namespace rt::ref

@@ -1,5 +1,5 @@
-// The CUDA backend's layers (batch norm, ReLU, residual add, pooling, padded shortcut) forward
-// and backward against the reference backend.
+// The CUDA backend's layers (batch norm, ReLU, residual add, pooling, padded shortcut, SE's
+// channel gate) forward and backward against the reference backend.
 #include <random>
 #include <string>
 
@@ -258,6 +258,33 @@ TEST(GpuBackendOps, GlobalAvgPoolAndPadShortcut) {
     auto x = random_vec(n, 14), dy = random_vec(m, 15);
     expect_same_fwd_bwd(*b.gpu, *b.ref->make_pad_shortcut(d), *b.gpu->make_pad_shortcut(d), x, dy,
                         "shortcut");
+  }
+}
+
+// The sigmoid rounds once to float on the device (the reference keeps it in double), and the
+// per-plane sums go in another order: close, not equal. Gates up to +-20 saturate it.
+TEST(GpuBackendOps, ChannelGate) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}, Shape{3, 64, 1, 1}}) {
+    SCOPED_TRACE(s.str());
+    const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
+    auto x = random_vec(n, 16), dy = random_vec(n, 17), g = random_vec(m, 18);
+    for (auto& v : g) v *= 20.0f;
+    ChannelGateDesc d{"gate", s};
+    std::vector<float> y(n), dx(n), dg(m);
+    auto ref = b.ref->make_channel_gate(d);
+    ref->forward(x.data(), g.data(), y.data());
+    ref->backward(x.data(), g.data(), dy.data(), dx.data(), dg.data());
+    auto gx = to_device(x), gg = to_device(g), gdy = to_device(dy);
+    DeviceBuffer gy(n * 4), gdx(n * 4), gdg(m * 4);
+    auto gpu = b.gpu->make_channel_gate(d);
+    gpu->forward(gx.as<float>(), gg.as<float>(), gy.as<float>());
+    gpu->backward(gx.as<float>(), gg.as<float>(), gdy.as<float>(), gdx.as<float>(), gdg.as<float>());
+    b.gpu->sync();
+    expect_close(to_host<float>(gy, n), y, 1e-7, 1e-6, "y");
+    expect_close(to_host<float>(gdx, n), dx, 1e-7, 1e-6, "dx");
+    expect_close(to_host<float>(gdg, m), dg, 1e-6, 1e-5, "dg");
   }
 }
 

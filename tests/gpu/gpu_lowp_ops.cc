@@ -231,6 +231,33 @@ TEST_P(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
   }
 }
 
+// y and dx are products rounded once; dg a single reduction rounded once (1e-2 as pooling's).
+TEST_P(GpuLowpOps, ChannelGate) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  for (Shape s : {Shape{1, 1, 1, 1}, Shape{2, 3, 5, 7}, Shape{2, 16, 8, 8}, Shape{3, 64, 1, 1}}) {
+    SCOPED_TRACE(s.str());
+    const Shape o{s.n, s.c, 1, 1};
+    const size_t n = size_t(s.numel()), m = size_t(s.n * s.c);
+    std::vector<float> x = lowp_vec(k, n, 16), dy = lowp_vec(k, n, 17), g = lowp_vec(k, m, 18);
+    for (auto& v : g) v = k.round(4.0f * v);  // gates over the sigmoid's curve
+    ChannelGateDesc d{"gate", s};
+    std::vector<float> y(n), dx(n), dg(m);
+    auto ro = b.ref->make_channel_gate(d);
+    ro->forward(x.data(), g.data(), y.data());
+    ro->backward(x.data(), g.data(), dy.data(), dx.data(), dg.data());
+    auto gx = b.import(x, s), gg = b.import(g, o), gdy = b.import(dy, s);
+    DeviceBuffer gy = b.act(s), gdx = b.act(s), gdg = b.act(o);
+    auto go = b.gpu->make_channel_gate(d);
+    go->forward(gx.as<float>(), gg.as<float>(), gy.as<float>());
+    go->backward(gx.as<float>(), gg.as<float>(), gdy.as<float>(), gdx.as<float>(), gdg.as<float>());
+    expect_normalised(b.export_act(gy, s), y, tol(k, 1e-2), "y");
+    expect_normalised(b.export_act(gdx, s), dx, tol(k, 1e-2), "dx");
+    expect_normalised(b.export_act(gdg, o), dg, tol(k, 1e-2), "dg");
+  }
+}
+
 TEST_P(GpuLowpOps, LinearForwardBackward) {
   RT_REQUIRE_GPU();
   const Kind& k = GetParam();

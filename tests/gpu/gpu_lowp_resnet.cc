@@ -202,6 +202,24 @@ TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
   expect_matches_reference(imagenet_resnext50(), GetParam());
 }
 
+// Squeeze-and-excitation in ResNeXt bottlenecks: the gate and the 1x1 convolutions with bias
+// on (n, c, 1, 1) tensors in 16 bits. These backends fuse a batch norm with the residual add
+// that alone reads it: not the SE blocks' last batch norms, which the squeeze and the gate read.
+TEST_P(GpuLowpResNet, SeResNeXt50MatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig cfg = imagenet_resnext50();
+  auto fused = [&](const std::string& model) {
+    cfg.name = model;
+    auto net = build_resnet<float>(cfg, make_cuda_lowp_backend(GetParam().dtype));
+    int n = 0;
+    for (size_t i = 0; i < net->num_nodes(); ++i) n += net->node(i).name.ends_with("+add");
+    return n;
+  };
+  EXPECT_EQ(fused("resnext50_32x4d"), 16);
+  EXPECT_EQ(fused("seresnext50_32x4d"), 0);
+  expect_matches_reference(cfg, GetParam());
+}
+
 TEST_P(GpuLowpResNet, SteadyStateStepAllocatesNothing) {
   RT_REQUIRE_GPU();
   const ResNetConfig cfg = cifar_resnet20();
