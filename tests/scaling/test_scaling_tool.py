@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """tools/scaling end to end on this machine: weak scaling at N = 1, 2 of a tiny model with emulated
 compute (CSV, markdown, PNGs, sane efficiencies), train.accumulate's global batch, a sweep without
-N = 1 said to be relative to its smallest N, a failed and a refused run reported as rows, and
+N = 1 said to be relative to its smallest N, a failed and a refused run reported as rows, the median throughput that of the median step, and
 argument errors (exit 2 before anything runs: a bad --timeout, an --out that cannot be made). Usage: test_scaling_tool.py TRAINER (the built build/bin/trainer)."""
 import csv
+import importlib.machinery
+import importlib.util
 import os
 import subprocess
 import sys
@@ -65,6 +67,22 @@ class TestScalingTool(unittest.TestCase):
             with open(os.path.join(out, "scaling.md")) as f:
                 self.assertIn("| 2.00 (vs N = 2) | 1.000 |", f.read())  # speed-up N/N0 by assumption
             self.assertFalse(os.path.exists(os.path.join(out, "scaling.png")))
+
+    def test_median_throughput_is_the_median_steps(self):
+        # Six steps whose two middle ones differ 2x (a loaded machine): the median rate is the
+        # global batch over the median step time, not the mean of the two middle rates (10% off).
+        loader = importlib.machinery.SourceFileLoader("scaling_tool", TOOL)
+        spec = importlib.util.spec_from_loader("scaling_tool", loader)
+        tool = importlib.util.module_from_spec(spec)
+        loader.exec_module(tool)
+        parts = {k: 0.001 for k in tool.PARTS + ("total_comm_s",)}
+        times = [0.030, 0.031, 0.032, 0.060, 0.061, 0.062]
+        steps = {i + 1: [dict(parts, step_s=t)] for i, t in enumerate(times)}
+        row = {}
+        tool.summarize(row, steps, 1, 16, 0)
+        self.assertEqual(row["steps"], 6)
+        self.assertAlmostEqual(row["step_ms_median"], 46.0)
+        self.assertAlmostEqual(row["img_s_median"] * row["step_ms_median"] / 1e3, 16)
 
     def test_failed_and_refused_runs_are_rows(self):
         with tempfile.TemporaryDirectory() as out:
