@@ -1,5 +1,5 @@
 // A small ResNet overfits one fixed batch: the loss falls toward zero in a few dozen SGD steps,
-// on the reference backend and on oneDNN.
+// on the reference backend and on oneDNN; an SE-ResNet too.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,12 +10,14 @@
 namespace rt {
 namespace {
 
-void expect_overfits(const std::string& backend) {
+// resnet20 at width 0.5: 8/16/32 channels, quick on the reference backend too.
+void expect_overfits(const std::string& backend, const std::string& model = "resnet20", double width = 0.5,
+                     int64_t size = 16) {
   ResNetConfig c;
-  c.name = "resnet20";
-  c.width = 0.5;  // 8/16/32 channels: quick on the reference backend too
+  c.name = model;
+  c.width = width;
   c.num_classes = 5;
-  c.image_size = 16;
+  c.image_size = size;
   c.batch = 10;
   c.seed = 1;
   auto net = build_resnet<float>(c, make_backend<float>(backend));
@@ -35,8 +37,8 @@ void expect_overfits(const std::string& backend) {
     net->backward();
     opt.step(net->arena().params().data(), net->arena().grads().data(), 0.05);
   }
-  EXPECT_NEAR(first, std::log(5.0), 0.5) << backend;  // starts near chance
-  EXPECT_LT(last, 0.05) << backend << ": loss " << first << " -> " << last;
+  EXPECT_NEAR(first, std::log(5.0), 0.5) << backend << " " << model;  // starts near chance
+  EXPECT_LT(last, 0.05) << backend << " " << model << ": loss " << first << " -> " << last;
   // Evaluation mode (running statistics) classifies the memorised batch too.
   net->forward(x.data(), y.data(), false);
   std::vector<float> logits(c.batch * 5);
@@ -44,11 +46,15 @@ void expect_overfits(const std::string& backend) {
   int correct = 0;
   for (int i = 0; i < c.batch; ++i)
     correct += std::max_element(&logits[i * 5], &logits[i * 5 + 5]) - &logits[i * 5] == y[i];
-  EXPECT_GE(correct, 8) << backend;
+  EXPECT_GE(correct, 8) << backend << " " << model;
 }
 
 TEST(Overfit, ReferenceBackend) { expect_overfits("reference"); }
 TEST(Overfit, OnednnBackend) { expect_overfits("onednn"); }
+// Squeeze-and-excitation: every block's branch scaled by its gate, which learns too.
+TEST(Overfit, SeResNetOnBothBackends) {
+  for (const char* backend : {"reference", "onednn"}) expect_overfits(backend, "seresnet18", 0.125, 32);
+}
 
 }  // namespace
 }  // namespace rt

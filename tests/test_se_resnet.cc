@@ -1,6 +1,6 @@
 // Squeeze-and-excitation ResNets: timm's parameter counts, names and hidden widths, the gradient
 // of a whole SE network against finite differences, zero-init-residual through the gate, a
-// backend without the gate refused by name, and an SE network overfitting one batch.
+// backend without the gate refused by name (overfitting one batch: test_overfit.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <random>
 
 #include "forwarding_backend.h"
-#include "nn/optimizer.h"
 #include "nn/resnet.h"
 
 namespace rt {
@@ -212,38 +211,6 @@ TEST(SeResNet, WholeNetworkGradientMatchesFiniteDifferences) {
       }
     }
     EXPECT_GT(checked, 40);
-  }
-}
-
-// An SE network memorises one small batch on both backends (the loss falls well below chance).
-TEST(SeResNet, OverfitsOneBatch) {
-  for (const char* backend : {"reference", "onednn"}) {
-    ResNetConfig c;
-    c.name = "seresnet18";
-    c.width = 0.125;
-    c.num_classes = 4;
-    c.image_size = 32;
-    c.batch = 8;
-    c.seed = 1;
-    auto net = build_resnet<float>(c, make_backend<float>(backend));
-    SgdConfig sc;
-    sc.weight_decay = 0;
-    Sgd<float> opt(net->arena().layout(), sc);
-    std::mt19937_64 rng(2);
-    std::normal_distribution<float> nd;
-    std::vector<float> x(size_t(net->shape(0).numel()));
-    for (auto& v : x) v = nd(rng);
-    std::vector<int32_t> y(size_t(c.batch));
-    for (int i = 0; i < c.batch; ++i) y[size_t(i)] = i % 4;
-    double first = 0, last = 0;
-    for (int step = 0; step < 30; ++step) {
-      last = net->forward(x.data(), y.data(), true);
-      if (step == 0) first = last;
-      net->backward();
-      opt.step(net->arena().params().data(), net->arena().grads().data(), 0.05);
-    }
-    EXPECT_NEAR(first, std::log(4.0), 0.7) << backend;
-    EXPECT_LT(last, 0.2) << backend << ": loss " << first << " -> " << last;
   }
 }
 
