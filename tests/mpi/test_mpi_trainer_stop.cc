@@ -209,12 +209,13 @@ void check_stop_in_an_evaluation() {
 // A scheduler's SIGTERM to every process of the job (scancel) reaches each rank twice: its own,
 // then mpirun's relay. That is one request: the job stops with a checkpoint of the step it
 // stopped after, as with the signal to one rank (the relay used to kill the ranks at once). Steps
-// of 3 s, the signal sent just after one ends: the relay comes during the next (mpirun's own
-// SIGKILL after its relay, 1 s later by default, put off to 10 s here).
+// of 1 s, the signal sent just after one ends: the relay comes during the next (mpirun's own
+// SIGKILL after its relay, 1 s later by default, put off to 6 s here: the ranks end about 2.5 s
+// after the signal; mpirun lingers some 4 s past its SIGKILL, so the longer, the slower the test).
 void check_stop_of_every_process() {
   const std::string cfg = tiny_config("everyone");
-  const Job j = start_job(cfg + " --set emulate.compute_ms=3000 --set log.interval=1", "everyone",
-                          "--mca odls_base_sigkill_timeout 10");
+  const Job j = start_job(cfg + " --set emulate.compute_ms=1000 --set log.interval=1", "everyone",
+                          "--mca odls_base_sigkill_timeout 6");
   if (j.mpirun_pid <= 0) return;
   const auto steps_said = [&] {
     const std::string out = read_file(j.out);
