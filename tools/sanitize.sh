@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the project with sanitizers and runs the tests under them.
 #   tools/sanitize.sh address   ASan + UBSan, build-asan/: every unit and mpi test
+#   tools/sanitize.sh comm      ASan + UBSan, build-asan/: only comm/'s tests (the ring, the
+#                               hierarchical allreduce, the gradient reducer, batch-norm sums,
+#                               device gradients, stall checks), so only comm/ and nn/ are
+#                               compiled: CI's sanitized stage (a few minutes on two cores)
 #   tools/sanitize.sh thread    TSan, build-tsan/: the tests that run threads (comm thread, data
 #                               threads, trainer); oneDNN's OpenMP is not instrumented, so the
 #                               pure-compute tests stay out of this build's run
@@ -10,12 +14,12 @@
 # Extra arguments go to ctest (e.g. -R allreduce).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind=${1:?usage: tools/sanitize.sh address|thread [ctest args]}; shift
+kind=${1:?usage: tools/sanitize.sh address|comm|thread|emulator [ctest args]}; shift
 case $kind in
-  address) dir=build-asan ;;
+  address|comm) dir=build-asan ;;
   thread) dir=build-tsan ;;
   emulator) dir=build-asan-emu ;;
-  *) echo "sanitize.sh: unknown sanitizer '$kind' (address, thread or emulator)" >&2; exit 2 ;;
+  *) echo "sanitize.sh: unknown sanitizer '$kind' (address, comm, thread or emulator)" >&2; exit 2 ;;
 esac
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [[ $kind == emulator ]]; then
@@ -29,10 +33,25 @@ fi
 # cuDNN/cuBLAS are not built with sanitizers and the GPU tests can only skip here: CPU code only.
 # -O1 -g1 (line tables) as the sanitizers' own docs advise: symbolized stacks at half -O2 -g's
 # compile time, which dominates this build.
-cmake -S . -B $dir -G Ninja -DRT_SANITIZE=$kind -DRT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+sanitizer=$kind
+[[ $kind == comm ]] && sanitizer=address
+cmake -S . -B $dir -G Ninja -DRT_SANITIZE=$sanitizer -DRT_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
-cmake --build $dir
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# 4 ranks where the program's code paths differ from 1-3 (see below).
+not_np4="gradient_reducer|agreement|bn_sync|loss_scale|trainer_device|device_grads|fault_.*|device_grads_fail-.*"
+if [[ $kind == comm ]]; then
+  # These programs link comm/ (and through it nn/) alone, so the rest of the tree is not built.
+  cmake --build $dir --target test_ring_schedule test_comm_allreducer_registry test_mpi_allreduce \
+    test_mpi_gradient_reducer test_mpi_hierarchical_hosts test_mpi_agreement test_mpi_stall test_mpi_bn_sync \
+    test_mpi_device_grads
+  ASAN_OPTIONS=detect_leaks=1 ctest --test-dir $dir -R "^(RingSchedule|ReduceKernels)\." -j2 --output-on-failure "$@"
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $dir -j2 --output-on-failure \
+    -R "^(test_mpi_(allreduce|gradient_reducer|hierarchical_hosts|agreement|stall|bn_sync|device_grads|fault)_|AllreducerRegistry\.|HierarchicalPlacement\.)" \
+    -E "_np[58]$|^test_mpi_($not_np4)_np4$" "$@"
+  exit
+fi
+cmake --build $dir
 if [[ $kind == address ]]; then
   # Leaks are checked where we own the whole process; OpenMPI's components are dlclose()d at
   # MPI_Finalize, so its init-time allocations show up as unsymbolizable leaks under mpirun.
@@ -55,7 +74,6 @@ if [[ $kind == address ]]; then
   # even; the plain run keeps them), and were a third of this stage's time; 4 ranks only for the
   # allreduce, whose hierarchical form then has nodes of two ranks each.
   # Two at a time: much of these tests is mpirun start-up and waiting (234 s against 265 s).
-  not_np4="gradient_reducer|agreement|bn_sync|loss_scale|trainer_device|device_grads|fault_.*|device_grads_fail-.*"
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $dir -L mpi -j2 --output-on-failure \
     -E "cluster_smoke|bundle_gpu_deps|torch_weights|_np[58]$|^test_mpi_($not_np4)_np4$" "$@"
 else
