@@ -3,7 +3,10 @@
 # jemalloc) on the same rows and thread counts, in one run, with peak resident memory of each.
 #   tools/bench_train_step.sh [OUT.md]      (needs tools/setup.sh --peers and a built build/)
 # Rows: resnet50 b32 224², resnet18 b64 224², resnet20 b128 32², at 1 and 2 threads; others with
-#   ROWS="resnext50_32x4d 32 224;wide_resnet50_2 16 224" THREADS="2" (any torchvision ResNet name).
+#   ROWS="resnext50_32x4d 32 224;wide_resnet50_2 16 224" THREADS="2" (any torchvision ResNet name,
+#   or timm's SE-ResNets and resnext101_32x4d, which tools/torch_se_models.py gives PyTorch).
+# MARKER names the table's place in OUT.md (default bench_train_step), so that another set of rows
+#   can have a table of its own there.
 # ALSO_BLOCK=8 (or 16) adds ringtrain with that oneDNN activation block beside the default one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,7 @@ print("RSS,%s,%d" % (sys.argv[1], resource.getrusage(resource.RUSAGE_CHILDREN).r
 sys.exit(p.returncode)' "$tag" "$@" | tee -a "$log"
 }
 
+timm_models=$($py -c 'import sys; sys.path.insert(0, "tools"); import torch_weights; print(*torch_weights.TIMM)')
 if [[ -n ${ROWS:-} ]]; then IFS=';' read -r -a rows <<<"$ROWS"
 else rows=("resnet50 32 224" "resnet18 64 224" "resnet20 128 32"); fi
 for t in ${THREADS:-1 2}; do
@@ -39,15 +43,19 @@ for t in ${THREADS:-1 2}; do
       $([[ $m == resnet50 ]] && echo --peak)
     [[ -n ${ALSO_BLOCK:-} ]] && measure "ours_block/$key" $bench --model "$m" --batch "$b" --size "$s" --threads "$t" \
       --block "$ALSO_BLOCK"
-    measure "torch_default/$key" $py "$peers/torch_train.py" --model "$m" --batch "$b" --size "$s" --threads "$t"
-    measure "torch_best/$key" bash "$peers/run_torch_best.sh" torch_train.py --model "$m" --batch "$b" --size "$s" --threads "$t"
+    # timm's models through tools/torch_se_models.py, which runs the same peer script on them.
+    peer=(); [[ " $timm_models " == *" $m "* ]] && peer=("$PWD/tools/torch_se_models.py")
+    measure "torch_default/$key" $py "${peer[@]}" "$(cd "$peers" && pwd)/torch_train.py" --model "$m" --batch "$b" \
+      --size "$s" --threads "$t"
+    measure "torch_best/$key" bash "$peers/run_torch_best.sh" "${peer[@]}" "$(cd "$peers" && pwd)/torch_train.py" \
+      --model "$m" --batch "$b" --size "$s" --threads "$t"
   done
 done
 
-PYTHONPATH=tools $py - "$log" "$out" <<'PY'
+PYTHONPATH=tools $py - "$log" "$out" "${MARKER:-bench_train_step}" <<'PY'
 import re, sys, datetime, platform
 from doc_table import put_between_markers
-log, out = sys.argv[1], sys.argv[2]
+log, out, marker = sys.argv[1], sys.argv[2], sys.argv[3]
 res, rss, peak = {}, {}, {}
 for line in open(log):
     f = line.strip().split(",")
@@ -86,6 +94,6 @@ for t, p in sorted(peak.items()):
     lines.append(f"resnet50 b32, {t} thread(s): {p['step_gflops']} GFLOP/s achieved in the training step = "
                  f"{float(p['fraction']) * 100:.0f}% of the measured fp32 peak ({p['sgemm_gflops']} GFLOP/s, 3072³ oneDNN sgemm).")
 # Between its markers: the file's notes and earlier measurements around the table stay.
-put_between_markers(out, "bench_train_step", "\n".join(lines) + "\n")
+put_between_markers(out, marker, "\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tools/torch_weights.py on squeeze-and-excitation models, against PyTorch (exit 77, skipped,
-without it; timm is not needed: the modules are written out here as timm defines them).
+without it; timm is not needed: tools/torch_se_models.py writes the modules out as timm defines them).
 
   test_torch_weights_se.py TORCH_COMPARE
 
@@ -32,71 +32,7 @@ COMPARE = sys.argv[1] if len(sys.argv) > 1 else None
 TMP = tempfile.mkdtemp(prefix="rt_torch_weights_se_")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import torch_weights  # noqa: E402
-
-
-def rd_channels(c):
-    # timm's SEModule: make_divisible(c / 16, 8, round_limit=0), written out.
-    return max(8, int(c / 16 + 8 / 2) // 8 * 8)
-
-
-class SE(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        r = rd_channels(c)
-        self.fc1, self.fc2 = nn.Conv2d(c, r, 1), nn.Conv2d(r, c, 1)
-
-    def forward(self, x):
-        return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
-
-
-class Block(nn.Module):
-    """timm's BasicBlock or Bottleneck with attn_layer='se': the gate after the last BN."""
-    def __init__(self, bottleneck, inp, planes, stride, groups, per_group):
-        super().__init__()
-        if bottleneck:
-            w, out = planes * per_group // 64 * groups, planes * 4
-            convs = [(inp, w, 1, 1, 1), (w, w, 3, stride, groups), (w, out, 1, 1, 1)]
-        else:
-            out = planes
-            convs = [(inp, out, 3, stride, 1), (out, out, 3, 1, 1)]
-        for i, (a, b, k, s, g) in enumerate(convs, 1):
-            setattr(self, f"conv{i}", nn.Conv2d(a, b, k, s, k // 2, groups=g, bias=False))
-            setattr(self, f"bn{i}", nn.BatchNorm2d(b))
-        self.n = len(convs)
-        self.se = SE(out)
-        self.downsample = (nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
-                           if stride != 1 or inp != out else None)
-
-    def forward(self, x):
-        y = x
-        for i in range(1, self.n + 1):
-            y = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(y))
-            if i < self.n:
-                y = torch.relu(y)
-        y = self.se(y)
-        return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-
-class SeResNet(nn.Module):
-    def __init__(self, arch, classes):
-        super().__init__()
-        kind, blocks, groups, per_group, _ = torch_weights.TIMM[arch]
-        self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
-        inp = 64
-        for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
-            layer = []
-            for b in range(count):
-                layer.append(Block(kind == "bottleneck", inp, planes, 2 if stage > 1 and b == 0 else 1, groups,
-                                   per_group))
-                inp = planes * (4 if kind == "bottleneck" else 1)
-            setattr(self, f"layer{stage}", nn.Sequential(*layer))
-        self.fc = nn.Linear(inp, classes)
-
-    def forward(self, x):
-        x = nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 3, 2, 1)
-        for stage in range(1, 5):
-            x = getattr(self, f"layer{stage}")(x)
-        return self.fc(torch.flatten(x.mean((2, 3)), 1))
+from torch_se_models import SE, TimmResNet as SeResNet  # noqa: E402
 
 
 def randomized(model, seed):
@@ -124,9 +60,7 @@ def tool(*args):
 
 class TorchWeightsSe(unittest.TestCase):
     def test_shapes_are_timms(self):
-        for arch in torch_weights.TIMM:
-            if not torch_weights.TIMM[arch][4]:
-                continue
+        for arch in torch_weights.TIMM:  # resnext101_32x4d, without SE, too
             for classes in (1000, 7):
                 want = {k: tuple(v.shape) for k, v in SeResNet(arch, classes).state_dict().items()
                         if not k.endswith(".num_batches_tracked")}
@@ -163,6 +97,18 @@ class TorchWeightsSe(unittest.TestCase):
             self.assertEqual(set(got), set(sd))
             for k, v in sd.items():
                 self.assertTrue(torch.equal(got[k], v), k)
+
+    def test_benchmark_peer_runs_its_script_on_timms_models(self):
+        # tools/torch_se_models.py as run_torch_best.sh runs it: a peer option before the script.
+        script = os.path.join(TMP, "peer.py")
+        with open(script, "w") as f:
+            f.write("import sys, torchvision\n"
+                    "m = torchvision.models.seresnext50_32x4d(weights=None)\n"
+                    "print(sum(p.numel() for p in m.parameters()), sys.argv[1:])\n")
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "torch_se_models.py"), "--channels-last",
+                              script, "--model", "seresnext50_32x4d"], check=True, capture_output=True, text=True,
+                             timeout=120).stdout
+        self.assertEqual(out, "27559896 ['--channels-last', '--model', 'seresnext50_32x4d']\n")
 
 
 if __name__ == "__main__":
