@@ -32,6 +32,7 @@ print("RSS,%s,%d" % (sys.argv[1], resource.getrusage(resource.RUSAGE_CHILDREN).r
 sys.exit(p.returncode)' "$tag" "$@" | tee -a "$log"
 }
 
+peers_abs=$(cd "$peers" && pwd)  # the SE peer below runs the script from elsewhere
 timm_models=$($py -c 'import sys; sys.path.insert(0, "tools"); import torch_weights; print(*torch_weights.TIMM)')
 if [[ -n ${ROWS:-} ]]; then IFS=';' read -r -a rows <<<"$ROWS"
 else rows=("resnet50 32 224" "resnet18 64 224" "resnet20 128 32"); fi
@@ -45,10 +46,10 @@ for t in ${THREADS:-1 2}; do
       --block "$ALSO_BLOCK"
     # timm's models through tools/torch_se_models.py, which runs the same peer script on them.
     peer=(); [[ " $timm_models " == *" $m "* ]] && peer=("$PWD/tools/torch_se_models.py")
-    measure "torch_default/$key" $py "${peer[@]}" "$(cd "$peers" && pwd)/torch_train.py" --model "$m" --batch "$b" \
-      --size "$s" --threads "$t"
-    measure "torch_best/$key" bash "$peers/run_torch_best.sh" "${peer[@]}" "$(cd "$peers" && pwd)/torch_train.py" \
-      --model "$m" --batch "$b" --size "$s" --threads "$t"
+    measure "torch_default/$key" $py "${peer[@]}" "$peers_abs/torch_train.py" --model "$m" --batch "$b" --size "$s" \
+      --threads "$t"
+    measure "torch_best/$key" bash "$peers/run_torch_best.sh" "${peer[@]}" "$peers_abs/torch_train.py" --model "$m" \
+      --batch "$b" --size "$s" --threads "$t"
   done
 done
 
