@@ -111,6 +111,18 @@ int Net<T>::maxpool(int x, const std::string& name, int64_t kernel, int64_t stri
 }
 
 template <class T>
+int Net<T>::avgpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
+  check_building(name);
+  AvgPoolDesc d{name, shapes_.at(x), kernel, stride, pad, ceil_mode};
+  d.validate();  // out() is only meaningful for a valid geometry, whichever backend checks it
+  auto n = std::make_unique<GradOnlyNode<T, AvgPoolOp<T>>>();
+  n->op = backend_->make_avgpool(d);
+  n->name = name;
+  n->inputs = {x};
+  return push(std::move(n), d.out());
+}
+
+template <class T>
 int Net<T>::global_avgpool(int x, const std::string& name) {
   check_building(name);
   GlobalAvgPoolDesc d{name, shapes_.at(x)};

@@ -53,6 +53,8 @@ class Net {
   int relu(int x, const std::string& name);
   int maxpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad);
   int global_avgpool(int x, const std::string& name);
+  // Windowed average pooling (AvgPoolDesc: ceil_mode, padding not counted): ResNet-D's shortcut.
+  int avgpool(int x, const std::string& name, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode);
   int linear(int x, const std::string& name, int64_t out_features, bool bias = true);
   int add(int a, int b, const std::string& name, bool relu);
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);

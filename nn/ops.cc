@@ -48,6 +48,15 @@ void MaxPoolDesc::validate() const {
                  " (pad ", pad, ")");
 }
 
+void AvgPoolDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && kernel > 0 && stride > 0 && pad >= 0 && 2 * pad <= kernel, "layer ",
+                 name, ": bad average pool kernel ", kernel, " stride ", stride, " pad ", pad,
+                 " for input ", in.str(), " (PyTorch's rule: pad at most half the kernel)");
+  RT_SHAPE_CHECK(kernel <= in.h + 2 * pad && kernel <= in.w + 2 * pad, "layer ", name,
+                 ": average pool kernel ", kernel, " is larger than the padded input ", in.str(),
+                 " (pad ", pad, ")");
+}
+
 void LinearDesc::validate() const {
   RT_SHAPE_CHECK(in.numel() > 0 && out_features > 0, "layer ", name,
                  ": fully connected layer needs a non-empty input ", in.str(),
@@ -144,6 +153,11 @@ std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d)
   if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
     throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no drop path (stochastic depth)"));
   return std::make_unique<HostDropPath<T>>(d, act_size(d.in) / size_t(d.in.n));
+}
+
+template <class T>
+std::unique_ptr<AvgPoolOp<T>> Backend<T>::make_avgpool(const AvgPoolDesc& d) {
+  throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no average pooling (ResNet-D's shortcut)"));
 }
 
 template <class T>

@@ -90,6 +90,25 @@ struct MaxPoolDesc {
   void validate() const;
 };
 
+// Average pooling over kernel x kernel windows, each averaged over the input elements it covers
+// (padding and, with ceil_mode, the part of the last window past the input are not counted:
+// PyTorch's count_include_pad=False). ceil_mode rounds the output size up, as PyTorch's, but
+// never starts a window in the right padding. ResNet-D's shortcut is kernel 2, stride 2, ceil.
+struct AvgPoolDesc {
+  std::string name;
+  Shape in;
+  int64_t kernel = 2, stride = 2, pad = 0;
+  bool ceil_mode = true;
+  Shape out() const { return {in.n, in.c, out_extent(in.h), out_extent(in.w)}; }
+  int64_t out_extent(int64_t len) const {
+    const int64_t span = len + 2 * pad - kernel;
+    int64_t o = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+    if (ceil_mode && (o - 1) * stride >= len + pad) --o;
+    return o;
+  }
+  void validate() const;
+};
+
 struct GlobalAvgPoolDesc {
   std::string name;
   Shape in;
@@ -274,6 +293,14 @@ class MaxPoolOp {
 };
 
 template <class T>
+class AvgPoolOp {
+ public:
+  virtual ~AvgPoolOp() = default;
+  virtual void forward(const T* x, T* y) = 0;
+  virtual void backward(const T* dy, T* dx) = 0;
+};
+
+template <class T>
 class GlobalAvgPoolOp {
  public:
   virtual ~GlobalAvgPoolOp() = default;
@@ -443,6 +470,9 @@ class Backend {
   virtual std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc&) = 0;
   virtual std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc&) = 0;
   virtual std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc&) = 0;
+  // Default: refuses (throws rt::Error naming the backend and the layer), for backends without
+  // windowed average pooling (ResNet-D's shortcut).
+  virtual std::unique_ptr<AvgPoolOp<T>> make_avgpool(const AvgPoolDesc&);
   virtual std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc&) = 0;
   virtual std::unique_ptr<AddOp<T>> make_add(const AddDesc&) = 0;
   virtual std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc&) = 0;

@@ -32,6 +32,7 @@ class ForwardingBackend : public Backend<T> {
   std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return in_->make_global_avgpool(d);
   }
+  std::unique_ptr<AvgPoolOp<T>> make_avgpool(const AvgPoolDesc& d) override { return in_->make_avgpool(d); }
   std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc& d) override { return in_->make_linear(d); }
   std::unique_ptr<AddOp<T>> make_add(const AddDesc& d) override { return in_->make_add(d); }
   std::unique_ptr<PadShortcutOp<T>> make_pad_shortcut(const PadShortcutDesc& d) override {

@@ -145,7 +145,10 @@ class SealedBackend final : public Backend<float> {
     return std::make_unique<MaxPool>(ref_->make_maxpool(d), space_);
   }
   std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
-    return std::make_unique<Gap>(ref_->make_global_avgpool(d), space_);
+    return std::make_unique<Pool<GlobalAvgPoolOp<float>>>(ref_->make_global_avgpool(d), space_);
+  }
+  std::unique_ptr<AvgPoolOp<float>> make_avgpool(const AvgPoolDesc& d) override {
+    return std::make_unique<Pool<AvgPoolOp<float>>>(ref_->make_avgpool(d), space_);
   }
   std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override {
     return std::make_unique<Linear>(ref_->make_linear(d), space_);
@@ -219,8 +222,12 @@ class SealedBackend final : public Backend<float> {
       in->backward(x, y, dy, dx);
     }
   };
-  struct Gap final : Held<GlobalAvgPoolOp<float>> {
-    using Held::Held;
+  // Global and windowed average pooling: forward(x, y), backward(dy, dx).
+  template <class Op>
+  struct Pool final : Held<Op> {
+    using Held<Op>::Held;
+    using Held<Op>::in;
+    using Held<Op>::s;
     void forward(const float* x, float* y) override {
       O o(s);
       in->forward(x, y);

@@ -31,6 +31,7 @@ class ReferenceBackend final : public Backend<T> {
   std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc& d) override {
     return ref::make_maxpool<T>(d);
   }
+  std::unique_ptr<AvgPoolOp<T>> make_avgpool(const AvgPoolDesc& d) override { return ref::make_avgpool<T>(d); }
   std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return ref::make_global_avgpool<T>(d);
   }

@@ -19,6 +19,7 @@ template <class T> std::unique_ptr<ConvOp<T>> make_conv(const ConvDesc& d);
 template <class T> std::unique_ptr<LinearOp<T>> make_linear(const LinearDesc& d);
 template <class T> std::unique_ptr<BatchNormOp<T>> make_batchnorm(const BatchNormDesc& d);
 template <class T> std::unique_ptr<MaxPoolOp<T>> make_maxpool(const MaxPoolDesc& d);
+template <class T> std::unique_ptr<AvgPoolOp<T>> make_avgpool(const AvgPoolDesc& d);
 template <class T> std::unique_ptr<GlobalAvgPoolOp<T>> make_global_avgpool(const GlobalAvgPoolDesc& d);
 template <class T> std::unique_ptr<ReluOp<T>> make_relu(const ReluDesc& d);
 template <class T> std::unique_ptr<AddOp<T>> make_add(const AddDesc& d);
