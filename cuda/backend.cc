@@ -81,6 +81,9 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return make_device_global_avgpool(d, ctx_);
   }
+  std::unique_ptr<AvgPoolOp<float>> make_avgpool(const AvgPoolDesc& d) override {
+    return make_device_avgpool(d, ctx_);
+  }
   std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override {
     return std::make_unique<CublasLinear>(d, ctx_);
   }

@@ -116,6 +116,53 @@ __global__ void maxpool_backward_kernel(const int32_t* argmax, const float* dy, 
   }
 }
 
+// Window o's span [lo, hi) of a dimension of length len, clipped to the input: what average
+// pooling counts (padding and, with ceil_mode, the part past the input are not elements).
+__device__ inline void clipped_window(int64_t o, int64_t kernel, int64_t stride, int64_t pad,
+                                      int64_t len, int64_t* lo, int64_t* hi) {
+  const int64_t start = o * stride - pad, end = start + kernel;
+  *lo = start < 0 ? 0 : start;
+  *hi = end < len ? end : len;
+}
+
+__global__ void window_avgpool_forward_kernel(const float* x, float* y, PoolGeom g) {
+  const int64_t outs = g.planes * g.out_h * g.out_w;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t ow = q % g.out_w, oh = (q / g.out_w) % g.out_h, pl = q / (g.out_w * g.out_h);
+    const float* xp = x + pl * g.h * g.w;
+    int64_t h0, h1, w0, w1;
+    clipped_window(oh, g.kernel, g.stride, g.pad, g.h, &h0, &h1);
+    clipped_window(ow, g.kernel, g.stride, g.pad, g.w, &w0, &w1);
+    double s = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) s += xp[ih * g.w + iw];
+    y[q] = float(s / double((h1 - h0) * (w1 - w0)));
+  }
+}
+
+// Each term is rounded to float before it is added, as the reference scatters it.
+__global__ void window_avgpool_backward_kernel(const float* dy, float* dx, PoolGeom g) {
+  const int64_t ins = g.planes * g.h * g.w;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t iw = e % g.w, ih = (e / g.w) % g.h, pl = e / (g.w * g.h);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    const float* dyp = dy + pl * g.out_h * g.out_w;
+    float s = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh) {
+      int64_t h0, h1;
+      clipped_window(oh, g.kernel, g.stride, g.pad, g.h, &h0, &h1);
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        int64_t w0, w1;
+        clipped_window(ow, g.kernel, g.stride, g.pad, g.w, &w0, &w1);
+        s += float(double(dyp[oh * g.out_w + ow]) / double((h1 - h0) * (w1 - w0)));
+      }
+    }
+    dx[e] = s;
+  }
+}
+
 // A warp per plane (a plane's hw values are contiguous in NCHW: one thread per plane would read
 // them hw floats apart across the warp): lane l adds elements l, l + 32, ... in double, then the
 // lanes' sums add in a fixed butterfly, so every run gives the same bits.
@@ -232,6 +279,20 @@ void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const P
   const int64_t ins = g.planes * g.h * g.w;
   if (ins <= 0) return;
   maxpool_backward_kernel<<<blocks_for(ins), kThreads, 0, stream>>>(argmax, dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void window_avgpool_forward(const float* x, float* y, const PoolGeom& g, cudaStream_t stream) {
+  const int64_t outs = g.planes * g.out_h * g.out_w;
+  if (outs <= 0) return;
+  window_avgpool_forward_kernel<<<blocks_for(outs), kThreads, 0, stream>>>(x, y, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+void window_avgpool_backward(const float* dy, float* dx, const PoolGeom& g, cudaStream_t stream) {
+  const int64_t ins = g.planes * g.h * g.w;
+  if (ins <= 0) return;
+  window_avgpool_backward_kernel<<<blocks_for(ins), kThreads, 0, stream>>>(dy, dx, g);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -30,6 +30,13 @@ void maxpool_forward(const float* x, float* y, int32_t* argmax, const PoolGeom& 
 // dy of the windows whose maximum it was (deterministic, no atomics).
 void maxpool_backward(const int32_t* argmax, const float* dy, float* dx, const PoolGeom& g,
                       cudaStream_t stream);
+// Windowed average pooling (AvgPoolDesc): each output the mean of the input elements its window
+// covers, padding and the part past the input not counted; out_h and out_w from the desc (ceil_mode
+// is in them). Forward sums in double in window order and rounds once; backward is a gather: each
+// input element sums in fp32, in output order, float(dy / count) of the windows that contain it
+// (deterministic, no atomics; the reference's sums in the reference's order).
+void window_avgpool_forward(const float* x, float* y, const PoolGeom& g, cudaStream_t stream);
+void window_avgpool_backward(const float* dy, float* dx, const PoolGeom& g, cudaStream_t stream);
 // y[p] = mean of plane p (summed in double, one thread per plane).
 void avgpool_forward(const float* x, float* y, int64_t planes, int64_t hw, cudaStream_t stream);
 void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cudaStream_t stream);

@@ -1,4 +1,5 @@
-// Device ReLU, residual add, max and global average pooling, CIFAR padded shortcut, SE channel gate.
+// Device ReLU, residual add, max, windowed and global average pooling, CIFAR padded shortcut, SE
+// channel gate.
 #include "cuda/layer_ops.h"
 
 #include <climits>
@@ -71,6 +72,23 @@ class DeviceMaxPool final : public MaxPoolOp<float> {
   DeviceBuffer argmax_;
 };
 
+class DeviceAvgPool final : public AvgPoolOp<float> {
+ public:
+  DeviceAvgPool(const AvgPoolDesc& d, CudaContext& ctx) : ctx_(ctx) {
+    d.validate();
+    const Shape o = d.out();
+    g_ = {d.in.n * d.in.c, d.in.h, d.in.w, o.h, o.w, d.kernel, d.stride, d.pad};
+  }
+  void forward(const float* x, float* y) override { window_avgpool_forward(x, y, g_, ctx_.stream()); }
+  void backward(const float* dy, float* dx) override {
+    window_avgpool_backward(dy, dx, g_, ctx_.stream());
+  }
+
+ private:
+  PoolGeom g_;
+  CudaContext& ctx_;
+};
+
 class DeviceGlobalAvgPool final : public GlobalAvgPoolOp<float> {
  public:
   DeviceGlobalAvgPool(const GlobalAvgPoolDesc& d, CudaContext& ctx)
@@ -135,6 +153,9 @@ std::unique_ptr<AddOp<float>> make_device_add(const AddDesc& d, CudaContext& ctx
 }
 std::unique_ptr<MaxPoolOp<float>> make_device_maxpool(const MaxPoolDesc& d, CudaContext& ctx) {
   return std::make_unique<DeviceMaxPool>(d, ctx);
+}
+std::unique_ptr<AvgPoolOp<float>> make_device_avgpool(const AvgPoolDesc& d, CudaContext& ctx) {
+  return std::make_unique<DeviceAvgPool>(d, ctx);
 }
 std::unique_ptr<GlobalAvgPoolOp<float>> make_device_global_avgpool(const GlobalAvgPoolDesc& d,
                                                                    CudaContext& ctx) {

@@ -11,6 +11,7 @@ namespace rt::cuda {
 std::unique_ptr<ReluOp<float>> make_device_relu(const ReluDesc& d, CudaContext& ctx);
 std::unique_ptr<AddOp<float>> make_device_add(const AddDesc& d, CudaContext& ctx);
 std::unique_ptr<MaxPoolOp<float>> make_device_maxpool(const MaxPoolDesc& d, CudaContext& ctx);
+std::unique_ptr<AvgPoolOp<float>> make_device_avgpool(const AvgPoolDesc& d, CudaContext& ctx);
 std::unique_ptr<GlobalAvgPoolOp<float>> make_device_global_avgpool(const GlobalAvgPoolDesc& d,
                                                                    CudaContext& ctx);
 std::unique_ptr<PadShortcutOp<float>> make_device_pad_shortcut(const PadShortcutDesc& d,

@@ -33,7 +33,7 @@ struct Backends {
   std::unique_ptr<Backend<float>> ref = make_backend<float>("reference");
 };
 
-// An op with forward(x, y) and backward(dy, dx) (global pooling, padded shortcut): the GPU's
+// An op with forward(x, y) and backward(dy, dx) (average pooling, padded shortcut): the GPU's
 // outputs must equal the reference's bit for bit; y has dy's size, dx has x's. The GPU's ops run
 // on `backend`'s stream, which the reads wait for.
 template <class Op>
@@ -236,6 +236,29 @@ TEST(GpuBackendOps, DropPath) {
     expect_equal(to_host<float>(gdx, n), dx, "dx");
     expect_equal(to_host<float>(gy_eval, n), x, "evaluation's y");
     EXPECT_EQ(y_eval, x);
+  }
+}
+
+// Windowed average pooling, padding and the part past the input not counted. ResNet-D's 2x2/2
+// ceil_mode on even and odd sizes (odd: the last window clipped to one row or column); 3x3/2 pad 1
+// with ceil_mode (even sizes: an extra window of one row) and without; 3x3/1 pad 1, whose windows
+// overlap (backward sums up to nine); 2x2/2 pad 1 of a 1x1 plane; 3x3/3 pad 1, where ceil_mode's
+// last window would start in the padding and is dropped. The same double sums and fp32 terms in
+// the same order as the reference: bit for bit.
+TEST(GpuBackendOps, AvgPool) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  struct Case { Shape in; int64_t k, s, p; bool ceil; };
+  for (Case c : {Case{{2, 3, 8, 8}, 2, 2, 0, true}, Case{{2, 5, 7, 9}, 2, 2, 0, true},
+                 Case{{1, 4, 7, 7}, 2, 2, 0, false}, Case{{2, 3, 8, 10}, 3, 2, 1, true},
+                 Case{{2, 3, 8, 10}, 3, 2, 1, false}, Case{{1, 2, 7, 9}, 3, 2, 1, true},
+                 Case{{2, 6, 5, 7}, 3, 1, 1, true}, Case{{3, 2, 1, 1}, 2, 2, 1, true},
+                 Case{{1, 2, 5, 8}, 3, 3, 1, true}, Case{{4, 16, 14, 14}, 2, 2, 0, true}}) {
+    AvgPoolDesc d{"pool", c.in, c.k, c.s, c.p, c.ceil};
+    SCOPED_TRACE(c.in.str() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                 std::to_string(c.p) + (c.ceil ? " ceil" : "") + " -> " + d.out().str());
+    auto x = random_vec(size_t(c.in.numel()), 20), dy = random_vec(size_t(d.out().numel()), 21);
+    expect_same_fwd_bwd(*b.gpu, *b.ref->make_avgpool(d), *b.gpu->make_avgpool(d), x, dy, "avgpool");
   }
 }
 
