@@ -82,6 +82,9 @@ class LowpBackend final : public DeviceBackend {
   std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return make_lowp_global_avgpool<T>(d, ctx_);
   }
+  std::unique_ptr<AvgPoolOp<float>> make_avgpool(const AvgPoolDesc& d) override {
+    return make_lowp_avgpool<T>(d, ctx_);
+  }
   std::unique_ptr<LinearOp<float>> make_linear(const LinearDesc& d) override {
     return make_lowp_linear<T>(d, ctx_);
   }

@@ -260,6 +260,109 @@ __global__ void maxpool_backward_vec_kernel(const int32_t* argmax, const T* dy, 
   }
 }
 
+// Window o's span [lo, hi) of a dimension of length len, clipped to the input: what average
+// pooling counts.
+__device__ inline void clipped_window(int64_t o, int64_t kernel, int64_t stride, int64_t pad,
+                                      int64_t len, int64_t* lo, int64_t* hi) {
+  const int64_t start = o * stride - pad, end = start + kernel;
+  *lo = start < 0 ? 0 : start;
+  *hi = end < len ? end : len;
+}
+
+// The count of window (oh, ow)'s input elements and its clipped rows and columns.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1;
+  __device__ AvgWindow(int64_t oh, int64_t ow, const NhwcPoolGeom& g) {
+    clipped_window(oh, g.kernel, g.stride, g.pad, g.h, &h0, &h1);
+    clipped_window(ow, g.kernel, g.stride, g.pad, g.w, &w0, &w1);
+  }
+  __device__ double count() const { return double((h1 - h0) * (w1 - w0)); }
+};
+
+// A backward term, rounded to fp32 before it is added, as the reference scatters it.
+__device__ inline float avg_term(float dy, double count) { return float(double(dy) / count); }
+
+template <class T>
+__global__ void window_avgpool_forward_kernel(const T* x, T* y, NhwcPoolGeom g) {
+  const int64_t outs = g.n * g.out_h * g.out_w * g.c;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t c = q % g.c, ow = (q / g.c) % g.out_w, oh = (q / (g.c * g.out_w)) % g.out_h,
+                  b = q / (g.c * g.out_w * g.out_h);
+    const T* xp = x + b * g.h * g.w * g.c + c;
+    const AvgWindow win(oh, ow, g);
+    double s = 0;
+    for (int64_t ih = win.h0; ih < win.h1; ++ih)
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) s += ld(xp, (ih * g.w + iw) * g.c);
+    y[q] = rn<T>(float(s / win.count()));
+  }
+}
+
+template <class T>
+__global__ void window_avgpool_backward_kernel(const T* dy, T* dx, NhwcPoolGeom g) {
+  const int64_t ins = g.n * g.h * g.w * g.c;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t c = e % g.c, iw = (e / g.c) % g.w, ih = (e / (g.c * g.w)) % g.h,
+                  b = e / (g.c * g.w * g.h);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float s = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t q = nhwc_index(b, c, oh, ow, g.c, g.out_h, g.out_w);
+        s += avg_term(ld(dy, q), AvgWindow(oh, ow, g).count());
+      }
+    dx[e] = rn<T>(s);
+  }
+}
+
+// The same two on groups of kVec channels (c a multiple of kVec, buffers aligned), as the max
+// pool's: the window arithmetic once for eight channels, 16-byte loads and stores, per channel
+// the same sums in the same order.
+template <class T>
+__global__ void window_avgpool_forward_vec_kernel(const T* x, T* y, NhwcPoolGeom g) {
+  const int64_t groups = g.c / kVec, outs = g.n * g.out_h * g.out_w * groups;
+  for (int64_t q = first_index(); q < outs; q += grid_stride()) {
+    const int64_t grp = q % groups, pos = q / groups;  // pos = (b * out_h + oh) * out_w + ow
+    const int64_t ow = pos % g.out_w, oh = (pos / g.out_w) % g.out_h, b = pos / (g.out_w * g.out_h);
+    const AvgWindow win(oh, ow, g);
+    double s[kVec] = {};
+    for (int64_t ih = win.h0; ih < win.h1; ++ih)
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+        float v[kVec];
+        load_vec(x, ((b * g.h + ih) * g.w + iw) * groups + grp, v);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[k] += v[k];
+      }
+    float m[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) m[k] = float(s[k] / win.count());
+    store_vec(y, q, m);
+  }
+}
+
+template <class T>
+__global__ void window_avgpool_backward_vec_kernel(const T* dy, T* dx, NhwcPoolGeom g) {
+  const int64_t groups = g.c / kVec, ins = g.n * g.h * g.w * groups;
+  for (int64_t e = first_index(); e < ins; e += grid_stride()) {
+    const int64_t grp = e % groups, pos = e / groups;  // pos = (b * h + ih) * w + iw
+    const int64_t iw = pos % g.w, ih = (pos / g.w) % g.h, b = pos / (g.w * g.h);
+    int64_t oh0, oh1, ow0, ow1;
+    window_range(ih, g.kernel, g.stride, g.pad, g.out_h, &oh0, &oh1);
+    window_range(iw, g.kernel, g.stride, g.pad, g.out_w, &ow0, &ow1);
+    float s[kVec] = {};
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const double count = AvgWindow(oh, ow, g).count();
+        float d[kVec];
+        load_vec(dy, ((b * g.out_h + oh) * g.out_w + ow) * groups + grp, d);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[k] += avg_term(d[k], count);
+      }
+    store_vec(dx, e, s);
+  }
+}
+
 template <class T>
 __global__ void avgpool_forward_kernel(const T* x, T* y, int64_t n, int64_t c, int64_t hw) {
   const int64_t planes = n * c;
@@ -421,6 +524,28 @@ void lowp_maxpool_backward(const int32_t* argmax, const T* dy, T* dx, const Nhwc
 }
 
 template <class T>
+void lowp_window_avgpool_forward(const T* x, T* y, const NhwcPoolGeom& g, cudaStream_t stream) {
+  const int64_t outs = g.n * g.out_h * g.out_w * g.c;
+  if (outs <= 0) return;
+  if (g.c % kVec == 0 && vec_ok(outs, {x, y}))
+    window_avgpool_forward_vec_kernel<T><<<blocks_for(outs / kVec), kThreads, 0, stream>>>(x, y, g);
+  else
+    window_avgpool_forward_kernel<T><<<blocks_for(outs), kThreads, 0, stream>>>(x, y, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void lowp_window_avgpool_backward(const T* dy, T* dx, const NhwcPoolGeom& g, cudaStream_t stream) {
+  const int64_t ins = g.n * g.h * g.w * g.c;
+  if (ins <= 0) return;
+  if (g.c % kVec == 0 && vec_ok(ins, {dy, dx}))
+    window_avgpool_backward_vec_kernel<T><<<blocks_for(ins / kVec), kThreads, 0, stream>>>(dy, dx, g);
+  else
+    window_avgpool_backward_kernel<T><<<blocks_for(ins), kThreads, 0, stream>>>(dy, dx, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void lowp_avgpool_forward(const T* x, T* y, int64_t n, int64_t c, int64_t hw,
                           cudaStream_t stream) {
   if (n * c <= 0 || hw <= 0) return;
@@ -468,6 +593,8 @@ void lowp_pad_shortcut_backward(const T* dy, T* dx, const ShortcutGeom& g, cudaS
   template void lowp_maxpool_forward(const T*, T*, int32_t*, const NhwcPoolGeom&, cudaStream_t);  \
   template void lowp_maxpool_backward(const int32_t*, const T*, T*, const NhwcPoolGeom&,          \
                                       cudaStream_t);                                              \
+  template void lowp_window_avgpool_forward(const T*, T*, const NhwcPoolGeom&, cudaStream_t);     \
+  template void lowp_window_avgpool_backward(const T*, T*, const NhwcPoolGeom&, cudaStream_t);    \
   template void lowp_avgpool_forward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);      \
   template void lowp_avgpool_backward(const T*, T*, int64_t, int64_t, int64_t, cudaStream_t);     \
   template void lowp_pad_shortcut_forward(const T*, T*, const ShortcutGeom&, cudaStream_t);       \

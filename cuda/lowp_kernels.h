@@ -89,6 +89,15 @@ void lowp_maxpool_forward(const T* x, T* y, int32_t* argmax, const NhwcPoolGeom&
 template <class T>
 void lowp_maxpool_backward(const int32_t* argmax, const T* dy, T* dx, const NhwcPoolGeom& g,
                            cudaStream_t stream);
+// Windowed average pooling on NHWC (AvgPoolDesc; out_h and out_w from the desc, ceil_mode in
+// them), padding and the part past the input not counted. Forward: the window summed in double in
+// window order and divided by its count, the fp32 result rounded to T: the fp32 reference's output
+// rounded to T. Backward gathers per input element, in output order, the fp32 terms dy / count of
+// the windows that contain it, summed in fp32 (the reference's sums) and rounded once to T.
+template <class T>
+void lowp_window_avgpool_forward(const T* x, T* y, const NhwcPoolGeom& g, cudaStream_t stream);
+template <class T>
+void lowp_window_avgpool_backward(const T* dy, T* dx, const NhwcPoolGeom& g, cudaStream_t stream);
 // Global average pooling on NHWC: y[n][c] = mean over hw of x[n][.][c] (fp32 sum).
 template <class T>
 void lowp_avgpool_forward(const T* x, T* y, int64_t n, int64_t c, int64_t hw,

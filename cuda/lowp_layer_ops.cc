@@ -77,6 +77,26 @@ class LowpMaxPool final : public MaxPoolOp<float> {
 };
 
 template <class T>
+class LowpAvgPool final : public AvgPoolOp<float> {
+ public:
+  LowpAvgPool(const AvgPoolDesc& d, CudaContext& ctx) : ctx_(ctx) {
+    d.validate();
+    const Shape o = d.out();
+    g_ = {d.in.n, d.in.c, d.in.h, d.in.w, o.h, o.w, d.kernel, d.stride, d.pad};
+  }
+  void forward(const float* x, float* y) override {
+    lowp_window_avgpool_forward(lowp_data<T>(x), lowp_data<T>(y), g_, ctx_.stream());
+  }
+  void backward(const float* dy, float* dx) override {
+    lowp_window_avgpool_backward(lowp_data<T>(dy), lowp_data<T>(dx), g_, ctx_.stream());
+  }
+
+ private:
+  NhwcPoolGeom g_;
+  CudaContext& ctx_;
+};
+
+template <class T>
 class LowpGlobalAvgPool final : public GlobalAvgPoolOp<float> {
  public:
   LowpGlobalAvgPool(const GlobalAvgPoolDesc& d, CudaContext& ctx)
@@ -176,6 +196,10 @@ std::unique_ptr<MaxPoolOp<float>> make_lowp_maxpool(const MaxPoolDesc& d, CudaCo
   return std::make_unique<LowpMaxPool<T>>(d, ctx);
 }
 template <class T>
+std::unique_ptr<AvgPoolOp<float>> make_lowp_avgpool(const AvgPoolDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpAvgPool<T>>(d, ctx);
+}
+template <class T>
 std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool(const GlobalAvgPoolDesc& d,
                                                                  CudaContext& ctx) {
   return std::make_unique<LowpGlobalAvgPool<T>>(d, ctx);
@@ -199,6 +223,8 @@ std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDe
   template std::unique_ptr<ReluOp<float>> make_lowp_relu<T>(const ReluDesc&, CudaContext&);     \
   template std::unique_ptr<AddOp<float>> make_lowp_add<T>(const AddDesc&, CudaContext&);        \
   template std::unique_ptr<MaxPoolOp<float>> make_lowp_maxpool<T>(const MaxPoolDesc&,           \
+                                                                  CudaContext&);                \
+  template std::unique_ptr<AvgPoolOp<float>> make_lowp_avgpool<T>(const AvgPoolDesc&,           \
                                                                   CudaContext&);                \
   template std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool<T>(                 \
       const GlobalAvgPoolDesc&, CudaContext&);                                                  \

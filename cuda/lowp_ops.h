@@ -1,8 +1,8 @@
 // The 16-bit backends' layers (cuda-bf16, cuda-fp16) other than convolution: batch norm, ReLU,
-// residual add, max and global average pooling, CIFAR padded shortcut, SE channel gate, linear
-// and the loss, for storage type T = bf16 or f16 (cuda/lowp_kernels.h). Activations and their gradients are T NHWC
-// device buffers passed as float*; parameters, their gradients and the running statistics are
-// the arena's fp32 tensors. Every op runs on the context's stream.
+// residual add, max, windowed and global average pooling, CIFAR padded shortcut, SE channel gate,
+// linear and the loss, for storage type T = bf16 or f16 (cuda/lowp_kernels.h). Activations and
+// their gradients are T NHWC device buffers passed as float*; parameters, their gradients and the
+// running statistics are the arena's fp32 tensors. Every op runs on the context's stream.
 #pragma once
 #include <memory>
 
@@ -31,6 +31,8 @@ template <class T>
 std::unique_ptr<AddOp<float>> make_lowp_add(const AddDesc& d, CudaContext& ctx);
 template <class T>
 std::unique_ptr<MaxPoolOp<float>> make_lowp_maxpool(const MaxPoolDesc& d, CudaContext& ctx);
+template <class T>
+std::unique_ptr<AvgPoolOp<float>> make_lowp_avgpool(const AvgPoolDesc& d, CudaContext& ctx);
 template <class T>
 std::unique_ptr<GlobalAvgPoolOp<float>> make_lowp_global_avgpool(const GlobalAvgPoolDesc& d,
                                                                  CudaContext& ctx);

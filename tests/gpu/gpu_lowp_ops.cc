@@ -9,9 +9,9 @@
 // Tolerances, as a normalised error max|got - ref| / max|ref|, in units of u (tol() scales the
 // figures below, written for bf16, by u / 2^-8):
 // - ops that only move or select values (ReLU, padded shortcut, max pool forward) and sums of
-//   two values or a fixed-order fp32 sum (residual add, max pool backward) must equal the
-//   reference rounded to the type, bit for bit;
-// - single reductions rounded once (convolution, linear, pooling, batch norm outputs): 1e-2,
+//   two values or sums in the reference's order and precision (residual add, max pool backward,
+//   windowed average pooling) must equal the reference rounded to the type, bit for bit;
+// - single reductions rounded once (convolution, linear, global pooling, batch norm outputs): 1e-2,
 //   2.5 u, leaving room for cuDNN/cuBLAS summation orders;
 // - batch norm's dx, a difference of three reductions (cancellation): 2e-2, 5 u, of the size of
 //   the terms rather than of dx (bn_dx_scale).
@@ -186,6 +186,42 @@ TEST_P(GpuLowpOps, MaxPoolTiesAndGeometries) {
       // The same first-maximum rule and the same fp32 sums in output order, rounded once.
       expect_equal(b.export_act(gdx, c.in), rounded(k, dx), "dx");
     }
+}
+
+// Windowed average pooling: the geometries of GpuBackendOps.AvgPool (ceil_mode's clipped and
+// dropped windows, padding not counted, overlapping 3x3/1 windows), then channels in multiples of
+// 8 (the vector kernels). The same double sums and fp32 terms in the same order as the reference,
+// each rounded once to T: the reference's outputs rounded, bit for bit.
+TEST_P(GpuLowpOps, AvgPool) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  struct Case { Shape in; int64_t k, s, p; bool ceil; };
+  for (Case c : {Case{{2, 3, 8, 8}, 2, 2, 0, true}, Case{{2, 5, 7, 9}, 2, 2, 0, true},
+                 Case{{1, 4, 7, 7}, 2, 2, 0, false}, Case{{2, 3, 8, 10}, 3, 2, 1, true},
+                 Case{{2, 3, 8, 10}, 3, 2, 1, false}, Case{{2, 6, 5, 7}, 3, 1, 1, true},
+                 Case{{3, 2, 1, 1}, 2, 2, 1, true}, Case{{1, 2, 5, 8}, 3, 3, 1, true},
+                 Case{{2, 16, 8, 8}, 2, 2, 0, true}, Case{{2, 8, 7, 9}, 2, 2, 0, true},
+                 Case{{2, 24, 8, 10}, 3, 2, 1, true}, Case{{1, 8, 7, 9}, 3, 2, 1, false},
+                 Case{{2, 8, 5, 7}, 3, 1, 1, true}}) {
+    AvgPoolDesc d{"pool", c.in, c.k, c.s, c.p, c.ceil};
+    const Shape o = d.out();
+    SCOPED_TRACE(c.in.str() + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " p" +
+                 std::to_string(c.p) + (c.ceil ? " ceil" : "") + " -> " + o.str());
+    const size_t n = size_t(c.in.numel()), m = size_t(o.numel());
+    std::vector<float> x = lowp_vec(k, n, 20), dy = lowp_vec(k, m, 21);
+    std::vector<float> y(m), dx(n);
+    auto ro = b.ref->make_avgpool(d);
+    ro->forward(x.data(), y.data());
+    ro->backward(dy.data(), dx.data());
+    auto gx = b.import(x, c.in), gdy = b.import(dy, o);
+    DeviceBuffer gy = b.act(o), gdx = b.act(c.in);
+    auto go = b.gpu->make_avgpool(d);
+    go->forward(gx.as<float>(), gy.as<float>());
+    go->backward(gdy.as<float>(), gdx.as<float>());
+    expect_equal(b.export_act(gy, o), rounded(k, y), "y");
+    expect_equal(b.export_act(gdx, c.in), rounded(k, dx), "dx");
+  }
 }
 
 TEST_P(GpuLowpOps, GlobalAvgPoolAndPadShortcut) {
