@@ -17,6 +17,10 @@ struct Arch {
   // (torchvision's groups and width_per_group: ResNeXt, wide ResNets); 1 and 64 for ResNet.
   int64_t groups = 1, width_per_group = 64;
   bool se = false;  // squeeze-and-excitation after each block's last batch norm (timm's attn_layer='se')
+  // ResNet-D (He et al. 2019, "Bag of Tricks"; timm's stem_type='deep', avg_down=True): three 3x3
+  // convolutions (32, 32, 64 channels) in place of the 7x7 stem, and a projection shortcut that
+  // averages 2x2 windows before a stride-1 1x1 convolution instead of skipping 3 pixels in 4.
+  bool d = false;
 };
 
 const std::map<std::string, Arch>& archs() {
@@ -42,6 +46,15 @@ const std::map<std::string, Arch>& archs() {
       {"seresnext101_32x4d", {false, true, {3, 4, 23, 3}, 32, 4, true}},
       {"seresnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8, true}},
       {"seresnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4, true}},
+      // timm's ResNet-Ds.
+      {"resnet18d", {false, false, {2, 2, 2, 2}, 1, 64, false, true}},
+      {"resnet26d", {false, true, {2, 2, 2, 2}, 1, 64, false, true}},
+      {"resnet34d", {false, false, {3, 4, 6, 3}, 1, 64, false, true}},
+      {"resnet50d", {false, true, {3, 4, 6, 3}, 1, 64, false, true}},
+      {"resnet101d", {false, true, {3, 4, 23, 3}, 1, 64, false, true}},
+      {"resnet152d", {false, true, {3, 8, 36, 3}, 1, 64, false, true}},
+      {"resnext50d_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, false, true}},
+      {"seresnext26d_32x4d", {false, true, {2, 2, 2, 2}, 32, 4, true, true}},
   };
   return m;
 }
@@ -51,10 +64,18 @@ int64_t scaled(int64_t c, double width) {
 }
 
 // The last BN of each residual branch has this suffix in its name (zero-init-residual).
+// ResNet-D's (avg_down): a 2x2 average (PyTorch's ceil_mode, padding not counted: odd sides keep
+// their last row) where the block strides, then a stride-1 1x1 convolution; timm's names, where
+// the pool is downsample.0 even when it is the identity.
 template <class T>
-int shortcut_projection(Net<T>& net, int x, const std::string& p, int64_t out_c, int64_t stride) {
-  int s = net.conv(x, p + ".downsample.0", out_c, 1, stride, 0);
-  return net.batchnorm(s, p + ".downsample.1", false);
+int shortcut_projection(Net<T>& net, int x, const std::string& p, int64_t out_c, int64_t stride, bool avg_down) {
+  if (!avg_down) {
+    int s = net.conv(x, p + ".downsample.0", out_c, 1, stride, 0);
+    return net.batchnorm(s, p + ".downsample.1", false);
+  }
+  if (stride != 1) x = net.avgpool(x, p + ".downsample.0", 2, stride, 0, true);
+  int s = net.conv(x, p + ".downsample.1", out_c, 1, 1, 0);
+  return net.batchnorm(s, p + ".downsample.2", false);
 }
 
 // The hidden width of an SE block on c channels: timm's SEModule rule,
@@ -89,7 +110,7 @@ int residual(Net<T>& net, int y, int sc, const std::string& p, double drop) {
 
 template <class T>
 int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a, double drop,
-                const std::string& se = {}) {
+                const std::string& se = {}, bool avg_down = false) {
   int64_t in_c = net.shape(x).c;
   int y = net.conv(x, p + ".conv1", planes, 3, stride, 1);
   y = net.batchnorm(y, p + ".bn1", true);
@@ -99,7 +120,7 @@ int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_
   int sc = x;
   if (stride != 1 || in_c != planes)
     sc = pad_a ? net.pad_shortcut(x, p + ".shortcut", planes, stride)
-               : shortcut_projection(net, x, p, planes, stride);
+               : shortcut_projection(net, x, p, planes, stride, avg_down);
   return residual(net, y, sc, p, drop);
 }
 
@@ -118,7 +139,7 @@ int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, i
   y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn3", false);
   if (!se.empty()) y = squeeze_excite(net, y, p, se);
-  int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride) : x;
+  int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride, a.d) : x;
   return residual(net, y, sc, p, drop);
 }
 
@@ -169,7 +190,15 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
         x = basic_block(*net, x, "layer" + std::to_string(s + 1) + "." + std::to_string(b),
                         scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A", drop());
   } else {
-    x = net->conv(x, "conv1", scaled(64, cfg.width), 7, 2, 3);
+    if (a.d) {  // timm's names: conv1 is a sequence whose ReLUs count as members
+      x = net->conv(x, "conv1.0", scaled(32, cfg.width), 3, 2, 1);
+      x = net->batchnorm(x, "conv1.1", true);
+      x = net->conv(x, "conv1.3", scaled(32, cfg.width), 3, 1, 1);
+      x = net->batchnorm(x, "conv1.4", true);
+      x = net->conv(x, "conv1.6", scaled(64, cfg.width), 3, 1, 1);
+    } else {
+      x = net->conv(x, "conv1", scaled(64, cfg.width), 7, 2, 3);
+    }
     x = net->batchnorm(x, "bn1", true);
     x = net->maxpool(x, "maxpool", 3, 2, 1);
     const int64_t planes[4] = {64, 128, 256, 512};
@@ -180,7 +209,7 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
         const double d = drop();
         const std::string se = a.se ? cfg.name : "";  // the model, named where a backend refuses SE
         x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d, se)
-                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d, se);
+                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d, se, a.d);
       }
   }
   x = net->global_avgpool(x, "avgpool");

@@ -1,6 +1,7 @@
 // ResNet builders: torchvision's ImageNet ResNets (v1.5: stride on the 3x3), ResNeXts and wide
-// ResNets, timm's squeeze-and-excitation variants of them (SE-ResNet, SE-ResNeXt), and He et
-// al.'s CIFAR ResNets, with torchvision's (timm's) parameter names and initialisation.
+// ResNets, timm's squeeze-and-excitation variants of them (SE-ResNet, SE-ResNeXt) and ResNet-Ds
+// (deep stem, average-pooled shortcut), and He et al.'s CIFAR ResNets, with torchvision's (timm's)
+// parameter names and torchvision's initialisation.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,8 @@ struct ResNetConfig {
                                    //   resnext101_32x4d, resnext101_64x4d, wide_resnet50_2,
                                    //   wide_resnet101_2, SE variants (timm's): seresnet18/34/50/
                                    //   101/152, seresnext50_32x4d, seresnext101_32x4d/32x8d/64x4d,
+                                   //   ResNet-Ds (timm's): resnet18d/26d/34d/50d/101d/152d,
+                                   //   resnext50d_32x4d, seresnext26d_32x4d,
                                    //   resnet20/32/44/56/110 (CIFAR)
   int64_t num_classes = 1000;
   int64_t image_size = 224;        // square input side

@@ -177,6 +177,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolVsRef,
                                            PoolCase{{1, 64, 12, 12}, 3, 2, 1, false},
                                            PoolCase{{2, 16, 2, 2}, 3, 2, 1, false}));
 
+// Windowed average pooling: ResNet-D's 2x2/2 ceil_mode on even and odd sides (oneDNN's right
+// padding completes the last window), padded and overlapping windows, unblocked channel counts.
+TEST_F(OnednnVsRef, AvgPool) {
+  const AvgPoolDesc cases[] = {
+      {.name = "p", .in = {2, 16, 8, 8}, .kernel = 2, .stride = 2},
+      {.name = "p", .in = {2, 16, 7, 9}, .kernel = 2, .stride = 2},
+      {.name = "p", .in = {2, 5, 7, 7}, .kernel = 2, .stride = 2},
+      {.name = "p", .in = {1, 24, 1, 3}, .kernel = 1, .stride = 2},
+      {.name = "p", .in = {2, 8, 9, 8}, .kernel = 3, .stride = 2, .pad = 1},
+      {.name = "p", .in = {2, 8, 9, 8}, .kernel = 3, .stride = 2, .pad = 1, .ceil_mode = false},
+      {.name = "p", .in = {1, 16, 5, 6}, .kernel = 3, .stride = 1, .pad = 1, .ceil_mode = false}};
+  for (const AvgPoolDesc& d : cases) {
+    SCOPED_TRACE(str_cat(d.in.str(), " k", d.kernel, " s", d.stride, " p", d.pad, d.ceil_mode ? " ceil" : ""));
+    const Shape out = d.out();
+    auto fast = fast_->make_avgpool(d);
+    auto ref = ref_->make_avgpool(d);
+    Vec x = rand(size_t(d.in.numel())), dy = rand(size_t(out.numel()));
+    Vec y_ref(dy.size()), dx_ref(x.size());
+    ref->forward(x.data(), y_ref.data());
+    ref->backward(dy.data(), dx_ref.data());
+    Vec xf = to_fast(x, d.in), yf = fast_buf(out), dyf = to_fast(dy, out), dxf = fast_buf(d.in);
+    fast->forward(xf.data(), yf.data());
+    fast->backward(dyf.data(), dxf.data());
+    expect_close(from_fast(yf, out), y_ref, "y");
+    expect_close(from_fast(dxf, d.in), dx_ref, "dx");
+  }
+}
+
 TEST_F(OnednnVsRef, GlobalAvgPool) {
   for (Shape s : {Shape{2, 16, 7, 7}, Shape{3, 5, 3, 4}, Shape{2, 8, 1, 1}, Shape{1, 64, 2, 2}}) {
     SCOPED_TRACE(s.str());
@@ -443,7 +471,10 @@ TEST_F(OnednnVsRef, WholeResNets) {
                         Case{"resnext50_32x4d", 0.125, 64, 5e-2, 5e-2},
                         Case{"wide_resnet50_2", 0.0625, 64, 5e-2, 5e-2},
                         Case{"seresnet18", 0.125, 32, 1e-6, 1e-3},  // squeeze-and-excitation
-                        Case{"seresnext50_32x4d", 0.125, 64, 5e-2, 5e-2}}) {
+                        Case{"seresnext50_32x4d", 0.125, 64, 5e-2, 5e-2},
+                        // ResNet-D: deep stem, pooled shortcuts on odd sides (40: 5 and 3)
+                        Case{"resnet18d", 0.125, 40, 1e-6, 1e-3},
+                        Case{"resnet26d", 0.125, 72, 5e-2, 5e-2}}) {
     SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};

@@ -239,6 +239,25 @@ void check_maxpool(int64_t kernel, int64_t stride, int64_t pad, Shape in) {
 TEST_F(RefGradcheck, MaxPool3x3Stride2Pad1) { check_maxpool(3, 2, 1, {2, 2, 7, 6}); }
 TEST_F(RefGradcheck, MaxPool2x2Stride2) { check_maxpool(2, 2, 0, {2, 2, 6, 5}); }
 
+void check_avgpool(int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode, Shape in) {
+  auto be = make_reference_backend<double>();
+  std::mt19937_64 rng(kernel * 100 + stride * 10 + pad);
+  AvgPoolDesc d{.name = "pool", .in = in, .kernel = kernel, .stride = stride, .pad = pad, .ceil_mode = ceil_mode};
+  auto op = be->make_avgpool(d);
+  Vec x = random_vec(size_t(in.numel()), rng), r = random_vec(size_t(d.out().numel()), rng);
+  Vec y(r.size()), dx(x.size());
+  op->backward(r.data(), dx.data());
+  expect_gradient("dx", x, dx, [&] {
+    op->forward(x.data(), y.data());
+    return Probe{dot(y, r), {}};
+  });
+}
+
+// ResNet-D's shortcut pool on odd sides (clipped last windows), and overlapping padded windows.
+TEST_F(RefGradcheck, AvgPool2x2Stride2Ceil) { check_avgpool(2, 2, 0, true, {2, 3, 7, 5}); }
+TEST_F(RefGradcheck, AvgPool3x3Stride2Pad1Ceil) { check_avgpool(3, 2, 1, true, {2, 2, 6, 7}); }
+TEST_F(RefGradcheck, AvgPool3x3Stride1Pad1) { check_avgpool(3, 1, 1, false, {1, 2, 5, 4}); }
+
 TEST_F(RefGradcheck, GlobalAvgPool) {
   GlobalAvgPoolDesc d{.name = "gap", .in = {2, 3, 3, 5}};
   auto op = be_->make_global_avgpool(d);

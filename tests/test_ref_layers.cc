@@ -121,6 +121,37 @@ TEST_F(RefLayers, MaxPoolPaddingIsMinusInfinityAndOverlapsAccumulate) {
   expect_near_all(dx, {0, 0, 0, 0, 10, 0, 0, 0, 0});
 }
 
+TEST_F(RefLayers, AvgPoolCeilModeCountsOnlyTheInput) {
+  // ResNet-D's shortcut pool (2x2, stride 2, ceil_mode) on 3x3: the last row and column form
+  // windows of 2 and 1 elements, each averaged over what it covers (PyTorch's
+  // count_include_pad=False): torch.nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False).
+  const Vec x = {1, 2, 3,  //
+                 4, 5, 6,  //
+                 7, 8, 10};
+  AvgPoolDesc d{.name = "layer2.0.downsample.0", .in = {1, 1, 3, 3}, .kernel = 2, .stride = 2, .pad = 0};
+  EXPECT_EQ(d.out().str(), Shape({1, 1, 2, 2}).str());
+  auto op = be_->make_avgpool(d);
+  Vec y(4), dy = {4, 6, 8, 5}, dx(9);
+  op->forward(x.data(), y.data());
+  expect_near_all(y, {3, 4.5, 7.5, 10});
+  op->backward(dy.data(), dx.data());
+  expect_near_all(dx, {1, 1, 3, 1, 1, 3, 4, 4, 5});
+  // Without ceil_mode the last row and column are dropped.
+  EXPECT_EQ((AvgPoolDesc{.name = "p", .in = {1, 1, 3, 3}, .ceil_mode = false}.out().str()), Shape({1, 1, 1, 1}).str());
+  // 3x3, stride 2, pad 1 on 3x3: every window clipped to the input; overlaps accumulate.
+  auto pad = be_->make_avgpool({.name = "p", .in = {1, 1, 3, 3}, .kernel = 3, .stride = 2, .pad = 1, .ceil_mode = false});
+  Vec ones(9, 1.0), y2(4), dy2 = {4, 4, 4, 4}, dx2(9);
+  pad->forward(x.data(), y2.data());
+  expect_near_all(y2, {3, 4, 6, 29.0 / 4});
+  pad->backward(dy2.data(), dx2.data());
+  expect_near_all(dx2, {1, 2, 1, 2, 4, 2, 1, 2, 1});
+  // ceil_mode never starts a window in the right padding (PyTorch's rule): 2x2/2 pad 1 on 5
+  // rounds (5 + 2 - 2) / 2 up to 3 steps, 4 windows, but the fourth would start past the input;
+  // on 4, the third starts on the last element and stays.
+  EXPECT_EQ((AvgPoolDesc{.name = "p", .in = {1, 1, 5, 4}, .kernel = 2, .stride = 2, .pad = 1}.out().str()),
+            Shape({1, 1, 3, 3}).str());
+}
+
 TEST_F(RefLayers, GlobalAvgPoolByHand) {
   auto op = be_->make_global_avgpool({.name = "gap", .in = {1, 2, 2, 2}});
   Vec x = {1, 2, 3, 6, -1, -1, -1, 7}, y(2), dy = {4, -8}, dx(8);
@@ -362,6 +393,12 @@ TEST_F(RefLayers, RejectsKernelLargerThanPaddedInput) {
   expect_error<ShapeError>(
       [&] { be_->make_maxpool({.name = "maxpool", .in = {1, 1, 2, 2}, .kernel = 5, .stride = 1, .pad = 1}); },
       {"maxpool", "[1,1,2,2]"});
+  expect_error<ShapeError>(
+      [&] { be_->make_avgpool({.name = "layer2.0.downsample.0", .in = {1, 1, 1, 1}, .kernel = 2, .stride = 2}); },
+      {"layer2.0.downsample.0", "[1,1,1,1]"});
+  expect_error<ShapeError>(  // PyTorch's rule: pad at most half the kernel
+      [&] { be_->make_avgpool({.name = "pool", .in = {1, 1, 8, 8}, .kernel = 3, .stride = 1, .pad = 2}); },
+      {"pool", "pad 2"});
 }
 
 TEST_F(RefLayers, RejectsEmptyOutputs) {

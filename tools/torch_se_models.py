@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""timm's ResNets that torchvision has not (the squeeze-and-excitation ResNets and ResNeXts,
-resnext101_32x4d), written out in PyTorch: timm is not packaged for Debian, and these are what
+"""timm's ResNets that torchvision has not (the squeeze-and-excitation ResNets and ResNeXts, the
+ResNet-Ds, resnext101_32x4d), written out in PyTorch: timm is not packaged for Debian, and these are what
 tools/torch_weights.py's SE tests compare with and what the benchmarks measure PyTorch on.
 
 As a script, the PyTorch peer of the training-step benchmark on them: the models registered in
@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_weights  # noqa: E402  (its TIMM table: block, blocks per stage, groups, width per group, SE)
+import torch_weights  # noqa: E402  (its TIMM table: block, blocks per stage, groups, width per group, SE, D)
 
 ARCHS = tuple(torch_weights.TIMM)
 
@@ -37,8 +37,9 @@ class SE(nn.Module):
 
 
 class Block(nn.Module):
-    """timm's BasicBlock or Bottleneck, with attn_layer='se' the gate after the last BN."""
-    def __init__(self, bottleneck, inp, planes, stride, groups, per_group, se):
+    """timm's BasicBlock or Bottleneck, with attn_layer='se' the gate after the last BN; with
+    avg_down ResNet-D's shortcut (timm's downsample_avg)."""
+    def __init__(self, bottleneck, inp, planes, stride, groups, per_group, se, avg_down):
         super().__init__()
         if bottleneck:
             w, out = planes * per_group // 64 * groups, planes * 4
@@ -51,8 +52,13 @@ class Block(nn.Module):
             setattr(self, f"bn{i}", nn.BatchNorm2d(b))
         self.n = len(convs)
         self.se = SE(out) if se else None
-        self.downsample = (nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
-                           if stride != 1 or inp != out else None)
+        self.downsample = None
+        if (stride != 1 or inp != out) and avg_down:
+            pool = (nn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False) if stride != 1 else
+                    nn.Identity())
+            self.downsample = nn.Sequential(pool, nn.Conv2d(inp, out, 1, 1, bias=False), nn.BatchNorm2d(out))
+        elif stride != 1 or inp != out:
+            self.downsample = nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
 
     def forward(self, x):
         y = x
@@ -69,14 +75,20 @@ class TimmResNet(nn.Module):
     """One of ARCHS with `classes` outputs, timm's tensor names (layerX.Y.se.fc1, ...)."""
     def __init__(self, arch, classes):
         super().__init__()
-        kind, blocks, groups, per_group, se = torch_weights.TIMM[arch]
-        self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+        kind, blocks, groups, per_group, se, d = torch_weights.TIMM[arch]
+        if d:  # timm's stem_type='deep', stem_width=32
+            self.conv1 = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                       nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                       nn.Conv2d(32, 64, 3, 1, 1, bias=False))
+        else:
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
         inp = 64
         for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
             layer = []
             for b in range(count):
                 layer.append(Block(kind == "bottleneck", inp, planes, 2 if stage > 1 and b == 0 else 1, groups,
-                                   per_group, se))
+                                   per_group, se, d))
                 inp = planes * (4 if kind == "bottleneck" else 1)
             setattr(self, f"layer{stage}", nn.Sequential(*layer))
         self.fc = nn.Linear(inp, classes)

@@ -53,23 +53,33 @@ ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resn
                                          "wide_resnet101_2"),
          ("bottleneck", (3, 8, 36, 3)): ("resnet152",)}
 # timm's models that torchvision has not (nn/resnet.cc builds them with timm's names): name ->
-# (block, blocks per stage, groups, width per group, squeeze-and-excitation).
-TIMM = {"resnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, False),
-        "seresnet18": ("basic", (2, 2, 2, 2), 1, 64, True), "seresnet34": ("basic", (3, 4, 6, 3), 1, 64, True),
-        "seresnet50": ("bottleneck", (3, 4, 6, 3), 1, 64, True),
-        "seresnet101": ("bottleneck", (3, 4, 23, 3), 1, 64, True),
-        "seresnet152": ("bottleneck", (3, 8, 36, 3), 1, 64, True),
-        "seresnext50_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, True),
-        "seresnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, True),
-        "seresnext101_32x8d": ("bottleneck", (3, 4, 23, 3), 32, 8, True),
-        "seresnext101_64x4d": ("bottleneck", (3, 4, 23, 3), 64, 4, True)}
+# (block, blocks per stage, groups, width per group, squeeze-and-excitation, ResNet-D: deep stem
+# and average-pooled shortcut).
+TIMM = {"resnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, False, False),
+        "seresnet18": ("basic", (2, 2, 2, 2), 1, 64, True, False),
+        "seresnet34": ("basic", (3, 4, 6, 3), 1, 64, True, False),
+        "seresnet50": ("bottleneck", (3, 4, 6, 3), 1, 64, True, False),
+        "seresnet101": ("bottleneck", (3, 4, 23, 3), 1, 64, True, False),
+        "seresnet152": ("bottleneck", (3, 8, 36, 3), 1, 64, True, False),
+        "seresnext50_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, True, False),
+        "seresnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, True, False),
+        "seresnext101_32x8d": ("bottleneck", (3, 4, 23, 3), 32, 8, True, False),
+        "seresnext101_64x4d": ("bottleneck", (3, 4, 23, 3), 64, 4, True, False),
+        "resnet18d": ("basic", (2, 2, 2, 2), 1, 64, False, True),
+        "resnet26d": ("bottleneck", (2, 2, 2, 2), 1, 64, False, True),
+        "resnet34d": ("basic", (3, 4, 6, 3), 1, 64, False, True),
+        "resnet50d": ("bottleneck", (3, 4, 6, 3), 1, 64, False, True),
+        "resnet101d": ("bottleneck", (3, 4, 23, 3), 1, 64, False, True),
+        "resnet152d": ("bottleneck", (3, 8, 36, 3), 1, 64, False, True),
+        "resnext50d_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, False, True),
+        "seresnext26d_32x4d": ("bottleneck", (2, 2, 2, 2), 32, 4, True, True)}
 # Every model.name the trainer builds (nn/resnet.cc): the above and the CIFAR ResNets, which
 # torchvision has not.
 MODELS = tuple(n for names in ARCHS.values() for n in names) + tuple(TIMM) + ("resnet20", "resnet32", "resnet44",
                                                                               "resnet56", "resnet110")
 STATS = (".running_mean", ".running_var")
 CIFAR = ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
-BASIC = CIFAR + ("resnet18", "resnet34", "seresnet18", "seresnet34")
+BASIC = CIFAR + ("resnet18", "resnet34", "seresnet18", "seresnet34", "resnet18d", "resnet34d")
 
 
 class Bad(Exception):
@@ -182,11 +192,19 @@ def se_channels(c):
 def timm_shapes(arch, classes):
     """{name: shape} of the state dict of timm's `arch` (a TIMM model), BN counters aside, written
     out as nn/resnet.cc builds it: timm (not installed here) is not needed to recognise one."""
-    kind, blocks, groups, per_group, se = TIMM[arch]
-    s = {"conv1.weight": (64, 3, 7, 7)}
+    kind, blocks, groups, per_group, se, d = TIMM[arch]
+    s = {}
 
     def bn(name, c):
         s.update({f"{name}.{t}": (c,) for t in ("weight", "bias", "running_mean", "running_var")})
+    if d:  # the deep stem: conv1 a sequence of three 3x3 convolutions, BNs and ReLUs between them
+        s["conv1.0.weight"] = (32, 3, 3, 3)
+        bn("conv1.1", 32)
+        s["conv1.3.weight"] = (32, 32, 3, 3)
+        bn("conv1.4", 32)
+        s["conv1.6.weight"] = (64, 32, 3, 3)
+    else:
+        s["conv1.weight"] = (64, 3, 7, 7)
     bn("bn1", 64)
     inp = 64
     for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
@@ -205,9 +223,9 @@ def timm_shapes(arch, classes):
                 r = se_channels(out)
                 s.update({f"{p}.se.fc1.weight": (r, out, 1, 1), f"{p}.se.fc1.bias": (r,),
                           f"{p}.se.fc2.weight": (out, r, 1, 1), f"{p}.se.fc2.bias": (out,)})
-            if stride != 1 or inp != out:
-                s[f"{p}.downsample.0.weight"] = (out, inp, 1, 1)
-                bn(f"{p}.downsample.1", out)
+            if stride != 1 or inp != out:  # ResNet-D's downsample.0 is the pool, without tensors
+                s[f"{p}.downsample.{int(d)}.weight"] = (out, inp, 1, 1)
+                bn(f"{p}.downsample.{int(d) + 1}", out)
             inp = out
     s.update({"fc.weight": (classes, inp), "fc.bias": (classes,)})
     return s

@@ -210,6 +210,10 @@ class OnednnBackend final : public Backend<float> {
     d.validate();
     return make_maxpool_op(ctx_, d);
   }
+  std::unique_ptr<AvgPoolOp<float>> make_avgpool(const AvgPoolDesc& d) override {
+    d.validate();
+    return make_avgpool_op(ctx_, d);
+  }
   std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool(const GlobalAvgPoolDesc& d) override {
     return make_global_avgpool_op(ctx_, d);
   }

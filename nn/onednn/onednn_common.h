@@ -142,6 +142,7 @@ std::string conv_impls(const ConvOp<float>& op);
 std::unique_ptr<LinearOp<float>> make_linear_op(const ContextPtr& ctx, const LinearDesc& d);
 std::unique_ptr<BatchNormOp<float>> make_batchnorm_op(const ContextPtr& ctx, const BatchNormDesc& d);
 std::unique_ptr<MaxPoolOp<float>> make_maxpool_op(const ContextPtr& ctx, const MaxPoolDesc& d);
+std::unique_ptr<AvgPoolOp<float>> make_avgpool_op(const ContextPtr& ctx, const AvgPoolDesc& d);
 std::unique_ptr<GlobalAvgPoolOp<float>> make_global_avgpool_op(const ContextPtr& ctx,
                                                                const GlobalAvgPoolDesc& d);
 std::unique_ptr<ReluOp<float>> make_relu_op(const ContextPtr& ctx, const ReluDesc& d);

@@ -1,6 +1,5 @@
-// The cheap layers of the oneDNN backend: max pooling (oneDNN, with workspace), and plain
-// OpenMP loops over the backend layouts for ReLU, residual add, global average pooling, the
-// zero-padded shortcut and softmax cross-entropy.
+// The cheap layers of the oneDNN backend: plain OpenMP loops over the backend layouts for ReLU,
+// residual add, global average pooling, the zero-padded shortcut and softmax cross-entropy.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,68 +9,6 @@
 
 namespace rt::dnn {
 namespace {
-
-using dnnl::algorithm;
-using dnnl::prop_kind;
-
-class DnnMaxPool final : public MaxPoolOp<float> {
- public:
-  DnnMaxPool(const ContextPtr& ctx, const MaxPoolDesc& d) : ctx_(ctx), name_(d.name) {
-    Context& c = *ctx_;
-    memory::desc src_md = act_md(d.in, c.block), dst_md = act_md(d.out(), c.block);
-    Dims k{d.kernel, d.kernel}, s{d.stride, d.stride}, p{d.pad, d.pad};
-    auto attr = user_scratchpad_attr();
-    try {
-      using Fwd = dnnl::pooling_forward;
-      using Bwd = dnnl::pooling_backward;
-      Fwd::primitive_desc train_pd(
-          Fwd::desc(prop_kind::forward_training, algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr,
-          c.eng);
-      Fwd::primitive_desc eval_pd(
-          Fwd::desc(prop_kind::forward_inference, algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr,
-          c.eng);
-      Bwd::primitive_desc bwd_pd(Bwd::desc(algorithm::pooling_max, src_md, dst_md, s, k, p, p), attr, c.eng,
-                                 train_pd);
-      x_ = Mem(src_md, c.eng);
-      y_ = Mem(dst_md, c.eng);
-      dx_ = Mem(src_md, c.eng);
-      dy_ = Mem(dst_md, c.eng);
-      memory::desc ws_md = train_pd.workspace_desc();
-      ws_buf_.resize((ws_md.get_size() + sizeof(float) - 1) / sizeof(float));
-      ws_ = Mem(ws_md, c.eng, ws_buf_.data());
-      train_ = Prim(Fwd(train_pd), train_pd, c);
-      train_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DST, y_).arg(DNNL_ARG_WORKSPACE, ws_);
-      eval_ = Prim(Fwd(eval_pd), eval_pd, c);
-      eval_.arg(DNNL_ARG_SRC, x_).arg(DNNL_ARG_DST, y_);
-      bwd_ = Prim(Bwd(bwd_pd), bwd_pd, c);
-      bwd_.arg(DNNL_ARG_DIFF_DST, dy_).arg(DNNL_ARG_WORKSPACE, ws_).arg(DNNL_ARG_DIFF_SRC, dx_);
-    } catch (const dnnl::error& e) {
-      throw Error(str_cat("layer ", d.name, ": oneDNN cannot set up max pooling on ", d.in.str(), ": ",
-                          e.what()));
-    }
-  }
-
-  void forward(const float* x, float* y, bool train) override {
-    x_.bind(x);
-    y_.bind(y);
-    (train ? train_ : eval_).run(*ctx_, name_);
-  }
-
-  // The workspace records which window element won (the first maximum), so x and y are unused.
-  bool backward_reads_xy() const override { return false; }
-  void backward(const float* x, const float* y, const float* dy, float* dx) override {
-    dy_.bind(dy);
-    dx_.bind(dx);
-    bwd_.run(*ctx_, name_);
-  }
-
- private:
-  ContextPtr ctx_;
-  std::string name_;
-  Buffer<float> ws_buf_;
-  Mem x_, y_, dx_, dy_, ws_;
-  Prim train_, eval_, bwd_;
-};
 
 class LoopRelu final : public ReluOp<float> {
  public:
@@ -344,9 +281,6 @@ class LoopSoftmaxXent final : public SoftmaxXentOp<float> {
 
 }  // namespace
 
-std::unique_ptr<MaxPoolOp<float>> make_maxpool_op(const ContextPtr& ctx, const MaxPoolDesc& d) {
-  return std::make_unique<DnnMaxPool>(ctx, d);
-}
 std::unique_ptr<ReluOp<float>> make_relu_op(const ContextPtr&, const ReluDesc& d) {
   return std::make_unique<LoopRelu>(d);
 }
