@@ -13,7 +13,8 @@
 namespace rt::tools {
 
 // Times per step (averaged over the profiled calls). A layer's kind is the last part of its name
-// without digits ("layer2.1.conv2" is a conv, a fused "layer2.1.bn3+add" a bn+add).
+// without digits ("layer2.1.conv2" is a conv, a fused "layer2.1.bn3+add" a bn+add); members of a
+// sequence ("conv1.3", "layer2.0.downsample.1") by their first tensor (none: ResNet-D's pool).
 inline void print_profile(const Net<float>& net) {
   const auto& t = net.node_times();
   std::map<std::string, std::pair<double, double>> kinds;
@@ -25,7 +26,10 @@ inline void print_profile(const Net<float>& net) {
     std::string kind = n.name.substr(n.name.rfind('.') + 1);
     kind.erase(std::remove_if(kind.begin(), kind.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }),
                kind.end());
-    if (kind == "downsample") kind = n.params.size() == 1 ? "conv" : "bn";
+    if (kind.empty() || kind == "downsample") {  // "conv1.3", "layer2.0.downsample.1": by what it holds
+      const ParamKind k = n.params.empty() ? ParamKind::bias : net.arena().info(n.params[0]).kind;
+      kind = n.params.empty() ? "avgpool" : k == ParamKind::conv_weight ? "conv" : k == ParamKind::bn_gamma ? "bn" : "other";
+    }
     kinds[kind].first += f;
     kinds[kind].second += b;
     total += f + b;

@@ -202,6 +202,16 @@ TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
   expect_matches_reference(imagenet_resnext50(), GetParam());
 }
 
+// ResNet-D in 16 bits: the deep stem (3x3 convolutions on the 3-channel input and 8-channel
+// ones) and the average-pooled shortcuts on odd sides (72 pixels: layer3 9x9, layer4 5x5).
+TEST_P(GpuLowpResNet, ResNetDMatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig cfg = imagenet_resnext50();
+  cfg.name = "resnet26d";
+  cfg.image_size = 72;
+  expect_matches_reference(cfg, GetParam());
+}
+
 // Squeeze-and-excitation in ResNeXt bottlenecks: the gate and the 1x1 convolutions with bias
 // on (n, c, 1, 1) tensors in 16 bits. These backends fuse a batch norm with the residual add
 // that alone reads it: not the SE blocks' last batch norms, which the squeeze and the gate read.

@@ -153,6 +153,18 @@ TEST(GpuResNet, SeResNetForwardBackwardMatchesReference) {
   check_resnet(c, /*per_tensor=*/true);
 }
 
+// ResNet-D: the deep stem and the average-pooled shortcuts, at 72 pixels so that layer3's and
+// layer4's pools get odd sides (9 and 5) and clip their last windows.
+TEST(GpuResNet, ResNetDForwardBackwardMatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig c = small_resnext();
+  c.name = "resnet18d";
+  c.image_size = 72;
+  check_resnet(c);
+  c.name = "resnet26d";
+  check_resnet(c, /*per_tensor=*/true);
+}
+
 TEST(GpuResNet, MakeBackendByName) {
   RT_REQUIRE_GPU();
   register_backend();
