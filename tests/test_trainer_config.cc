@@ -375,11 +375,16 @@ TEST(trainer_config, ValidationNamesWhereTheValueCameFrom) {
   EXPECT_NE(e.find("v.yaml:2: key 'train.target_top1' must be a percentage in [0, 100] (0: off) (got 101)"),
             std::string::npos) << e;
   e = invalid("train: {target_top1: 75.9}\neval: {every_epochs: 0}\n");
-  EXPECT_NE(e.find("key 'train.target_top1' needs evaluations during the run (eval.every_epochs > 0)"),
+  EXPECT_NE(e.find("key 'train.target_top1' needs evaluations during the run (eval.every_epochs > 0 or "
+                   "eval.every_steps > 0)"),
             std::string::npos) << e;
   EXPECT_EQ(invalid("train: {target_top1: 75.9}\n"), "");
+  EXPECT_EQ(invalid("train: {target_top1: 75.9}\neval: {every_epochs: 0, every_steps: 500}\n"), "");
+  e = invalid("eval: {every_steps: -1}\n");
+  EXPECT_NE(e.find("v.yaml:2: key 'eval.every_steps' must be >= 0 (got -1)"), std::string::npos) << e;
   e = invalid("checkpoint: {keep_best: true}\neval: {every_epochs: 0, at_end: false}\n");
   EXPECT_NE(e.find("key 'checkpoint.keep_best' needs evaluations to choose by"), std::string::npos) << e;
+  EXPECT_EQ(invalid("checkpoint: {keep_best: true}\neval: {every_epochs: 0, every_steps: 9, at_end: false}\n"), "");
   e = invalid("", {"emulate.compute_ms=-1"});
   EXPECT_NE(e.find("--set: key 'emulate.compute_ms' must be >= 0"), std::string::npos) << e;
   e = invalid("emulate: {compute_ms: 5, forward_fraction: 1}\n");

@@ -5,7 +5,7 @@
 
 Panels, all against the optimizer step: the loss (each step's, as a moving average of --smooth
 steps, and each epoch's training and validation loss), validation top-1 and top-5 (and the moving
-average's top-1 with train.ema), the learning rate, global images/s (moving average), and the
+average's top-1 with train.ema; evaluations within epochs, eval.every_steps, among them), the learning rate, global images/s (moving average), and the
 gradient's norm where step records carry one (train.clip_grad_norm or log.grad_norm; clipped steps
 marked). Several files give one line each per panel, labelled by their run folder.
 
@@ -30,7 +30,8 @@ def fail(msg):
 
 
 def read_run(path):
-    """{"steps": [step records by step], "epochs": [epoch records by step]} of one metrics file."""
+    """{"steps": [step records by step], "epochs": [epoch records, and validations within epochs, by
+    step]} of one metrics file."""
     try:
         with open(path, "rb") as f:
             lines = f.read().split(b"\n")
@@ -57,9 +58,11 @@ def read_run(path):
         if kind not in ("step", "epoch", "validation") or not isinstance(r.get("step"), (int, float)):
             continue
         s = r["step"]
-        if kind == "validation":  # an epoch's evaluation, made by the resume after a stop skipped it
-            if s in epochs:
+        if kind == "validation":
+            if s in epochs:  # an epoch's evaluation, made by the resume after a stop skipped it
                 epochs[s] = {**epochs[s], **{k: v for k, v in r.items() if k.startswith(("val_", "ema_val_"))}}
+            else:  # one within an epoch (eval.every_steps): validation figures alone
+                epochs[s] = r
             continue
         key = r.get("rank", 0) if kind == "step" else "epoch"
         if key in last and s <= last[key]:

@@ -131,6 +131,7 @@ void config_fields(C& c, V&& v) {
   v("checkpoint.keep", c.checkpoint.keep);
   v("checkpoint.keep_best", c.checkpoint.keep_best);
   v("eval.every_epochs", c.eval.every_epochs);
+  v("eval.every_steps", c.eval.every_steps);
   v("eval.at_end", c.eval.at_end);
   v("eval.batch", c.eval.batch);
   v("log.jsonl", c.log.jsonl);

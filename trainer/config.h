@@ -101,9 +101,14 @@ struct CheckpointConfig {             // key prefix: checkpoint.
 
 struct EvalConfig {                   // key prefix: eval.
   int64_t every_epochs = 1;           // validate after every this many epochs; 0 = never
+  int64_t every_steps = 0;            // also after every this many steps (mid-epoch: a record of
+                                      //   type "validation"; at an epoch's end in its record); 0 = never
   bool at_end = true;                 // validate after the last epoch whatever every_epochs says
   int64_t batch = 0;                  // images per rank per evaluation forward pass (also --eval's
-};                                    //   and --predict's); 0 = train.batch
+                                      //   and --predict's); 0 = train.batch
+  bool during_run() const { return every_epochs > 0 || every_steps > 0; }
+  bool any() const { return during_run() || at_end; }
+};
 
 struct LogConfig {                    // key prefix: log.
   std::string jsonl;                  // metrics file; "{rank}" -> rank; "" = rank 0 only, at

@@ -101,12 +101,12 @@ void config_validate(const Config& c) {
                               "true (", sources, " set", given, ")"));
   }
   // Training data alone serves a run that never evaluates (as a folder without val/ does).
-  const bool evaluates = c.eval.every_epochs > 0 || c.eval.at_end;
+  const bool evaluates = c.eval.any();
   const auto partners = [&](const std::string& train, const std::string& val, const std::string& kind) {
     const std::string t = "data.train_" + kind, v = "data.val_" + kind;
     k.require(train.empty() == val.empty() || (!evaluates && val.empty()), train.empty() ? v : t,
               train.empty() ? str_cat("needs its partner (", t, " and ", v, " go together)")
-                            : str_cat("needs its partner ", v, " where the run evaluates (eval.every_epochs, eval.at_end)"),
+                            : str_cat("needs its partner ", v, " where the run evaluates (eval.every_epochs, eval.every_steps, eval.at_end)"),
               train.empty() ? val : train);
   };
   partners(d.train_list, d.val_list, "list");
@@ -199,8 +199,8 @@ void config_validate(const Config& c) {
             "must be >= 0 (0: off)", c.train.clip_grad_norm);
   k.require(c.train.target_top1 >= 0 && c.train.target_top1 <= 100, "train.target_top1",
             "must be a percentage in [0, 100] (0: off)", c.train.target_top1);
-  k.require(c.train.target_top1 == 0 || c.eval.every_epochs > 0, "train.target_top1",
-            "needs evaluations during the run (eval.every_epochs > 0)", c.train.target_top1);
+  k.require(c.train.target_top1 == 0 || c.eval.during_run(), "train.target_top1",
+            "needs evaluations during the run (eval.every_epochs > 0 or eval.every_steps > 0)", c.train.target_top1);
   k.library("loss_scale", "loss_scale.mode", [&] { loss_scale_validate(c.loss_scale); });
   // The schedule's checks that involve other sections' keys, in the user's own numbers and
   // naming both keys (schedule_validate sees total epochs and lrs already scaled to the batch).
@@ -262,9 +262,11 @@ void config_validate(const Config& c) {
   k.require(c.checkpoint.every_minutes >= 0 && std::isfinite(c.checkpoint.every_minutes), "checkpoint.every_minutes",
             "must be >= 0 (0: off)", c.checkpoint.every_minutes);
   k.require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1", c.checkpoint.keep);
-  k.require(!c.checkpoint.keep_best || c.eval.every_epochs > 0 || c.eval.at_end, "checkpoint.keep_best",
-            "needs evaluations to choose by (eval.every_epochs > 0 or eval.at_end)", c.checkpoint.keep_best);
+  k.require(!c.checkpoint.keep_best || c.eval.any(), "checkpoint.keep_best",
+            "needs evaluations to choose by (eval.every_epochs > 0, eval.every_steps > 0 or eval.at_end)",
+            c.checkpoint.keep_best);
   k.require(c.eval.every_epochs >= 0, "eval.every_epochs", "must be >= 0", c.eval.every_epochs);
+  k.require(c.eval.every_steps >= 0, "eval.every_steps", "must be >= 0", c.eval.every_steps);
   k.require(c.eval.batch >= 0, "eval.batch", "must be >= 0 (0: train.batch)", c.eval.batch);
   k.require(c.log.interval >= 1, "log.interval", "must be >= 1", c.log.interval);
   k.require(c.log.timeline_skip >= 0, "log.timeline_skip", "must be >= 0", c.log.timeline_skip);

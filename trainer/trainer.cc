@@ -162,7 +162,7 @@ Trainer::Trainer(Config cfg, MPI_Comm world, TrainerHooks hooks, Use use)
   pad_labels_.assign(size_t(config_eval_batch(cfg_)), 0);
   // Where this run will evaluate, its validation data is opened now: a missing folder, classes
   // that differ from training's or too few samples stop the job before any training is lost.
-  if (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end || use_ == Use::evaluate) val_loader();
+  if (cfg_.eval.any() || use_ == Use::evaluate) val_loader();
   check_data_agreement();
   try {
     metrics_ = std::make_unique<Metrics>(metrics_path(cfg_, rank_));
@@ -327,7 +327,7 @@ void Trainer::notice(const std::string& s) const {
 void Trainer::train() {
   if (use_ == Use::evaluate) throw Error("train: this trainer was built to evaluate (Trainer::Use::evaluate)");
   if (step_ >= total_steps_) {
-    if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
+    if (eval_pending_ && cfg_.eval.any()) {
       // The run's last evaluation, which a stop interrupted: made now, and its checkpoint
       // written again without it pending.
       run_start_s_ = last_save_s_ = now_s();
@@ -414,12 +414,12 @@ void Trainer::train() {
     log_line(str_cat("compute emulated: ", cfg_.emulate.compute_ms, " ms per step (forward share ",
                      cfg_.emulate.forward_fraction, "), no forward or backward is run; losses read 0"));
   bool pending_made = false;  // and its result not yet in the checkpoint
-  if (eval_pending_ && (cfg_.eval.every_epochs > 0 || cfg_.eval.at_end)) {
+  if (eval_pending_ && cfg_.eval.any()) {
     if (evaluate_pending()) return;
     pending_made = !eval_pending_;
   } else if (std::exchange(eval_pending_, false)) {
     notice(str_cat("the evaluation the last run's stop skipped at step ", step_,
-                     " is not made: this run does not evaluate (eval.every_epochs 0, eval.at_end false)"));
+                     " is not made: this run does not evaluate (eval.every_epochs 0, eval.every_steps 0, eval.at_end false)"));
   }
   // A stop asked during the set-up (a dataset generated, a checkpoint loaded) or that pending
   // evaluation is taken before any step: nothing new to save.
@@ -454,6 +454,9 @@ void Trainer::train() {
       epoch_started_ = !epoch_end;
       end_epoch(epoch, epoch_start, epoch_end, run_end, stop != 0);
     }
+    // eval.every_steps within an epoch (at an epoch's end, end_epoch's record has it).
+    const bool mid_eval = !epoch_end && !run_end && step_eval_due();
+    if (mid_eval) validate_mid_epoch(stop != 0);
     const auto& ck = cfg_.checkpoint;
     const bool target = std::exchange(target_due_, false);
     const bool save = stop || timed || best_due_ || target || (ck.every_steps > 0 && step_ % ck.every_steps == 0) ||
@@ -469,7 +472,7 @@ void Trainer::train() {
     // rather than after one more step and one more save (past a batch system's grace period).
     // At the run's end only where the stop interrupted its last evaluation: a stop, with the
     // evaluation pending in the checkpoint, rather than a finished run without its figures.
-    if (!stop && (run_end ? eval_pending_ : epoch_end || save)) {
+    if (!stop && (run_end ? eval_pending_ : epoch_end || mid_eval || save)) {
       if ((stop = agreed_stop_signal_again()) != 0 && !save) save_checkpoint();
     }
     if (stop) {
@@ -569,7 +572,8 @@ void Trainer::end_epoch(int64_t epoch, double epoch_start, bool epoch_end, bool 
     text += str_cat(" (", skipped, " undecodable image(s) replaced by others of the ranks' shares)");
   }
   const int64_t every = cfg_.eval.every_epochs;
-  const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end);
+  const bool due = (epoch_end && every > 0 && (epoch + 1) % every == 0) || (run_end && cfg_.eval.at_end) ||
+                   ((epoch_end || run_end) && step_eval_due());
   eval_pending_ = due && stopping;
   if (eval_pending_) {
     text += ", evaluation skipped (stopping: a resume makes it first)";
@@ -619,12 +623,37 @@ bool Trainer::validate(JsonLine& line, std::string& text) {
   return true;
 }
 
-bool Trainer::evaluate_pending() {
-  eval_pending_ = false;
-  const int64_t epoch = step_ / steps_per_epoch_;
+void Trainer::validate_mid_epoch(bool stopping) {
+  const int64_t epoch = epoch_of(step_);
   JsonLine line("validation");
   line.add("epoch", epoch).add("step", step_);
-  std::string text = str_cat("epoch ", epoch, "/", cfg_.train.epochs, ": the evaluation the last run's stop skipped");
+  std::string text = str_cat("step ", step_, " (epoch ", epoch, ", its step ", step_ - (epoch - 1) * steps_per_epoch_,
+                             " of ", steps_per_epoch_, "): ");
+  // As at an epoch's end: a stop takes precedence, and the resume makes the evaluation first.
+  eval_pending_ = stopping;
+  if (stopping) {
+    log_line(text + "evaluation skipped (stopping: a resume makes it first)");
+    return;
+  }
+  const size_t bare = text.size();
+  if (!validate(line, text)) {
+    eval_pending_ = true;
+    log_line(text + "evaluation interrupted (stopping: a resume makes it first)");
+    return;
+  }
+  metrics().write(line);
+  log_line(text.erase(bare, 2));  // validate() put ", " before its figures
+}
+
+bool Trainer::evaluate_pending() {
+  eval_pending_ = false;
+  // At an epoch's end, or within one (eval.every_steps).
+  const bool mid = step_ % steps_per_epoch_ != 0;
+  const int64_t epoch = mid ? epoch_of(step_) : step_ / steps_per_epoch_;
+  JsonLine line("validation");
+  line.add("epoch", epoch).add("step", step_);
+  std::string text = str_cat(mid ? str_cat("step ", step_, " (epoch ", epoch, ")") : str_cat("epoch ", epoch),
+                             mid ? "" : str_cat("/", cfg_.train.epochs), ": the evaluation the last run's stop skipped");
   if (!validate(line, text)) {  // stopped again: still pending, in the checkpoint as it is
     eval_pending_ = true;
     return false;

@@ -172,6 +172,11 @@ class Trainer {
   // A resume of a checkpoint whose stop skipped the evaluation due at its step makes it first,
   // as the run would have; true when it reaches train.target_top1 (reported: nothing to train).
   bool evaluate_pending();
+  // eval.every_steps: whether the step just trained is one to validate after.
+  bool step_eval_due() const { return cfg_.eval.every_steps > 0 && step_ % cfg_.eval.every_steps == 0; }
+  // That validation within an epoch: a "validation" record (pending, as at an epoch's end, when
+  // the run is stopping or the stop interrupts it).
+  void validate_mid_epoch(bool stopping);
   void report_target();
   // Collective: the stop signal any rank caught (stop_signal.h), or 0; save_due: a timed
   // checkpoint is due (checkpoint.every_minutes). `again`: a second look after the step's own

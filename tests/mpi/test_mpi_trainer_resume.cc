@@ -16,6 +16,7 @@
 #include <map>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <opencv2/core.hpp>
@@ -436,6 +437,79 @@ void check_pending_evaluation(MpiTest& t, const std::string& dir) {
              found.size() == 2 ? str_cat(" (", found[0], "; ", found[1], ")") : std::string());
 }
 
+// eval.every_steps 2: a "validation" record after every second step within the epochs, the epoch
+// records at their ends as ever, each with what --eval scores on the checkpoint saved at its step
+// (checkpoint.every_steps 2); such a validation that a stop skipped (marked so in the checkpoint,
+// as check_pending_evaluation does) is made first by the resume, to the same figures.
+void check_eval_every_steps(MpiTest& t, const std::string& dir) {
+  Config c = tiny(dir + "/every_steps");
+  c.log.jsonl = "";
+  c.eval.every_steps = 2;
+  c.checkpoint.every_steps = 2;
+  c.checkpoint.keep = 100;
+  const int64_t per_epoch = 48 / (c.train.batch * t.size()), total = 2 * per_epoch;  // 12, 6, 4 a epoch
+  Trainer(c).train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const std::string ckdir = c.run_dir + "/checkpoints";
+  // {step: (record type, val_loss, val_top1)} from rank 0's file, known to every rank.
+  std::map<int64_t, std::tuple<std::string, double, double>> got;
+  const std::regex re(R"re("type":"(epoch|validation)".*"step":(\d+).*"val_loss":([0-9.eE+-]+),"val_top1":([0-9.eE+-]+))re");
+  {
+    std::ifstream f(c.run_dir + "/metrics.jsonl");
+    for (std::string line; std::getline(f, line);)
+      if (std::smatch m; std::regex_search(line, m, re))
+        got[std::stoll(m[2])] = {m[1].str(), std::stod(m[3]), std::stod(m[4])};
+  }
+  std::string want, seen;
+  for (int64_t s = 1; s <= total; ++s)
+    if (s % 2 == 0 || s % per_epoch == 0) want += str_cat(" ", s, s % per_epoch ? "v" : "e");
+  for (const auto& [s, r] : got) seen += str_cat(" ", s, std::get<0>(r) == "epoch" ? "e" : "v");
+  MPI_EXPECT(t, seen == want, "evaluations at steps (e: epoch, v: validation)", seen, ", expected", want);
+  Config e = c;
+  e.run_dir = dir + "/every_steps_eval";
+  e.log.jsonl = "none";
+  for (const auto& [s, r] : got) {
+    if (std::get<0>(r) != "validation") continue;
+    Trainer te(e, MPI_COMM_WORLD, {}, Trainer::Use::evaluate);
+    te.load_checkpoint(checkpoint_path(ckdir, s), false);
+    const EvalResult v = te.evaluate();
+    MPI_EXPECT(t, std::abs(v.loss - std::get<1>(r)) <= 1e-7 * std::abs(v.loss) &&
+                      std::abs(v.top1_pct() - std::get<2>(r)) < 1e-6,  // the file's 9 digits
+               "step ", s, ": the run's validation loss ", std::get<1>(r), " top-1 ", std::get<2>(r),
+               ", --eval of its checkpoint ", v.loss, " top-1 ", v.top1_pct());
+  }
+  // The first mid-epoch validation, skipped by a stop: made first by the resume.
+  Config p = c;
+  p.run_dir = dir + "/every_steps_pending";
+  p.train.steps = 2;
+  p.eval.at_end = false;  // the run's end is mid-epoch: only the step rule evaluates there
+  Trainer(p).train();
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  const std::string path = checkpoint_path(p.run_dir + "/checkpoints", 2);
+  if (t.rank() == 0) {
+    Checkpoint ck = checkpoint_read(path);
+    ck.meta.eval_pending = true;
+    checkpoint_write(path, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout,
+                     ck.ema, ck.ema_rank_state, ck.moment2, ck.classes, ck.tensor_steps);
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  p.train.steps = 3;
+  {
+    Trainer tr(p);
+    tr.resume("auto");
+    tr.train();
+  }
+  if (t.rank() != 0) return;
+  std::ifstream f(p.run_dir + "/metrics.jsonl");
+  std::vector<std::string> at2;
+  for (std::string line; std::getline(f, line);)
+    if (std::smatch m; std::regex_search(line, m, re) && m[2] == "2") at2.push_back(str_cat(m[1].str(), " ", m[3].str()));
+  MPI_EXPECT(t, at2.size() == 2 && at2[0].rfind("epoch ", 0) == 0 && at2[1].rfind("validation ", 0) == 0 &&
+                    at2[0].substr(6) == at2[1].substr(11),
+             "step 2's evaluation, made again by the resume: ", at2.size(), " records",
+             at2.size() == 2 ? str_cat(" (", at2[0], "; ", at2[1], ")") : std::string());
+}
+
 // train.target_top1: a target the first evaluation reaches ends a 4-epoch run after epoch 1, with
 // a checkpoint of that step and a "target" record; resumed, the record in the checkpoint says the
 // target is reached (nothing to train); with a target no evaluation reaches, the resumed run goes
@@ -527,6 +601,7 @@ int main(int argc, char** argv) {
     check_keep_best(t, dir);
     check_keep_best_from_the_record(t, dir);
     check_pending_evaluation(t, dir);
+    check_eval_every_steps(t, dir);
     check_target_top1(t, dir);
     check_timed_checkpoints(t, dir);
     check_exact_resume(t, dir, false);

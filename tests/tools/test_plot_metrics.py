@@ -101,6 +101,20 @@ class PlotMetrics(unittest.TestCase):
         self.assertEqual([(e["step"], e["train_loss"], e["val_top1"]) for e in run["epochs"]], [(2, 1.5, 40.0)])
         self.assertEqual([s["step"] for s in run["steps"]], [1, 2, 3])
 
+    def test_validations_within_epochs_join_the_validation_curves(self):
+        # eval.every_steps 2 over epochs of 3 steps: validations at steps 2 and 4, epochs at 3 and 6.
+        m = self.path("every", "metrics.jsonl")
+        val = lambda s, top1: dict(type="validation", epoch=(s - 1) // 3 + 1, step=s, val_loss=1.0, val_top1=top1)
+        write(m, [step(1), step(2), val(2, 20.0), step(3), dict(type="epoch", epoch=1, step=3, train_loss=1.5,
+                                                                val_loss=1.1, val_top1=30.0), step(4), val(4, 40.0),
+                  step(5), step(6), dict(type="epoch", epoch=2, step=6, train_loss=1.2, val_loss=0.9, val_top1=50.0)])
+        r = self.run_tool(m, "-o", self.path("x.png"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        run = plot_metrics.read_run(m)
+        self.assertEqual(plot_metrics.series(run["epochs"], "val_top1"), ([2, 3, 4, 6], [20.0, 30.0, 40.0, 50.0]))
+        self.assertEqual(plot_metrics.series(run["epochs"], "train_loss"), ([3, 6], [1.5, 1.2]))
+
     def test_lines_cut_short_mid_file_are_skipped_with_one_warning(self):
         # Killed mid-write twice, each time resumed after the half line (one with half a UTF-8
         # character): the half lines are skipped, the records after them read.
