@@ -179,6 +179,39 @@ void check_stop_at_an_epochs_end() {
          "a validation record for epoch 1", {0, metrics});
 }
 
+// eval.every_steps 3 (epochs of 5 steps): a notice in step 3 stops the job after it without that
+// step's validation, and one during the validation interrupts it; either way the resume makes
+// it first, to the figures of the run that was not stopped.
+void check_stop_at_a_validation_step() {
+  const std::string cfg = tiny_config("every_steps");
+  const std::string every = " --set eval.every_steps=3";
+  const Result straight =
+      run(2, "--config " + cfg + every + " --set run_dir=" + dir + "/every_steps_straight --set train.steps=4");
+  const auto figures = [](const std::string& out, const std::string& after) {
+    const size_t at = out.find(after);
+    const size_t val = at == std::string::npos ? at : out.find("val loss ", at);
+    return val == std::string::npos ? std::string() : out.substr(val, out.find(" (", val) - val);
+  };
+  const std::string want = figures(straight.out, "step 3 (epoch 1, its step 3 of 5): val loss");
+  expect(straight.rc == 0 && !want.empty(), "the straight run validates after step 3", straight);
+  for (const char* fault : {"stop", "stop_eval"}) {
+    const std::string job = std::string("every_steps_") + fault;
+    const Result r = run(2, "--config " + cfg + every + " --set run_dir=" + dir + "/" + job + " --set debug.fault=" +
+                                fault + " --set debug.rank=1 --set debug.step=3");
+    const std::string said = fault == std::string("stop") ? "step 3 (epoch 1, its step 3 of 5): evaluation skipped"
+                                                           : "step 3 (epoch 1, its step 3 of 5): evaluation interrupted";
+    expect(r.rc == 128 + SIGUSR1 && r.out.find(said) != std::string::npos && r.out.find("val loss") == std::string::npos &&
+               r.out.find("stopped by SIGUSR1 after step 3 of 10") != std::string::npos,
+           job + ": a stop at step 3's validation", r);
+    const Result resumed = run(2, "--config " + cfg + every + " --set run_dir=" + dir + "/" + job +
+                                      " --set train.steps=4 --resume auto");
+    const std::string got = figures(resumed.out, "step 3 (epoch 1): the evaluation the last run's stop skipped");
+    expect(resumed.rc == 0 && got == want,
+           job + ": the resume makes step 3's validation first: '" + got + "', the straight run's '" + want + "'",
+           resumed);
+  }
+}
+
 // A notice during an evaluation (debug.fault stop_eval: SIGUSR1 to rank 1 itself as epoch 1's
 // begins) interrupts it: the job stops at once after step 5, the evaluation pending in the
 // checkpoint, and the resume makes it first, to the figures of the run that was not stopped.
@@ -295,6 +328,7 @@ int main(int argc, char** argv) {
   check_stop_of_every_process();
   check_checkpoint_folder_in_use();
   check_stop_at_an_epochs_end();
+  check_stop_at_a_validation_step();
   check_stop_mid_epoch();
   check_killed_run();
   check_orphaned_ranks();
