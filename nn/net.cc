@@ -193,6 +193,21 @@ int Net<T>::channel_gate(int x, int g, const std::string& name) {
 }
 
 template <class T>
+int Net<T>::channel_conv(int x, const std::string& name, int64_t kernel) {
+  check_building(name);
+  ChannelConvDesc d{name, shapes_.at(x), kernel};
+  d.validate();
+  auto n = std::make_unique<WeightedNode<T, ChannelConvOp<T>>>();
+  n->op = backend_->make_channel_conv(d);
+  n->name = name;
+  n->keeps_inputs = 1;
+  n->inputs = {x};
+  n->params.push_back(add_param_(name + ".weight", {1, 1, kernel}, ParamKind::conv_weight));
+  n->flops = 2.0 * double(d.in.numel()) * double(kernel);
+  return push(std::move(n), d.in);
+}
+
+template <class T>
 int Net<T>::pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride) {
   check_building(name);
   PadShortcutDesc d{name, shapes_.at(x), out_c, stride};

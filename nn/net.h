@@ -60,6 +60,9 @@ class Net {
   int pad_shortcut(int x, const std::string& name, int64_t out_c, int64_t stride);
   // y = x * sigmoid(g), g of shape (n, c, 1, 1): squeeze-and-excitation's gate on x's channels.
   int channel_gate(int x, int g, const std::string& name);
+  // ECA's 1-D convolution across the channels of an (n, c, 1, 1) tensor (ChannelConvDesc), its
+  // weight name + ".weight" of shape (1, 1, kernel) as PyTorch's Conv1d(1, 1, kernel) holds it.
+  int channel_conv(int x, const std::string& name, int64_t kernel);
   // Stochastic depth on a residual branch x: in training each sample's x is dropped with
   // probability rate, else scaled by 1 / (1 - rate); evaluation passes x as it is.
   int drop_path(int x, const std::string& name, double rate);

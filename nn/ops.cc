@@ -48,6 +48,13 @@ void MaxPoolDesc::validate() const {
                  " (pad ", pad, ")");
 }
 
+void ChannelConvDesc::validate() const {
+  RT_SHAPE_CHECK(in.numel() > 0 && in.h == 1 && in.w == 1, "layer ", name,
+                 ": a channel convolution takes an (n, c, 1, 1) tensor, got ", in.str());
+  RT_SHAPE_CHECK(kernel > 0 && kernel % 2 == 1, "layer ", name, ": channel convolution kernel ", kernel,
+                 " must be odd and positive");
+}
+
 void AvgPoolDesc::validate() const {
   RT_SHAPE_CHECK(in.numel() > 0 && kernel > 0 && stride > 0 && pad >= 0 && 2 * pad <= kernel, "layer ",
                  name, ": bad average pool kernel ", kernel, " stride ", stride, " pad ", pad,
@@ -153,6 +160,51 @@ std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d)
   if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
     throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no drop path (stochastic depth)"));
   return std::make_unique<HostDropPath<T>>(d, act_size(d.in) / size_t(d.in.n));
+}
+
+// The default ChannelConvOp: host loops over the rows, each sum in double in tap order (dw's over
+// the rows, then the channels, in order): the same bits for any thread count.
+template <class T>
+class HostChannelConv final : public ChannelConvOp<T> {
+ public:
+  HostChannelConv(const ChannelConvDesc& d, size_t row) : n_(d.in.n), c_(d.in.c), k_(d.kernel), row_(int64_t(row)) {}
+  void forward(const T* x, const T* w, const T*, T* y) override { mix(x, w, y, 1); }
+  void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T*) override {
+    if (dx) mix(dy, w, dx, -1);  // the transpose: the kernel reversed
+    const int64_t p = (k_ - 1) / 2;
+    for (int64_t j = 0; j < k_; ++j) {
+      double s = 0;
+      for (int64_t n = 0; n < n_; ++n)
+        for (int64_t i = std::max<int64_t>(0, p - j); i < std::min(c_, c_ + p - j); ++i)
+          s += double(dy[n * row_ + i]) * double(x[n * row_ + i + j - p]);
+      dw[j] = T(s);
+    }
+  }
+
+ private:
+  // out[i] = sum_j w[j] in[i + dir (j - p)]: forward (dir 1), or dx from dy (dir -1).
+  void mix(const T* in, const T* w, T* out, int dir) const {
+    const int64_t p = (k_ - 1) / 2;
+#pragma omp parallel for schedule(static) if (n_ * c_ > (1 << 15))
+    for (int64_t n = 0; n < n_; ++n)
+      for (int64_t i = 0; i < c_; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < k_; ++j) {
+          const int64_t src = i + dir * (j - p);
+          if (src >= 0 && src < c_) s += double(w[j]) * double(in[n * row_ + src]);
+        }
+        out[n * row_ + i] = T(s);
+      }
+  }
+  int64_t n_, c_, k_, row_;
+};
+
+template <class T>
+std::unique_ptr<ChannelConvOp<T>> Backend<T>::make_channel_conv(const ChannelConvDesc& d) {
+  d.validate();
+  if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
+    throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no channel convolution (ECA)"));
+  return std::make_unique<HostChannelConv<T>>(d, act_size(d.in) / size_t(d.in.n));
 }
 
 template <class T>

@@ -163,6 +163,19 @@ struct ChannelGateDesc {
   void validate() const;
 };
 
+// Efficient channel attention's mixing (Wang et al. 2020, ECA-Net; timm's EcaModule): a 1-D
+// convolution across the channels of an (n, c, 1, 1) tensor, one odd kernel of k weights shared
+// by every channel and sample, zero padding (k - 1) / 2, no bias:
+// y[n][i] = sum_j w[j] x[n][i + j - (k - 1) / 2]. Every backend keeps an (n, c, 1, 1) tensor as n
+// rows of c values, act_size(in) / n apart. The squeeze (global average pooling) before it and the
+// gate after it are ops of their own.
+struct ChannelConvDesc {
+  std::string name;
+  Shape in;
+  int64_t kernel = 3;
+  void validate() const;
+};
+
 // What the loss compares the logits with: a class per sample (host memory, in.n of them), or
 // (mixup, CutMix) a blend of two, weight `mix` on `labels` and 1 - mix on `mixed`. A plain label
 // pointer converts to one; null is no targets (inference).
@@ -369,6 +382,16 @@ class SoftmaxXentOp {
   virtual void backward(const Targets& t, T* dlogits, double scale = 1.0) = 0;
 };
 
+// The signatures of a layer with a weight (as ConvOp's), so that the network runs it as one: b and
+// db are always null (no bias). backward writes dw, and dx unless it is null (no gradient wanted).
+template <class T>
+class ChannelConvOp {
+ public:
+  virtual ~ChannelConvOp() = default;
+  virtual void forward(const T* x, const T* w, const T* b, T* y) = 0;
+  virtual void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) = 0;
+};
+
 // forward, then loss(): for callers that want the value at once.
 template <class T>
 double forward_loss(SoftmaxXentOp<T>& op, const T* logits, const Targets& t) {
@@ -480,6 +503,9 @@ class Backend {
   // Default: refuses (throws rt::Error naming the backend and the layer), for backends without
   // squeeze-and-excitation.
   virtual std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc&);
+  // Default: host loops (sums in double: also the reference), for backends whose activations the
+  // host may dereference; others must override it (this one refuses them).
+  virtual std::unique_ptr<ChannelConvOp<T>> make_channel_conv(const ChannelConvDesc&);
   // Default: a loop over each sample's act_size(in) / in.n elements (every layout here keeps a
   // sample's values together), for backends whose activations the host may dereference; others
   // must override it (this one refuses them).

@@ -9,6 +9,13 @@
 namespace rt {
 namespace {
 
+// The attention after each branch's last batch norm (timm's attn_layer): squeeze-and-excitation
+// or efficient channel attention.
+enum class Attn { none, se, eca };
+// The stem (timm's stem_type): a 7x7 convolution, or three 3x3 ones of 32, 32 and 64 channels
+// ('deep') or 24, 32 and 64 ('deep_tiered').
+enum class Stem { plain, deep, tiered };
+
 struct Arch {
   bool cifar;
   bool bottleneck;
@@ -16,14 +23,16 @@ struct Arch {
   // Bottlenecks' 3x3 convolution: `groups` groups of width_per_group channels per 64 planes
   // (torchvision's groups and width_per_group: ResNeXt, wide ResNets); 1 and 64 for ResNet.
   int64_t groups = 1, width_per_group = 64;
-  bool se = false;  // squeeze-and-excitation after each block's last batch norm (timm's attn_layer='se')
-  // ResNet-D (He et al. 2019, "Bag of Tricks"; timm's stem_type='deep', avg_down=True): three 3x3
-  // convolutions (32, 32, 64 channels) in place of the 7x7 stem, and a projection shortcut that
-  // averages 2x2 windows before a stride-1 1x1 convolution instead of skipping 3 pixels in 4.
-  bool d = false;
+  Attn attn = Attn::none;
+  Stem stem = Stem::plain;
+  // ResNet-D's projection shortcut (He et al. 2019, "Bag of Tricks"; timm's avg_down=True): a 2x2
+  // average before a stride-1 1x1 convolution, instead of the strided 1x1 skipping 3 pixels in 4.
+  bool avg_down = false;
 };
 
 const std::map<std::string, Arch>& archs() {
+  using enum Attn;
+  using enum Stem;
   static const std::map<std::string, Arch> m = {
       {"resnet18", {false, false, {2, 2, 2, 2}}},   {"resnet34", {false, false, {3, 4, 6, 3}}},
       {"resnet50", {false, true, {3, 4, 6, 3}}},    {"resnet101", {false, true, {3, 4, 23, 3}}},
@@ -37,24 +46,32 @@ const std::map<std::string, Arch>& archs() {
       {"wide_resnet50_2", {false, true, {3, 4, 6, 3}, 1, 128}},
       {"wide_resnet101_2", {false, true, {3, 4, 23, 3}, 1, 128}},
       // timm's SE-ResNets and SE-ResNeXts (NVIDIA's se-resnext101-32x4d is the 101-layer 32x4d).
-      {"seresnet18", {false, false, {2, 2, 2, 2}, 1, 64, true}},
-      {"seresnet34", {false, false, {3, 4, 6, 3}, 1, 64, true}},
-      {"seresnet50", {false, true, {3, 4, 6, 3}, 1, 64, true}},
-      {"seresnet101", {false, true, {3, 4, 23, 3}, 1, 64, true}},
-      {"seresnet152", {false, true, {3, 8, 36, 3}, 1, 64, true}},
-      {"seresnext50_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, true}},
-      {"seresnext101_32x4d", {false, true, {3, 4, 23, 3}, 32, 4, true}},
-      {"seresnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8, true}},
-      {"seresnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4, true}},
-      // timm's ResNet-Ds.
-      {"resnet18d", {false, false, {2, 2, 2, 2}, 1, 64, false, true}},
-      {"resnet26d", {false, true, {2, 2, 2, 2}, 1, 64, false, true}},
-      {"resnet34d", {false, false, {3, 4, 6, 3}, 1, 64, false, true}},
-      {"resnet50d", {false, true, {3, 4, 6, 3}, 1, 64, false, true}},
-      {"resnet101d", {false, true, {3, 4, 23, 3}, 1, 64, false, true}},
-      {"resnet152d", {false, true, {3, 8, 36, 3}, 1, 64, false, true}},
-      {"resnext50d_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, false, true}},
-      {"seresnext26d_32x4d", {false, true, {2, 2, 2, 2}, 32, 4, true, true}},
+      {"seresnet18", {false, false, {2, 2, 2, 2}, 1, 64, se}},
+      {"seresnet34", {false, false, {3, 4, 6, 3}, 1, 64, se}},
+      {"seresnet50", {false, true, {3, 4, 6, 3}, 1, 64, se}},
+      {"seresnet101", {false, true, {3, 4, 23, 3}, 1, 64, se}},
+      {"seresnet152", {false, true, {3, 8, 36, 3}, 1, 64, se}},
+      {"seresnext50_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, se}},
+      {"seresnext101_32x4d", {false, true, {3, 4, 23, 3}, 32, 4, se}},
+      {"seresnext101_32x8d", {false, true, {3, 4, 23, 3}, 32, 8, se}},
+      {"seresnext101_64x4d", {false, true, {3, 4, 23, 3}, 64, 4, se}},
+      // timm's ResNet-Ds (deep stem, average-pooled shortcuts) and -Ts (the tiered deep stem).
+      {"resnet18d", {false, false, {2, 2, 2, 2}, 1, 64, none, deep, true}},
+      {"resnet26d", {false, true, {2, 2, 2, 2}, 1, 64, none, deep, true}},
+      {"resnet34d", {false, false, {3, 4, 6, 3}, 1, 64, none, deep, true}},
+      {"resnet50d", {false, true, {3, 4, 6, 3}, 1, 64, none, deep, true}},
+      {"resnet101d", {false, true, {3, 4, 23, 3}, 1, 64, none, deep, true}},
+      {"resnet152d", {false, true, {3, 8, 36, 3}, 1, 64, none, deep, true}},
+      {"resnext50d_32x4d", {false, true, {3, 4, 6, 3}, 32, 4, none, deep, true}},
+      {"seresnext26d_32x4d", {false, true, {2, 2, 2, 2}, 32, 4, se, deep, true}},
+      {"resnet26t", {false, true, {2, 2, 2, 2}, 1, 64, none, tiered, true}},
+      {"resnet50t", {false, true, {3, 4, 6, 3}, 1, 64, none, tiered, true}},
+      // timm's ECA-ResNets (ecaresnetlight: the 7x7 stem, pooled shortcuts, 1-1-11-3 blocks).
+      {"ecaresnet26t", {false, true, {2, 2, 2, 2}, 1, 64, eca, tiered, true}},
+      {"ecaresnet50d", {false, true, {3, 4, 6, 3}, 1, 64, eca, deep, true}},
+      {"ecaresnet50t", {false, true, {3, 4, 6, 3}, 1, 64, eca, tiered, true}},
+      {"ecaresnet101d", {false, true, {3, 4, 23, 3}, 1, 64, eca, deep, true}},
+      {"ecaresnetlight", {false, true, {1, 1, 11, 3}, 1, 64, eca, plain, true}},
   };
   return m;
 }
@@ -63,7 +80,6 @@ int64_t scaled(int64_t c, double width) {
   return std::max<int64_t>(1, int64_t(std::lround(double(c) * width)));
 }
 
-// The last BN of each residual branch has this suffix in its name (zero-init-residual).
 // ResNet-D's (avg_down): a 2x2 average (PyTorch's ceil_mode, padding not counted: odd sides keep
 // their last row) where the block strides, then a stride-1 1x1 convolution; timm's names, where
 // the pool is downsample.0 even when it is the identity.
@@ -85,18 +101,32 @@ int64_t se_channels(int64_t c) { return std::max<int64_t>(8, int64_t(double(c) /
 
 // Squeeze-and-excitation on a branch's last batch norm output y (timm's SEModule, its names):
 // y * sigmoid(fc2(relu(fc1(mean over h, w of y)))), fc1 and fc2 1x1 convolutions with bias.
+// Efficient channel attention (Wang et al. 2020; timm's EcaModule, its names): y * sigmoid(conv of
+// the channel means of y), the convolution one kernel across the channels, its size from theirs:
+// t = int(|log2(c) + 1| / 2), the odd one of t and t + 1, at least 3 (5 for 256-1024 channels).
+int64_t eca_kernel(int64_t c) {
+  const int64_t t = int64_t(std::fabs(std::log2(double(c)) + 1.0) / 2.0);
+  return std::max<int64_t>(3, t % 2 ? t : t + 1);
+}
+
+// The attention on a branch's last batch norm output y, under timm's name `se` whichever it is.
 template <class T>
-int squeeze_excite(Net<T>& net, int y, const std::string& p, const std::string& model) {
+int attention(Net<T>& net, int y, const std::string& p, Attn attn, const std::string& model) {
+  if (attn == Attn::none) return y;
   const int64_t c = net.shape(y).c;
-  int s = net.global_avgpool(y, p + ".se.pool");
-  s = net.conv(s, p + ".se.fc1", se_channels(c), 1, 1, 0, true);
-  s = net.relu(s, p + ".se.act");
-  s = net.conv(s, p + ".se.fc2", c, 1, 1, 0, true);
   try {
+    int s = net.global_avgpool(y, p + ".se.pool");
+    if (attn == Attn::se) {
+      s = net.conv(s, p + ".se.fc1", se_channels(c), 1, 1, 0, true);
+      s = net.relu(s, p + ".se.act");
+      s = net.conv(s, p + ".se.fc2", c, 1, 1, 0, true);
+    } else {
+      s = net.channel_conv(s, p + ".se.conv", eca_kernel(c));
+    }
     return net.channel_gate(y, s, p + ".se.gate");
   } catch (const ShapeError&) {
     throw;
-  } catch (const Error& e) {  // a backend without the gate: say which model asked for it
+  } catch (const Error& e) {  // a backend without the gate or the channel convolution: say which model asked
     throw Error(str_cat("model ", model, ": ", e.what()));
   }
 }
@@ -110,23 +140,23 @@ int residual(Net<T>& net, int y, int sc, const std::string& p, double drop) {
 
 template <class T>
 int basic_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride, bool pad_a, double drop,
-                const std::string& se = {}, bool avg_down = false) {
+                const Arch& a, const std::string& model) {
   int64_t in_c = net.shape(x).c;
   int y = net.conv(x, p + ".conv1", planes, 3, stride, 1);
   y = net.batchnorm(y, p + ".bn1", true);
   y = net.conv(y, p + ".conv2", planes, 3, 1, 1);
   y = net.batchnorm(y, p + ".bn2", false);
-  if (!se.empty()) y = squeeze_excite(net, y, p, se);
+  y = attention(net, y, p, a.attn, model);
   int sc = x;
   if (stride != 1 || in_c != planes)
     sc = pad_a ? net.pad_shortcut(x, p + ".shortcut", planes, stride)
-               : shortcut_projection(net, x, p, planes, stride, avg_down);
+               : shortcut_projection(net, x, p, planes, stride, a.avg_down);
   return residual(net, y, sc, p, drop);
 }
 
 template <class T>
 int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, int64_t stride,
-                     const Arch& a, double drop, const std::string& se) {
+                     const Arch& a, double drop, const std::string& model) {
   int64_t in_c = net.shape(x).c, out_c = planes * 4;
   // torchvision's int(planes * (base_width / 64.0)) * groups; at least one channel a group
   // where a small model.width would leave none.
@@ -138,8 +168,8 @@ int bottleneck_block(Net<T>& net, int x, const std::string& p, int64_t planes, i
   y = net.batchnorm(y, p + ".bn2", true);
   y = net.conv(y, p + ".conv3", out_c, 1, 1, 0);
   y = net.batchnorm(y, p + ".bn3", false);
-  if (!se.empty()) y = squeeze_excite(net, y, p, se);
-  int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride, a.d) : x;
+  y = attention(net, y, p, a.attn, model);
+  int sc = (stride != 1 || in_c != out_c) ? shortcut_projection(net, x, p, out_c, stride, a.avg_down) : x;
   return residual(net, y, sc, p, drop);
 }
 
@@ -188,10 +218,11 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
     for (int s = 0; s < 3; ++s)
       for (int b = 0; b < a.blocks[s]; ++b)
         x = basic_block(*net, x, "layer" + std::to_string(s + 1) + "." + std::to_string(b),
-                        scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A", drop());
+                        scaled(planes[s], cfg.width), (s > 0 && b == 0) ? 2 : 1, cfg.cifar_shortcut == "A", drop(),
+                        a, cfg.name);
   } else {
-    if (a.d) {  // timm's names: conv1 is a sequence whose ReLUs count as members
-      x = net->conv(x, "conv1.0", scaled(32, cfg.width), 3, 2, 1);
+    if (a.stem != Stem::plain) {  // timm's names: conv1 is a sequence whose ReLUs count as members
+      x = net->conv(x, "conv1.0", scaled(a.stem == Stem::tiered ? 24 : 32, cfg.width), 3, 2, 1);
       x = net->batchnorm(x, "conv1.1", true);
       x = net->conv(x, "conv1.3", scaled(32, cfg.width), 3, 1, 1);
       x = net->batchnorm(x, "conv1.4", true);
@@ -207,9 +238,8 @@ std::unique_ptr<Net<T>> build_resnet(const ResNetConfig& cfg, std::unique_ptr<Ba
         std::string p = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
         int64_t stride = (s > 0 && b == 0) ? 2 : 1;
         const double d = drop();
-        const std::string se = a.se ? cfg.name : "";  // the model, named where a backend refuses SE
-        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d, se)
-                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d, se, a.d);
+        x = a.bottleneck ? bottleneck_block(*net, x, p, scaled(planes[s], cfg.width), stride, a, d, cfg.name)
+                         : basic_block(*net, x, p, scaled(planes[s], cfg.width), stride, false, d, a, cfg.name);
       }
   }
   x = net->global_avgpool(x, "avgpool");
@@ -256,6 +286,12 @@ void init_resnet(Net<T>& net, uint64_t seed, bool zero_init_residual) {
     T* w = params.data() + p.offset;
     switch (p.kind) {
       case ParamKind::conv_weight: {
+        if (p.dims.size() == 3) {  // ECA's Conv1d, which timm leaves at PyTorch's uniform(+-1/sqrt(fan_in))
+          const double bound = 1.0 / std::sqrt(double(p.dims[1] * p.dims[2]));
+          std::uniform_real_distribution<double> d(-bound, bound);
+          for (size_t i = 0; i < p.count; ++i) w[i] = T(d(rng));
+          break;
+        }
         double fan_out = double(p.dims[0] * p.dims[2] * p.dims[3]);
         std::normal_distribution<double> d(0.0, std::sqrt(2.0 / fan_out));
         for (size_t i = 0; i < p.count; ++i) w[i] = T(d(rng));

@@ -1,6 +1,7 @@
 // ResNet builders: torchvision's ImageNet ResNets (v1.5: stride on the 3x3), ResNeXts and wide
-// ResNets, timm's squeeze-and-excitation variants of them (SE-ResNet, SE-ResNeXt) and ResNet-Ds
-// (deep stem, average-pooled shortcut), and He et al.'s CIFAR ResNets, with torchvision's (timm's)
+// ResNets, timm's squeeze-and-excitation variants of them (SE-ResNet, SE-ResNeXt), ResNet-Ds (deep
+// stem, average-pooled shortcut) and ECA-ResNets (efficient channel attention), and He et al.'s
+// CIFAR ResNets, with torchvision's (timm's)
 // parameter names and torchvision's initialisation.
 #pragma once
 #include <cstdint>
@@ -17,7 +18,8 @@ struct ResNetConfig {
                                    //   wide_resnet101_2, SE variants (timm's): seresnet18/34/50/
                                    //   101/152, seresnext50_32x4d, seresnext101_32x4d/32x8d/64x4d,
                                    //   ResNet-Ds (timm's): resnet18d/26d/34d/50d/101d/152d,
-                                   //   resnext50d_32x4d, seresnext26d_32x4d,
+                                   //   resnext50d_32x4d, seresnext26d_32x4d, resnet26t/50t, ECA-
+                                   //   ResNets (timm's): ecaresnet26t/50d/50t/101d, ecaresnetlight,
                                    //   resnet20/32/44/56/110 (CIFAR)
   int64_t num_classes = 1000;
   int64_t image_size = 224;        // square input side

@@ -44,6 +44,9 @@ class ForwardingBackend : public Backend<T> {
   std::unique_ptr<ChannelGateOp<T>> make_channel_gate(const ChannelGateDesc& d) override {
     return in_->make_channel_gate(d);
   }
+  std::unique_ptr<ChannelConvOp<T>> make_channel_conv(const ChannelConvDesc& d) override {
+    return in_->make_channel_conv(d);
+  }
 
  protected:
   const Backend<T>& inner() const { return *in_; }

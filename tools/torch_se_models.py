@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """timm's ResNets that torchvision has not (the squeeze-and-excitation ResNets and ResNeXts, the
-ResNet-Ds, resnext101_32x4d), written out in PyTorch: timm is not packaged for Debian, and these are what
+ResNet-Ds and -Ts, the ECA-ResNets, resnext101_32x4d), written out in PyTorch: timm is not packaged for Debian, and these are what
 tools/torch_weights.py's SE tests compare with and what the benchmarks measure PyTorch on.
 
 As a script, the PyTorch peer of the training-step benchmark on them: the models registered in
@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_weights  # noqa: E402  (its TIMM table: block, blocks per stage, groups, width per group, SE, D)
+import torch_weights  # noqa: E402  (its TIMM table: block, blocks, groups, width per group, attention, stem, avg_down)
 
 ARCHS = tuple(torch_weights.TIMM)
 
@@ -36,10 +36,22 @@ class SE(nn.Module):
         return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))))
 
 
+class ECA(nn.Module):
+    """timm's EcaModule: a Conv1d across the channel means, its kernel from the channel count."""
+    def __init__(self, c):
+        super().__init__()
+        k = torch_weights.eca_kernel(c)
+        self.conv = nn.Conv1d(1, 1, k, padding=(k - 1) // 2, bias=False)
+
+    def forward(self, x):
+        y = self.conv(x.mean((2, 3)).view(x.shape[0], 1, -1))
+        return x * torch.sigmoid(y).view(x.shape[0], -1, 1, 1)
+
+
 class Block(nn.Module):
-    """timm's BasicBlock or Bottleneck, with attn_layer='se' the gate after the last BN; with
-    avg_down ResNet-D's shortcut (timm's downsample_avg)."""
-    def __init__(self, bottleneck, inp, planes, stride, groups, per_group, se, avg_down):
+    """timm's BasicBlock or Bottleneck, with attn_layer 'se' or 'eca' the attention after the last
+    BN; with avg_down ResNet-D's shortcut (timm's downsample_avg)."""
+    def __init__(self, bottleneck, inp, planes, stride, groups, per_group, attn, avg_down):
         super().__init__()
         if bottleneck:
             w, out = planes * per_group // 64 * groups, planes * 4
@@ -51,7 +63,7 @@ class Block(nn.Module):
             setattr(self, f"conv{i}", nn.Conv2d(a, b, k, s, k // 2, groups=g, bias=False))
             setattr(self, f"bn{i}", nn.BatchNorm2d(b))
         self.n = len(convs)
-        self.se = SE(out) if se else None
+        self.se = SE(out) if attn == "se" else ECA(out) if attn == "eca" else None
         self.downsample = None
         if (stride != 1 or inp != out) and avg_down:
             pool = (nn.AvgPool2d(2, stride, ceil_mode=True, count_include_pad=False) if stride != 1 else
@@ -75,10 +87,11 @@ class TimmResNet(nn.Module):
     """One of ARCHS with `classes` outputs, timm's tensor names (layerX.Y.se.fc1, ...)."""
     def __init__(self, arch, classes):
         super().__init__()
-        kind, blocks, groups, per_group, se, d = torch_weights.TIMM[arch]
-        if d:  # timm's stem_type='deep', stem_width=32
-            self.conv1 = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-                                       nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        kind, blocks, groups, per_group, attn, stem, avg_down = torch_weights.TIMM[arch]
+        if stem:  # timm's stem_type 'deep' or 'deep_tiered', stem_width=32
+            a = 24 if stem == "tiered" else 32
+            self.conv1 = nn.Sequential(nn.Conv2d(3, a, 3, 2, 1, bias=False), nn.BatchNorm2d(a), nn.ReLU(),
+                                       nn.Conv2d(a, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
                                        nn.Conv2d(32, 64, 3, 1, 1, bias=False))
         else:
             self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
@@ -88,7 +101,7 @@ class TimmResNet(nn.Module):
             layer = []
             for b in range(count):
                 layer.append(Block(kind == "bottleneck", inp, planes, 2 if stage > 1 and b == 0 else 1, groups,
-                                   per_group, se, d))
+                                   per_group, attn, avg_down))
                 inp = planes * (4 if kind == "bottleneck" else 1)
             setattr(self, f"layer{stage}", nn.Sequential(*layer))
         self.fc = nn.Linear(inp, classes)

@@ -53,26 +53,35 @@ ARCHS = {("basic", (2, 2, 2, 2)): ("resnet18",), ("basic", (3, 4, 6, 3)): ("resn
                                          "wide_resnet101_2"),
          ("bottleneck", (3, 8, 36, 3)): ("resnet152",)}
 # timm's models that torchvision has not (nn/resnet.cc builds them with timm's names): name ->
-# (block, blocks per stage, groups, width per group, squeeze-and-excitation, ResNet-D: deep stem
-# and average-pooled shortcut).
-TIMM = {"resnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, False, False),
-        "seresnet18": ("basic", (2, 2, 2, 2), 1, 64, True, False),
-        "seresnet34": ("basic", (3, 4, 6, 3), 1, 64, True, False),
-        "seresnet50": ("bottleneck", (3, 4, 6, 3), 1, 64, True, False),
-        "seresnet101": ("bottleneck", (3, 4, 23, 3), 1, 64, True, False),
-        "seresnet152": ("bottleneck", (3, 8, 36, 3), 1, 64, True, False),
-        "seresnext50_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, True, False),
-        "seresnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, True, False),
-        "seresnext101_32x8d": ("bottleneck", (3, 4, 23, 3), 32, 8, True, False),
-        "seresnext101_64x4d": ("bottleneck", (3, 4, 23, 3), 64, 4, True, False),
-        "resnet18d": ("basic", (2, 2, 2, 2), 1, 64, False, True),
-        "resnet26d": ("bottleneck", (2, 2, 2, 2), 1, 64, False, True),
-        "resnet34d": ("basic", (3, 4, 6, 3), 1, 64, False, True),
-        "resnet50d": ("bottleneck", (3, 4, 6, 3), 1, 64, False, True),
-        "resnet101d": ("bottleneck", (3, 4, 23, 3), 1, 64, False, True),
-        "resnet152d": ("bottleneck", (3, 8, 36, 3), 1, 64, False, True),
-        "resnext50d_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, False, True),
-        "seresnext26d_32x4d": ("bottleneck", (2, 2, 2, 2), 32, 4, True, True)}
+# (block, blocks per stage, groups, width per group, attention after each branch ("", "se":
+# squeeze-and-excitation, "eca": efficient channel attention), stem ("", "deep": 3x3s of 32, 32,
+# 64 channels, "tiered": 24, 32, 64), average-pooled shortcuts (ResNet-D's avg_down)).
+_D, _T = ("", "deep", True), ("", "tiered", True)
+TIMM = {"resnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, "", "", False),
+        "seresnet18": ("basic", (2, 2, 2, 2), 1, 64, "se", "", False),
+        "seresnet34": ("basic", (3, 4, 6, 3), 1, 64, "se", "", False),
+        "seresnet50": ("bottleneck", (3, 4, 6, 3), 1, 64, "se", "", False),
+        "seresnet101": ("bottleneck", (3, 4, 23, 3), 1, 64, "se", "", False),
+        "seresnet152": ("bottleneck", (3, 8, 36, 3), 1, 64, "se", "", False),
+        "seresnext50_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4, "se", "", False),
+        "seresnext101_32x4d": ("bottleneck", (3, 4, 23, 3), 32, 4, "se", "", False),
+        "seresnext101_32x8d": ("bottleneck", (3, 4, 23, 3), 32, 8, "se", "", False),
+        "seresnext101_64x4d": ("bottleneck", (3, 4, 23, 3), 64, 4, "se", "", False),
+        "resnet18d": ("basic", (2, 2, 2, 2), 1, 64) + _D,
+        "resnet26d": ("bottleneck", (2, 2, 2, 2), 1, 64) + _D,
+        "resnet34d": ("basic", (3, 4, 6, 3), 1, 64) + _D,
+        "resnet50d": ("bottleneck", (3, 4, 6, 3), 1, 64) + _D,
+        "resnet101d": ("bottleneck", (3, 4, 23, 3), 1, 64) + _D,
+        "resnet152d": ("bottleneck", (3, 8, 36, 3), 1, 64) + _D,
+        "resnext50d_32x4d": ("bottleneck", (3, 4, 6, 3), 32, 4) + _D,
+        "seresnext26d_32x4d": ("bottleneck", (2, 2, 2, 2), 32, 4, "se", "deep", True),
+        "resnet26t": ("bottleneck", (2, 2, 2, 2), 1, 64) + _T,
+        "resnet50t": ("bottleneck", (3, 4, 6, 3), 1, 64) + _T,
+        "ecaresnet26t": ("bottleneck", (2, 2, 2, 2), 1, 64, "eca", "tiered", True),
+        "ecaresnet50d": ("bottleneck", (3, 4, 6, 3), 1, 64, "eca", "deep", True),
+        "ecaresnet50t": ("bottleneck", (3, 4, 6, 3), 1, 64, "eca", "tiered", True),
+        "ecaresnet101d": ("bottleneck", (3, 4, 23, 3), 1, 64, "eca", "deep", True),
+        "ecaresnetlight": ("bottleneck", (1, 1, 11, 3), 1, 64, "eca", "", True)}
 # Every model.name the trainer builds (nn/resnet.cc): the above and the CIFAR ResNets, which
 # torchvision has not.
 MODELS = tuple(n for names in ARCHS.values() for n in names) + tuple(TIMM) + ("resnet20", "resnet32", "resnet44",
@@ -189,18 +198,26 @@ def se_channels(c):
     return max(8, int(c / 16 + 4) // 8 * 8)
 
 
+def eca_kernel(c):
+    """timm's EcaModule kernel on c channels, as nn/resnet.cc's eca_kernel(): t = int(|log2(c) + 1| / 2),
+    the odd one of t and t + 1, at least 3."""
+    t = int(abs(math.log2(c) + 1) / 2)
+    return max(3, t if t % 2 else t + 1)
+
+
 def timm_shapes(arch, classes):
     """{name: shape} of the state dict of timm's `arch` (a TIMM model), BN counters aside, written
     out as nn/resnet.cc builds it: timm (not installed here) is not needed to recognise one."""
-    kind, blocks, groups, per_group, se, d = TIMM[arch]
+    kind, blocks, groups, per_group, attn, stem, avg_down = TIMM[arch]
     s = {}
 
     def bn(name, c):
         s.update({f"{name}.{t}": (c,) for t in ("weight", "bias", "running_mean", "running_var")})
-    if d:  # the deep stem: conv1 a sequence of three 3x3 convolutions, BNs and ReLUs between them
-        s["conv1.0.weight"] = (32, 3, 3, 3)
-        bn("conv1.1", 32)
-        s["conv1.3.weight"] = (32, 32, 3, 3)
+    if stem:  # the deep stem: conv1 a sequence of three 3x3 convolutions, BNs and ReLUs between them
+        first = 24 if stem == "tiered" else 32
+        s["conv1.0.weight"] = (first, 3, 3, 3)
+        bn("conv1.1", first)
+        s["conv1.3.weight"] = (32, first, 3, 3)
         bn("conv1.4", 32)
         s["conv1.6.weight"] = (64, 32, 3, 3)
     else:
@@ -219,13 +236,15 @@ def timm_shapes(arch, classes):
             for i, (o, i_c, k) in enumerate(convs, 1):
                 s[f"{p}.conv{i}.weight"] = (o, i_c, k, k)
                 bn(f"{p}.bn{i}", o)
-            if se:
+            if attn == "se":
                 r = se_channels(out)
                 s.update({f"{p}.se.fc1.weight": (r, out, 1, 1), f"{p}.se.fc1.bias": (r,),
                           f"{p}.se.fc2.weight": (out, r, 1, 1), f"{p}.se.fc2.bias": (out,)})
+            elif attn == "eca":
+                s[f"{p}.se.conv.weight"] = (1, 1, eca_kernel(out))
             if stride != 1 or inp != out:  # ResNet-D's downsample.0 is the pool, without tensors
-                s[f"{p}.downsample.{int(d)}.weight"] = (out, inp, 1, 1)
-                bn(f"{p}.downsample.{int(d) + 1}", out)
+                s[f"{p}.downsample.{int(avg_down)}.weight"] = (out, inp, 1, 1)
+                bn(f"{p}.downsample.{int(avg_down) + 1}", out)
             inp = out
     s.update({"fc.weight": (classes, inp), "fc.bias": (classes,)})
     return s
