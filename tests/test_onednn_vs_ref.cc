@@ -474,7 +474,9 @@ TEST_F(OnednnVsRef, WholeResNets) {
                         Case{"seresnext50_32x4d", 0.125, 64, 5e-2, 5e-2},
                         // ResNet-D: deep stem, pooled shortcuts on odd sides (40: 5 and 3)
                         Case{"resnet18d", 0.125, 40, 1e-6, 1e-3},
-                        Case{"resnet26d", 0.125, 72, 5e-2, 5e-2}}) {
+                        Case{"resnet26d", 0.125, 72, 5e-2, 5e-2},
+                        // ECA (tiered stem, pooled shortcuts, the channel convolution's gate)
+                        Case{"ecaresnet26t", 0.125, 72, 5e-2, 5e-2}}) {
     SCOPED_TRACE(c.name + " on " + c.backend + " drop path " + std::to_string(c.drop_path));
     ResNetConfig cfg{.name = c.name, .num_classes = 10, .image_size = c.size, .batch = 3, .width = c.width,
                      .loss = {.label_smoothing = 0.1}, .drop_path = c.drop_path, .seed = 5};

@@ -404,6 +404,30 @@ TEST_F(RefGradcheck, ChannelGate) {
   }
 }
 
+// ECA's convolution across channels: kernels wider than, as wide as and narrower than the
+// channels (every tap partly in the zero padding, or none).
+TEST_F(RefGradcheck, ChannelConv) {
+  for (auto [in, k] : {std::pair{Shape{2, 9, 1, 1}, int64_t(3)}, {Shape{3, 5, 1, 1}, 5}, {Shape{1, 2, 1, 1}, 7},
+                       {Shape{2, 40, 1, 1}, 7}}) {
+    ChannelConvDesc d{.name = "se.conv", .in = in, .kernel = k};
+    auto op = be_->make_channel_conv(d);
+    Vec x = random_vec(size_t(in.numel()), rng_), w = random_vec(size_t(k), rng_);
+    Vec r = random_vec(x.size(), rng_), y(x.size()), dx(x.size()), dw(w.size());
+    op->forward(x.data(), w.data(), nullptr, y.data());
+    op->backward(x.data(), w.data(), r.data(), dx.data(), dw.data(), nullptr);
+    auto eval = [&] {
+      op->forward(x.data(), w.data(), nullptr, y.data());
+      return Probe{dot(y, r), {}};
+    };
+    expect_gradient("dx " + in.str(), x, dx, eval);
+    expect_gradient("dw " + in.str(), w, dw, eval);
+    // Without dx (no input gradient wanted): dw alone, the same.
+    Vec dw2(w.size(), 7.0);
+    op->backward(x.data(), w.data(), r.data(), nullptr, dw2.data(), nullptr);
+    EXPECT_EQ(dw2, dw) << in.str();
+  }
+}
+
 // ---------------------------------------------------------------- the checker itself
 
 // The check must be able to fail: a gradient off by 1e-4 in one element is reported.

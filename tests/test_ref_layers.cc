@@ -152,6 +152,20 @@ TEST_F(RefLayers, AvgPoolCeilModeCountsOnlyTheInput) {
             Shape({1, 1, 3, 3}).str());
 }
 
+TEST_F(RefLayers, ChannelConvByHand) {
+  // torch.nn.Conv1d(1, 1, 3, padding=1, bias=False), weights 1, 2, 3, on [1, 2, 3, 4] and
+  // [0, 1, 0, -1]: a cross-correlation (no flip), zero padded.
+  auto op = be_->make_channel_conv({.name = "layer1.0.se.conv", .in = {2, 4, 1, 1}, .kernel = 3});
+  const Vec x = {1, 2, 3, 4, 0, 1, 0, -1}, w = {1, 2, 3};
+  Vec y(8), dy = {1, 0, 0, 0, 0, 0, 0, 1}, dx(8), dw(3);
+  op->forward(x.data(), w.data(), nullptr, y.data());
+  expect_near_all(y, {8, 14, 20, 11, 3, 2, -2, -2});
+  op->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr);
+  // dy picks y[0][0] (= 2 x0 + 3 x1) and y[1][3] (= 1 x2 + 2 x3): dx and dw by hand.
+  expect_near_all(dx, {2, 3, 0, 0, 0, 0, 1, 2});
+  expect_near_all(dw, {0 + 0, 1 + -1, 2 + 0});
+}
+
 TEST_F(RefLayers, GlobalAvgPoolByHand) {
   auto op = be_->make_global_avgpool({.name = "gap", .in = {1, 2, 2, 2}});
   Vec x = {1, 2, 3, 6, -1, -1, -1, 7}, y(2), dy = {4, -8}, dx(8);
@@ -399,6 +413,13 @@ TEST_F(RefLayers, RejectsKernelLargerThanPaddedInput) {
   expect_error<ShapeError>(  // PyTorch's rule: pad at most half the kernel
       [&] { be_->make_avgpool({.name = "pool", .in = {1, 1, 8, 8}, .kernel = 3, .stride = 1, .pad = 2}); },
       {"pool", "pad 2"});
+}
+
+TEST_F(RefLayers, ChannelConvRejectsEvenKernelsAndSpatialInputs) {
+  expect_error<ShapeError>([&] { be_->make_channel_conv({.name = "se.conv", .in = {2, 4, 1, 1}, .kernel = 4}); },
+                           {"se.conv", "4", "odd"});
+  expect_error<ShapeError>([&] { be_->make_channel_conv({.name = "se.conv", .in = {2, 4, 2, 1}, .kernel = 3}); },
+                           {"se.conv", "[2,4,2,1]"});
 }
 
 TEST_F(RefLayers, RejectsEmptyOutputs) {

@@ -32,7 +32,8 @@ struct ModelConfig {                  // key prefix: model.
                                       // wide_resnet101_2, squeeze-and-excitation seresnet18/34/50/
                                       // 101/152, seresnext50_32x4d, seresnext101_32x4d/32x8d/64x4d,
                                       // ResNet-D resnet18d/26d/34d/50d/101d/152d, resnext50d_32x4d,
-                                      // seresnext26d_32x4d, CIFAR resnet20/32/44/56/110
+                                      // seresnext26d_32x4d, resnet26t/50t, ECA ecaresnet26t/50d/
+                                      // 50t/101d, ecaresnetlight, CIFAR resnet20/32/44/56/110
   int64_t classes = 1000;             // classifier outputs (must cover the dataset's labels)
   double width = 1.0;                 // multiplies every channel count
   bool zero_init_residual = true;     // gamma = 0 on each branch's last BN (Goyal et al. 2017)

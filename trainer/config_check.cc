@@ -74,7 +74,8 @@ void config_validate(const Config& c) {
             "must be resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x4d, resnext101_32x8d, "
             "resnext101_64x4d, wide_resnet50_2, wide_resnet101_2, seresnet18/34/50/101/152, seresnext50_32x4d, "
             "seresnext101_32x4d, seresnext101_32x8d, seresnext101_64x4d, resnet18d/26d/34d/50d/101d/152d, "
-            "resnext50d_32x4d, seresnext26d_32x4d or resnet20/32/44/56/110",
+            "resnext50d_32x4d, seresnext26d_32x4d, resnet26t/50t, ecaresnet26t/50d/50t/101d, ecaresnetlight or "
+            "resnet20/32/44/56/110",
             c.model.name);
   // Upper bounds far past any real job: a stray digit should not surface as "out of memory".
   k.require(c.model.classes >= 2 && c.model.classes <= (1 << 24), "model.classes", "must be in [2, 16777216]",

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""tools/torch_weights.py on timm's models (squeeze-and-excitation, ResNet-D), against PyTorch (exit
+"""tools/torch_weights.py on timm's models (squeeze-and-excitation, ResNet-D, ECA), against PyTorch (exit
 77, skipped, without it; timm is not needed: tools/torch_se_models.py writes the modules out as timm
 defines them).
 
   test_torch_weights_se.py TORCH_COMPARE
 
-- timm's seresnet18, seresnext50_32x4d, resnet18d and seresnext26d_32x4d, built by hand with random
-  weights, BN statistics and SE layers: import recognises the model by names and shapes and records it with its class count;
+- timm's seresnet18, seresnext50_32x4d, resnet18d, seresnext26d_32x4d, ecaresnet26t and
+  ecaresnetlight, built by hand with random weights, BN statistics and SE layers: import recognises the model by names and shapes and records it with its class count;
   ringtrain's eval-mode logits on the imported file equal PyTorch's within fp32 rounding; export
   gives back every tensor bit for bit and names timm's model;
 - the recognition's shapes are timm's for every SE model, at any class count, and a state dict
@@ -61,7 +61,7 @@ def tool(*args):
 
 class TorchWeightsSe(unittest.TestCase):
     def test_shapes_are_timms(self):
-        for arch in torch_weights.TIMM:  # resnext101_32x4d, without SE, and the ResNet-Ds too
+        for arch in torch_weights.TIMM:  # resnext101_32x4d, without SE, the ResNet-Ds and ECA-ResNets too
             for classes in (1000, 7):
                 want = {k: tuple(v.shape) for k, v in SeResNet(arch, classes).state_dict().items()
                         if not k.endswith(".num_batches_tracked")}
@@ -77,7 +77,7 @@ class TorchWeightsSe(unittest.TestCase):
         # ResNet-Ds at 72 pixels: layer3 gets 9x9 and layer4 5x5, so the pooled shortcuts' last
         # windows are clipped (ceil_mode, padding not counted) as in PyTorch.
         for arch, classes, size in (("seresnet18", 7, 64), ("seresnext50_32x4d", 4, 64), ("resnet18d", 6, 72),
-                                    ("seresnext26d_32x4d", 3, 72)):
+                                    ("seresnext26d_32x4d", 3, 72), ("ecaresnet26t", 5, 72), ("ecaresnetlight", 3, 64)):
             torch.manual_seed(1)
             model = randomized(SeResNet(arch, classes), 2)
             sd = model.state_dict()
