@@ -10,30 +10,14 @@
 #include <tuple>
 
 #include "forwarding_backend.h"
+#include "model_test_util.h"
 #include "nn/resnet.h"
 
 namespace rt {
 namespace {
 
-template <class T = float>
-std::unique_ptr<Net<T>> build(const std::string& name, bool layout_only, int64_t size = 64, double width = 1.0,
-                              int64_t classes = 1000, int64_t batch = 1) {
-  ResNetConfig c;
-  c.name = name;
-  c.num_classes = classes;
-  c.image_size = size;
-  c.batch = batch;
-  c.width = width;
-  c.layout_only = layout_only;
-  c.seed = 3;
-  return build_resnet<T>(c, make_backend<T>("reference"));
-}
-
-std::vector<int64_t> dims(const Net<float>& net, const std::string& name) {
-  for (const ParamInfo& p : net.arena().registered())
-    if (p.name == name) return p.dims;
-  return {};
-}
+using test::build_model;
+using test::param_dims;
 
 // The output shape of the node of this name; rank 0 where there is none.
 template <class T>
@@ -50,25 +34,25 @@ TEST(ResNetD, ParameterCountsEqualTimms) {
       {"resnet18d", 11708744},         {"resnet26d", 16014408},  {"resnet34d", 21816904},
       {"resnet50d", 25576264},         {"resnet101d", 44568392}, {"resnet152d", 60212040},
       {"resnext50d_32x4d", 25048136},  {"seresnext26d_32x4d", 16809512}};
-  for (auto [name, n] : counts) EXPECT_EQ(build(name, true)->arena().param_count(), n) << name;
+  for (auto [name, n] : counts) EXPECT_EQ(build_model(name, true)->arena().param_count(), n) << name;
 }
 
 TEST(ResNetD, TimmsNamesAndShapes) {
   using D = std::vector<int64_t>;
-  auto net = build("resnet50d", true);
+  auto net = build_model("resnet50d", true);
   // The deep stem: conv1 is timm's nn.Sequential, its ReLUs (conv1.2, conv1.5) without tensors.
-  EXPECT_EQ(dims(*net, "conv1.0.weight"), (D{32, 3, 3, 3}));
-  EXPECT_EQ(dims(*net, "conv1.1.weight"), (D{32}));
-  EXPECT_EQ(dims(*net, "conv1.3.weight"), (D{32, 32, 3, 3}));
-  EXPECT_EQ(dims(*net, "conv1.4.running_var"), D{});  // state, not a parameter
-  EXPECT_EQ(dims(*net, "conv1.6.weight"), (D{64, 32, 3, 3}));
-  EXPECT_EQ(dims(*net, "bn1.weight"), (D{64}));
-  EXPECT_EQ(dims(*net, "conv1.weight"), D{});
+  EXPECT_EQ(param_dims(*net, "conv1.0.weight"), (D{32, 3, 3, 3}));
+  EXPECT_EQ(param_dims(*net, "conv1.1.weight"), (D{32}));
+  EXPECT_EQ(param_dims(*net, "conv1.3.weight"), (D{32, 32, 3, 3}));
+  EXPECT_EQ(param_dims(*net, "conv1.4.running_var"), D{});  // state, not a parameter
+  EXPECT_EQ(param_dims(*net, "conv1.6.weight"), (D{64, 32, 3, 3}));
+  EXPECT_EQ(param_dims(*net, "bn1.weight"), (D{64}));
+  EXPECT_EQ(param_dims(*net, "conv1.weight"), D{});
   // downsample.0 is the pool (the identity in layer1, which does not stride): no tensors.
-  EXPECT_EQ(dims(*net, "layer1.0.downsample.1.weight"), (D{256, 64, 1, 1}));
-  EXPECT_EQ(dims(*net, "layer2.0.downsample.1.weight"), (D{512, 256, 1, 1}));
-  EXPECT_EQ(dims(*net, "layer2.0.downsample.2.bias"), (D{512}));
-  EXPECT_EQ(dims(*net, "layer2.0.downsample.0.weight"), D{});
+  EXPECT_EQ(param_dims(*net, "layer1.0.downsample.1.weight"), (D{256, 64, 1, 1}));
+  EXPECT_EQ(param_dims(*net, "layer2.0.downsample.1.weight"), (D{512, 256, 1, 1}));
+  EXPECT_EQ(param_dims(*net, "layer2.0.downsample.2.bias"), (D{512}));
+  EXPECT_EQ(param_dims(*net, "layer2.0.downsample.0.weight"), D{});
   EXPECT_EQ(node_out(*net, "layer1.0.downsample.0").str(), Shape{}.str());
   EXPECT_EQ(node_out(*net, "layer2.0.downsample.0").str(), Shape({1, 256, 8, 8}).str());
 }
@@ -79,7 +63,7 @@ TEST(ResNetD, PooledShortcutKeepsTheLastRowOfOddSides) {
   // and no network. 40 pixels: layer3 5 -> 3, layer4 3 -> 2.
   for (auto [size, l3, l4] : {std::tuple<int64_t, int64_t, int64_t>{72, 5, 3}, {40, 3, 2}}) {
     SCOPED_TRACE(size);
-    auto net = build("resnet18d", false, size, 0.125, 10, 2);
+    auto net = build_model("resnet18d", false, size, 0.125, 10, 2);
     EXPECT_EQ(node_out(*net, "layer3.0.downsample.0").str(), Shape({2, 16, l3, l3}).str());
     EXPECT_EQ(node_out(*net, "layer3.0.conv1").str(), Shape({2, 32, l3, l3}).str());
     EXPECT_EQ(node_out(*net, "layer4.0.downsample.0").str(), Shape({2, 32, l4, l4}).str());
@@ -117,38 +101,16 @@ TEST(ResNetD, BackendWithoutAveragePoolingIsRefusedByName) {
 TEST(ResNetD, WholeNetworkGradientMatchesFiniteDifferences) {
   for (const char* model : {"resnet18d", "seresnext26d_32x4d"}) {
     SCOPED_TRACE(model);
-    auto net = build<double>(model, false, 72, 0.125, 5, 4);
-    std::vector<int32_t> y = {1, 3, 0, 4};
-    std::mt19937_64 rng(7);
-    std::normal_distribution<double> nd;
-    std::vector<double> x(size_t(net->shape(0).numel()));
-    for (auto& v : x) v = nd(rng);
-
-    net->forward(x.data(), y.data(), true);
-    net->backward();
-    auto& a = net->arena();
-    std::vector<double> grads(a.grads().begin(), a.grads().end());
-    int checked = 0;
-    for (int id = 0; id < int(a.registered().size()); ++id) {
-      const ParamInfo& p = a.info(id);
-      const bool pick = p.name.rfind("conv1.", 0) == 0 || p.name.find(".downsample.") != std::string::npos;
-      if (!pick || p.kind == ParamKind::bn_beta) continue;
-      double* w = a.param(id);
-      for (size_t i = 0; i < p.count; i += std::max<size_t>(1, p.count / 2)) {
-        // A step of 1e-7: the stem's weights move every activation, and at 1e-6 some ReLU or
-        // max-pool input of the SE-ResNeXt crosses its kink.
-        const double saved = w[i], h = 1e-7;
-        w[i] = saved + h;
-        const double lp = net->forward(x.data(), y.data(), true);
-        w[i] = saved - h;
-        const double lm = net->forward(x.data(), y.data(), true);
-        w[i] = saved;
-        const double numeric = (lp - lm) / (2 * h), analytic = grads[p.offset + i];
-        EXPECT_NEAR(analytic, numeric, 1e-5 * std::max({std::fabs(analytic), std::fabs(numeric), 1e-2}))
-            << p.name << "[" << i << "]";
-        ++checked;
-      }
-    }
+    auto net = build_model<double>(model, false, 72, 0.125, 5, 4);
+    // A step of 1e-7: the stem's weights move every activation, and at 1e-6 some ReLU or
+    // max-pool input of the SE-ResNeXt crosses its kink.
+    const int checked = test::expect_whole_net_gradient(
+        *net, test::normal_input(*net, 7), {1, 3, 0, 4},
+        [](const ParamInfo& p) {
+          return (p.name.rfind("conv1.", 0) == 0 || p.name.find(".downsample.") != std::string::npos) &&
+                 p.kind != ParamKind::bn_beta;
+        },
+        2, 1e-7);
     EXPECT_GT(checked, 20);
   }
 }

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "forwarding_backend.h"
+#include "model_test_util.h"
 #include "nn/resnet.h"
 
 namespace rt {
@@ -179,37 +180,14 @@ TEST(SeResNet, WholeNetworkGradientMatchesFiniteDifferences) {
     // Batch 4: at batch 2 the last stage's batch norms see 8 values each, and a step of the
     // difference moves enough ReLU inputs across zero to spoil it.
     auto net = build<double>(model, false, 0.125, false, 64, 5, 4);
-    std::vector<int32_t> y = {1, 3, 0, 4};
-    std::mt19937_64 rng(7);
-    std::normal_distribution<double> nd;
-    std::vector<double> x(size_t(net->shape(0).numel()));
-    for (auto& v : x) v = nd(rng);
-
-    net->forward(x.data(), y.data(), true);
-    net->backward();
-    auto& a = net->arena();
-    std::vector<double> grads(a.grads().begin(), a.grads().end());
     const std::string last = std::string(model) == "seresnet18" ? ".bn2.weight" : ".bn3.weight";
-    int checked = 0;
-    for (int id = 0; id < int(a.registered().size()); ++id) {
-      const ParamInfo& p = a.info(id);
-      const bool pick = (p.name.find(".se.") != std::string::npos || p.name.find("conv2") != std::string::npos) || p.name == "layer1.0" + last ||
-                        p.name == "layer4.1" + last || p.name == "layer1.0.conv1.weight";
-      if (!pick) continue;
-      double* w = a.param(id);
-      for (size_t i = 0; i < p.count; i += std::max<size_t>(1, p.count / 2)) {
-        const double saved = w[i], h = 1e-6;
-        w[i] = saved + h;
-        const double lp = net->forward(x.data(), y.data(), true);
-        w[i] = saved - h;
-        const double lm = net->forward(x.data(), y.data(), true);
-        w[i] = saved;
-        const double numeric = (lp - lm) / (2 * h), analytic = grads[p.offset + i];
-        EXPECT_NEAR(analytic, numeric, 1e-5 * std::max({std::fabs(analytic), std::fabs(numeric), 1e-2}))
-            << p.name << "[" << i << "]";
-        ++checked;
-      }
-    }
+    const int checked = test::expect_whole_net_gradient(
+        *net, test::normal_input(*net, 7), {1, 3, 0, 4},
+        [&](const ParamInfo& p) {
+          return p.name.find(".se.") != std::string::npos || p.name.find("conv2") != std::string::npos ||
+                 p.name == "layer1.0" + last || p.name == "layer4.1" + last || p.name == "layer1.0.conv1.weight";
+        },
+        2, 1e-6);
     EXPECT_GT(checked, 40);
   }
 }

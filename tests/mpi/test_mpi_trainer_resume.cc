@@ -400,6 +400,18 @@ void check_keep_best_from_the_record(MpiTest& t, const std::string& dir) {
              std::filesystem::exists(path) ? str_cat("of step ", checkpoint_read(path).meta.step) : "missing");
 }
 
+// Marks the checkpoint at `path` as a stopped run's whose evaluation at its step was skipped
+// (rank 0 rewrites it; every rank waits).
+void mark_eval_pending(MpiTest& t, const std::string& path) {
+  if (t.rank() == 0) {
+    Checkpoint ck = checkpoint_read(path);
+    ck.meta.eval_pending = true;
+    checkpoint_write(path, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout,
+                     ck.ema, ck.ema_rank_state, ck.moment2, ck.classes, ck.tensor_steps);
+  }
+  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
 // A stop at the end of an epoch skips its evaluation (a preemption's notice is short), and the
 // checkpoint says so: the resume makes it first, to the figures the run would have had there
 // (here the file of a run that did evaluate, marked as a stopped one's), in a "validation" record.
@@ -410,14 +422,7 @@ void check_pending_evaluation(MpiTest& t, const std::string& dir) {
   c.train.steps = per_epoch;
   Trainer(c).train();
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  const std::string path = checkpoint_path(c.run_dir + "/checkpoints", per_epoch);
-  if (t.rank() == 0) {
-    Checkpoint ck = checkpoint_read(path);
-    ck.meta.eval_pending = true;
-    checkpoint_write(path, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout,
-                     ck.ema, ck.ema_rank_state, ck.moment2, ck.classes, ck.tensor_steps);
-  }
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  mark_eval_pending(t, checkpoint_path(c.run_dir + "/checkpoints", per_epoch));
   c.train.steps = per_epoch + 1;
   {
     Trainer tr(c);
@@ -485,14 +490,7 @@ void check_eval_every_steps(MpiTest& t, const std::string& dir) {
   p.eval.at_end = false;  // the run's end is mid-epoch: only the step rule evaluates there
   Trainer(p).train();
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  const std::string path = checkpoint_path(p.run_dir + "/checkpoints", 2);
-  if (t.rank() == 0) {
-    Checkpoint ck = checkpoint_read(path);
-    ck.meta.eval_pending = true;
-    checkpoint_write(path, ck.meta, ck.config_yaml, ck.params, ck.state, ck.momentum, ck.rank_state, ck.layout,
-                     ck.ema, ck.ema_rank_state, ck.moment2, ck.classes, ck.tensor_steps);
-  }
-  MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  mark_eval_pending(t, checkpoint_path(p.run_dir + "/checkpoints", 2));
   p.train.steps = 3;
   {
     Trainer tr(p);
