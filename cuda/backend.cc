@@ -102,6 +102,9 @@ class CudaBackend final : public DeviceBackend {
   std::unique_ptr<ChannelGateOp<float>> make_channel_gate(const ChannelGateDesc& d) override {
     return make_device_channel_gate(d, ctx_);
   }
+  std::unique_ptr<ChannelConvOp<float>> make_channel_conv(const ChannelConvDesc& d) override {
+    return make_device_channel_conv(d, ctx_);
+  }
 };
 
 // "cuda": fp32 with cuDNN's heuristic algorithm choice, comparable with the CPU backends.

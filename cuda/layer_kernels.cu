@@ -1,8 +1,9 @@
 // The backend's small layer kernels: one thread per output element (ReLU and add: per four, where
 // aligned), grid-stride loops, 64-bit indices (activations of a large batch exceed 2^31 elements in no layer here, but the loops
-// cost nothing extra for being safe).
+// cost nothing extra for being safe). ECA's channel convolution kernels serve the 16-bit backends too.
 #include "cuda/block_reduce.cuh"
 #include "cuda/check.h"
+#include "cuda/elementwise.cuh"  // to_f32, from_f32: the channel convolution's storage types
 #include "cuda/launch.h"
 #include "cuda/layer_kernels.h"
 
@@ -231,6 +232,42 @@ __global__ void pad_shortcut_backward_kernel(const float* dy, float* dx, Shortcu
   }
 }
 
+// ECA's channel convolution. out[r][i] = sum over the taps j, in order, of w[j] in[r][i + dir (j - p)]
+// (zero outside the row): the forward (dir 1) and dx, its transpose (dir -1: the kernel reversed).
+template <class T>
+__global__ void channel_mix_kernel(const T* in, const float* w, T* out, ChannelConvGeom g, int dir) {
+  const int64_t p = (g.kernel - 1) / 2, n = g.rows * g.c;
+  for (int64_t e = first_index(); e < n; e += grid_stride()) {
+    const int64_t i = e % g.c;
+    const T* row = in + (e - i);
+    double s = 0;
+    for (int64_t j = 0; j < g.kernel; ++j) {
+      const int64_t src = i + dir * (j - p);
+      if (src >= 0 && src < g.c) s += double(w[j]) * double(to_f32(row[src]));
+    }
+    out[e] = from_f32<T>(float(s));
+  }
+}
+
+// Only `kernel` blocks: the widest block keeps the most loads in flight.
+constexpr int kTapThreads = 1024;
+
+// Block j: dw[j] = the sum of dy[e] x[e + j - p] over the flattened elements e = r c + i whose
+// source channel i + j - p lies in the row. Thread t takes e = t, t + blockDim.x, ... and
+// block_reduce adds the threads' sums in a fixed tree.
+template <class T>
+__global__ void channel_conv_dw_kernel(const T* x, const T* dy, float* dw, ChannelConvGeom g) {
+  __shared__ double scratch[32];
+  const int64_t off = int64_t(blockIdx.x) - (g.kernel - 1) / 2, n = g.rows * g.c;
+  double s = 0;
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    const int64_t src = e % g.c + off;
+    if (src >= 0 && src < g.c) s += double(to_f32(dy[e])) * double(to_f32(x[e + off]));
+  }
+  s = block_reduce(s, SumOp{}, 0.0, scratch);
+  if (threadIdx.x == 0) dw[blockIdx.x] = float(s);
+}
+
 }  // namespace
 
 void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
@@ -334,5 +371,34 @@ void pad_shortcut_backward(const float* dy, float* dx, const ShortcutGeom& g, cu
   pad_shortcut_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dy, dx, g);
   CUDA_CHECK_LAUNCH();
 }
+
+template <class T>
+void channel_conv_forward(const T* x, const float* w, T* y, const ChannelConvGeom& g, cudaStream_t stream) {
+  const int64_t n = g.rows * g.c;
+  if (n <= 0) return;
+  channel_mix_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(x, w, y, g, 1);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void channel_conv_backward(const T* x, const float* w, const T* dy, T* dx, float* dw, const ChannelConvGeom& g,
+                           cudaStream_t stream) {
+  const int64_t n = g.rows * g.c;
+  if (n <= 0) return;
+  channel_conv_dw_kernel<T><<<uint32_t(g.kernel), kTapThreads, 0, stream>>>(x, dy, dw, g);
+  CUDA_CHECK_LAUNCH();
+  if (!dx) return;
+  channel_mix_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(dy, w, dx, g, -1);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define RT_CHANNEL_CONV_INSTANTIATE(T)                                                                    \
+  template void channel_conv_forward(const T*, const float*, T*, const ChannelConvGeom&, cudaStream_t); \
+  template void channel_conv_backward(const T*, const float*, const T*, T*, float*, const ChannelConvGeom&, \
+                                      cudaStream_t);
+RT_CHANNEL_CONV_INSTANTIATE(float)
+RT_CHANNEL_CONV_INSTANTIATE(__nv_bfloat16)
+RT_CHANNEL_CONV_INSTANTIATE(__half)
+#undef RT_CHANNEL_CONV_INSTANTIATE
 
 }  // namespace rt::cuda

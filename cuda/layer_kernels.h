@@ -1,6 +1,6 @@
 // Launchers of the backend's small layer kernels (ReLU, residual add, pooling, SE gate, padded
-// shortcut), fp32 NCHW, callable from host C++ (C++17-clean: nvcc includes it too). All pointers
-// are device pointers; every call is asynchronous on `stream`.
+// shortcut, ECA's channel convolution), fp32 NCHW, callable from host C++ (C++17-clean: nvcc
+// includes it too). All pointers are device pointers; every call is asynchronous on `stream`.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -47,6 +47,23 @@ void avgpool_backward(const float* dy, float* dx, int64_t planes, int64_t hw, cu
 void gate_forward(const float* x, const float* g, float* y, int64_t planes, int64_t hw, cudaStream_t stream);
 void gate_backward(const float* x, const float* g, const float* dy, float* dx, float* dg, int64_t planes,
                    int64_t hw, cudaStream_t stream);
+
+// ECA's channel convolution (ChannelConvDesc) on `rows` rows of c values, c apart (an (n, c, 1, 1)
+// tensor in NCHW and in NHWC alike), for T = float and, for the 16-bit backends, bf16 and f16; the
+// weights w and their gradient dw are fp32 (the arena). y and dx: per output one double sum over
+// the taps in order, as the host reference sums (a product of two floats is exact in double, so
+// fused or not, the same bits), rounded to float, and for 16-bit T then to T: the reference's
+// result, rounded. dw[j] sums dy[r][i] x[r][i + j - p] over the rows and channels in double, a
+// block per tap in a fixed order (the same bits every run), and is overwritten. dx is skipped when
+// null; no buffer may alias another.
+struct ChannelConvGeom {
+  int64_t rows = 0, c = 0, kernel = 1;
+};
+template <class T>
+void channel_conv_forward(const T* x, const float* w, T* y, const ChannelConvGeom& g, cudaStream_t stream);
+template <class T>
+void channel_conv_backward(const T* x, const float* w, const T* dy, T* dx, float* dw, const ChannelConvGeom& g,
+                           cudaStream_t stream);
 
 struct ShortcutGeom {
   int64_t n = 0, c = 0, h = 0, w = 0;  // input

@@ -1,5 +1,5 @@
 // Device ReLU, residual add, max, windowed and global average pooling, CIFAR padded shortcut, SE
-// channel gate.
+// channel gate, ECA channel convolution.
 #include "cuda/layer_ops.h"
 
 #include <climits>
@@ -143,6 +143,23 @@ class DeviceChannelGate final : public ChannelGateOp<float> {
   CudaContext& ctx_;
 };
 
+class DeviceChannelConv final : public ChannelConvOp<float> {
+ public:
+  DeviceChannelConv(const ChannelConvDesc& d, CudaContext& ctx) : g_{d.in.n, d.in.c, d.kernel}, ctx_(ctx) {
+    d.validate();
+  }
+  void forward(const float* x, const float* w, const float*, float* y) override {
+    channel_conv_forward(x, w, y, g_, ctx_.stream());
+  }
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float*) override {
+    channel_conv_backward(x, w, dy, dx, dw, g_, ctx_.stream());
+  }
+
+ private:
+  ChannelConvGeom g_;  // NCHW (n, c, 1, 1): n rows of c
+  CudaContext& ctx_;
+};
+
 }  // namespace
 
 std::unique_ptr<ReluOp<float>> make_device_relu(const ReluDesc& d, CudaContext& ctx) {
@@ -167,6 +184,9 @@ std::unique_ptr<PadShortcutOp<float>> make_device_pad_shortcut(const PadShortcut
 }
 std::unique_ptr<ChannelGateOp<float>> make_device_channel_gate(const ChannelGateDesc& d, CudaContext& ctx) {
   return std::make_unique<DeviceChannelGate>(d, ctx);
+}
+std::unique_ptr<ChannelConvOp<float>> make_device_channel_conv(const ChannelConvDesc& d, CudaContext& ctx) {
+  return std::make_unique<DeviceChannelConv>(d, ctx);
 }
 
 }  // namespace rt::cuda

@@ -17,5 +17,6 @@ std::unique_ptr<GlobalAvgPoolOp<float>> make_device_global_avgpool(const GlobalA
 std::unique_ptr<PadShortcutOp<float>> make_device_pad_shortcut(const PadShortcutDesc& d,
                                                                CudaContext& ctx);
 std::unique_ptr<ChannelGateOp<float>> make_device_channel_gate(const ChannelGateDesc& d, CudaContext& ctx);
+std::unique_ptr<ChannelConvOp<float>> make_device_channel_conv(const ChannelConvDesc& d, CudaContext& ctx);
 
 }  // namespace rt::cuda

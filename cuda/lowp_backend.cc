@@ -103,6 +103,9 @@ class LowpBackend final : public DeviceBackend {
   std::unique_ptr<ChannelGateOp<float>> make_channel_gate(const ChannelGateDesc& d) override {
     return make_lowp_channel_gate<T>(d, ctx_);
   }
+  std::unique_ptr<ChannelConvOp<float>> make_channel_conv(const ChannelConvDesc& d) override {
+    return make_lowp_channel_conv<T>(d, ctx_);
+  }
 
  private:
   float* staging(size_t bytes) const {

@@ -1,5 +1,5 @@
-// The 16-bit backends' element-wise, pooling, shortcut, SE gate and loss ops: set-up wrappers
-// around cuda/lowp_kernels.h on the context's stream, for T = bf16 and f16.
+// The 16-bit backends' element-wise, pooling, shortcut, SE gate, ECA channel convolution and loss
+// ops: set-up wrappers around cuda/lowp_kernels.h on the context's stream, for T = bf16 and f16.
 #include <climits>
 
 #include "cuda/check.h"
@@ -136,6 +136,27 @@ class LowpChannelGate final : public ChannelGateOp<float> {
   CudaContext& ctx_;
 };
 
+// An (n, c, 1, 1) tensor in NHWC is n rows of c values, as in NCHW (act_size(in) / n, a count of
+// floats padded at the tensor's end, is not their distance). A null dx stays null.
+template <class T>
+class LowpChannelConv final : public ChannelConvOp<float> {
+ public:
+  LowpChannelConv(const ChannelConvDesc& d, CudaContext& ctx) : g_{d.in.n, d.in.c, d.kernel}, ctx_(ctx) {
+    d.validate();
+  }
+  void forward(const float* x, const float* w, const float*, float* y) override {
+    channel_conv_forward(lowp_data<T>(x), w, lowp_data<T>(y), g_, ctx_.stream());
+  }
+  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, float*) override {
+    channel_conv_backward(lowp_data<T>(x), w, lowp_data<T>(dy), lowp_data<T>(dx), dw, g_,
+                          ctx_.stream());
+  }
+
+ private:
+  ChannelConvGeom g_;
+  CudaContext& ctx_;
+};
+
 template <class T>
 class LowpPadShortcut final : public PadShortcutOp<float> {
  public:
@@ -214,6 +235,10 @@ std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate(const ChannelGateDe
   return std::make_unique<LowpChannelGate<T>>(d, ctx);
 }
 template <class T>
+std::unique_ptr<ChannelConvOp<float>> make_lowp_channel_conv(const ChannelConvDesc& d, CudaContext& ctx) {
+  return std::make_unique<LowpChannelConv<T>>(d, ctx);
+}
+template <class T>
 std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDesc& d,
                                                              CudaContext& ctx) {
   return std::make_unique<LowpSoftmaxXent<T>>(d, ctx);
@@ -233,6 +258,8 @@ std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent(const SoftmaxXentDe
   template std::unique_ptr<SoftmaxXentOp<float>> make_lowp_softmax_xent<T>(                     \
       const SoftmaxXentDesc&, CudaContext&);                                                    \
   template std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate<T>(const ChannelGateDesc&, \
+                                                                           CudaContext&);         \
+  template std::unique_ptr<ChannelConvOp<float>> make_lowp_channel_conv<T>(const ChannelConvDesc&, \
                                                                            CudaContext&);
 RT_LOWP_INSTANTIATE(bf16)
 RT_LOWP_INSTANTIATE(f16)

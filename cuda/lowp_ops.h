@@ -1,8 +1,9 @@
 // The 16-bit backends' layers (cuda-bf16, cuda-fp16) other than convolution: batch norm, ReLU,
 // residual add, max, windowed and global average pooling, CIFAR padded shortcut, SE channel gate,
-// linear and the loss, for storage type T = bf16 or f16 (cuda/lowp_kernels.h). Activations and
-// their gradients are T NHWC device buffers passed as float*; parameters, their gradients and the
-// running statistics are the arena's fp32 tensors. Every op runs on the context's stream.
+// ECA channel convolution, linear and the loss, for storage type T = bf16 or f16
+// (cuda/lowp_kernels.h). Activations and their gradients are T NHWC device buffers passed as
+// float*; parameters, their gradients and the running statistics are the arena's fp32 tensors.
+// Every op runs on the context's stream.
 #pragma once
 #include <memory>
 
@@ -41,6 +42,10 @@ std::unique_ptr<PadShortcutOp<float>> make_lowp_pad_shortcut(const PadShortcutDe
                                                              CudaContext& ctx);
 template <class T>
 std::unique_ptr<ChannelGateOp<float>> make_lowp_channel_gate(const ChannelGateDesc& d, CudaContext& ctx);
+// The fp32 backend's kernels on T (channel_conv_forward, cuda/layer_kernels.h): y and dx the
+// reference's results rounded to T, dw fp32.
+template <class T>
+std::unique_ptr<ChannelConvOp<float>> make_lowp_channel_conv(const ChannelConvDesc& d, CudaContext& ctx);
 // cublasGemmEx with T operands and fp32 accumulation; the output is computed in fp32, the bias
 // added, then rounded once to T. dw is computed in fp32 and reordered to [out][C][H][W].
 template <class T>

@@ -1,5 +1,5 @@
 // The CUDA backend's layers (batch norm, ReLU, residual add, pooling, padded shortcut, SE's
-// channel gate) forward and backward against the reference backend.
+// channel gate, ECA's channel convolution) forward and backward against the reference backend.
 #include <random>
 #include <string>
 
@@ -309,6 +309,44 @@ TEST(GpuBackendOps, ChannelGate) {
     expect_close(to_host<float>(gdx, n), dx, 1e-7, 1e-6, "dx");
     expect_close(to_host<float>(gdg, m), dg, 1e-6, 1e-5, "dg");
   }
+}
+
+// ECA's channel convolution on (n, c, 1, 1) tensors: kernels 3, 5 and 7 on fewer channels than
+// taps (every output sees the zero padding on both sides), as many, and more; batch 1 and 3. y and
+// dx are double sums over the taps in the reference's order of products exact in double: bit for
+// bit. dw sums n c products in another order: within one float rounding of the reference's, and the
+// same bits again when backward runs once more without dx (overwritten, not accumulated: the
+// buffer starts as garbage).
+TEST(GpuBackendOps, ChannelConv) {
+  RT_REQUIRE_GPU();
+  Backends b;
+  for (int64_t k : {3, 5, 7})
+    for (int64_t c : {2, 5, 64, 300})
+      for (int64_t n : {1, 3}) {
+        const Shape s{n, c, 1, 1};
+        SCOPED_TRACE(s.str() + " kernel " + std::to_string(k));
+        ChannelConvDesc d{"eca", s, k};
+        const size_t m = size_t(s.numel()), nw = size_t(k);
+        auto x = random_vec(m, 30), dy = random_vec(m, 31), w = random_vec(nw, 32);
+        std::vector<float> y(m), dx(m), dw(nw);
+        auto ref = b.ref->make_channel_conv(d);
+        ref->forward(x.data(), w.data(), nullptr, y.data());
+        ref->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr);
+        auto gx = to_device(x), gw = to_device(w), gdy = to_device(dy);
+        auto gdw = to_device(std::vector<float>(nw, 1e3f));
+        DeviceBuffer gy(m * 4), gdx(m * 4);
+        auto gpu = b.gpu->make_channel_conv(d);
+        gpu->forward(gx.as<float>(), gw.as<float>(), nullptr, gy.as<float>());
+        gpu->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(), nullptr);
+        b.gpu->sync();
+        expect_equal(to_host<float>(gy, m), y, "y");
+        expect_equal(to_host<float>(gdx, m), dx, "dx");
+        const auto dw1 = to_host<float>(gdw, nw);
+        expect_close(dw1, dw, 1e-9, 2.5e-7, "dw");
+        gpu->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(), nullptr);
+        b.gpu->sync();
+        expect_equal(to_host<float>(gdw, nw), dw1, "dw without dx");
+      }
 }
 
 TEST(GpuBackendOps, AccumulateAndActivationCopies) {

@@ -10,14 +10,15 @@
 // figures below, written for bf16, by u / 2^-8):
 // - ops that only move or select values (ReLU, padded shortcut, max pool forward) and sums of
 //   two values or sums in the reference's order and precision (residual add, max pool backward,
-//   windowed average pooling) must equal the reference rounded to the type, bit for bit;
+//   windowed average pooling, ECA's channel convolution) must equal the reference rounded to the
+//   type, bit for bit;
 // - single reductions rounded once (convolution, linear, global pooling, batch norm outputs): 1e-2,
 //   2.5 u, leaving room for cuDNN/cuBLAS summation orders;
 // - batch norm's dx, a difference of three reductions (cancellation): 2e-2, 5 u, of the size of
 //   the terms rather than of dx (bn_dx_scale).
-// fp32 results (db, dgamma, dbeta, running statistics, the linear layer's dw) have no 16-bit
-// rounding and keep fixed bounds; cuDNN's dw leaves it in the 16-bit type and scales. The fp16
-// figures are derived, not yet measured on a GPU.
+// fp32 results (db, dgamma, dbeta, running statistics, the linear layer's and the channel
+// convolution's dw) have no 16-bit rounding and keep fixed bounds; cuDNN's dw leaves it in the
+// 16-bit type and scales. The fp16 figures are derived, not yet measured on a GPU.
 #include <cmath>
 #include <random>
 #include <string>
@@ -292,6 +293,42 @@ TEST_P(GpuLowpOps, ChannelGate) {
     expect_normalised(b.export_act(gdx, s), dx, tol(k, 1e-2), "dx");
     expect_normalised(b.export_act(gdg, o), dg, tol(k, 1e-2), "dg");
   }
+}
+
+// ECA's channel convolution on 16-bit (n, c, 1, 1) tensors with fp32 weights, the cases of
+// GpuBackendOps.ChannelConv. y and dx are the reference's double sums (each product of a 16-bit
+// value and a float exact in double) in its order, each fp32 result rounded once to T: the
+// reference's outputs rounded, bit for bit. dw stays fp32: a float rounding of the reference's
+// (its sum in another order), the same bits when backward runs again without dx (overwritten).
+TEST_P(GpuLowpOps, ChannelConv) {
+  RT_REQUIRE_GPU();
+  const Kind& k = GetParam();
+  Backends b(k.dtype);
+  for (int64_t taps : {3, 5, 7})
+    for (int64_t c : {2, 5, 64, 300})
+      for (int64_t n : {1, 3}) {
+        const Shape s{n, c, 1, 1};
+        SCOPED_TRACE(s.str() + " kernel " + std::to_string(taps));
+        ChannelConvDesc d{"eca", s, taps};
+        const size_t m = size_t(s.numel()), nw = size_t(taps);
+        std::vector<float> x = lowp_vec(k, m, 30), dy = lowp_vec(k, m, 31), w = random_vec(nw, 32, -1, 1);
+        std::vector<float> y(m), dx(m), dw(nw);
+        auto ro = b.ref->make_channel_conv(d);
+        ro->forward(x.data(), w.data(), nullptr, y.data());
+        ro->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr);
+        auto gx = b.import(x, s), gdy = b.import(dy, s), gw = to_device(w);
+        auto gdw = to_device(std::vector<float>(nw, 1e3f));
+        DeviceBuffer gy = b.act(s), gdx = b.act(s);
+        auto go = b.gpu->make_channel_conv(d);
+        go->forward(gx.as<float>(), gw.as<float>(), nullptr, gy.as<float>());
+        go->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), gdx.as<float>(), gdw.as<float>(), nullptr);
+        expect_equal(b.export_act(gy, s), rounded(k, y), "y");
+        expect_equal(b.export_act(gdx, s), rounded(k, dx), "dx");
+        const std::vector<float> dw1 = b.fp32(gdw, nw);
+        expect_normalised(dw1, dw, 2.5e-7, "dw");
+        go->backward(gx.as<float>(), gw.as<float>(), gdy.as<float>(), nullptr, gdw.as<float>(), nullptr);
+        expect_equal(b.fp32(gdw, nw), dw1, "dw without dx");
+      }
 }
 
 TEST_P(GpuLowpOps, LinearForwardBackward) {

@@ -212,6 +212,16 @@ TEST_P(GpuLowpResNet, ResNetDMatchesReference) {
   expect_matches_reference(cfg, GetParam());
 }
 
+// ECA-ResNet in 16 bits: the channel convolution on (n, c, 1, 1) tensors (kernels 3 and 5 on 64
+// to 512 channels at this width), the tiered stem and pooled shortcuts, at ResNet-D's size.
+TEST_P(GpuLowpResNet, EcaResNetMatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig cfg = imagenet_resnext50();
+  cfg.name = "ecaresnet26t";
+  cfg.image_size = 72;
+  expect_matches_reference(cfg, GetParam());
+}
+
 // Squeeze-and-excitation in ResNeXt bottlenecks: the gate and the 1x1 convolutions with bias
 // on (n, c, 1, 1) tensors in 16 bits. These backends fuse a batch norm with the residual add
 // that alone reads it: not the SE blocks' last batch norms, which the squeeze and the gate read.

@@ -165,6 +165,17 @@ TEST(GpuResNet, ResNetDForwardBackwardMatchesReference) {
   check_resnet(c, /*per_tensor=*/true);
 }
 
+// ECA: the channel convolution (kernels 3 and 5 at this width, on 32 to 256 channels) between
+// the squeeze and the gate, in ResNet-T's bottlenecks (the tiered deep stem, the average-pooled
+// shortcuts), per tensor as the other bottleneck nets, at ResNet-D's 72 pixels.
+TEST(GpuResNet, EcaResNetForwardBackwardMatchesReference) {
+  RT_REQUIRE_GPU();
+  ResNetConfig c = small_resnext();
+  c.name = "ecaresnet26t";
+  c.image_size = 72;
+  check_resnet(c, /*per_tensor=*/true);
+}
+
 TEST(GpuResNet, MakeBackendByName) {
   RT_REQUIRE_GPU();
   register_backend();
