@@ -167,7 +167,7 @@ std::unique_ptr<DropPathOp<T>> Backend<T>::make_drop_path(const DropPathDesc& d)
 template <class T>
 class HostChannelConv final : public ChannelConvOp<T> {
  public:
-  HostChannelConv(const ChannelConvDesc& d, size_t row) : n_(d.in.n), c_(d.in.c), k_(d.kernel), row_(int64_t(row)) {}
+  explicit HostChannelConv(const ChannelConvDesc& d) : n_(d.in.n), c_(d.in.c), k_(d.kernel) {}
   void forward(const T* x, const T* w, const T*, T* y) override { mix(x, w, y, 1); }
   void backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T*) override {
     if (dx) mix(dy, w, dx, -1);  // the transpose: the kernel reversed
@@ -176,7 +176,7 @@ class HostChannelConv final : public ChannelConvOp<T> {
       double s = 0;
       for (int64_t n = 0; n < n_; ++n)
         for (int64_t i = std::max<int64_t>(0, p - j); i < std::min(c_, c_ + p - j); ++i)
-          s += double(dy[n * row_ + i]) * double(x[n * row_ + i + j - p]);
+          s += double(dy[n * c_ + i]) * double(x[n * c_ + i + j - p]);
       dw[j] = T(s);
     }
   }
@@ -191,12 +191,12 @@ class HostChannelConv final : public ChannelConvOp<T> {
         double s = 0;
         for (int64_t j = 0; j < k_; ++j) {
           const int64_t src = i + dir * (j - p);
-          if (src >= 0 && src < c_) s += double(w[j]) * double(in[n * row_ + src]);
+          if (src >= 0 && src < c_) s += double(w[j]) * double(in[n * c_ + src]);
         }
-        out[n * row_ + i] = T(s);
+        out[n * c_ + i] = T(s);
       }
   }
-  int64_t n_, c_, k_, row_;
+  int64_t n_, c_, k_;
 };
 
 template <class T>
@@ -204,7 +204,7 @@ std::unique_ptr<ChannelConvOp<T>> Backend<T>::make_channel_conv(const ChannelCon
   d.validate();
   if (const MemorySpace* m = act_memory(); m && !m->host_accessible())
     throw Error(str_cat("layer ", d.name, ": backend ", name(), " has no channel convolution (ECA)"));
-  return std::make_unique<HostChannelConv<T>>(d, act_size(d.in) / size_t(d.in.n));
+  return std::make_unique<HostChannelConv<T>>(d);
 }
 
 template <class T>

@@ -167,8 +167,8 @@ struct ChannelGateDesc {
 // convolution across the channels of an (n, c, 1, 1) tensor, one odd kernel of k weights shared
 // by every channel and sample, zero padding (k - 1) / 2, no bias:
 // y[n][i] = sum_j w[j] x[n][i + j - (k - 1) / 2]. Every backend keeps an (n, c, 1, 1) tensor as n
-// rows of c values, act_size(in) / n apart. The squeeze (global average pooling) before it and the
-// gate after it are ops of their own.
+// rows of c values one after another (in its activation type). The squeeze (global average
+// pooling) before it and the gate after it are ops of their own.
 struct ChannelConvDesc {
   std::string name;
   Shape in;
