@@ -14,20 +14,12 @@
 namespace rt {
 namespace {
 
+// test::build_model with the width first: the SE tests vary it most.
 template <class T = float>
 std::unique_ptr<Net<T>> build(const std::string& name, bool layout_only, double width = 1.0,
                               bool zero_init = false, int64_t size = 64, int64_t classes = 1000,
                               int64_t batch = 1) {
-  ResNetConfig c;
-  c.name = name;
-  c.num_classes = classes;
-  c.image_size = size;
-  c.batch = batch;
-  c.width = width;
-  c.zero_init_residual = zero_init;
-  c.layout_only = layout_only;
-  c.seed = 3;
-  return build_resnet<T>(c, make_backend<T>("reference"));
+  return test::build_model<T>(name, layout_only, size, width, classes, batch, zero_init);
 }
 
 const ParamInfo* find(const Net<float>& net, const std::string& name) {
