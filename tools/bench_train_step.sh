@@ -4,7 +4,8 @@
 #   tools/bench_train_step.sh [OUT.md]      (needs tools/setup.sh --peers and a built build/)
 # Rows: resnet50 b32 224², resnet18 b64 224², resnet20 b128 32², at 1 and 2 threads; others with
 #   ROWS="resnext50_32x4d 32 224;wide_resnet50_2 16 224" THREADS="2" (any torchvision ResNet name,
-#   or timm's SE-ResNets and resnext101_32x4d, which tools/torch_se_models.py gives PyTorch).
+#   or timm's models of tools/torch_weights.py's TIMM table: SE, ResNet-D, ECA, resnext101_32x4d;
+#   tools/torch_se_models.py gives them to PyTorch).
 # MARKER names the table's place in OUT.md (default bench_train_step), so that another set of rows
 #   can have a table of its own there.
 # ALSO_BLOCK=8 (or 16) adds ringtrain with that oneDNN activation block beside the default one.
