@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -27,8 +28,8 @@ inline void print_profile(const Net<float>& net) {
     kind.erase(std::remove_if(kind.begin(), kind.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }),
                kind.end());
     if (kind.empty() || kind == "downsample") {  // "conv1.3", "layer2.0.downsample.1": by what it holds
-      const ParamKind k = n.params.empty() ? ParamKind::bias : net.arena().info(n.params[0]).kind;
-      kind = n.params.empty() ? "avgpool" : k == ParamKind::conv_weight ? "conv" : k == ParamKind::bn_gamma ? "bn" : "other";
+      const auto k = n.params.empty() ? std::optional<ParamKind>() : net.arena().info(n.params[0]).kind;
+      kind = !k ? "avgpool" : k == ParamKind::conv_weight ? "conv" : k == ParamKind::bn_gamma ? "bn" : "other";
     }
     kinds[kind].first += f;
     kinds[kind].second += b;

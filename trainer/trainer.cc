@@ -648,12 +648,12 @@ void Trainer::validate_mid_epoch(bool stopping) {
 bool Trainer::evaluate_pending() {
   eval_pending_ = false;
   // At an epoch's end, or within one (eval.every_steps).
-  const bool mid = step_ % steps_per_epoch_ != 0;
-  const int64_t epoch = mid ? epoch_of(step_) : step_ / steps_per_epoch_;
+  const int64_t epoch = epoch_of(step_);  // the one the step ends or lies in
   JsonLine line("validation");
   line.add("epoch", epoch).add("step", step_);
-  std::string text = str_cat(mid ? str_cat("step ", step_, " (epoch ", epoch, ")") : str_cat("epoch ", epoch),
-                             mid ? "" : str_cat("/", cfg_.train.epochs), ": the evaluation the last run's stop skipped");
+  std::string text = step_ % steps_per_epoch_ ? str_cat("step ", step_, " (epoch ", epoch, ")")
+                                              : str_cat("epoch ", epoch, "/", cfg_.train.epochs);
+  text += ": the evaluation the last run's stop skipped";
   if (!validate(line, text)) {  // stopped again: still pending, in the checkpoint as it is
     eval_pending_ = true;
     return false;

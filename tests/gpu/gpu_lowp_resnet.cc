@@ -203,23 +203,18 @@ TEST_P(GpuLowpResNet, ResNeXt50MatchesReference) {
 }
 
 // ResNet-D in 16 bits: the deep stem (3x3 convolutions on the 3-channel input and 8-channel
-// ones) and the average-pooled shortcuts on odd sides (72 pixels: layer3 9x9, layer4 5x5).
-TEST_P(GpuLowpResNet, ResNetDMatchesReference) {
+// ones) and the average-pooled shortcuts on odd sides (72 pixels: layer3 9x9, layer4 5x5); and
+// the ECA-ResNet-T on them: the channel convolution on (n, c, 1, 1) tensors (kernels 3 and 5 on
+// 64 to 512 channels at this width) and the tiered stem.
+TEST_P(GpuLowpResNet, ResNetDAndEcaResNetMatchReference) {
   RT_REQUIRE_GPU();
   ResNetConfig cfg = imagenet_resnext50();
-  cfg.name = "resnet26d";
   cfg.image_size = 72;
-  expect_matches_reference(cfg, GetParam());
-}
-
-// ECA-ResNet in 16 bits: the channel convolution on (n, c, 1, 1) tensors (kernels 3 and 5 on 64
-// to 512 channels at this width), the tiered stem and pooled shortcuts, at ResNet-D's size.
-TEST_P(GpuLowpResNet, EcaResNetMatchesReference) {
-  RT_REQUIRE_GPU();
-  ResNetConfig cfg = imagenet_resnext50();
-  cfg.name = "ecaresnet26t";
-  cfg.image_size = 72;
-  expect_matches_reference(cfg, GetParam());
+  for (const char* model : {"resnet26d", "ecaresnet26t"}) {
+    SCOPED_TRACE(model);
+    cfg.name = model;
+    expect_matches_reference(cfg, GetParam());
+  }
 }
 
 // Squeeze-and-excitation in ResNeXt bottlenecks: the gate and the 1x1 convolutions with bias
